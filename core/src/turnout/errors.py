@@ -1,0 +1,70 @@
+"""Exception classes with onnxruntime's names, so `except onnxruntime.capi...InvalidArgument` ports.
+
+Every error raised by turnout derives from `TurnoutError`; the ORT-named classes derive from it
+and, where it helps callers, from the matching builtin (ValueError, FileNotFoundError, ...).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EPFail",
+    "EngineError",
+    "Fail",
+    "InvalidArgument",
+    "InvalidGraph",
+    "InvalidProtobuf",
+    "ModelLoaded",
+    "NoModel",
+    "NoSuchFile",
+    "NotImplemented",
+    "RuntimeException",
+    "TurnoutError",
+]
+
+
+class TurnoutError(RuntimeError):
+    """Base of every error turnout raises on purpose."""
+
+
+class Fail(TurnoutError):
+    """A generic failure (ORT status FAIL)."""
+
+
+class InvalidArgument(TurnoutError, ValueError):
+    """A caller passed a bad input, option or name (ORT status INVALID_ARGUMENT)."""
+
+
+class NoSuchFile(TurnoutError, FileNotFoundError):
+    """A model or external-data file does not exist (ORT status NO_SUCHFILE)."""
+
+
+class NoModel(TurnoutError):
+    """No model was given (ORT status NO_MODEL)."""
+
+
+class EngineError(TurnoutError):
+    """The execution engine failed (ORT status ENGINE_ERROR)."""
+
+
+class RuntimeException(TurnoutError):
+    """A kernel or the executor failed while running (ORT status RUNTIME_EXCEPTION)."""
+
+
+class InvalidProtobuf(TurnoutError, ValueError):
+    """The bytes are not a parsable ModelProto (ORT status INVALID_PROTOBUF)."""
+
+
+class ModelLoaded(TurnoutError):
+    """The model was already loaded (ORT status MODEL_LOADED)."""
+
+
+class NotImplemented(TurnoutError, NotImplementedError):  # noqa: A001 - ORT's name
+    """No provider implements an op, type or feature (ORT status NOT_IMPLEMENTED)."""
+
+
+class InvalidGraph(TurnoutError, ValueError):
+    """The graph is malformed: unknown domain or opset, dangling value, bad attribute."""
+
+
+class EPFail(TurnoutError):
+    """An execution provider failed to probe, create or compile (ORT status EP_FAIL)."""

@@ -1,0 +1,144 @@
+"""From a partitioned graph to a Plan: instantiate kernels, compile fused groups, order steps.
+
+Nested graphs (If/Loop/Scan bodies) are partitioned and planned the same way, on demand, when a
+control-flow kernel asks its `KernelNode.subgraph(...)` for a runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import EPFail, InvalidGraph, TurnoutError
+from ..ir import Graph, GraphView, schema_since_version
+from ..partition import GraphPartition, PartitionReport, partition_graph
+from ..provider import ExecutionProvider, KernelNode
+from ..values import SparseTensor
+from .plan import Plan, Step
+
+__all__ = ["SubgraphRunner", "build_plan"]
+
+SubgraphRunner = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
+
+
+def build_plan(
+    graph: Graph,
+    providers: Sequence[ExecutionProvider],
+    reports: dict[str, PartitionReport],
+    report_key: str = "",
+    constants_override: dict[str, Any] | None = None,
+) -> Plan:
+    """Partition `graph`, build its kernels, and return the runnable plan."""
+    part = partition_graph(graph, providers)
+    sub_reports: dict[str, PartitionReport] = {}
+    steps = _steps(part, providers, sub_reports)
+    reports[report_key] = PartitionReport.from_partition(
+        part, [p.name for p in providers], sub_reports
+    )
+    constants = {}
+    for name, value in graph.initializers.items():
+        if constants_override and name in constants_override:
+            value = constants_override[name]
+        if isinstance(value, SparseTensor):
+            value = value.to_dense()
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        constants[name] = value
+    inputs = [i.name for i in graph.inputs]
+    outer = graph.outer_references() if graph.parent is not None else []
+    if graph.parent is None:
+        dangling = [x for x in graph.outer_references() if x not in inputs]
+        if dangling:
+            raise InvalidGraph(f"graph {graph.name!r}: values {dangling} are read but never defined")
+    return Plan(graph.name, steps, inputs, outer, [o.name for o in graph.outputs], constants)
+
+
+def _steps(
+    part: GraphPartition,
+    providers: Sequence[ExecutionProvider],
+    sub_reports: dict[str, PartitionReport],
+) -> list[Step]:
+    graph = part.graph
+    by_name = {n.name: n for n in graph.nodes}
+    single: dict[str, Step] = {}
+    fused_steps: list[Step] = []
+    fused_by_provider: dict[str, list[Any]] = {}
+    for provider, cap in part.claims:
+        if cap.fused:
+            fused_by_provider.setdefault(provider.name, []).append((cap, GraphView(graph, {})))
+            continue
+        node = by_name[cap.nodes[0]]
+        opset = graph.opsets.get(node.domain, 0)
+        since = schema_since_version(node.domain, node.op_type, opset) or opset
+
+        def builder(g: Graph, _node: str = node.name) -> SubgraphRunner:
+            key = f"{_node}/{g.name}"
+            plan = build_plan(g, providers, sub_reports, key)
+            return _runner(plan)
+
+        kn = KernelNode(node, opset, since, builder)
+        assert cap.kernel is not None
+        try:
+            fn = cap.kernel.factory(kn)
+        except TurnoutError as e:
+            if node.name in str(e):
+                raise
+            raise type(e)(f"node {node.name!r} ({node.op_type}) on {provider.name}: {e}") from e
+        except Exception as e:
+            raise EPFail(
+                f"node {node.name!r} ({node.op_type}): {provider.name} could not build its "
+                f"kernel: {type(e).__name__}: {e}"
+            ) from e
+        single[node.name] = Step(
+            node.name,
+            node.op_type,
+            provider.name,
+            fn,
+            node.inputs + node.implicit_inputs,
+            node.outputs,
+        )
+    for provider in providers:
+        groups = fused_by_provider.get(provider.name)
+        if not groups:
+            continue
+        for ck in provider.compile(groups):
+            fused_steps.append(Step(ck.name, "FusedGroup", provider.name, ck.fn, ck.inputs, ck.outputs))
+    ordered = [single[n.name] for n in graph.nodes if n.name in single]
+    if fused_steps:
+        ordered = _toposort(ordered + fused_steps, graph)
+    return ordered
+
+
+def _toposort(steps: list[Step], graph: Graph) -> list[Step]:
+    producer = {y: i for i, st in enumerate(steps) for y in st.outputs if y}
+    deps = [{producer[x] for x in st.inputs if x in producer} for st in steps]
+    done: list[int] = []
+    state = [0] * len(steps)
+
+    def visit(i: int) -> None:
+        if state[i] == 2:
+            return
+        if state[i] == 1:
+            raise InvalidGraph(f"graph {graph.name!r}: fused groups form a cycle at {steps[i].name!r}")
+        state[i] = 1
+        for d in sorted(deps[i]):
+            visit(d)
+        state[i] = 2
+        done.append(i)
+
+    for i in range(len(steps)):
+        visit(i)
+    return [steps[i] for i in done]
+
+
+def _runner(plan: Plan) -> SubgraphRunner:
+    outer_names = plan.outer_names
+    run = plan.run
+
+    def run_subgraph(inputs: Sequence[Any], outer: dict[str, Any]) -> list[Any]:
+        return list(run(*inputs, *[outer[n] for n in outer_names]))
+
+    run_subgraph.plan = plan  # type: ignore[attr-defined]
+    return run_subgraph

@@ -1,0 +1,107 @@
+"""Checking and converting user inputs against the model's declared input types.
+
+A wrong feed fails here, before any kernel runs, with an error that names the input, what was
+given and what the model expects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .dtypes import type_string
+from .errors import InvalidArgument
+from .ir import ValueInfo
+from .values import OrtValue, SparseTensor, to_ort_type_string
+
+__all__ = ["InputSpec", "shape_text"]
+
+
+def shape_text(shape: tuple[Any, ...] | None) -> str:
+    if shape is None:
+        return "any shape"
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+class InputSpec:
+    """One graph input: converts and checks a feed for it."""
+
+    __slots__ = ("name", "info", "kind", "dtype", "shape", "type_name")
+
+    def __init__(self, info: ValueInfo, dim_overrides: dict[str, int]) -> None:
+        self.name = info.name
+        self.info = info
+        self.kind = info.kind
+        self.dtype = info.dtype
+        shape = info.shape
+        if shape is not None and dim_overrides:
+            shape = tuple(dim_overrides.get(d, d) if isinstance(d, str) else d for d in shape)
+        self.shape = shape
+        self.type_name = (
+            type_string(info.elem_type) if info.elem_type is not None else info.kind
+        )
+
+    def convert(self, value: Any) -> Any:
+        if isinstance(value, OrtValue):
+            value = value._value
+        if self.kind == "tensor":
+            return self._tensor(value)
+        if self.kind == "sequence" and not isinstance(value, list):
+            raise InvalidArgument(
+                f"input {self.name!r}: expected a sequence (list), got {type(value).__name__}"
+            )
+        if self.kind == "map" and not isinstance(value, dict):
+            raise InvalidArgument(
+                f"input {self.name!r}: expected a map (dict), got {type(value).__name__}"
+            )
+        if self.kind == "sparse_tensor" and not isinstance(value, SparseTensor):
+            raise InvalidArgument(
+                f"input {self.name!r}: expected a sparse tensor, got {type(value).__name__}"
+            )
+        return value
+
+    def _tensor(self, value: Any) -> np.ndarray:
+        dt = self.dtype
+        if not isinstance(value, np.ndarray):
+            if isinstance(value, (list, tuple, int, float, bool, str, np.generic)):
+                try:
+                    value = np.array(value, dtype=dt if dt is not None else None)
+                except (TypeError, ValueError) as e:
+                    raise InvalidArgument(
+                        f"input {self.name!r}: cannot convert {type(value).__name__} to "
+                        f"{self.type_name}: {e}"
+                    ) from e
+            elif isinstance(value, SparseTensor):
+                value = value.to_dense()
+            else:
+                raise InvalidArgument(
+                    f"input {self.name!r}: expected a numpy array ({self.type_name}), "
+                    f"got {type(value).__name__}"
+                )
+        if dt is not None and value.dtype != dt:
+            if dt == np.dtype(object) and value.dtype.kind in "US":
+                value = value.astype(object)
+            else:
+                got = to_ort_type_string(value)
+                raise InvalidArgument(
+                    f"input {self.name!r}: unexpected data type {got}, expected {self.type_name}"
+                )
+        shape = self.shape
+        if shape is not None:
+            if value.ndim != len(shape):
+                raise InvalidArgument(
+                    f"input {self.name!r}: got shape {tuple(value.shape)} (rank {value.ndim}), "
+                    f"expected rank {len(shape)} {shape_text(shape)}"
+                )
+            for got_d, want in zip(value.shape, shape):
+                if isinstance(want, int) and want > 0 and got_d != want:
+                    raise InvalidArgument(
+                        f"input {self.name!r}: got shape {tuple(value.shape)}, "
+                        f"expected {shape_text(shape)}"
+                    )
+        return value
+
+
+
+

@@ -1,0 +1,138 @@
+"""Partitioning: providers in priority order claim nodes; every decision is kept for the report.
+
+Greedy, like onnxruntime: each provider sees the nodes no earlier provider claimed and returns
+claims (single nodes or fused groups) and declines with reasons. The CPU provider is always last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InvalidGraph, NotImplemented
+from .ir import Graph, GraphView
+from .provider import Capability, Decline, ExecutionProvider
+
+__all__ = ["Assignment", "GraphPartition", "PartitionReport", "partition_graph"]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Where one node runs: provider, and how (`kernel`, `onnx.reference`, or a fused group)."""
+
+    node: str
+    op_type: str
+    provider: str
+    source: str
+    group: str | None = None
+
+
+@dataclass
+class GraphPartition:
+    """The result for one (sub)graph: claims per provider, in the order they were made."""
+
+    graph: Graph
+    claims: list[tuple[ExecutionProvider, Capability]]
+    assignments: dict[str, Assignment]
+    declines: dict[str, list[Decline]]
+
+
+def partition_graph(graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+    """Assign every node of `graph` (not its subgraphs) to a provider, or raise naming the node."""
+    assigned: dict[str, str] = {}
+    claims: list[tuple[ExecutionProvider, Capability]] = []
+    assignments: dict[str, Assignment] = {}
+    declines: dict[str, list[Decline]] = {}
+    ops = {n.name: n.op_type for n in graph.nodes}
+    for provider in providers:
+        view = GraphView(graph, assigned)
+        got, declined = provider.get_capability(view)
+        declines[provider.name] = list(declined)
+        for cap in got:
+            taken = [n for n in cap.nodes if n in assigned or n not in ops]
+            if taken:
+                raise InvalidGraph(
+                    f"{provider.name} claimed node(s) {taken} that are unknown or already assigned"
+                )
+            group = cap.name or (f"{provider.name}_fused_{len(claims)}" if cap.fused else None)
+            for n in cap.nodes:
+                assigned[n] = provider.name
+                source = "fused" if cap.fused else cap.source
+                assignments[n] = Assignment(n, ops[n], provider.name, source, group)
+            claims.append((provider, cap))
+    missing = [n for n in graph.nodes if n.name not in assigned]
+    if missing:
+        lines = []
+        for n in missing[:10]:
+            why = "; ".join(
+                f"{p}: {d.reason}" for p, ds in declines.items() for d in ds if d.node == n.name
+            )
+            lines.append(f"  {n.name} ({n.domain or 'ai.onnx'}::{n.op_type}): {why or 'no claim'}")
+        more = f"\n  ... and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise NotImplemented(
+            f"graph {graph.name!r}: no provider can run {len(missing)} node(s):\n"
+            + "\n".join(lines)
+            + more
+        )
+    return GraphPartition(graph, claims, assignments, declines)
+
+
+@dataclass
+class PartitionReport:
+    """Every node -> provider decision of a session, including nested graphs."""
+
+    graph: str
+    providers: list[str]
+    assignments: list[Assignment]
+    declines: dict[str, list[dict[str, str]]]
+    copies: list[dict[str, str]] = field(default_factory=list)
+    subgraphs: dict[str, PartitionReport] = field(default_factory=dict)
+
+    @staticmethod
+    def from_partition(
+        part: GraphPartition, providers: Sequence[str], subgraphs: dict[str, PartitionReport]
+    ) -> PartitionReport:
+        order = [n.name for n in part.graph.nodes]
+        return PartitionReport(
+            graph=part.graph.name,
+            providers=list(providers),
+            assignments=[part.assignments[n] for n in order],
+            declines={p: [asdict(d) for d in ds] for p, ds in part.declines.items() if ds},
+            subgraphs=subgraphs,
+        )
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.assignments:
+            out[a.provider] = out.get(a.provider, 0) + 1
+        for sub in self.subgraphs.values():
+            for k, v in sub.counts().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph": self.graph,
+            "providers": self.providers,
+            "counts": self.counts(),
+            "assignments": [asdict(a) for a in self.assignments],
+            "declines": self.declines,
+            "copies": self.copies,
+            "subgraphs": {k: v.to_dict() for k, v in self.subgraphs.items()},
+        }
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_text(self, indent: str = "") -> str:
+        lines = [f"{indent}graph {self.graph!r}: " + ", ".join(
+            f"{p}={c}" for p, c in sorted(self.counts().items())
+        )]
+        for a in self.assignments:
+            how = a.source if a.group is None else f"{a.source} {a.group}"
+            lines.append(f"{indent}  {a.node:<32} {a.op_type:<24} {a.provider} ({how})")
+            if a.node in self.subgraphs:
+                lines.append(self.subgraphs[a.node].to_text(indent + "    "))
+        return "\n".join(lines)

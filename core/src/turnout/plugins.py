@@ -1,0 +1,111 @@
+"""Plugin discovery: entry points of group `turnout`, loaded as pluggy hook modules.
+
+A plugin that fails to import, or whose hook raises, is recorded in `broken_plugins()` with its
+error and skipped; the others load. `TURNOUT_DISABLE_PLUGINS=name1,name2` skips plugins by
+entry-point name (`*` disables all of them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+import pluggy
+
+from . import hookspecs
+from .errors import InvalidArgument
+from .logs import logger
+from .provider import Availability, ProviderFactory
+
+from importlib.metadata import entry_points
+
+__all__ = [
+    "BrokenPlugin",
+    "ProviderRegistry",
+    "broken_plugins",
+    "registry",
+]
+
+ENTRY_POINT_GROUP = "turnout"
+
+
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A plugin that could not be loaded, and why."""
+
+    name: str
+    error: str
+
+
+class ProviderRegistry:
+    """All known provider factories: the built-in CPU one plus what plugins contribute."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loaded = False
+        self.factories: list[ProviderFactory] = []
+        self.broken: list[BrokenPlugin] = []
+        self.custom_domains: set[str] = set()
+        self._probes: dict[str, Availability] = {}
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._loaded:
+                return
+            from .providers.cpu.provider import CPUProviderFactory
+
+            factories: list[ProviderFactory] = [CPUProviderFactory()]
+            pm = pluggy.PluginManager("turnout")
+            pm.add_hookspecs(hookspecs)
+            disabled = {
+                x.strip() for x in os.environ.get("TURNOUT_DISABLE_PLUGINS", "").split(",") if x.strip()
+            }
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name in disabled or "*" in disabled:
+                    continue
+                try:
+                    pm.register(ep.load(), name=ep.name)
+                except Exception as e:
+                    self.broken.append(BrokenPlugin(ep.name, f"{type(e).__name__}: {e}"))
+                    logger.warning("turnout plugin %r failed to load: %s", ep.name, e)
+            for impl in pm.hook.turnout_providers.get_hookimpls():
+                try:
+                    factories.extend(impl.function() or [])
+                except Exception as e:
+                    self.broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
+            self.factories = factories
+            self._loaded = True
+
+    def all(self) -> list[ProviderFactory]:
+        self._load()
+        return list(self.factories)
+
+    def probe(self, factory: ProviderFactory) -> Availability:
+        if factory.name not in self._probes:
+            self._probes[factory.name] = factory.probe()
+        return self._probes[factory.name]
+
+    def available(self) -> list[ProviderFactory]:
+        return sorted(
+            (f for f in self.all() if self.probe(f).ok),
+            key=lambda f: -f.default_priority,
+        )
+
+    def resolve(self, name: str) -> ProviderFactory:
+        """The factory for a canonical name or alias; unknown names list what is installed."""
+        for f in self.all():
+            if name == f.name or name in f.aliases:
+                return f
+        installed = ", ".join(f.name for f in self.all())
+        raise InvalidArgument(f"unknown execution provider {name!r}; installed: {installed}")
+
+
+registry = ProviderRegistry()
+
+
+def broken_plugins() -> list[BrokenPlugin]:
+    registry.all()
+    return list(registry.broken)
+
+

@@ -1,0 +1,425 @@
+"""The execution-provider contract: the first file a provider author reads.
+
+A provider package registers a `ProviderFactory` (through the `turnout_providers` hook). For each
+session the factory creates one `ExecutionProvider`. The session hands the provider a read-only
+`GraphView`; the provider answers with `Capability` objects (single nodes run by a registered
+kernel, or fused groups that it compiles) and with declines that carry a reason. Everything a
+provider must implement is an underscore method; the public methods here validate and wrap.
+
+Kernels are declared, not discovered: `KernelRegistry.register(op_type, since=..., domain=...)`
+decorates a *kernel factory*. At session creation the factory is called once per node with a
+`KernelNode` (attributes already decoded, input/output types known where inference found them) and
+returns the *kernel function*: `fn(*inputs) -> tuple(outputs)`. Missing optional inputs arrive
+as `None`; the tuple has one entry per node output (an entry for an unnamed output is ignored).
+Work that depends only on attributes belongs in the factory, so the kernel function stays lean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import EPFail, InvalidArgument
+
+if TYPE_CHECKING:
+    from .ir import Graph, GraphView, Node
+
+__all__ = [
+    "Allocator",
+    "Availability",
+    "Capability",
+    "CompiledKernel",
+    "DataTransfer",
+    "Decline",
+    "Device",
+    "DeviceEntry",
+    "ExecutionProvider",
+    "KernelDef",
+    "KernelFn",
+    "KernelNode",
+    "KernelRegistry",
+    "ProviderFactory",
+]
+
+KernelFn = Callable[..., Sequence[Any]]
+"""A kernel function: positional input values in, a tuple with one value per node output out."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a value lives: `Device("cpu")`, `Device("cuda", 1)`, `Device("opencl", 0)`."""
+
+    type: str = "cpu"
+    id: int = 0
+
+    def __str__(self) -> str:
+        return self.type if self.type == "cpu" else f"{self.type}:{self.id}"
+
+
+CPU = Device("cpu", 0)
+
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    """One device a provider can run on, as `probe()` lists it (like ORT's EP-device entries)."""
+
+    device: Device
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    default_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """`probe()`'s answer: whether the provider can run here, on what, and if not, exactly why."""
+
+    ok: bool
+    devices: tuple[DeviceEntry, ...] = ()
+    reason: str | None = None
+    version: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+
+
+class KernelNode:
+    """What a kernel factory sees: one node with decoded attributes and known input/output types.
+
+    `inputs`/`outputs` are `ir.ValueInfo` entries (name, elem_type, dtype, shape) or None for an
+    absent optional input. `subgraph(attr)` returns a callable running a nested graph (If, Loop,
+    Scan bodies) with the session's providers: `run(inputs: list, outer: dict) -> list`.
+    """
+
+    __slots__ = ("node", "opset", "since_version", "_subgraph_builder")
+
+    def __init__(
+        self,
+        node: Node,
+        opset: int,
+        since_version: int,
+        subgraph_builder: Callable[[Graph], Callable[..., list[Any]]] | None = None,
+    ) -> None:
+        self.node = node
+        self.opset = opset
+        self.since_version = since_version
+        self._subgraph_builder = subgraph_builder
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    @property
+    def domain(self) -> str:
+        return self.node.domain
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.node.attrs
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        return self.node.input_infos
+
+    @property
+    def outputs(self) -> tuple[Any, ...]:
+        return self.node.output_infos
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The decoded attribute value (int, float, str, list, ndarray, Graph) or `default`."""
+        return self.node.attrs.get(name, default)
+
+    def subgraph(self, attr_name: str) -> Callable[..., list[Any]]:
+        """A runnable for the nested graph in attribute `attr_name`, built by the session."""
+        if self._subgraph_builder is None:
+            raise EPFail(f"node {self.node.name!r}: no subgraph support in this context")
+        return self._subgraph_builder(self.node.attrs[attr_name])
+
+
+KernelFactory = Callable[[KernelNode], KernelFn]
+SupportsFn = Callable[[KernelNode], "str | None"]
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A declared kernel: which op, which opset range, which dtypes, and its factory.
+
+    `dtypes` maps schema type-parameter names (like "T") to the allowed ONNX element types;
+    `supports(node)` returns a reason string to decline a node (attribute or shape limits).
+    `host_inputs`/`host_outputs` list input/output indices that stay in host memory even on a
+    device provider (shape-like tensors), so copy insertion can honour them.
+    """
+
+    op_type: str
+    domain: str
+    since: int
+    factory: KernelFactory
+    until: int | None = None
+    dtypes: Mapping[str, frozenset[int]] | None = None
+    supports: SupportsFn | None = None
+    host_inputs: tuple[int, ...] = ()
+    host_outputs: tuple[int, ...] = ()
+
+
+class KernelRegistry:
+    """Op-by-op kernels of one provider, keyed by (domain, op type), sorted by since-version."""
+
+    def __init__(self, provider_name: str) -> None:
+        self.provider_name = provider_name
+        self._defs: dict[tuple[str, str], list[KernelDef]] = {}
+
+    def register(
+        self,
+        op_type: str,
+        since: int = 1,
+        *,
+        domain: str = "",
+        until: int | None = None,
+        dtypes: Mapping[str, Iterable[int]] | None = None,
+        supports: SupportsFn | None = None,
+        host_inputs: tuple[int, ...] = (),
+        host_outputs: tuple[int, ...] = (),
+    ) -> Callable[[KernelFactory], KernelFactory]:
+        """Decorator: register `factory` for `op_type` from opset `since` (to `until`)."""
+
+        def deco(factory: KernelFactory) -> KernelFactory:
+            d = KernelDef(
+                op_type=op_type,
+                domain=domain,
+                since=since,
+                factory=factory,
+                until=until,
+                dtypes={k: frozenset(v) for k, v in dtypes.items()} if dtypes else None,
+                supports=supports,
+                host_inputs=host_inputs,
+                host_outputs=host_outputs,
+            )
+            defs = self._defs.setdefault((domain, op_type), [])
+            if any(x.since == since for x in defs):
+                raise ValueError(
+                    f"{self.provider_name}: kernel {domain or 'ai.onnx'}::{op_type} "
+                    f"since {since} registered twice"
+                )
+            defs.append(d)
+            defs.sort(key=lambda x: x.since)
+            return factory
+
+        return deco
+
+    def ops(self) -> list[tuple[str, str]]:
+        """(domain, op_type) pairs that have at least one kernel."""
+        return sorted(self._defs)
+
+    def lookup(self, domain: str, op_type: str, since_version: int) -> KernelDef | None:
+        """The kernel whose since is the highest not above the node's schema `since_version`."""
+        best = None
+        for d in self._defs.get((domain, op_type), ()):
+            if d.since <= since_version and (d.until is None or since_version <= d.until):
+                best = d
+        return best
+
+    def match(self, kn: KernelNode) -> tuple[KernelDef | None, str | None]:
+        """(kernel, None) when a kernel runs this node, else (None, reason)."""
+        d = self.lookup(kn.domain, kn.op_type, kn.since_version)
+        if d is None:
+            if (kn.domain, kn.op_type) in self._defs:
+                have = ", ".join(str(x.since) for x in self._defs[(kn.domain, kn.op_type)])
+                return None, f"no kernel for opset version {kn.since_version} (have since {have})"
+            return None, f"no kernel for {kn.domain or 'ai.onnx'}::{kn.op_type}"
+        if d.dtypes:
+            reason = _check_dtypes(kn, d.dtypes)
+            if reason:
+                return None, reason
+        if d.supports is not None:
+            reason = d.supports(kn)
+            if reason:
+                return None, reason
+        return d, None
+
+
+def _check_dtypes(kn: KernelNode, allowed: Mapping[str, frozenset[int]]) -> str | None:
+    """Check the node's known input/output element types against the type parameters."""
+    from .ir import schema_type_params
+
+    params = schema_type_params(kn.domain, kn.op_type, kn.opset)
+    infos = list(kn.inputs) + list(kn.outputs)
+    for info, param in zip(infos, params[0] + params[1]):
+        if info is None or param not in allowed or info.elem_type is None:
+            continue
+        if info.elem_type not in allowed[param]:
+            from .dtypes import ELEM_TYPE_NAMES
+
+            name = ELEM_TYPE_NAMES.get(info.elem_type, str(info.elem_type))
+            return f"dtype {name} of {info.name!r} not supported for {param}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Capabilities and compilation
+
+
+@dataclass(frozen=True)
+class Decline:
+    """A node the provider will not run, and why (shown in the partition report)."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A claim: one node run by `kernel`, or several nodes fused and compiled (`kernel` None)."""
+
+    nodes: tuple[str, ...]
+    kernel: KernelDef | None = None
+    name: str | None = None
+    source: str = "kernel"
+
+    @property
+    def fused(self) -> bool:
+        return self.kernel is None
+
+
+@dataclass
+class CompiledKernel:
+    """`compile()`'s result for one fused group: a kernel function over the group's boundary."""
+
+    name: str
+    fn: KernelFn
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Memory
+
+
+class Allocator:
+    """Device buffers. The CPU one hands out numpy arrays; device providers pool their own."""
+
+    device: Device = CPU
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        return self._empty(tuple(int(s) for s in shape), np.dtype(dtype))
+
+    def _empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        return np.empty(shape, dtype)
+
+
+class DataTransfer:
+    """Copies between host memory and the provider's device (and between its devices)."""
+
+    def to_device(self, value: Any, device: Device) -> Any:
+        return self._to_device(value, device)
+
+    def to_host(self, value: Any) -> np.ndarray:
+        return self._to_host(value)
+
+    def is_device_value(self, value: Any) -> bool:
+        """True when `value` already lives on this provider's device (no copy needed)."""
+        return isinstance(value, np.ndarray)
+
+    def _to_device(self, value: Any, device: Device) -> Any:
+        return value
+
+    def _to_host(self, value: Any) -> np.ndarray:
+        return value  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------------------------
+# Provider and factory
+
+
+class ExecutionProvider:
+    """One provider instance per session. Subclasses fill `kernels` and may override `_compile`."""
+
+    name: str = "ExecutionProvider"
+    device: Device = CPU
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+        self.kernels = KernelRegistry(self.name)
+        self.allocator = Allocator()
+        self.data_transfer = DataTransfer()
+
+    def get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
+        """Claims over `graph`'s still-unassigned nodes, and declines with reasons.
+
+        The default claims every node that the kernel registry matches, one node per claim.
+        Called once per (sub)graph at session creation, in provider priority order.
+        """
+        return self._get_capability(graph)
+
+    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
+        claims: list[Capability] = []
+        declines: list[Decline] = []
+        for node in graph.unassigned_nodes():
+            kn = graph.kernel_node(node)
+            d, reason = self.kernels.match(kn)
+            if d is not None:
+                claims.append(Capability((node.name,), d))
+            else:
+                declines.append(Decline(node.name, reason or "declined"))
+        return claims, declines
+
+    def compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
+        """Compile fused groups into kernel functions; called once at session creation."""
+        if not groups:
+            return []
+        try:
+            return self._compile(groups)
+        except Exception as e:  # a compiler bug must name the provider
+            raise EPFail(f"{self.name}: compile failed: {e}") from e
+
+    def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
+        raise EPFail(f"{self.name} claimed fused groups but does not implement _compile")
+
+    def on_run_start(self) -> None:
+        """Called before each run (device providers: pick a stream)."""
+
+    def on_run_end(self) -> None:
+        """Called after each run, also after a failed one (device providers: synchronize)."""
+
+
+class ProviderFactory:
+    """What a plugin registers: a name, aliases, priority, probe() and create(options)."""
+
+    name: str = "ExecutionProvider"
+    aliases: tuple[str, ...] = ()
+    default_priority: int = 0
+    option_names: frozenset[str] = frozenset()
+    version: str | None = None
+
+    def probe(self) -> Availability:
+        """Whether this provider can run here; never raises (a failure is a reason)."""
+        try:
+            return self._probe()
+        except Exception as e:
+            return Availability(False, reason=f"probe failed: {type(e).__name__}: {e}")
+
+    def _probe(self) -> Availability:
+        return Availability(True, (DeviceEntry(CPU),), version=self.version)
+
+    def create(self, options: Mapping[str, Any] | None = None) -> ExecutionProvider:
+        """A provider for one session; unknown option keys are an `InvalidArgument`."""
+        opts = {str(k): v for k, v in (options or {}).items()}
+        unknown = sorted(set(opts) - set(self.option_names))
+        if unknown:
+            valid = ", ".join(sorted(self.option_names)) or "(none)"
+            raise InvalidArgument(
+                f"{self.name}: unknown provider option(s) {', '.join(unknown)}; valid: {valid}"
+            )
+        return self._create(opts)
+
+    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        raise NotImplementedError
+
+
+
+

@@ -1,0 +1,1 @@
+"""Built-in providers. Only the CPU provider lives in core; the others are plugins."""

@@ -1,0 +1,1 @@
+"""The built-in CPUExecutionProvider (numpy): the last fallback for every standard op."""

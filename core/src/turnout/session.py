@@ -1,0 +1,391 @@
+"""InferenceSession: onnxruntime's Python API over turnout's pipeline.
+
+load -> infer shapes -> partition (providers by priority, CPU last) -> plan -> run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from . import __version__
+from .dtypes import value_type_string
+from .errors import InvalidArgument
+from .executor.build import build_plan
+from .executor.plan import NO_TERMINATE, Plan
+from .feeds import InputSpec
+from .ir import Graph, ValueInfo
+from .logs import logger
+from .model import ModelSource, infer_shapes, load_model, model_label
+from .options import RunOptions, SessionOptions
+from .partition import PartitionReport
+from .plugins import registry
+from .profiling import Profiler
+from .provider import ExecutionProvider
+from .values import OrtValue
+
+__all__ = [
+    "InferenceSession",
+    "ModelMetadata",
+    "NodeArg",
+    "get_all_providers",
+    "get_available_providers",
+    "get_build_info",
+    "get_device",
+    "get_version_string",
+]
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input/output as ORT describes it: name, shape (ints, dim names or None), type."""
+
+    name: str
+    type: str
+    shape: list[int | str | None]
+
+    @staticmethod
+    def from_info(info: ValueInfo) -> NodeArg:
+        tp = info.type_proto
+        type_str = value_type_string(tp) if tp is not None else "undefined"
+        shape: list[int | str | None] = []
+        if info.shape is not None:
+            shape = [None if d is None or d == "" else d for d in info.shape]
+        return NodeArg(info.name, type_str, shape)
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str] = field(default_factory=dict)
+
+
+def get_version_string() -> str:
+    return __version__
+
+
+def get_device() -> str:
+    return "CPU"
+
+
+def get_build_info() -> str:
+    return f"turnout {__version__} (python, numpy {np.__version__}, onnx {onnx.__version__})"
+
+
+def get_all_providers() -> list[str]:
+    return [f.name for f in registry.all()]
+
+
+def get_available_providers() -> list[str]:
+    return [f.name for f in registry.available()]
+
+
+ProviderSpec = str | tuple[str, dict[str, Any]]
+
+
+class InferenceSession:
+    """Load a model, place its nodes on providers, and run it (onnxruntime-compatible)."""
+
+    def __init__(
+        self,
+        path_or_bytes: ModelSource,
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[ProviderSpec] | None = None,
+        provider_options: Sequence[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        t0 = time.perf_counter_ns()
+        self._sess_options = sess_options or SessionOptions()
+        self._label = model_label(path_or_bytes)
+        self._model_path = (
+            os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        )
+        self._lock = threading.Lock()
+        self._profiler: Profiler | None = None
+        if self._sess_options.enable_profiling:
+            self._profiler = Profiler(self._sess_options.profile_file_prefix)
+        model = load_model(path_or_bytes)
+        self._model = infer_shapes(model)
+        opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import}
+        self._graph = Graph.from_proto(self._model.graph, opsets)
+        self._init_io()
+        self._set_providers(providers, provider_options)
+        if self._sess_options.optimized_model_filepath:
+            onnx.save(self._model, self._sess_options.optimized_model_filepath)
+        if self._profiler is not None:
+            self._profiler.event(
+                "Session", "session_initialization", t0, time.perf_counter_ns() - t0, {}
+            )
+
+    # ------------------------------------------------------------------ setup
+    def _init_io(self) -> None:
+        g = self._graph
+        opts = self._sess_options
+        dims = dict(opts._free_dims_by_name)
+        if opts._free_dims_by_denotation:
+            for vi in self._model.graph.input:
+                for d in vi.type.tensor_type.shape.dim:
+                    if d.denotation in opts._free_dims_by_denotation and d.dim_param:
+                        dims[d.dim_param] = opts._free_dims_by_denotation[d.denotation]
+        inits = set(g.initializers)
+        self._required = [i for i in g.inputs if i.name not in inits]
+        self._overridable = [i for i in g.inputs if i.name in inits]
+        self._specs = {i.name: InputSpec(i, dims) for i in g.inputs}
+        self._input_order = [i.name for i in g.inputs]
+        self._output_names = [o.name for o in g.outputs]
+        self._overrides: dict[str, Any] = {}
+        for name, value in opts._initializers.items():
+            if name not in inits:
+                raise InvalidArgument(f"{self._label}: add_initializer({name!r}): no such initializer")
+            self._overrides[name] = value._value if isinstance(value, OrtValue) else np.asarray(value)
+
+    def _set_providers(
+        self,
+        providers: Sequence[ProviderSpec] | None,
+        provider_options: Sequence[dict[str, Any]] | None,
+    ) -> None:
+        specs: list[tuple[str, dict[str, Any]]] = []
+        if providers is None:
+            specs = [(f.name, {}) for f in registry.available()]
+        else:
+            if provider_options is not None and len(provider_options) != len(providers):
+                raise InvalidArgument("provider_options must have one dict per provider")
+            for i, p in enumerate(providers):
+                name, opts = (p, {}) if isinstance(p, str) else (p[0], dict(p[1]))
+                if provider_options is not None:
+                    opts.update(provider_options[i])
+                specs.append((name, opts))
+        instances: list[ExecutionProvider] = []
+        seen: set[str] = set()
+        for name, opts in specs:
+            factory = registry.resolve(name)
+            if factory.name in seen:
+                continue
+            avail = registry.probe(factory)
+            if not avail.ok:
+                raise InvalidArgument(f"{factory.name} is not available here: {avail.reason}")
+            instances.append(factory.create(opts))
+            seen.add(factory.name)
+        if "CPUExecutionProvider" not in seen:
+            instances.append(registry.resolve("CPUExecutionProvider").create({}))
+        self._providers = instances
+        self._provider_specs = [(p.name, dict(p.options)) for p in instances]
+        self._reports: dict[str, PartitionReport] = {}
+        self._plan: Plan = build_plan(self._graph, instances, self._reports, "", self._overrides)
+        counts = self._reports[""].counts()
+        logger.info("%s: placed nodes %s", self._label, counts)
+
+    # ------------------------------------------------------------------ metadata
+    def get_inputs(self) -> list[NodeArg]:
+        return [NodeArg.from_info(self._spec_info(i)) for i in self._required]
+
+    def _spec_info(self, info: ValueInfo) -> ValueInfo:
+        spec = self._specs[info.name]
+        return ValueInfo(info.name, info.kind, info.elem_type, spec.shape, info.type_proto)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [NodeArg.from_info(o) for o in self._graph.outputs]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return [NodeArg.from_info(i) for i in self._overridable]
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._model
+        return ModelMetadata(
+            producer_name=m.producer_name,
+            graph_name=m.graph.name,
+            domain=m.domain,
+            description=m.doc_string,
+            graph_description=m.graph.doc_string,
+            version=m.model_version,
+            custom_metadata_map={p.key: p.value for p in m.metadata_props},
+        )
+
+    def get_providers(self) -> list[str]:
+        return [p.name for p in self._providers]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {name: {k: str(v) for k, v in opts.items()} for name, opts in self._provider_specs}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def set_providers(
+        self,
+        providers: Sequence[ProviderSpec] | None = None,
+        provider_options: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        """Re-partition the model onto a new provider list (like ORT, this rebuilds the session)."""
+        with self._lock:
+            self._set_providers(providers, provider_options)
+
+    def partition_report(self) -> PartitionReport:
+        """Where every node runs and why; subgraph reports are nested under their node."""
+        top = self._reports[""]
+        for key, rep in self._reports.items():
+            if key:
+                top.subgraphs.setdefault(key, rep)
+        return top
+
+    # ------------------------------------------------------------------ running
+    def _prepare_feeds(self, input_feed: dict[str, Any]) -> list[Any]:
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument(
+                f"input_feed must be a dict of input name -> value, not {type(input_feed).__name__}"
+            )
+        specs = self._specs
+        for name in input_feed:
+            if name not in specs:
+                raise InvalidArgument(
+                    f"{self._label}: invalid input name {name!r}; model inputs: "
+                    + ", ".join(self._input_order)
+                )
+        args = []
+        for name in self._input_order:
+            if name in input_feed:
+                args.append(specs[name].convert(input_feed[name]))
+            elif name in self._graph.initializers:
+                args.append(self._overrides.get(name, self._graph.initializers[name]))
+            else:
+                spec = specs[name]
+                raise InvalidArgument(
+                    f"{self._label}: required input {name!r} ({spec.type_name}) is missing; "
+                    f"model inputs: {', '.join(i.name for i in self._required)}"
+                )
+        return args
+
+    def _select_plan(self, output_names: Sequence[str] | None, run_options: RunOptions | None) -> tuple[Plan, list[int] | None]:
+        if not output_names:
+            return self._plan, None
+        names = list(output_names)
+        for n in names:
+            if n not in self._output_names:
+                raise InvalidArgument(
+                    f"{self._label}: invalid output name {n!r}; model outputs: "
+                    + ", ".join(self._output_names)
+                )
+        if run_options is not None and run_options.only_execute_path_to_fetches:
+            return self._plan.pruned(tuple(names)), None
+        return self._plan, [self._output_names.index(n) for n in names]
+
+    def _execute(
+        self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: RunOptions | None
+    ) -> list[Any]:
+        args = self._prepare_feeds(input_feed)
+        plan, pick = self._select_plan(output_names, run_options)
+        ro = run_options if run_options is not None else NO_TERMINATE
+        for p in self._providers:
+            p.on_run_start()
+        try:
+            with np.errstate(all="ignore"):
+                if self._profiler is not None:
+                    t0 = time.perf_counter_ns()
+                    outs = plan.run_profiled(args, self._profiler.record_step, ro)
+                    self._profiler.event("Session", "model_run", t0, time.perf_counter_ns() - t0, {})
+                else:
+                    outs = plan.run(*args, ro)
+        finally:
+            for p in self._providers:
+                p.on_run_end()
+        if pick is not None:
+            outs = tuple(outs[i] for i in pick)
+        return [_finalize(v) for v in outs]
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[Any]:
+        """Run the model: outputs in `output_names` order (all outputs when None or empty)."""
+        return self._execute(output_names, input_feed, run_options)
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: dict[str, OrtValue],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        feeds = {k: (v._value if isinstance(v, OrtValue) else v) for k, v in input_dict_ort_values.items()}
+        return [OrtValue._wrap(v) for v in self._execute(output_names, feeds, run_options)]
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        callback: Callable[[list[Any] | None, Any, str], None],
+        user_data: Any = None,
+        run_options: RunOptions | None = None,
+    ) -> None:
+        """Run on a worker thread; `callback(outputs, user_data, error_message)` when done."""
+
+        def work() -> None:
+            try:
+                outs = self._execute(output_names, input_feed, run_options)
+            except Exception as e:
+                callback(None, user_data, f"{type(e).__name__}: {e}")
+                return
+            callback(outs, user_data, "")
+
+        _async_pool().submit(work)
+
+    def io_binding(self) -> Any:
+        from .io_binding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
+        iobinding._run(run_options)
+
+    def end_profiling(self) -> str:
+        """Write the Chrome-trace JSON of this session's runs; returns its path ("" if off)."""
+        if self._profiler is None:
+            return ""
+        path = self._profiler.end()
+        self._profiler = Profiler(self._sess_options.profile_file_prefix)
+        return path
+
+    def get_profiling_start_time_ns(self) -> int:
+        return self._profiler.start_wall_ns if self._profiler is not None else 0
+
+    @property
+    def _model_bytes(self) -> bytes:
+        return self._model.SerializeToString()
+
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="turnout-async")
+        return _POOL
+
+
+def _finalize(v: Any) -> Any:
+    """Outputs are owned, writable arrays (a read-only initializer is copied)."""
+    if isinstance(v, np.ndarray):
+        return v if v.flags.writeable else v.copy()
+    if isinstance(v, np.generic):
+        return np.asarray(v)
+    if isinstance(v, list):
+        return [_finalize(x) for x in v]
+    return v
+
+
