@@ -49,11 +49,10 @@ def one_node_model(
     opsets = dict(opsets)
     if node.domain not in opsets and node.domain not in ("", "ai.onnx"):
         opsets[node.domain] = 1
-    names = [n for n in node.input]
     g = helper.make_graph(
         [node],
         "one_node",
-        [_value_info(n, v) for n, v in zip(names, inputs) if n],
+        [_value_info(n, v) for n, v in zip(node.input, _positional(node, inputs)) if n],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o],
     )
     model = helper.make_model(
@@ -94,12 +93,23 @@ def run_own_kernel(
     if kdef is None:
         raise AssertionError(f"no own CPU kernel for {n.op_type}: {reason}")
     fn = kdef.factory(kn)
-    feeds = [x for x, name in zip(inputs, node.input)] + [None] * (len(node.input) - len(inputs))
+    feeds = _positional(node, inputs)
     with np.errstate(all="ignore"):
         out = fn(*feeds)
     if not isinstance(out, (tuple, list)):
         raise AssertionError(f"kernel {n.op_type} returned {type(out).__name__}, not a tuple")
     return list(out)
+
+
+def _positional(node: onnx.NodeProto, inputs: Sequence[Any]) -> list[Any]:
+    """One value per node input: given values fill the named inputs, `None` the empty names.
+
+    Official data sets list values only for the graph inputs, i.e. the non-empty names.
+    """
+    if len(inputs) == len(node.input):
+        return list(inputs)
+    it = iter(inputs)
+    return [next(it, None) if name else None for name in node.input]
 
 
 def run_reference(
@@ -110,7 +120,7 @@ def run_reference(
 
     model = one_node_model(node, inputs, opsets)
     ev = ReferenceEvaluator(model)
-    feeds = {n: v for n, v in zip(node.input, inputs) if n}
+    feeds = {n: v for n, v in zip(node.input, _positional(node, inputs)) if n}
     return list(ev.run(None, feeds))
 
 

@@ -1,0 +1,172 @@
+"""Activation kernels (Relu, Sigmoid, Gelu, ...): element-wise, dtype-preserving.
+
+Each factory turns the op's attributes into a function of `x`; constants are converted to the
+input's scalar type inside the kernel so float16/bfloat16/float32 inputs never promote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+from .elementwise import erf
+
+__all__: list[str] = []
+
+Array = np.ndarray[Any, Any]
+
+
+def _act(op: str, since: int) -> Callable[[Callable[[KernelNode], Callable[[Array], Array]]], Any]:
+    """Register `make(node) -> f(x)` as a kernel returning `(f(x),)`."""
+
+    def deco(make: Callable[[KernelNode], Callable[[Array], Array]]) -> Any:
+        def factory(node: KernelNode) -> KernelFn:
+            f = make(node)
+            return lambda x: (np.asarray(f(x)),)
+
+        factory.__name__ = factory.__qualname__ = make.__name__
+        cpu_kernel(op, since=since)(factory)
+        return make
+
+    return deco
+
+
+def _sigmoid(x: Array) -> Any:
+    """Numerically stable logistic: exp only ever sees non-positive arguments."""
+    e = np.exp(-np.abs(x))
+    one = x.dtype.type(1)
+    return np.where(x >= 0, one / (one + e), e / (one + e))
+
+
+def _softplus(x: Array) -> Any:
+    """log(1 + exp(x)) without overflow."""
+    return np.maximum(x, x.dtype.type(0)) + np.log1p(np.exp(-np.abs(x)))
+
+
+@_act("Relu", 1)
+def relu(node: KernelNode) -> Callable[[Array], Array]:
+    return lambda x: np.maximum(x, x.dtype.type(0))
+
+
+@_act("LeakyRelu", 1)
+def leaky_relu(node: KernelNode) -> Callable[[Array], Array]:
+    alpha = node.attr("alpha", 0.01)
+    return lambda x: np.where(x < 0, x * x.dtype.type(alpha), x)
+
+
+@_act("Elu", 1)
+def elu(node: KernelNode) -> Callable[[Array], Array]:
+    alpha = node.attr("alpha", 1.0)
+    return lambda x: np.where(x < 0, x.dtype.type(alpha) * np.expm1(x), x)
+
+
+@_act("Selu", 1)
+def selu(node: KernelNode) -> Callable[[Array], Array]:
+    alpha = node.attr("alpha", 1.67326319217681884765625)
+    gamma = node.attr("gamma", 1.05070102214813232421875)
+
+    def f(x: Array) -> Any:
+        t = x.dtype.type
+        return np.where(x > 0, t(gamma) * x, t(gamma * alpha) * np.expm1(x))
+
+    return f
+
+
+@_act("Celu", 12)
+def celu(node: KernelNode) -> Callable[[Array], Array]:
+    alpha = node.attr("alpha", 1.0)
+
+    def f(x: Array) -> Any:
+        a = x.dtype.type(alpha)
+        return np.where(x > 0, x, a * np.expm1(x / a))
+
+    return f
+
+
+@_act("Sigmoid", 1)
+def sigmoid(node: KernelNode) -> Callable[[Array], Array]:
+    return _sigmoid
+
+
+@_act("HardSigmoid", 1)
+def hard_sigmoid(node: KernelNode) -> Callable[[Array], Array]:
+    alpha, beta = node.attr("alpha", 0.2), node.attr("beta", 0.5)
+
+    def f(x: Array) -> Any:
+        t = x.dtype.type
+        return np.clip(x * t(alpha) + t(beta), t(0), t(1))
+
+    return f
+
+
+@_act("HardSwish", 14)
+def hard_swish(node: KernelNode) -> Callable[[Array], Array]:
+    def f(x: Array) -> Any:
+        t = x.dtype.type
+        return x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1))
+
+    return f
+
+
+@_act("Softplus", 1)
+def softplus(node: KernelNode) -> Callable[[Array], Array]:
+    return _softplus
+
+
+@_act("Softsign", 1)
+def softsign(node: KernelNode) -> Callable[[Array], Array]:
+    return lambda x: x / (x.dtype.type(1) + np.abs(x))
+
+
+@_act("Gelu", 20)
+def gelu(node: KernelNode) -> Callable[[Array], Array]:
+    approximate = node.attr("approximate", "none")
+    if approximate == "tanh":
+
+        def f(x: Array) -> Any:
+            t = x.dtype.type
+            inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
+            return t(0.5) * x * (t(1) + np.tanh(inner))
+
+        return f
+    if approximate != "none":
+        raise InvalidArgument(
+            f"{node.name}: Gelu approximate must be 'none' or 'tanh', got {approximate!r}"
+        )
+    return lambda x: x.dtype.type(0.5) * x * (x.dtype.type(1) + erf(x * x.dtype.type(np.sqrt(0.5))))
+
+
+@_act("Mish", 18)
+def mish(node: KernelNode) -> Callable[[Array], Array]:
+    return lambda x: x * np.tanh(_softplus(x))
+
+
+@_act("ThresholdedRelu", 10)
+def thresholded_relu(node: KernelNode) -> Callable[[Array], Array]:
+    alpha = node.attr("alpha", 1.0)
+    return lambda x: np.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
+
+
+@_act("Swish", 24)
+def swish(node: KernelNode) -> Callable[[Array], Array]:
+    alpha = node.attr("alpha", 1.0)
+    if alpha == 1.0:
+        return lambda x: x * _sigmoid(x)
+    return lambda x: x * _sigmoid(x * x.dtype.type(alpha))
+
+
+@_act("Shrink", 9)
+def shrink(node: KernelNode) -> Callable[[Array], Array]:
+    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
+
+    def f(x: Array) -> Any:
+        t = x.dtype.type
+        b = t(bias)
+        return np.where(x < -lambd, x + b, np.where(x > lambd, x - b, t(0)))
+
+    return f
