@@ -69,7 +69,9 @@ def main() -> None:
     args = ap.parse_args()
     import turnout
 
-    rows = [("turnout (CPU)", per_node(lambda b: turnout.InferenceSession(b), args.nodes, args.repeat))]
+    rows = [
+        ("turnout (CPU)", per_node(lambda b: turnout.InferenceSession(b), args.nodes, args.repeat))
+    ]
     try:
         import onnxruntime as ort
 

@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 import turnout
+from onnx import TensorProto, helper
 from turnout.errors import InvalidArgument, RuntimeException
 from turnout.executor.plan import Plan, RunTerminated, Step
 
@@ -96,7 +95,9 @@ def test_bad_index_is_invalid_argument_naming_node() -> None:
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
-    sess = turnout.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    sess = turnout.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    )
     with pytest.raises(InvalidArgument, match="lookup"):
         sess.run(None, {"data": np.zeros(3, np.float32), "idx": np.array([7])})
 
@@ -150,7 +151,9 @@ def test_initializer_outputs_are_copies() -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
         [onnx.numpy_helper.from_array(w, "w")],
     )
-    sess = turnout.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    sess = turnout.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    )
     (y,) = sess.run(None, {})
     y[0] = 100
     (y2,) = sess.run(None, {})

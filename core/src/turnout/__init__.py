@@ -5,7 +5,7 @@
 
 __version__ = "0.1.0"
 
-from .errors import (  # noqa: E402
+from .errors import (
     EngineError,
     EPFail,
     Fail,
@@ -19,17 +19,17 @@ from .errors import (  # noqa: E402
     RuntimeException,
     TurnoutError,
 )
-from .io_binding import IOBinding  # noqa: E402
-from .logs import set_severity as set_default_logger_severity  # noqa: E402
-from .logs import set_verbosity as set_default_logger_verbosity  # noqa: E402
-from .options import (  # noqa: E402
+from .io_binding import IOBinding
+from .logs import set_severity as set_default_logger_severity
+from .logs import set_verbosity as set_default_logger_verbosity
+from .options import (
     ExecutionMode,
     ExecutionOrder,
     GraphOptimizationLevel,
     RunOptions,
     SessionOptions,
 )
-from .session import (  # noqa: E402
+from .session import (
     InferenceSession,
     ModelMetadata,
     NodeArg,
@@ -39,7 +39,7 @@ from .session import (  # noqa: E402
     get_device,
     get_version_string,
 )
-from .values import OrtDevice, OrtMemoryInfo, OrtValue, SparseTensor  # noqa: E402
+from .values import OrtDevice, OrtMemoryInfo, OrtValue, SparseTensor
 
 __all__ = [
     "EPFail",

@@ -26,9 +26,11 @@ def _random_input(arg: Any, dims: dict[str, int], rng: np.random.Generator) -> A
     from onnx import TensorProto
 
     name = type_str[len("tensor(") : -1]
-    code = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "string": TensorProto.STRING}.get(
-        name, getattr(TensorProto, name.upper(), TensorProto.FLOAT)
-    )
+    code = {
+        "float": TensorProto.FLOAT,
+        "double": TensorProto.DOUBLE,
+        "string": TensorProto.STRING,
+    }.get(name, getattr(TensorProto, name.upper(), TensorProto.FLOAT))
     dt = np_dtype(code)
     if dt.kind == "f":
         return rng.standard_normal(shape).astype(dt)
@@ -81,7 +83,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print("providers: " + ", ".join(f"{p} ({n} nodes)" for p, n in counts.items()))
     print(
         f"time: session {t_create * 1000:.1f} ms, first run {times[0] * 1000:.2f} ms"
-        + (f", median of {len(times)} runs {statistics.median(times) * 1000:.3f} ms" if len(times) > 1 else "")
+        + (
+            f", median of {len(times)} runs {statistics.median(times) * 1000:.3f} ms"
+            if len(times) > 1
+            else ""
+        )
     )
     return 0
 
@@ -109,8 +115,10 @@ def _cmd_providers(args: argparse.Namespace) -> int:
         status = "available" if a.ok else f"unavailable: {a.reason}"
         devices = ", ".join(str(d.device) for d in a.devices) or "-"
         aliases = ", ".join(f.aliases)
-        print(f"{f.name:<28} {status:<12} devices: {devices:<10} version: {a.version or '-'}"
-              f"  aliases: {aliases}")
+        print(
+            f"{f.name:<28} {status:<12} devices: {devices:<10} version: {a.version or '-'}"
+            f"  aliases: {aliases}"
+        )
     for b in broken_plugins():
         print(f"plugin {b.name!r} failed to load: {b.error}")
     return 0

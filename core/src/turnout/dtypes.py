@@ -76,12 +76,8 @@ for _code, _dt in _NP.items():
 _ELEM: dict[np.dtype[Any], int] = {dt: code for code, dt in _NP.items() if code != T.STRING}
 _ELEM[np.dtype(object)] = T.STRING
 
-FLOAT_TYPES = frozenset(
-    {T.FLOAT, T.DOUBLE, T.FLOAT16, T.BFLOAT16}
-)
-INT_TYPES = frozenset(
-    {T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32, T.UINT64}
-)
+FLOAT_TYPES = frozenset({T.FLOAT, T.DOUBLE, T.FLOAT16, T.BFLOAT16})
+INT_TYPES = frozenset({T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32, T.UINT64})
 
 
 def np_dtype(elem_type: int) -> np.dtype[Any]:

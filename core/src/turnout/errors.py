@@ -58,7 +58,7 @@ class ModelLoaded(TurnoutError):
     """The model was already loaded (ORT status MODEL_LOADED)."""
 
 
-class NotImplemented(TurnoutError, NotImplementedError):  # noqa: A001 - ORT's name
+class NotImplemented(TurnoutError, NotImplementedError):
     """No provider implements an op, type or feature (ORT status NOT_IMPLEMENTED)."""
 
 

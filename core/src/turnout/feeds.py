@@ -27,7 +27,7 @@ def shape_text(shape: tuple[Any, ...] | None) -> str:
 class InputSpec:
     """One graph input: converts and checks a feed for it."""
 
-    __slots__ = ("name", "info", "kind", "dtype", "shape", "type_name")
+    __slots__ = ("dtype", "info", "kind", "name", "shape", "type_name")
 
     def __init__(self, info: ValueInfo, dim_overrides: dict[str, int]) -> None:
         self.name = info.name
@@ -38,9 +38,7 @@ class InputSpec:
         if shape is not None and dim_overrides:
             shape = tuple(dim_overrides.get(d, d) if isinstance(d, str) else d for d in shape)
         self.shape = shape
-        self.type_name = (
-            type_string(info.elem_type) if info.elem_type is not None else info.kind
-        )
+        self.type_name = type_string(info.elem_type) if info.elem_type is not None else info.kind
 
     def convert(self, value: Any) -> Any:
         if isinstance(value, OrtValue):
@@ -101,7 +99,3 @@ class InputSpec:
                         f"expected {shape_text(shape)}"
                     )
         return value
-
-
-
-

@@ -98,4 +98,7 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list[Any]:
-        return [v._value if not isinstance(v._value, np.ndarray) else v.numpy().copy() for v in self._results]
+        return [
+            v._value if not isinstance(v._value, np.ndarray) else v.numpy().copy()
+            for v in self._results
+        ]

@@ -57,9 +57,7 @@ class ValueInfo:
                     else (d.dim_param if d.HasField("dim_param") else None)
                     for d in tt.shape.dim
                 )
-            return ValueInfo(
-                name, kind.removesuffix("_type"), tt.elem_type or None, shape, tp
-            )
+            return ValueInfo(name, kind.removesuffix("_type"), tt.elem_type or None, shape, tp)
         if kind is None:
             return ValueInfo(name, "unknown", None, None, tp)
         return ValueInfo(name, kind.removesuffix("_type"), None, None, tp)
@@ -109,17 +107,17 @@ class Node:
     """One operator application. `attrs` holds decoded values; `proto` the original NodeProto."""
 
     __slots__ = (
-        "name",
-        "op_type",
-        "domain",
-        "inputs",
-        "outputs",
         "attrs",
-        "proto",
-        "input_infos",
-        "output_infos",
+        "domain",
         "graph",
         "implicit_inputs",
+        "input_infos",
+        "inputs",
+        "name",
+        "op_type",
+        "output_infos",
+        "outputs",
+        "proto",
     )
 
     def __init__(self, proto: NodeProto, graph: Graph, index: int) -> None:
@@ -163,9 +161,7 @@ class Graph:
         self.proto: GraphProto | None = None
 
     @staticmethod
-    def from_proto(
-        g: GraphProto, opsets: Mapping[str, int], parent: Graph | None = None
-    ) -> Graph:
+    def from_proto(g: GraphProto, opsets: Mapping[str, int], parent: Graph | None = None) -> Graph:
         graph = Graph(g.name, opsets, parent)
         graph.proto = g
         for init in g.initializer:

@@ -24,7 +24,11 @@ ModelSource = str | os.PathLike[str] | bytes | ModelProto
 _MAX_OPSET = {
     "": onnx.defs.onnx_opset_version(),
     "ai.onnx.ml": max(
-        (s.since_version for s in onnx.defs.get_all_schemas_with_history() if s.domain == "ai.onnx.ml"),
+        (
+            s.since_version
+            for s in onnx.defs.get_all_schemas_with_history()
+            if s.domain == "ai.onnx.ml"
+        ),
         default=5,
     ),
     "ai.onnx.preview.training": 1,

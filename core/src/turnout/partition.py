@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InvalidGraph, NotImplemented
+from . import errors
+from .errors import InvalidGraph
 from .ir import Graph, GraphView
 from .provider import Capability, Decline, ExecutionProvider
 
@@ -71,7 +72,7 @@ def partition_graph(graph: Graph, providers: Sequence[ExecutionProvider]) -> Gra
             )
             lines.append(f"  {n.name} ({n.domain or 'ai.onnx'}::{n.op_type}): {why or 'no claim'}")
         more = f"\n  ... and {len(missing) - 10} more" if len(missing) > 10 else ""
-        raise NotImplemented(
+        raise errors.NotImplemented(
             f"graph {graph.name!r}: no provider can run {len(missing)} node(s):\n"
             + "\n".join(lines)
             + more
@@ -127,9 +128,10 @@ class PartitionReport:
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_text(self, indent: str = "") -> str:
-        lines = [f"{indent}graph {self.graph!r}: " + ", ".join(
-            f"{p}={c}" for p, c in sorted(self.counts().items())
-        )]
+        lines = [
+            f"{indent}graph {self.graph!r}: "
+            + ", ".join(f"{p}={c}" for p, c in sorted(self.counts().items()))
+        ]
         for a in self.assignments:
             how = a.source if a.group is None else f"{a.source} {a.group}"
             lines.append(f"{indent}  {a.node:<32} {a.op_type:<24} {a.provider} ({how})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 import pluggy
 
@@ -17,8 +18,6 @@ from . import hookspecs
 from .errors import InvalidArgument
 from .logs import logger
 from .provider import Availability, ProviderFactory
-
-from importlib.metadata import entry_points
 
 __all__ = [
     "BrokenPlugin",
@@ -59,7 +58,9 @@ class ProviderRegistry:
             pm = pluggy.PluginManager("turnout")
             pm.add_hookspecs(hookspecs)
             disabled = {
-                x.strip() for x in os.environ.get("TURNOUT_DISABLE_PLUGINS", "").split(",") if x.strip()
+                x.strip()
+                for x in os.environ.get("TURNOUT_DISABLE_PLUGINS", "").split(",")
+                if x.strip()
             }
             for ep in entry_points(group=ENTRY_POINT_GROUP):
                 if ep.name in disabled or "*" in disabled:
@@ -107,5 +108,3 @@ registry = ProviderRegistry()
 def broken_plugins() -> list[BrokenPlugin]:
     registry.all()
     return list(registry.broken)
-
-

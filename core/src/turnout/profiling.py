@@ -55,7 +55,9 @@ class Profiler:
         with self._lock:
             self.events.append(ev)
 
-    def record_step(self, step: Step, start_ns: int, dur_ns: int, ins: list[Any], outs: Sequence[Any]) -> None:
+    def record_step(
+        self, step: Step, start_ns: int, dur_ns: int, ins: list[Any], outs: Sequence[Any]
+    ) -> None:
         self.event(
             "Node",
             f"{step.name}_kernel_time",

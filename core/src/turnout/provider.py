@@ -93,7 +93,7 @@ class KernelNode:
     Scan bodies) with the session's providers: `run(inputs: list, outer: dict) -> list`.
     """
 
-    __slots__ = ("node", "opset", "since_version", "_subgraph_builder")
+    __slots__ = ("_subgraph_builder", "node", "opset", "since_version")
 
     def __init__(
         self,
@@ -419,7 +419,3 @@ class ProviderFactory:
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         raise NotImplementedError
-
-
-
-

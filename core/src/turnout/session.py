@@ -119,7 +119,9 @@ class InferenceSession:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
         model = load_model(path_or_bytes)
         self._model = infer_shapes(model)
-        opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import}
+        opsets = {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
+        }
         self._graph = Graph.from_proto(self._model.graph, opsets)
         self._init_io()
         self._set_providers(providers, provider_options)
@@ -149,8 +151,12 @@ class InferenceSession:
         self._overrides: dict[str, Any] = {}
         for name, value in opts._initializers.items():
             if name not in inits:
-                raise InvalidArgument(f"{self._label}: add_initializer({name!r}): no such initializer")
-            self._overrides[name] = value._value if isinstance(value, OrtValue) else np.asarray(value)
+                raise InvalidArgument(
+                    f"{self._label}: add_initializer({name!r}): no such initializer"
+                )
+            self._overrides[name] = (
+                value._value if isinstance(value, OrtValue) else np.asarray(value)
+            )
 
     def _set_providers(
         self,
@@ -267,7 +273,9 @@ class InferenceSession:
                 )
         return args
 
-    def _select_plan(self, output_names: Sequence[str] | None, run_options: RunOptions | None) -> tuple[Plan, list[int] | None]:
+    def _select_plan(
+        self, output_names: Sequence[str] | None, run_options: RunOptions | None
+    ) -> tuple[Plan, list[int] | None]:
         if not output_names:
             return self._plan, None
         names = list(output_names)
@@ -282,7 +290,10 @@ class InferenceSession:
         return self._plan, [self._output_names.index(n) for n in names]
 
     def _execute(
-        self, output_names: Sequence[str] | None, input_feed: dict[str, Any], run_options: RunOptions | None
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: dict[str, Any],
+        run_options: RunOptions | None,
     ) -> list[Any]:
         args = self._prepare_feeds(input_feed)
         plan, pick = self._select_plan(output_names, run_options)
@@ -294,7 +305,9 @@ class InferenceSession:
                 if self._profiler is not None:
                     t0 = time.perf_counter_ns()
                     outs = plan.run_profiled(args, self._profiler.record_step, ro)
-                    self._profiler.event("Session", "model_run", t0, time.perf_counter_ns() - t0, {})
+                    self._profiler.event(
+                        "Session", "model_run", t0, time.perf_counter_ns() - t0, {}
+                    )
                 else:
                     outs = plan.run(*args, ro)
         finally:
@@ -319,7 +332,10 @@ class InferenceSession:
         input_dict_ort_values: dict[str, OrtValue],
         run_options: RunOptions | None = None,
     ) -> list[OrtValue]:
-        feeds = {k: (v._value if isinstance(v, OrtValue) else v) for k, v in input_dict_ort_values.items()}
+        feeds = {
+            k: (v._value if isinstance(v, OrtValue) else v)
+            for k, v in input_dict_ort_values.items()
+        }
         return [OrtValue._wrap(v) for v in self._execute(output_names, feeds, run_options)]
 
     def run_async(
@@ -387,5 +403,3 @@ def _finalize(v: Any) -> Any:
     if isinstance(v, list):
         return [_finalize(x) for x in v]
     return v
-
-

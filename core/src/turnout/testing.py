@@ -67,7 +67,11 @@ def one_node_model(
         for o in node.output:
             if o:
                 vi = known.get(o)
-                model.graph.output.append(vi if vi is not None and vi.type.WhichOneof("value") else helper.make_empty_tensor_value_info(o))
+                model.graph.output.append(
+                    vi
+                    if vi is not None and vi.type.WhichOneof("value")
+                    else helper.make_empty_tensor_value_info(o)
+                )
     except Exception:  # inference is a convenience here; kernels must cope with unknown types
         pass
     return model

@@ -51,7 +51,9 @@ def build_plan(
     if graph.parent is None:
         dangling = [x for x in graph.outer_references() if x not in inputs]
         if dangling:
-            raise InvalidGraph(f"graph {graph.name!r}: values {dangling} are read but never defined")
+            raise InvalidGraph(
+                f"graph {graph.name!r}: values {dangling} are read but never defined"
+            )
     return Plan(graph.name, steps, inputs, outer, [o.name for o in graph.outputs], constants)
 
 
@@ -104,7 +106,9 @@ def _steps(
         if not groups:
             continue
         for ck in provider.compile(groups):
-            fused_steps.append(Step(ck.name, "FusedGroup", provider.name, ck.fn, ck.inputs, ck.outputs))
+            fused_steps.append(
+                Step(ck.name, "FusedGroup", provider.name, ck.fn, ck.inputs, ck.outputs)
+            )
     ordered = [single[n.name] for n in graph.nodes if n.name in single]
     if fused_steps:
         ordered = _toposort(ordered + fused_steps, graph)
@@ -121,7 +125,9 @@ def _toposort(steps: list[Step], graph: Graph) -> list[Step]:
         if state[i] == 2:
             return
         if state[i] == 1:
-            raise InvalidGraph(f"graph {graph.name!r}: fused groups form a cycle at {steps[i].name!r}")
+            raise InvalidGraph(
+                f"graph {graph.name!r}: fused groups form a cycle at {steps[i].name!r}"
+            )
         state[i] = 1
         for d in sorted(deps[i]):
             visit(d)

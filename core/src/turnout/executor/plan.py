@@ -109,7 +109,11 @@ class Plan:
                     outs.append("_")
             target = ", ".join(outs) + ("," if len(outs) == 1 else "")
             body_step[len(body)] = i
-            body.append(f"    {target} = f{i}({', '.join(args)})" if outs else f"    f{i}({', '.join(args)})")
+            body.append(
+                f"    {target} = f{i}({', '.join(args)})"
+                if outs
+                else f"    f{i}({', '.join(args)})"
+            )
             frees = [
                 slot[x]
                 for x in dict.fromkeys(st.inputs)
@@ -149,7 +153,9 @@ class Plan:
         fast = ns["_make"]([st.fn for st in self.steps], [self.constants[c] for c in consts])
         return self._with_error_context(fast)
 
-    def _with_error_context(self, fast: Callable[..., tuple[Any, ...]]) -> Callable[..., tuple[Any, ...]]:
+    def _with_error_context(
+        self, fast: Callable[..., tuple[Any, ...]]
+    ) -> Callable[..., tuple[Any, ...]]:
         def run(*args: Any) -> tuple[Any, ...]:
             try:
                 return fast(*args)
@@ -207,7 +213,9 @@ class Plan:
             return plan
 
     def run_profiled(
-        self, args: Sequence[Any], record: Callable[[Step, int, int, list[Any], Sequence[Any]], None],
+        self,
+        args: Sequence[Any],
+        record: Callable[[Step, int, int, list[Any], Sequence[Any]], None],
         run_options: Any = NO_TERMINATE,
     ) -> tuple[Any, ...]:
         """Interpreted run that times every step: record(step, start_ns, dur_ns, ins, outs)."""
@@ -238,5 +246,3 @@ class Plan:
         if isinstance(e, TurnoutError):
             return type(e)(f"{where}: {e}") if st.name not in str(e) else e
         return RuntimeException(f"{where}: {type(e).__name__}: {e}")
-
-

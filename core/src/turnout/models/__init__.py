@@ -28,7 +28,9 @@ def build_tiny_cnn(seed: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
 
     def init(name: str, *shape: int, scale: float = 0.1) -> onnx.TensorProto:
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name
+        )
 
     inits = [
         init("w1", 8, 1, 3, 3),
@@ -45,13 +47,20 @@ def build_tiny_cnn(seed: int = 0) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
         helper.make_node(
-            "BatchNormalization", ["c1", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["n1"], name="bn1"
+            "BatchNormalization",
+            ["c1", "bn_scale", "bn_bias", "bn_mean", "bn_var"],
+            ["n1"],
+            name="bn1",
         ),
         helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"
+        ),
         helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-        helper.make_node("MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2], name="pool2"),
+        helper.make_node(
+            "MaxPool", ["r2"], ["p2"], kernel_shape=[2, 2], strides=[2, 2], name="pool2"
+        ),
         helper.make_node("Flatten", ["p2"], ["flat"], axis=1, name="flatten"),
         helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc"),
         helper.make_node("Softmax", ["logits"], ["probabilities"], axis=-1, name="softmax"),

@@ -24,7 +24,9 @@ def _graph_for(kn: KernelNode) -> Any:
     inputs = []
     for name, info in zip(node.inputs, node.input_infos):
         if name:
-            tp = info.type_proto if info is not None and info.type_proto is not None else TypeProto()
+            tp = (
+                info.type_proto if info is not None and info.type_proto is not None else TypeProto()
+            )
             inputs.append(helper.make_value_info(name, tp))
     outputs = [helper.make_value_info(o, TypeProto()) for o in node.outputs if o]
     return helper.make_graph([node.proto], f"ref_{node.name}", inputs, outputs)
@@ -39,7 +41,7 @@ _DOMAIN_MODULES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _has_impl(domain: str, op_type: str, opset: int) -> str | None:
     module = _DOMAIN_MODULES.get(domain)
     if module is None:

@@ -1,10 +1,10 @@
 """The CPU provider's kernel registry and the decorator every CPU kernel module uses.
 
-    from turnout.providers.cpu.registry import cpu_kernel
+from turnout.providers.cpu.registry import cpu_kernel
 
-    @cpu_kernel("Relu", since=6)
-    def relu(node: KernelNode) -> KernelFn:
-        return lambda x: (np.maximum(x, x.dtype.type(0)),)
+@cpu_kernel("Relu", since=6)
+def relu(node: KernelNode) -> KernelFn:
+    return lambda x: (np.maximum(x, x.dtype.type(0)),)
 """
 
 from __future__ import annotations

@@ -66,10 +66,10 @@ def loop_kernel(node: KernelNode) -> KernelFn:
         scans: list[list[Any]] | None = None
         i = 0
         while keep_going and (max_trip is None or i < max_trip):
-            outs = body(
-                [np.array(i, dtype=np.int64), np.array(keep_going), *carried], outer
+            outs = body([np.array(i, dtype=np.int64), np.array(keep_going), *carried], outer)
+            keep_going = (
+                True if cond is None and outs[0] is None else bool(np.asarray(outs[0]).reshape(()))
             )
-            keep_going = True if cond is None and outs[0] is None else bool(np.asarray(outs[0]).reshape(()))
             carried = list(outs[1 : 1 + n_carried])
             if scans is None:
                 scans = [[] for _ in outs[1 + n_carried :]]
@@ -103,7 +103,9 @@ def scan_kernel(node: KernelNode) -> KernelFn:
         outer = _outer(node, args)
         lengths = {x.shape[0] for x in scans_in}
         if len(lengths) > 1:
-            raise InvalidArgument(f"{node.name}: scan inputs differ in length along the scan axis: {sorted(lengths)}")
+            raise InvalidArgument(
+                f"{node.name}: scan inputs differ in length along the scan axis: {sorted(lengths)}"
+            )
         steps = lengths.pop() if lengths else 0
         acc: list[list[Any]] = [[] for _ in range(n_scan_out)]
         for t in range(steps):
