@@ -16,13 +16,14 @@ __all__ = ["TurnoutBackend", "TurnoutBackendRep", "prepare", "run_model", "suppo
 
 
 class TurnoutBackendRep(BackendRep):
-    """A prepared model: `run(inputs)` takes a list (graph input order) or a dict."""
+    """A prepared model: `run(inputs)` takes a dict, or a list in the order of the graph inputs
+    that are not initializers (as onnxruntime's backend does)."""
 
     def __init__(self, session: InferenceSession) -> None:
         self.session = session
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
-        names = self.session._input_order
+        names = [i.name for i in self.session.get_inputs()]  # as onnxruntime: no initializers
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         elif isinstance(inputs, (list, tuple)):

@@ -29,15 +29,12 @@ class InputSpec:
 
     __slots__ = ("dtype", "info", "kind", "name", "shape", "type_name")
 
-    def __init__(self, info: ValueInfo, dim_overrides: dict[str, int]) -> None:
+    def __init__(self, info: ValueInfo) -> None:
         self.name = info.name
         self.info = info
         self.kind = info.kind
         self.dtype = info.dtype
-        shape = info.shape
-        if shape is not None and dim_overrides:
-            shape = tuple(dim_overrides.get(d, d) if isinstance(d, str) else d for d in shape)
-        self.shape = shape
+        self.shape = info.shape
         self.type_name = type_string(info.elem_type) if info.elem_type is not None else info.kind
 
     def convert(self, value: Any) -> Any:

@@ -153,14 +153,42 @@ def _check_opsets(model: ModelProto, label: str, custom_domains: frozenset[str])
 
 
 def _check_graph(model: ModelProto, label: str) -> None:
+    """onnx.checker, except that untyped graph outputs are accepted (as onnxruntime does).
+
+    Hand-built and old (IR 3) models often declare outputs without a type or shape; the full
+    checker refuses them, so such models get the per-node check instead.
+    """
     try:
         onnx.checker.check_model(model)
+        return
     except onnx.checker.ValidationError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-        raise InvalidGraph(f"{label}: invalid graph: {first}") from e
+        message = str(e)
+        if not any(m in message for m in _UNTYPED_VALUE_INFO):
+            raise InvalidGraph(f"{label}: invalid graph: {_first_line(message)}") from e
     except ValueError as e:  # models over 2 GB: the checker refuses them, run without it
-        if "2GB" not in str(e):
-            raise InvalidGraph(f"{label}: invalid graph: {e}") from e
+        if "2GB" in str(e):
+            return
+        raise InvalidGraph(f"{label}: invalid graph: {e}") from e
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+    for node in model.graph.node:
+        try:
+            onnx.checker.check_node(node, ctx)
+        except onnx.checker.ValidationError as e:
+            where = node.name or node.op_type
+            raise InvalidGraph(f"{label}: invalid node {where!r}: {_first_line(str(e))}") from e
+
+
+_UNTYPED_VALUE_INFO = (
+    "Field 'type' of 'value_info' is required",
+    "Field 'shape' of 'type' is required",
+    "Field 'elem_type' of 'type' is required",
+)
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "unknown reason"
 
 
 def infer_shapes(model: ModelProto) -> ModelProto:

@@ -93,11 +93,18 @@ class ProviderRegistry:
             key=lambda f: -f.default_priority,
         )
 
-    def resolve(self, name: str) -> ProviderFactory:
-        """The factory for a canonical name or alias; unknown names list what is installed."""
+    def find(self, name: str) -> ProviderFactory | None:
+        """The factory for a canonical name or alias, or None."""
         for f in self.all():
             if name == f.name or name in f.aliases:
                 return f
+        return None
+
+    def resolve(self, name: str) -> ProviderFactory:
+        """The factory for a canonical name or alias; unknown names list what is installed."""
+        found = self.find(name)
+        if found is not None:
+            return found
         installed = ", ".join(f.name for f in self.all())
         raise InvalidArgument(f"unknown execution provider {name!r}; installed: {installed}")
 

@@ -12,16 +12,25 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import ELEM_TYPE_NAMES, elem_type_of
 from .executor.plan import Step
 
 __all__ = ["Profiler"]
+
+
+def _elem_name(dtype: np.dtype[Any]) -> str:
+    """ONNX element names as onnxruntime's profiler writes them ("float", "int64")."""
+    try:
+        return ELEM_TYPE_NAMES[elem_type_of(dtype)]
+    except KeyError:
+        return str(dtype)
 
 
 def _type_shape(values: Sequence[Any]) -> list[dict[str, list[int]]]:
     out = []
     for v in values:
         if isinstance(v, np.ndarray):
-            out.append({str(v.dtype): [int(d) for d in v.shape]})
+            out.append({_elem_name(v.dtype): [int(d) for d in v.shape]})
         elif isinstance(v, list):
             out.append({"sequence": [len(v)]})
     return out

@@ -9,6 +9,7 @@ import concurrent.futures
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from . import __version__
 from .dtypes import value_type_string
 from .errors import InvalidArgument
 from .executor.build import build_plan
-from .executor.plan import NO_TERMINATE, Plan
+from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec
 from .ir import Graph, ValueInfo
 from .logs import logger
@@ -29,7 +30,7 @@ from .options import RunOptions, SessionOptions
 from .partition import PartitionReport
 from .plugins import registry
 from .profiling import Profiler
-from .provider import ExecutionProvider
+from .provider import Availability, ExecutionProvider
 from .values import OrtValue
 
 __all__ = [
@@ -58,8 +59,18 @@ class NodeArg:
         type_str = value_type_string(tp) if tp is not None else "undefined"
         shape: list[int | str | None] = []
         if info.shape is not None:
-            shape = [None if d is None or d == "" else d for d in info.shape]
+            # onnx shape inference names unknown dims "unk__N"; onnxruntime reports None
+            shape = [
+                None
+                if d is None or d == "" or (isinstance(d, str) and d.startswith("unk__"))
+                else d
+                for d in info.shape
+            ]
         return NodeArg(info.name, type_str, shape)
+
+
+def _invented_dim(d: int | str | None) -> bool:
+    return d is None or d == "" or (isinstance(d, str) and d.startswith("unk__"))
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,31 @@ def get_available_providers() -> list[str]:
 
 ProviderSpec = str | tuple[str, dict[str, Any]]
 
+# onnxruntime's provider names: requesting one that turnout has no plugin for is "unavailable"
+# (a warning, as in onnxruntime), while a name nobody knows is a typo (an error).
+ORT_PROVIDER_NAMES = frozenset(
+    {
+        "CUDAExecutionProvider",
+        "TensorrtExecutionProvider",
+        "ROCMExecutionProvider",
+        "MIGraphXExecutionProvider",
+        "OpenVINOExecutionProvider",
+        "DnnlExecutionProvider",
+        "DmlExecutionProvider",
+        "CoreMLExecutionProvider",
+        "QNNExecutionProvider",
+        "NnapiExecutionProvider",
+        "XnnpackExecutionProvider",
+        "WebGpuExecutionProvider",
+        "AzureExecutionProvider",
+        "ACLExecutionProvider",
+        "ArmNNExecutionProvider",
+        "CANNExecutionProvider",
+        "VitisAIExecutionProvider",
+        "NvTensorRTRTXExecutionProvider",
+    }
+)
+
 
 class InferenceSession:
     """Load a model, place its nodes on providers, and run it (onnxruntime-compatible)."""
@@ -118,6 +154,7 @@ class InferenceSession:
         if self._sess_options.enable_profiling:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
         model = load_model(path_or_bytes)
+        _override_free_dims(model, self._sess_options)
         self._model = infer_shapes(model)
         opsets = {
             ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
@@ -136,16 +173,10 @@ class InferenceSession:
     def _init_io(self) -> None:
         g = self._graph
         opts = self._sess_options
-        dims = dict(opts._free_dims_by_name)
-        if opts._free_dims_by_denotation:
-            for vi in self._model.graph.input:
-                for d in vi.type.tensor_type.shape.dim:
-                    if d.denotation in opts._free_dims_by_denotation and d.dim_param:
-                        dims[d.dim_param] = opts._free_dims_by_denotation[d.denotation]
         inits = set(g.initializers)
         self._required = [i for i in g.inputs if i.name not in inits]
         self._overridable = [i for i in g.inputs if i.name in inits]
-        self._specs = {i.name: InputSpec(i, dims) for i in g.inputs}
+        self._specs = {i.name: InputSpec(i) for i in g.inputs}
         self._input_order = [i.name for i in g.inputs]
         self._output_names = [o.name for o in g.outputs]
         self._overrides: dict[str, Any] = {}
@@ -177,12 +208,24 @@ class InferenceSession:
         instances: list[ExecutionProvider] = []
         seen: set[str] = set()
         for name, opts in specs:
-            factory = registry.resolve(name)
-            if factory.name in seen:
+            factory = registry.find(name)
+            if factory is None and name in ORT_PROVIDER_NAMES:
+                avail = Availability(False, reason="no turnout provider for it is installed")
+            elif factory is None:
+                registry.resolve(name)  # raises, listing the installed providers
                 continue
-            avail = registry.probe(factory)
-            if not avail.ok:
-                raise InvalidArgument(f"{factory.name} is not available here: {avail.reason}")
+            elif factory.name in seen:
+                continue
+            else:
+                avail = registry.probe(factory)
+            if factory is None or not avail.ok:
+                message = f"{name} is not available here: {avail.reason}"
+                if self._sess_options.fallback == "error":
+                    raise InvalidArgument(f"{message} (fallback policy 'error')")
+                # onnxruntime warns and carries on with the remaining providers
+                warnings.warn(f"{message}; continuing without it", UserWarning, stacklevel=3)
+                logger.warning("%s: %s", self._label, message)
+                continue
             instances.append(factory.create(opts))
             seen.add(factory.name)
         if "CPUExecutionProvider" not in seen:
@@ -196,11 +239,7 @@ class InferenceSession:
 
     # ------------------------------------------------------------------ metadata
     def get_inputs(self) -> list[NodeArg]:
-        return [NodeArg.from_info(self._spec_info(i)) for i in self._required]
-
-    def _spec_info(self, info: ValueInfo) -> ValueInfo:
-        spec = self._specs[info.name]
-        return ValueInfo(info.name, info.kind, info.elem_type, spec.shape, info.type_proto)
+        return [NodeArg.from_info(i) for i in self._required]
 
     def get_outputs(self) -> list[NodeArg]:
         return [NodeArg.from_info(o) for o in self._graph.outputs]
@@ -298,6 +337,8 @@ class InferenceSession:
         args = self._prepare_feeds(input_feed)
         plan, pick = self._select_plan(output_names, run_options)
         ro = run_options if run_options is not None else NO_TERMINATE
+        if ro.terminate:
+            raise RunTerminated("run terminated by RunOptions.terminate")
         for p in self._providers:
             p.on_run_start()
         try:
@@ -342,7 +383,7 @@ class InferenceSession:
         self,
         output_names: Sequence[str] | None,
         input_feed: dict[str, Any],
-        callback: Callable[[list[Any] | None, Any, str], None],
+        callback: Callable[[list[Any], Any, str], None],
         user_data: Any = None,
         run_options: RunOptions | None = None,
     ) -> None:
@@ -352,7 +393,7 @@ class InferenceSession:
             try:
                 outs = self._execute(output_names, input_feed, run_options)
             except Exception as e:
-                callback(None, user_data, f"{type(e).__name__}: {e}")
+                callback([], user_data, str(e))
                 return
             callback(outs, user_data, "")
 
@@ -371,7 +412,7 @@ class InferenceSession:
         if self._profiler is None:
             return ""
         path = self._profiler.end()
-        self._profiler = Profiler(self._sess_options.profile_file_prefix)
+        self._profiler = None  # like onnxruntime: profiling stops once it is written
         return path
 
     def get_profiling_start_time_ns(self) -> int:
@@ -380,6 +421,21 @@ class InferenceSession:
     @property
     def _model_bytes(self) -> bytes:
         return self._model.SerializeToString()
+
+
+def _override_free_dims(model: onnx.ModelProto, opts: SessionOptions) -> None:
+    """Fix symbolic input dims by name or denotation before shape inference sees them."""
+    by_name = opts._free_dims_by_name
+    by_denotation = opts._free_dims_by_denotation
+    if not by_name and not by_denotation:
+        return
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            value = by_name.get(d.dim_param) if d.dim_param else None
+            if value is None and d.denotation:
+                value = by_denotation.get(d.denotation)
+            if value is not None:
+                d.dim_value = value
 
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None

@@ -11,9 +11,9 @@ from typing import Any
 
 _HOMES = {
     "InferenceSession": "turnout.session",
-    "SessionOptions": "turnout.session",
-    "RunOptions": "turnout.session",
-    "IOBinding": "turnout.session",
+    "SessionOptions": "turnout.options",
+    "RunOptions": "turnout.options",
+    "IOBinding": "turnout.io_binding",
     "NodeArg": "turnout.session",
     "OrtValue": "turnout.values",
     "OrtDevice": "turnout.values",

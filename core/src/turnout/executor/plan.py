@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidArgument, InvalidGraph, RuntimeException, TurnoutError
+from ..errors import Fail, InvalidArgument, InvalidGraph, RuntimeException, TurnoutError
 from ..provider import KernelFn
 
 __all__ = ["Plan", "RunTerminated", "Step"]
@@ -23,8 +23,8 @@ __all__ = ["Plan", "RunTerminated", "Step"]
 TERMINATE_EVERY = 16  # steps between checks of RunOptions.terminate
 
 
-class RunTerminated(RuntimeException):
-    """The run was cancelled through `RunOptions.terminate`."""
+class RunTerminated(Fail):
+    """The run was cancelled through `RunOptions.terminate` (onnxruntime raises Fail too)."""
 
 
 @dataclass(frozen=True)
