@@ -1,0 +1,402 @@
+"""Convolution kernels: Conv, ConvTranspose, ConvInteger, QLinearConv (1-D, 2-D, 3-D and up).
+
+Conv is im2col + one batched BLAS matmul per call: the padded input is viewed as sliding
+windows (no copy until the reshape), grouped channels become a batch axis of the matmul.
+ConvTranspose is the adjoint: one matmul to columns, then col2im as a strided add per kernel
+offset. The window geometry helpers here (`conv_geometry`, `window_slices`) are shared with
+the pooling kernels in `pool.py`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+
+__all__: list[str] = []
+
+
+def compute_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype to do arithmetic in: float32/float64 as is, narrower floats widened to float32."""
+    if dt == np.float64:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def spatial_attrs(node: KernelNode, nd: int, kernel: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(strides, dilations) with ONNX defaults of 1."""
+    strides = list(node.attr("strides", None) or [1] * nd)
+    dilations = list(node.attr("dilations", None) or [1] * nd)
+    if len(strides) != nd or len(dilations) != nd or len(kernel) != nd:
+        raise InvalidArgument(
+            f"{node.name}: strides/dilations/kernel_shape must have {nd} entries "
+            f"for a {nd}-D spatial input"
+        )
+    return strides, dilations
+
+
+def conv_geometry(
+    node: KernelNode,
+    in_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    ceil_mode: bool = False,
+) -> tuple[list[int], list[int], list[int]]:
+    """(pads_begin, pads_end, out_shape) for a sliding-window op (Conv, pools), per auto_pad.
+
+    SAME_* pads so that out = ceil(in / stride), the odd pixel going at the end (UPPER) or the
+    start (LOWER); NOTSET uses `pads`; ceil_mode drops a last window that would start in the
+    end padding (ONNX/ORT rule).
+    """
+    nd = len(in_shape)
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = [-(-i // s) for i, s in zip(in_shape, strides)]
+        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_shape)]
+        if auto_pad == "SAME_UPPER":
+            pb = [t // 2 for t in total]
+        else:
+            pb = [t - t // 2 for t in total]
+        pe = [t - b for t, b in zip(total, pb)]
+        return pb, pe, out
+    if auto_pad == "VALID":
+        pb = [0] * nd
+        pe = [0] * nd
+    elif auto_pad in ("NOTSET", "", None):
+        pads = list(node.attr("pads", None) or [0] * (2 * nd))
+        if len(pads) != 2 * nd:
+            raise InvalidArgument(f"{node.name}: pads must have {2 * nd} entries, got {len(pads)}")
+        pb, pe = pads[:nd], pads[nd:]
+    else:
+        raise InvalidArgument(f"{node.name}: unknown auto_pad {auto_pad!r}")
+    out = []
+    for i, b, e, k, s in zip(in_shape, pb, pe, eff, strides):
+        span = i + b + e - k
+        if span < 0:
+            raise InvalidArgument(
+                f"{node.name}: kernel (dilated size {k}) larger than padded input ({i + b + e})"
+            )
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= i + b:
+            o -= 1
+        out.append(o)
+    return pb, pe, out
+
+
+def pad_spatial(
+    x: np.ndarray,
+    pb: Sequence[int],
+    pe: Sequence[int],
+    out: Sequence[int],
+    eff: Sequence[int],
+    strides: Sequence[int],
+    value: Any = 0,
+) -> np.ndarray:
+    """Pad the spatial axes (2:) of `x` so every one of `out` windows fits (ceil_mode extra)."""
+    widths = [(0, 0), (0, 0)]
+    need_pad = False
+    for i, b, _e, o, k, s in zip(x.shape[2:], pb, pe, out, eff, strides):
+        need = (o - 1) * s + k
+        end = max(need - i - b, 0)
+        widths.append((b, end))
+        need_pad = need_pad or b > 0 or end > 0
+    if need_pad:
+        x = np.pad(x, widths, constant_values=value)
+    return x
+
+
+def window_slices(
+    kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
+) -> list[tuple[slice, ...]]:
+    """For each kernel offset, the strided slice of the padded input that it sees."""
+    res = []
+    for offs in itertools.product(*[range(k) for k in kernel]):
+        res.append(
+            (
+                Ellipsis,
+                *tuple(
+                    slice(o * d, o * d + (n - 1) * s + 1, s)
+                    for o, d, n, s in zip(offs, dilations, out, strides)
+                ),
+            )
+        )
+    return res
+
+
+def _im2col(
+    xp: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out: Sequence[int],
+) -> np.ndarray:
+    """View (N, C, *out, *kernel) of the padded input."""
+    nd = len(kernel)
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    v = sliding_window_view(xp, eff, axis=tuple(range(2, 2 + nd)))
+    idx = (slice(None), slice(None))
+    idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
+    idx += tuple(slice(None, None, d) for d in dilations)
+    return v[idx]
+
+
+def conv_nd(
+    x: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    pb: Sequence[int],
+    pe: Sequence[int],
+    out: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    name: str,
+) -> np.ndarray:
+    """Grouped N-D convolution (no bias) of float arrays, by im2col + batched matmul."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    kernel = w.shape[2:]
+    nd = len(kernel)
+    if c != w.shape[1] * group or m % group:
+        raise InvalidArgument(
+            f"{name}: input channels {c} and weight shape {w.shape} do not match group={group}"
+        )
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    xp = pad_spatial(x, pb, pe, out, eff, strides)
+    cols = _im2col(xp, kernel, strides, dilations, out)  # N, C, *out, *k
+    p = int(np.prod(out))
+    ck = (c // group) * int(np.prod(kernel))
+    cols = cols.reshape((n, group, c // group, *tuple(out), *tuple(kernel)))
+    perm = (0, 1, *tuple(range(3, 3 + nd)), 2, *tuple(range(3 + nd, 3 + 2 * nd)))
+    cols = cols.transpose(perm).reshape(n, group, p, ck)
+    wg = w.reshape(group, m // group, ck).transpose(0, 2, 1)
+    y = np.matmul(cols, wg)  # N, G, P, M/G
+    return y.transpose(0, 1, 3, 2).reshape((n, m, *tuple(out)))
+
+
+def _conv_setup(node: KernelNode, x: np.ndarray, w: np.ndarray) -> tuple[Any, ...]:
+    if x.ndim < 3 or w.ndim != x.ndim:
+        raise InvalidArgument(f"{node.name}: X {x.shape} and W {w.shape} must be N-D with N >= 3")
+    kernel = list(node.attr("kernel_shape", None) or w.shape[2:])
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise InvalidArgument(f"{node.name}: kernel_shape {kernel} does not match W {w.shape}")
+    strides, dilations = spatial_attrs(node, x.ndim - 2, kernel)
+    pb, pe, out = conv_geometry(node, x.shape[2:], kernel, strides, dilations)
+    return strides, dilations, pb, pe, out
+
+
+@cpu_kernel("Conv", since=1)
+def conv(node: KernelNode) -> KernelFn:
+    group = int(node.attr("group", 1))
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        strides, dilations, pb, pe, out = _conv_setup(node, x, w)
+        ct = compute_dtype(x.dtype)
+        y = conv_nd(
+            x.astype(ct, copy=False),
+            w.astype(ct, copy=False),
+            group,
+            pb,
+            pe,
+            out,
+            strides,
+            dilations,
+            node.name,
+        )
+        if b is not None:
+            if b.shape != (w.shape[0],):
+                raise InvalidArgument(f"{node.name}: bias shape {b.shape} must be ({w.shape[0]},)")
+            y += b.astype(ct).reshape((-1,) + (1,) * (x.ndim - 2))
+        return (y.astype(x.dtype, copy=False),)
+
+    return run
+
+
+def _zero_point(zp: np.ndarray | None, name: str, what: str) -> np.ndarray:
+    if zp is None:
+        return np.zeros((), np.int64)
+    return np.asarray(zp).astype(np.int64)
+
+
+def _per_channel(zp: np.ndarray, m: int, nd: int, name: str, what: str) -> np.ndarray:
+    """A scalar or per-output-channel (length M) quantization parameter, broadcastable over W."""
+    if zp.ndim == 0 or zp.size == 1:
+        return zp.reshape(())
+    if zp.shape != (m,):
+        raise InvalidArgument(
+            f"{name}: {what} must be a scalar or have shape ({m},), got {zp.shape}"
+        )
+    return zp.reshape((m,) + (1,) * (nd + 1))
+
+
+def _int_conv(
+    node: KernelNode, group: int, x: np.ndarray, xz: np.ndarray, w: np.ndarray, wz: np.ndarray
+) -> np.ndarray:
+    """Exact integer convolution of (x - xz) and (w - wz), as int64 (via float64 BLAS)."""
+    strides, dilations, pb, pe, out = _conv_setup(node, x, w)
+    if xz.ndim and xz.size != 1:
+        raise InvalidArgument(f"{node.name}: x_zero_point must be a scalar, got shape {xz.shape}")
+    xs = x.astype(np.float64) - float(xz.reshape(()))
+    ws = w.astype(np.float64) - _per_channel(wz, w.shape[0], w.ndim - 2, node.name, "w_zero_point")
+    y = conv_nd(xs, ws, group, pb, pe, out, strides, dilations, node.name)
+    return np.rint(y).astype(np.int64)
+
+
+@cpu_kernel("ConvInteger", since=10)
+def conv_integer(node: KernelNode) -> KernelFn:
+    group = int(node.attr("group", 1))
+
+    def run(
+        x: np.ndarray, w: np.ndarray, xz: np.ndarray | None = None, wz: np.ndarray | None = None
+    ) -> tuple[np.ndarray]:
+        y = _int_conv(
+            node, group, x, _zero_point(xz, node.name, "x"), w, _zero_point(wz, node.name, "w")
+        )
+        return (y.astype(np.int32),)
+
+    return run
+
+
+@cpu_kernel("QLinearConv", since=10)
+def qlinear_conv(node: KernelNode) -> KernelFn:
+    group = int(node.attr("group", 1))
+
+    def run(
+        x: np.ndarray,
+        x_scale: np.ndarray,
+        xz: np.ndarray | None,
+        w: np.ndarray,
+        w_scale: np.ndarray,
+        wz: np.ndarray | None,
+        y_scale: np.ndarray,
+        yz: np.ndarray | None,
+        b: np.ndarray | None = None,
+    ) -> tuple[np.ndarray]:
+        acc = _int_conv(
+            node, group, x, _zero_point(xz, node.name, "x"), w, _zero_point(wz, node.name, "w")
+        )
+        m = w.shape[0]
+        nd = x.ndim - 2
+        if b is not None:
+            if b.shape != (m,):
+                raise InvalidArgument(f"{node.name}: B shape {b.shape} must be ({m},)")
+            acc = acc + b.astype(np.int64).reshape((m,) + (1,) * nd)
+        ws = np.asarray(w_scale, np.float64)
+        ws = ws.reshape(()) if ws.size == 1 else _per_channel(ws, m, nd - 1, node.name, "w_scale")
+        scale = float(np.asarray(x_scale).reshape(())) * ws / float(np.asarray(y_scale).reshape(()))
+        out_dt = yz.dtype if yz is not None else x.dtype
+        info = np.iinfo(out_dt)
+        zp = 0 if yz is None else int(np.asarray(yz).reshape(()))
+        y = np.rint(acc * np.float32(scale).astype(np.float64)) + zp
+        return (np.clip(y, info.min, info.max).astype(out_dt),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# ConvTranspose
+
+
+@cpu_kernel("ConvTranspose", since=1)
+def conv_transpose(node: KernelNode) -> KernelFn:
+    group = int(node.attr("group", 1))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    output_shape_attr = node.attr("output_shape", None)
+    output_padding_attr = node.attr("output_padding", None)
+    pads_attr = node.attr("pads", None)
+
+    def geometry(x: np.ndarray, w: np.ndarray) -> tuple[Any, ...]:
+        nd = x.ndim - 2
+        kernel = list(node.attr("kernel_shape", None) or w.shape[2:])
+        if tuple(kernel) != tuple(w.shape[2:]):
+            raise InvalidArgument(f"{node.name}: kernel_shape {kernel} does not match W {w.shape}")
+        strides, dilations = spatial_attrs(node, nd, kernel)
+        opad = list(output_padding_attr or [0] * nd)[:nd]
+        if len(opad) != nd:
+            raise InvalidArgument(f"{node.name}: output_padding must have {nd} entries")
+        eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+        ins = x.shape[2:]
+        full = [s * (i - 1) + op + e for s, i, op, e in zip(strides, ins, opad, eff)]
+        if output_shape_attr is not None or (
+            pads_attr is None and auto_pad in ("SAME_UPPER", "SAME_LOWER")
+        ):
+            if output_shape_attr is not None:
+                out = list(output_shape_attr)[-nd:]
+            else:
+                out = [i * s for i, s in zip(ins, strides)]
+            # A larger output_shape than the natural one extends the end (as onnxruntime does).
+            total = [max(f - o, 0) for f, o in zip(full, out)]
+            if auto_pad == "SAME_UPPER":
+                pb = [t // 2 for t in total]
+            else:
+                pb = [t - t // 2 for t in total]
+        else:
+            pads = list(pads_attr or [0] * (2 * nd))
+            if auto_pad == "VALID":
+                pads = [0] * (2 * nd)
+            if len(pads) != 2 * nd:
+                raise InvalidArgument(f"{node.name}: pads must have {2 * nd} entries")
+            pb = pads[:nd]
+            out = [f - b - e for f, b, e in zip(full, pb, pads[nd:])]
+        if any(o <= 0 for o in out):
+            raise InvalidArgument(f"{node.name}: computed output shape {out} is not positive")
+        return kernel, strides, dilations, pb, out
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise InvalidArgument(
+                f"{node.name}: X {x.shape} and W {w.shape} must be N-D with N >= 3"
+            )
+        n, c = x.shape[:2]
+        if w.shape[0] != c or c % group:
+            raise InvalidArgument(
+                f"{node.name}: W {w.shape} does not match {c} input channels, group={group}"
+            )
+        kernel, strides, dilations, pb, out = geometry(x, w)
+        nd = x.ndim - 2
+        ct = compute_dtype(x.dtype)
+        mg = w.shape[1]
+        k = int(np.prod(kernel))
+        ins = x.shape[2:]
+        p = int(np.prod(ins))
+        xg = x.astype(ct, copy=False).reshape(n, group, c // group, p)
+        wg = w.astype(ct, copy=False).reshape(group, c // group, mg * k).transpose(0, 2, 1)
+        cols = np.matmul(wg, xg).reshape((n, group * mg, k, *tuple(ins)))  # N, M, K, *in
+        # Scatter each kernel offset into the output, with pads cropped (or zero-extended).
+        y = np.zeros((n, group * mg, *tuple(out)), ct)
+        for ki, offs in enumerate(itertools.product(*[range(kk) for kk in kernel])):
+            src: list[slice] = [slice(None), slice(None)]
+            dst: list[slice] = [slice(None), slice(None)]
+            empty = False
+            for o, d, s, i, pad, ol in zip(offs, dilations, strides, ins, pb, out):
+                # input position j lands at output position j*s + o*d - pad
+                start = o * d - pad
+                j0 = -(start // s) if start < 0 else 0
+                j1 = min(i, (ol - 1 - start) // s + 1) if ol - 1 - start >= 0 else 0
+                if j1 <= j0:
+                    empty = True
+                    break
+                src.append(slice(j0, j1))
+                dst.append(slice(start + j0 * s, start + (j1 - 1) * s + 1, s))
+            if empty:
+                continue
+            y[tuple(dst)] += cols[(slice(None), slice(None), ki, *tuple(src[2:]))]
+        if b is not None:
+            if b.shape != (group * mg,):
+                raise InvalidArgument(f"{node.name}: bias shape {b.shape} must be ({group * mg},)")
+            y += b.astype(ct).reshape((-1,) + (1,) * nd)
+        return (y.astype(x.dtype, copy=False),)
+
+    return run

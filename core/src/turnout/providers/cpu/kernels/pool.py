@@ -1,0 +1,335 @@
+"""Pooling kernels: MaxPool, AveragePool, LpPool, Global*Pool, MaxUnpool, MaxRoiPool, RoiAlign.
+
+Windowed pools loop over the kernel offsets (a handful) and combine strided slices of the
+padded input, so every step is one vectorized numpy operation over the whole output. Window
+geometry (auto_pad, ceil_mode, dilations) comes from `conv.py`, shared with Conv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+from .conv import compute_dtype, conv_geometry, pad_spatial, spatial_attrs, window_slices
+
+__all__: list[str] = []
+
+
+def _setup(node: KernelNode, x: np.ndarray) -> tuple[Any, ...]:
+    if x.ndim < 3:
+        raise InvalidArgument(
+            f"{node.name}: input must be at least 3-D (N, C, spatial...), got {x.shape}"
+        )
+    nd = x.ndim - 2
+    kernel = node.attr("kernel_shape", None)
+    if kernel is None or len(kernel) != nd:
+        raise InvalidArgument(f"{node.name}: kernel_shape must have {nd} entries, got {kernel}")
+    strides, dilations = spatial_attrs(node, nd, kernel)
+    ceil_mode = bool(node.attr("ceil_mode", 0))
+    pb, pe, out = conv_geometry(node, x.shape[2:], kernel, strides, dilations, ceil_mode)
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    return list(kernel), strides, dilations, pb, pe, out, eff
+
+
+def _lowest(dt: np.dtype[Any]) -> Any:
+    if dt.kind in "iu":
+        return np.iinfo(dt).min
+    return -np.inf
+
+
+def _max_pool(
+    node: KernelNode, storage_order: int, x: np.ndarray, want_indices: bool
+) -> tuple[Any, ...]:
+    kernel, strides, dilations, pb, pe, out, eff = _setup(node, x)
+    xp = pad_spatial(x, pb, pe, out, eff, strides, _lowest(x.dtype))
+    slices = window_slices(kernel, strides, dilations, out)
+    y = xp[slices[0]].copy()
+    best = np.zeros(y.shape, np.int64) if want_indices else None
+    for ki, sl in enumerate(slices[1:], 1):
+        v = xp[sl]
+        if best is not None:
+            take = v > y
+            best[take] = ki
+        np.maximum(y, v, out=y)
+    if best is None:
+        return (y, None)
+    # Offsets -> input coordinates -> flat index into the unpadded input.
+    nd = x.ndim - 2
+    offs = np.unravel_index(best, kernel)
+    coords = []
+    for a in range(nd):
+        pos = np.arange(out[a]).reshape((-1,) + (1,) * (nd - 1 - a)) * strides[a] - pb[a]
+        coords.append(pos + offs[a] * dilations[a])
+    sp = x.shape[2:]
+    if storage_order:
+        flat = np.zeros(y.shape, np.int64)
+        mult = 1
+        for a in range(nd):
+            flat += coords[a] * mult
+            mult *= sp[a]
+    else:
+        flat = np.ravel_multi_index(tuple(coords), sp, mode="wrap") if nd else best
+    nc = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * nd)
+    return (y, flat + nc * int(np.prod(sp)))
+
+
+@cpu_kernel("MaxPool", since=1)
+def max_pool(node: KernelNode) -> KernelFn:
+    storage_order = int(node.attr("storage_order", 0))
+    want = len(node.node.outputs) > 1 and bool(node.node.outputs[1])
+
+    def run(x: np.ndarray) -> tuple[Any, ...]:
+        y, idx = _max_pool(node, storage_order, x, want)
+        return (y, idx) if len(node.node.outputs) > 1 else (y,)
+
+    return run
+
+
+def _sum_pool(
+    x: np.ndarray, xp_val: Callable[[np.ndarray], np.ndarray], geo: tuple[Any, ...]
+) -> np.ndarray:
+    kernel, strides, dilations, pb, pe, out, eff = geo
+    xp = pad_spatial(xp_val(x), pb, pe, out, eff, strides, 0)
+    slices = window_slices(kernel, strides, dilations, out)
+    y = xp[slices[0]].copy()
+    for sl in slices[1:]:
+        y += xp[sl]
+    return y
+
+
+def _window_counts(shape: tuple[int, ...], geo: tuple[Any, ...], include_pad: bool) -> np.ndarray:
+    """How many elements each window averages: real pixels, plus explicit pads if included."""
+    kernel, strides, dilations, pb, pe, out, eff = geo
+    ones = np.ones((1, 1, *shape), np.float64)
+    if include_pad:
+        ones = np.pad(ones, [(0, 0), (0, 0)] + [(b, e) for b, e in zip(pb, pe)], constant_values=1)
+        geo = (kernel, strides, dilations, [0] * len(pb), [0] * len(pb), out, eff)
+    return _sum_pool(ones, lambda a: a, geo)
+
+
+@cpu_kernel("AveragePool", since=1)
+def average_pool(node: KernelNode) -> KernelFn:
+    include = bool(node.attr("count_include_pad", 0))
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        geo = _setup(node, x)
+        ct = compute_dtype(x.dtype)
+        s = _sum_pool(x, lambda a: a.astype(ct, copy=False), geo)
+        counts = _window_counts(x.shape[2:], geo, include)
+        return ((s / counts.astype(ct)).astype(x.dtype, copy=False),)
+
+    return run
+
+
+@cpu_kernel("LpPool", since=1)
+def lp_pool(node: KernelNode) -> KernelFn:
+    p = float(node.attr("p", 2.0))
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        geo = _setup(node, x)
+        ct = compute_dtype(x.dtype)
+        s = _sum_pool(x, lambda a: np.abs(a.astype(ct, copy=False)) ** ct.type(p), geo)
+        return ((s ** ct.type(1.0 / p)).astype(x.dtype, copy=False),)
+
+    return run
+
+
+def _spatial_axes(node: KernelNode, x: np.ndarray) -> tuple[int, ...]:
+    if x.ndim < 3:
+        raise InvalidArgument(
+            f"{node.name}: input must be at least 3-D (N, C, spatial...), got {x.shape}"
+        )
+    return tuple(range(2, x.ndim))
+
+
+@cpu_kernel("GlobalAveragePool", since=1)
+def global_average_pool(node: KernelNode) -> KernelFn:
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        axes = _spatial_axes(node, x)
+        ct = compute_dtype(x.dtype)
+        return (np.mean(x, axis=axes, keepdims=True, dtype=ct).astype(x.dtype, copy=False),)
+
+    return run
+
+
+@cpu_kernel("GlobalMaxPool", since=1)
+def global_max_pool(node: KernelNode) -> KernelFn:
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        return (np.max(x, axis=_spatial_axes(node, x), keepdims=True),)
+
+    return run
+
+
+@cpu_kernel("GlobalLpPool", since=1)
+def global_lp_pool(node: KernelNode) -> KernelFn:
+    p = float(node.attr("p", 2.0))
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        axes = _spatial_axes(node, x)
+        ct = compute_dtype(x.dtype)
+        s = np.sum(np.abs(x.astype(ct, copy=False)) ** ct.type(p), axis=axes, keepdims=True)
+        return ((s ** ct.type(1.0 / p)).astype(x.dtype, copy=False),)
+
+    return run
+
+
+@cpu_kernel("MaxUnpool", since=9)
+def max_unpool(node: KernelNode) -> KernelFn:
+    def run(
+        x: np.ndarray, idx: np.ndarray, output_shape: np.ndarray | None = None
+    ) -> tuple[np.ndarray]:
+        if x.ndim < 3 or idx.shape != x.shape:
+            raise InvalidArgument(
+                f"{node.name}: X {x.shape} and I {idx.shape} must match and be >= 3-D"
+            )
+        nd = x.ndim - 2
+        kernel = node.attr("kernel_shape", None)
+        if kernel is None or len(kernel) != nd:
+            raise InvalidArgument(f"{node.name}: kernel_shape must have {nd} entries")
+        strides = list(node.attr("strides", None) or [1] * nd)
+        pads = list(node.attr("pads", None) or [0] * (2 * nd))
+        inferred = x.shape[:2] + tuple(
+            (i - 1) * s + k - pads[a] - pads[a + nd]
+            for a, (i, s, k) in enumerate(zip(x.shape[2:], strides, kernel))
+        )
+        y = np.zeros(int(np.prod(inferred)), x.dtype)
+        flat = idx.reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= y.size):
+            raise InvalidArgument(f"{node.name}: index out of range for output of shape {inferred}")
+        y[flat] = x.reshape(-1)
+        if output_shape is None:
+            return (y.reshape(inferred),)
+        # Indices address the inferred shape; an explicit larger output_shape extends it with
+        # zeros at the end of each axis (as the ONNX spec's example and test data do).
+        shape = tuple(int(v) for v in np.asarray(output_shape).reshape(-1))
+        if len(shape) != x.ndim or any(s < i for s, i in zip(shape, inferred)):
+            raise InvalidArgument(
+                f"{node.name}: output_shape {shape} smaller than the unpooled shape {inferred}"
+            )
+        res = np.zeros(shape, x.dtype)
+        res[tuple(slice(0, i) for i in inferred)] = y.reshape(inferred)
+        return (res,)
+
+    return run
+
+
+@cpu_kernel("MaxRoiPool", since=1)
+def max_roi_pool(node: KernelNode) -> KernelFn:
+    ph, pw = (int(v) for v in node.attr("pooled_shape"))
+    scale = float(node.attr("spatial_scale", 1.0))
+
+    def run(x: np.ndarray, rois: np.ndarray) -> tuple[np.ndarray]:
+        if x.ndim != 4 or rois.ndim != 2 or rois.shape[1] != 5:
+            raise InvalidArgument(
+                f"{node.name}: X must be 4-D and rois (num_rois, 5), got {x.shape}, {rois.shape}"
+            )
+        n, c, h, w = x.shape
+        y = np.zeros((rois.shape[0], c, ph, pw), x.dtype)
+        for r, roi in enumerate(rois):
+            b = int(roi[0])
+            if not 0 <= b < n:
+                raise InvalidArgument(f"{node.name}: roi batch index {b} out of range [0, {n})")
+            x1, y1, x2, y2 = (int(np.round(float(v) * scale)) for v in roi[1:])
+            rh = max(y2 - y1 + 1, 1)
+            rw = max(x2 - x1 + 1, 1)
+            for i in range(ph):
+                hs = min(max(int(np.floor(i * rh / ph)) + y1, 0), h)
+                he = min(max(int(np.ceil((i + 1) * rh / ph)) + y1, 0), h)
+                for j in range(pw):
+                    ws = min(max(int(np.floor(j * rw / pw)) + x1, 0), w)
+                    we = min(max(int(np.ceil((j + 1) * rw / pw)) + x1, 0), w)
+                    if he > hs and we > ws:
+                        y[r, :, i, j] = x[b, :, hs:he, ws:we].max(axis=(1, 2))
+        return (y,)
+
+    return run
+
+
+@cpu_kernel("RoiAlign", since=10)
+def roi_align(node: KernelNode) -> KernelFn:
+    mode = node.attr("mode", "avg")
+    oh = int(node.attr("output_height", 1))
+    ow = int(node.attr("output_width", 1))
+    ratio = int(node.attr("sampling_ratio", 0))
+    scale = float(node.attr("spatial_scale", 1.0))
+    ctm = node.attr(
+        "coordinate_transformation_mode",
+        "half_pixel" if node.since_version >= 16 else "output_half_pixel",
+    )
+    offset = 0.5 if ctm == "half_pixel" else 0.0
+
+    def run(x: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray) -> tuple[np.ndarray]:
+        if (
+            x.ndim != 4
+            or rois.ndim != 2
+            or rois.shape[1] != 4
+            or batch_indices.shape != (rois.shape[0],)
+        ):
+            raise InvalidArgument(
+                f"{node.name}: need X 4-D, rois (R, 4), batch_indices (R,); "
+                f"got {x.shape}, {rois.shape}, {batch_indices.shape}"
+            )
+        n, c, h, w = x.shape
+        if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= n):
+            raise InvalidArgument(f"{node.name}: batch index out of range [0, {n})")
+        ct = compute_dtype(x.dtype)
+        xf = x.astype(ct, copy=False)
+        y = np.zeros((rois.shape[0], c, oh, ow), ct)
+        for r in range(rois.shape[0]):
+            x1, y1, x2, y2 = (float(v) * scale - offset for v in rois[r])
+            rw, rh = x2 - x1, y2 - y1
+            if ctm != "half_pixel":
+                rw, rh = max(rw, 1.0), max(rh, 1.0)
+            bh, bw = rh / oh, rw / ow
+            gh = ratio if ratio > 0 else int(np.ceil(rh / oh))
+            gw = ratio if ratio > 0 else int(np.ceil(rw / ow))
+            gh, gw = max(gh, 1), max(gw, 1)
+            ys = y1 + (
+                np.arange(oh)[:, None] * bh + (np.arange(gh)[None, :] + 0.5) * bh / gh
+            ).reshape(-1)
+            xs = x1 + (
+                np.arange(ow)[:, None] * bw + (np.arange(gw)[None, :] + 0.5) * bw / gw
+            ).reshape(-1)
+            wy, iy0, iy1, vy = _bilinear_1d(ys, h)
+            wx, ix0, ix1, vx = _bilinear_1d(xs, w)
+            img = xf[int(batch_indices[r])]
+            # samples: (C, oh*gh, ow*gw) per corner, weighted
+            valid = (vy[:, None] & vx[None, :]).astype(ct)
+            corners = [
+                (img[:, iy0][:, :, ix0], (1 - wy)[:, None] * (1 - wx)[None, :]),
+                (img[:, iy0][:, :, ix1], (1 - wy)[:, None] * wx[None, :]),
+                (img[:, iy1][:, :, ix0], wy[:, None] * (1 - wx)[None, :]),
+                (img[:, iy1][:, :, ix1], wy[:, None] * wx[None, :]),
+            ]
+            if mode == "max":
+                s = None
+                for v, wt in corners:
+                    t = v * (wt * valid).astype(ct)
+                    s = t if s is None else np.maximum(s, t)
+                assert s is not None
+                y[r] = s.reshape(c, oh, gh, ow, gw).max(axis=(2, 4))
+            else:
+                s = sum(v * (wt * valid).astype(ct) for v, wt in corners)
+                y[r] = np.asarray(s).reshape(c, oh, gh, ow, gw).mean(axis=(2, 4))
+        return (y.astype(x.dtype, copy=False),)
+
+    return run
+
+
+def _bilinear_1d(
+    pos: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """RoiAlign's 1-D sampling: (weight of the high neighbour, low index, high index, valid)."""
+    valid = (pos >= -1.0) & (pos <= size)
+    p = np.maximum(pos, 0.0)
+    lo = np.floor(p).astype(np.int64)
+    at_end = lo >= size - 1
+    lo = np.where(at_end, size - 1, lo)
+    hi = np.where(at_end, size - 1, lo + 1)
+    p = np.where(at_end, lo.astype(np.float64), p)
+    return p - lo, lo, hi, valid

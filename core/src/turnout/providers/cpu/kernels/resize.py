@@ -1,0 +1,441 @@
+"""Resampling kernels: Resize, Upsample, GridSample, AffineGrid, Col2Im.
+
+Resize is separable: each resized axis gets a small (out, taps) table of source indices and
+weights (nearest: one tap; linear: 2; cubic: 4; antialias widens the filter by 1/scale), and
+the data is gathered and weighted along that axis in one numpy step per axis. GridSample
+gathers each interpolation corner for all output points at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+from .conv import compute_dtype
+
+__all__: list[str] = []
+
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+_COORD_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
+)
+
+
+def _cubic(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient `a`, at distances `t`."""
+    t = np.abs(t)
+    t2, t3 = t * t, t * t * t
+    near = (a + 2) * t3 - (a + 3) * t2 + 1
+    far = a * t3 - 5 * a * t2 + 8 * a * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _source_coords(
+    mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] | None
+) -> np.ndarray:
+    """Each output position's source coordinate (float64), per coordinate_transformation_mode."""
+    y = np.arange(out_len, dtype=np.float64)
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        adjustment = out_len / (scale * in_len)
+        offset = in_len / 2 * (1 - adjustment)
+        return offset + (y + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
+    if mode == "align_corners":
+        return y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (y + 0.5) / scale
+    assert roi is not None  # tf_crop_and_resize
+    start, end = roi
+    if out_len > 1:
+        return start * (in_len - 1) + y * (end - start) * (in_len - 1) / (out_len - 1)
+    return np.full(out_len, 0.5 * (start + end) * (in_len - 1))
+
+
+def _nearest_index(x: np.ndarray, mode: str, scale: float) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        r = np.where(x - np.floor(x) == 0.5, np.floor(x), np.floor(x + 0.5))
+    elif mode == "round_prefer_ceil":
+        r = np.floor(x + 0.5)
+    elif mode == "floor":
+        r = np.floor(x)
+    elif mode == "ceil":
+        r = np.ceil(x)
+    else:  # "simple": Upsample and Resize-10
+        r = np.ceil(x) if scale < 1 else np.floor(x)
+    return r.astype(np.int64)
+
+
+class _Resampler:
+    """Resize's attributes, decoded once; `__call__` resizes given scales or sizes per axis."""
+
+    def __init__(self, node: KernelNode, mode: str, coord: str, nearest: str) -> None:
+        self.name = node.name
+        self.mode = mode
+        self.coord = coord
+        self.nearest = nearest
+        self.cubic_a = float(node.attr("cubic_coeff_a", -0.75))
+        self.exclude_outside = bool(node.attr("exclude_outside", 0))
+        self.extrapolation = float(node.attr("extrapolation_value", 0.0))
+        self.antialias = bool(node.attr("antialias", 0))
+        self.policy = node.attr("keep_aspect_ratio_policy", "stretch")
+        axes = node.attr("axes", None)
+        self.axes = None if axes is None else [int(a) for a in axes]
+        if mode not in ("nearest", "linear", "cubic"):
+            raise InvalidArgument(f"{self.name}: unsupported mode {mode!r}")
+        if coord not in _COORD_MODES:
+            raise InvalidArgument(
+                f"{self.name}: unsupported coordinate_transformation_mode {coord!r}"
+            )
+        if nearest not in _NEAREST_MODES:
+            raise InvalidArgument(f"{self.name}: unsupported nearest_mode {nearest!r}")
+        if self.policy not in ("stretch", "not_larger", "not_smaller"):
+            raise InvalidArgument(
+                f"{self.name}: unsupported keep_aspect_ratio_policy {self.policy!r}"
+            )
+
+    def _axes(self, rank: int, n: int) -> list[int]:
+        if self.axes is None:
+            axes = list(range(rank))
+        else:
+            axes = [a + rank if a < 0 else a for a in self.axes]
+            if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+                raise InvalidArgument(f"{self.name}: axes {self.axes} invalid for rank {rank}")
+        if n != len(axes):
+            raise InvalidArgument(
+                f"{self.name}: scales/sizes have {n} entries, expected {len(axes)}"
+            )
+        return axes
+
+    def __call__(
+        self,
+        x: np.ndarray,
+        roi: np.ndarray | None,
+        scales: np.ndarray | None,
+        sizes: np.ndarray | None,
+    ) -> np.ndarray:
+        rank = x.ndim
+        has_sizes = sizes is not None and np.asarray(sizes).size > 0
+        has_scales = scales is not None and np.asarray(scales).size > 0
+        if has_sizes == has_scales:
+            raise InvalidArgument(f"{self.name}: exactly one of scales and sizes must be given")
+        if has_sizes:
+            sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
+            axes = self._axes(rank, len(sz))
+            sc = [s / x.shape[a] if x.shape[a] else 1.0 for s, a in zip(sz, axes)]
+            if self.policy != "stretch":
+                s = min(sc) if self.policy == "not_larger" else max(sc)
+                sc = [s] * len(axes)
+                sz = [int(s * x.shape[a] + 0.5) for a in axes]
+        else:
+            sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
+            axes = self._axes(rank, len(sc))
+            if any(s <= 0 for s in sc):
+                raise InvalidArgument(f"{self.name}: scales must be positive, got {sc}")
+            sz = [int(np.floor(s * x.shape[a])) for s, a in zip(sc, axes)]
+        rois: list[tuple[float, float] | None] = [None] * len(axes)
+        if self.coord == "tf_crop_and_resize":
+            r = np.asarray(roi if roi is not None else [], np.float64).reshape(-1)
+            n = len(axes)
+            if r.size == 2 * rank and n != rank:
+                r = np.concatenate([r[axes], r[[a + rank for a in axes]]])
+            if r.size != 2 * n:
+                raise InvalidArgument(f"{self.name}: roi must have {2 * n} entries, got {r.size}")
+            rois = [(float(r[i]), float(r[i + n])) for i in range(n)]
+        out = x
+        if self.mode == "nearest":
+            for a, s, o, rr in zip(axes, sc, sz, rois):
+                out = self._nearest_axis(out, a, s, o, rr)
+            return out
+        ct = np.dtype(np.float64) if x.dtype.kind in "iu" else compute_dtype(x.dtype)
+        out = x.astype(ct)
+        for a, s, o, rr in zip(axes, sc, sz, rois):
+            out = self._filter_axis(out, a, s, o, rr)
+        if x.dtype.kind in "iu":
+            info = np.iinfo(x.dtype)
+            return np.clip(np.rint(out), info.min, info.max).astype(x.dtype)
+        return out.astype(x.dtype)
+
+    def _nearest_axis(
+        self, x: np.ndarray, axis: int, scale: float, out_len: int, roi: tuple[float, float] | None
+    ) -> np.ndarray:
+        n = x.shape[axis]
+        if n == out_len and scale == 1.0 and roi is None:
+            return x
+        src = _source_coords(self.coord, out_len, n, scale, roi)
+        idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))
+        y = np.take(x, idx, axis=axis)
+        if roi is not None:
+            y = self._extrapolate(y, axis, src, n)
+        return y
+
+    def _extrapolate(self, y: np.ndarray, axis: int, src: np.ndarray, n: int) -> np.ndarray:
+        outside = (src < 0) | (src > n - 1)
+        if not outside.any():
+            return y
+        shape = [1] * y.ndim
+        shape[axis] = -1
+        return np.where(outside.reshape(shape), y.dtype.type(self.extrapolation), y)
+
+    def _filter_axis(
+        self, x: np.ndarray, axis: int, scale: float, out_len: int, roi: tuple[float, float] | None
+    ) -> np.ndarray:
+        n = x.shape[axis]
+        if n == out_len and scale == 1.0 and roi is None:
+            return x
+        src = _source_coords(self.coord, out_len, n, scale, roi)
+        base = np.floor(src)
+        ratio = src - base
+        support = 1.0 if self.mode == "linear" else 2.0
+        fs = min(scale, 1.0) if self.antialias else 1.0
+        start = int(np.floor(-support / fs)) + 1
+        taps = np.arange(start, 2 - start)  # pixel offsets from floor(src)
+        t = (taps[None, :] - ratio[:, None]) * fs
+        if self.mode == "linear":
+            w = np.clip(1 - np.abs(t), 0, 1)
+        else:
+            w = _cubic(t, self.cubic_a)
+        if self.antialias:
+            w = w / w.sum(axis=1, keepdims=True)
+        idx = base.astype(np.int64)[:, None] + taps[None, :]
+        if self.exclude_outside:
+            w = np.where((idx < 0) | (idx >= n), 0.0, w)
+            tot = w.sum(axis=1, keepdims=True)
+            w = w / np.where(tot == 0, 1.0, tot)
+        idx = np.clip(idx, 0, n - 1)
+        shape = [1] * x.ndim
+        shape[axis] = out_len
+        w = w.astype(x.dtype)
+        y = np.take(x, idx[:, 0], axis=axis) * w[:, 0].reshape(shape)
+        for t in range(1, idx.shape[1]):
+            y += np.take(x, idx[:, t], axis=axis) * w[:, t].reshape(shape)
+        if roi is not None:
+            y = self._extrapolate(y, axis, src, n)
+        return y
+
+
+def _str(v: Any, default: str) -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@cpu_kernel("Resize", since=10)
+def resize(node: KernelNode) -> KernelFn:
+    mode = _str(node.attr("mode"), "nearest")
+    if node.since_version < 11:
+        rs = _Resampler(node, mode, "asymmetric", "simple")
+
+        def run10(x: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray]:
+            return (rs(x, None, scales, None),)
+
+        return run10
+    coord = _str(node.attr("coordinate_transformation_mode"), "half_pixel")
+    rs = _Resampler(node, mode, coord, _str(node.attr("nearest_mode"), "round_prefer_floor"))
+
+    def run(
+        x: np.ndarray,
+        roi: np.ndarray | None = None,
+        scales: np.ndarray | None = None,
+        sizes: np.ndarray | None = None,
+    ) -> tuple[np.ndarray]:
+        return (rs(x, roi, scales, sizes),)
+
+    return run
+
+
+@cpu_kernel("Upsample", since=7)
+def upsample(node: KernelNode) -> KernelFn:
+    mode = _str(node.attr("mode"), "nearest")
+    if mode == "bilinear":
+        mode = "linear"
+    rs = _Resampler(node, mode, "asymmetric", "simple")
+    scales_attr = node.attr("scales", None)
+
+    def run(x: np.ndarray, scales: np.ndarray | None = None) -> tuple[np.ndarray]:
+        s = np.asarray(scales if scales is not None else scales_attr, np.float32)
+        if s.size != x.ndim:
+            raise InvalidArgument(f"{node.name}: scales must have {x.ndim} entries, got {s.size}")
+        if (s < 1).any():
+            raise InvalidArgument(f"{node.name}: Upsample scales must be >= 1, got {s.tolist()}")
+        return (rs(x, None, s, None),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# GridSample, AffineGrid
+
+
+def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Reflect coordinates into [lo, hi] off the nearer border, as many times as needed."""
+    rng = hi - lo
+    if rng <= 0:
+        return np.full_like(x, lo)
+    below = x < lo
+    above = x > hi
+    d = np.where(below, lo - x, np.where(above, x - hi, 0))
+    k = np.floor(d / rng)
+    r = d - k * rng
+    even = k % 2 == 0
+    from_lo = np.where(even, lo + r, hi - r)
+    from_hi = np.where(even, hi - r, lo + r)
+    return np.where(below, from_lo, np.where(above, from_hi, x))
+
+
+@cpu_kernel("GridSample", since=16)
+def grid_sample(node: KernelNode) -> KernelFn:
+    mode = _str(node.attr("mode"), "bilinear" if node.since_version < 20 else "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = _str(node.attr("padding_mode"), "zeros")
+    align = bool(node.attr("align_corners", 0))
+    if mode not in ("linear", "nearest", "cubic") or padding not in (
+        "zeros",
+        "border",
+        "reflection",
+    ):
+        raise InvalidArgument(f"{node.name}: unsupported mode {mode!r} / padding_mode {padding!r}")
+
+    def run(x: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray]:
+        r = x.ndim - 2
+        if r < 1 or grid.ndim != x.ndim or grid.shape[-1] != r or grid.shape[0] != x.shape[0]:
+            raise InvalidArgument(
+                f"{node.name}: grid shape {grid.shape} does not fit X shape {x.shape}"
+            )
+        if node.since_version < 20 and r != 2:
+            raise InvalidArgument(f"{node.name}: GridSample-16 takes 4-D input, got {x.shape}")
+        n, c = x.shape[:2]
+        dims = x.shape[2:]
+        ct = compute_dtype(x.dtype)
+        g = grid.astype(ct, copy=False)
+        taps_w: list[list[tuple[np.ndarray, np.ndarray]]] = []
+        for a, d in enumerate(dims):
+            v = g[..., r - 1 - a]  # grid's last axis lists (x, y, z): reversed spatial order
+            pos = (v + 1) / 2 * (d - 1) if align else ((v + 1) * d - 1) / 2
+            lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
+            if mode == "nearest":
+                pos = np.rint(pos)
+            if padding == "border" and mode != "cubic":
+                # (cubic clamps each tap instead, as onnxruntime and PyTorch do)
+                pos = np.where((pos < lo) | (pos > hi), np.clip(pos, 0, d - 1), pos)
+            elif padding == "reflection":
+                pos = _reflect(pos, lo, hi)
+            taps: list[tuple[np.ndarray, np.ndarray]] = []
+            if mode == "nearest":
+                taps.append((pos.astype(np.int64), np.ones_like(pos)))
+            else:
+                base = np.floor(pos)
+                f = pos - base
+                offs = (0, 1) if mode == "linear" else (-1, 0, 1, 2)
+                for o in offs:
+                    w = (
+                        np.clip(1 - np.abs(f - o), 0, 1)
+                        if mode == "linear"
+                        else _cubic(f - o, -0.75)
+                    )
+                    taps.append((base.astype(np.int64) + o, w.astype(ct)))
+            fixed = []
+            for idx, w in taps:
+                if padding == "zeros":
+                    w = np.where((idx < 0) | (idx >= d), ct.type(0), w)
+                elif padding == "reflection":
+                    idx = np.trunc(_reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
+                fixed.append((np.clip(idx, 0, d - 1), w))
+            taps_w.append(fixed)
+        bidx = np.arange(n).reshape((n,) + (1,) * r)
+        xf = x.astype(ct, copy=False)
+        y = np.zeros((n, *grid.shape[1:-1], c), ct)
+        for combo in itertools.product(*taps_w):
+            w = combo[0][1]
+            for _, wi in combo[1:]:
+                w = w * wi
+            y += _gather(xf, bidx, [i for i, _ in combo]) * w[..., None]
+        return (np.moveaxis(y, -1, 1).astype(x.dtype, copy=False),)
+
+    return run
+
+
+def _gather(x: np.ndarray, bidx: np.ndarray, idx: Sequence[np.ndarray]) -> np.ndarray:
+    """x[b, :, i1, i2, ...] for index arrays shaped like the output: result (N, *out, C)."""
+    xt = np.moveaxis(x, 1, -1)  # N, *spatial, C
+    return xt[(bidx, *tuple(idx))]
+
+
+@cpu_kernel("AffineGrid", since=20)
+def affine_grid(node: KernelNode) -> KernelFn:
+    align = bool(node.attr("align_corners", 0))
+
+    def run(theta: np.ndarray, size: np.ndarray) -> tuple[np.ndarray]:
+        sz = [int(v) for v in np.asarray(size).reshape(-1)]
+        r = len(sz) - 2
+        if r not in (2, 3) or theta.shape != (sz[0], r, r + 1):
+            raise InvalidArgument(f"{node.name}: theta {theta.shape} does not fit size {sz}")
+        ct = compute_dtype(theta.dtype)
+        axes = []
+        for d in sz[2:]:
+            if align:
+                axes.append(np.linspace(-1, 1, d) if d > 1 else np.zeros(1))
+            else:
+                axes.append((np.arange(d) * 2 + 1) / d - 1)
+        mesh = np.meshgrid(*axes, indexing="ij")  # spatial order (D,) H, W
+        base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)], axis=1)
+        out = np.matmul(base.astype(ct), theta.astype(ct).transpose(0, 2, 1))  # N, P, r
+        return (out.reshape([sz[0], *sz[2:], r]).astype(theta.dtype),)
+
+    return run
+
+
+@cpu_kernel("Col2Im", since=18)
+def col2im(node: KernelNode) -> KernelFn:
+    def run(x: np.ndarray, image_shape: np.ndarray, block_shape: np.ndarray) -> tuple[np.ndarray]:
+        img = [int(v) for v in np.asarray(image_shape).reshape(-1)]
+        blk = [int(v) for v in np.asarray(block_shape).reshape(-1)]
+        nd = len(img)
+        if len(blk) != nd or x.ndim != 3:
+            raise InvalidArgument(
+                f"{node.name}: input must be 3-D and image/block shapes equal length"
+            )
+        strides = list(node.attr("strides", None) or [1] * nd)
+        dil = list(node.attr("dilations", None) or [1] * nd)
+        pads = list(node.attr("pads", None) or [0] * (2 * nd))
+        k = int(np.prod(blk))
+        n, ck, length = x.shape
+        if ck % k:
+            raise InvalidArgument(
+                f"{node.name}: input dim 1 ({ck}) not divisible by block size {k}"
+            )
+        c = ck // k
+        padded = [i + pads[a] + pads[a + nd] for a, i in enumerate(img)]
+        nb = [(p - ((b - 1) * d + 1)) // s + 1 for p, b, d, s in zip(padded, blk, dil, strides)]
+        if int(np.prod(nb)) != length or any(v <= 0 for v in nb):
+            raise InvalidArgument(
+                f"{node.name}: {length} blocks does not match the image geometry {nb}"
+            )
+        cols = x.reshape((n, c, k, *tuple(nb)))
+        y = np.zeros((n, c, *tuple(padded)), x.dtype)
+        for ki, offs in enumerate(itertools.product(*[range(b) for b in blk])):
+            sl = tuple(
+                slice(o * d, o * d + (m - 1) * s + 1, s)
+                for o, d, m, s in zip(offs, dil, nb, strides)
+            )
+            y[(Ellipsis, *sl)] += cols[:, :, ki]
+        crop = tuple(slice(pads[a], pads[a] + img[a]) for a in range(nd))
+        return (y[(Ellipsis, *crop)],)
+
+    return run
