@@ -32,7 +32,7 @@ class TurnoutBackendRep(BackendRep):
             feeds = {names[0]: inputs}
         outs = self.session.run(None, feeds)
         out_names = [o.name for o in self.session.get_outputs()]
-        return namedtupledict("Outputs", out_names)(*outs)  # type: ignore[no-any-return]
+        return namedtupledict("Outputs", out_names)(*outs)
 
 
 class TurnoutBackend(Backend):

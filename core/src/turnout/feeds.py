@@ -95,4 +95,4 @@ class InputSpec:
                         f"input {self.name!r}: got shape {tuple(value.shape)}, "
                         f"expected {shape_text(shape)}"
                     )
-        return value
+        return value  # type: ignore[no-any-return]

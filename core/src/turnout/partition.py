@@ -63,14 +63,15 @@ def partition_graph(graph: Graph, providers: Sequence[ExecutionProvider]) -> Gra
                 source = "fused" if cap.fused else cap.source
                 assignments[n] = Assignment(n, ops[n], provider.name, source, group)
             claims.append((provider, cap))
-    missing = [n for n in graph.nodes if n.name not in assigned]
+    missing = [node for node in graph.nodes if node.name not in assigned]
     if missing:
         lines = []
-        for n in missing[:10]:
+        for node in missing[:10]:
             why = "; ".join(
-                f"{p}: {d.reason}" for p, ds in declines.items() for d in ds if d.node == n.name
+                f"{p}: {d.reason}" for p, ds in declines.items() for d in ds if d.node == node.name
             )
-            lines.append(f"  {n.name} ({n.domain or 'ai.onnx'}::{n.op_type}): {why or 'no claim'}")
+            kind = f"{node.domain or 'ai.onnx'}::{node.op_type}"
+            lines.append(f"  {node.name} ({kind}): {why or 'no claim'}")
         more = f"\n  ... and {len(missing) - 10} more" if len(missing) > 10 else ""
         raise errors.NotImplemented(
             f"graph {graph.name!r}: no provider can run {len(missing)} node(s):\n"

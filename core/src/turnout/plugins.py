@@ -11,6 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from typing import cast
 
 import pluggy
 
@@ -72,7 +73,8 @@ class ProviderRegistry:
                     logger.warning("turnout plugin %r failed to load: %s", ep.name, e)
             for impl in pm.hook.turnout_providers.get_hookimpls():
                 try:
-                    factories.extend(impl.function() or [])
+                    contributed = cast("list[ProviderFactory]", impl.function() or [])
+                    factories.extend(contributed)
                 except Exception as e:
                     self.broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
             self.factories = factories

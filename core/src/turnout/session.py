@@ -418,9 +418,6 @@ class InferenceSession:
     def get_profiling_start_time_ns(self) -> int:
         return self._profiler.start_wall_ns if self._profiler is not None else 0
 
-    @property
-    def _model_bytes(self) -> bytes:
-        return self._model.SerializeToString()
 
 
 def _override_free_dims(model: onnx.ModelProto, opts: SessionOptions) -> None:

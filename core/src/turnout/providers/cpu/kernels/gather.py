@@ -1,0 +1,184 @@
+"""Indexing kernels: Gather, GatherElements, GatherND, Scatter, ScatterElements, ScatterND.
+
+Every index tensor is bounds-checked (negative indices count from the end) so that a bad index is
+an `InvalidArgument` naming the node, never a numpy IndexError or a silently wrapped read.
+Scatter reductions use the ufunc's unbuffered `.at`, so repeated indices accumulate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+
+__all__: list[str] = []
+
+_REDUCE: dict[str, Any] = {
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
+def _bad(node: KernelNode, msg: str) -> InvalidArgument:
+    return InvalidArgument(f"{node.name}: {msg}")
+
+
+def _axis(node: KernelNode, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def checked_indices(node: KernelNode, indices: np.ndarray, dim: Any) -> np.ndarray:
+    """int64 indices with negatives wrapped once; any index outside [-dim, dim) raises.
+
+    `dim` may be an int or an array broadcasting against `indices` (GatherND's last axis).
+    """
+    idx = np.asarray(indices).astype(np.int64)
+    if idx.size == 0:
+        return idx
+    idx = np.where(idx < 0, idx + dim, idx)
+    if ((idx < 0) | (idx >= dim)).any():
+        bad = np.asarray(indices)[(idx < 0) | (idx >= dim)].ravel()[0]
+        raise _bad(node, f"index {int(bad)} is out of bounds (dims {np.ravel(dim).tolist()})")
+    return idx
+
+
+def _reduction(node: KernelNode) -> Any:
+    r = node.attr("reduction", "none")
+    if r != "none" and r not in _REDUCE:
+        raise _bad(node, f"unknown reduction {r!r}")
+    return _REDUCE.get(r)
+
+
+# --------------------------------------------------------------------------------------------
+# Gathers
+
+
+@cpu_kernel("Gather", since=1)
+def gather(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis", 0)
+
+    def run(x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray]:
+        a = _axis(node, axis, x.ndim)
+        idx = checked_indices(node, indices, x.shape[a])
+        return (np.take(x, idx, axis=a),)
+
+    return run
+
+
+def element_index(
+    node: KernelNode, idx: np.ndarray, axis: int, shape: tuple[int, ...]
+) -> tuple[Any, ...]:
+    """An advanced index selecting along `axis` by `idx` and by position on every other axis."""
+    if idx.ndim != len(shape):
+        raise _bad(node, f"indices rank {idx.ndim} differs from data rank {len(shape)}")
+    for i, (n, d) in enumerate(zip(idx.shape, shape)):
+        if i != axis and n > d:
+            raise _bad(node, f"indices shape {idx.shape} exceeds data shape {shape} on axis {i}")
+    grids = list(np.ix_(*[np.arange(n) for n in idx.shape]))
+    grids[axis] = checked_indices(node, idx, shape[axis])
+    return tuple(grids)
+
+
+@cpu_kernel("GatherElements", since=11)
+def gather_elements(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis", 0)
+
+    def run(x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray]:
+        a = _axis(node, axis, x.ndim)
+        return (x[element_index(node, np.asarray(indices), a, x.shape)],)
+
+    return run
+
+
+def nd_index(
+    node: KernelNode, data_shape: tuple[int, ...], indices: np.ndarray, b: int
+) -> tuple[Any, ...]:
+    """GatherND/ScatterND: an advanced index into data reshaped to (B, *data_shape[b:])."""
+    k = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim < 1 or not 1 <= k <= len(data_shape) - b:
+        raise _bad(node, f"indices shape {indices.shape} does not fit data shape {data_shape}")
+    if indices.shape[:b] != data_shape[:b]:
+        raise _bad(node, f"batch dims of indices {indices.shape} and data {data_shape} differ")
+    idx = checked_indices(node, indices, np.array(data_shape[b : b + k], dtype=np.int64))
+    nb = math.prod(data_shape[:b])
+    n = math.prod(indices.shape[b:-1])
+    ii = idx.reshape(nb, n, k)
+    return (np.arange(nb)[:, None], *tuple(ii[..., j] for j in range(k)))
+
+
+@cpu_kernel("GatherND", since=11)
+def gather_nd(node: KernelNode) -> KernelFn:
+    b = node.attr("batch_dims", 0)
+
+    def run(x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray]:
+        indices = np.asarray(indices)
+        index = nd_index(node, x.shape, indices, b)
+        k = indices.shape[-1]
+        flat = x.reshape((math.prod(x.shape[:b]), *x.shape[b:]))
+        return (flat[index].reshape(indices.shape[:-1] + x.shape[b + k :]),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Scatters
+
+
+def _scatter_elements(node: KernelNode, axis: int, reduce: Any) -> KernelFn:
+    def run(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray]:
+        a = _axis(node, axis, x.ndim)
+        indices = np.asarray(indices)
+        if indices.shape != updates.shape:
+            raise _bad(node, f"indices shape {indices.shape} differs from updates {updates.shape}")
+        index = element_index(node, indices, a, x.shape)
+        out = x.copy()
+        if reduce is None:
+            out[index] = updates
+        else:
+            reduce.at(out, index, updates)
+        return (out,)
+
+    return run
+
+
+@cpu_kernel("Scatter", since=9)
+def scatter(node: KernelNode) -> KernelFn:
+    """The deprecated opset 9-10 spelling of ScatterElements (no reduction)."""
+    return _scatter_elements(node, node.attr("axis", 0), None)
+
+
+@cpu_kernel("ScatterElements", since=11)
+def scatter_elements(node: KernelNode) -> KernelFn:
+    return _scatter_elements(node, node.attr("axis", 0), _reduction(node))
+
+
+@cpu_kernel("ScatterND", since=11)
+def scatter_nd(node: KernelNode) -> KernelFn:
+    reduce = _reduction(node)
+
+    def run(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray]:
+        indices = np.asarray(indices)
+        index = nd_index(node, x.shape, indices, 0)
+        k = indices.shape[-1]
+        want = indices.shape[:-1] + x.shape[k:]
+        if updates.shape != want:
+            raise _bad(node, f"updates shape {updates.shape} should be {want}")
+        out = x.copy()
+        flat = out.reshape((1, *x.shape))  # a view: writes land in `out`
+        upd = updates.reshape((1, math.prod(indices.shape[:-1]), *x.shape[k:]))
+        if reduce is None:
+            flat[index] = upd
+        else:
+            reduce.at(flat, index, upd)
+        return (out,)
+
+    return run

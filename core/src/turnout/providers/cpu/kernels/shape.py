@@ -1,0 +1,721 @@
+"""Shape and data-movement kernels: Reshape, Transpose, Concat, Split, Slice, Squeeze, Unsqueeze,
+Flatten, Shape, Size, Expand, Tile, Pad, Constant(OfShape), Identity, Range, NonZero, OneHot, Trilu,
+DepthToSpace, SpaceToDepth, Compress, Unique, ReverseSequence, EyeLike, CenterCropPad, Optional*.
+
+Ops that only change metadata (Reshape, Squeeze, Unsqueeze, Flatten, Transpose, Slice, Split,
+Identity) return numpy views of their input; nothing here writes into an input. Versions whose
+attributes became inputs (Split/Squeeze/Unsqueeze at 13, Slice at 10, Pad at 11) branch on
+`node.since_version` inside one factory.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+from onnx import numpy_helper
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+
+__all__: list[str] = []
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+
+
+def _bad(node: KernelNode, msg: str) -> InvalidArgument:
+    return InvalidArgument(f"{node.name}: {msg}")
+
+
+def ints(value: Any) -> list[int]:
+    """A shape-like tensor (or list, or scalar) as a list of Python ints."""
+    return [int(v) for v in np.asarray(value).ravel().tolist()]
+
+
+def norm_axis(node: KernelNode, axis: int, rank: int) -> int:
+    """`axis` in [-rank, rank) mapped to [0, rank); anything else is an InvalidArgument."""
+    if not -rank <= axis < rank:
+        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def norm_axes(node: KernelNode, axes: Sequence[int], rank: int) -> list[int]:
+    """Normalized axes; duplicates are an InvalidArgument."""
+    out = [norm_axis(node, int(a), rank) for a in axes]
+    if len(set(out)) != len(out):
+        raise _bad(node, f"axes {list(axes)} contain duplicates")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Reshape family (views)
+
+
+def reshape_target(
+    node: KernelNode, in_shape: tuple[int, ...], shape: Sequence[int], allowzero: bool
+) -> tuple[int, ...]:
+    """Resolve ONNX's 0 (copy the input dim unless allowzero) and -1 (infer) in a target shape."""
+    out = []
+    infer = -1
+    for i, s in enumerate(shape):
+        if s == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise _bad(
+                    node, f"shape {list(shape)} copies dim {i} of a rank-{len(in_shape)} input"
+                )
+            s = in_shape[i]
+        elif s == -1:
+            if infer >= 0:
+                raise _bad(node, f"shape {list(shape)} has more than one -1")
+            infer = i
+        elif s < 0:
+            raise _bad(node, f"shape {list(shape)} has a negative dimension")
+        out.append(s)
+    total = math.prod(in_shape)
+    if infer >= 0:
+        known = math.prod(s for i, s in enumerate(out) if i != infer)
+        if known == 0 or total % known:
+            raise _bad(node, f"cannot reshape input of shape {in_shape} to {list(shape)}")
+        out[infer] = total // known
+    if math.prod(out) != total:
+        raise _bad(node, f"cannot reshape input of shape {in_shape} to {list(shape)}")
+    return tuple(out)
+
+
+@cpu_kernel("Reshape", since=1)
+def reshape(node: KernelNode) -> KernelFn:
+    allowzero = bool(node.attr("allowzero", 0))
+    if node.since_version < 5:
+        fixed = list(node.attr("shape", []))
+        return lambda x: (x.reshape(reshape_target(node, x.shape, fixed, allowzero)),)
+
+    def run(x: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray]:
+        return (x.reshape(reshape_target(node, x.shape, ints(shape), allowzero)),)
+
+    return run
+
+
+@cpu_kernel("Transpose", since=1)
+def transpose(node: KernelNode) -> KernelFn:
+    perm = node.attr("perm")
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        p = list(range(x.ndim))[::-1] if perm is None else perm
+        if sorted(p) != list(range(x.ndim)):
+            raise _bad(node, f"perm {p} is not a permutation of the {x.ndim} input axes")
+        return (x.transpose(p),)
+
+    return run
+
+
+def _squeeze(node: KernelNode, x: np.ndarray, axes: list[int] | None) -> np.ndarray:
+    if axes is None:
+        return x.reshape(tuple(d for d in x.shape if d != 1))
+    ax = norm_axes(node, axes, x.ndim)
+    for a in ax:
+        if x.shape[a] != 1:
+            raise _bad(node, f"cannot squeeze axis {a} of size {x.shape[a]} (shape {x.shape})")
+    return x.reshape(tuple(d for i, d in enumerate(x.shape) if i not in ax))
+
+
+def _unsqueeze(node: KernelNode, x: np.ndarray, axes: list[int]) -> np.ndarray:
+    rank = x.ndim + len(axes)
+    ax = set(norm_axes(node, axes, rank))
+    dims = iter(x.shape)
+    return x.reshape(tuple(1 if i in ax else next(dims) for i in range(rank)))
+
+
+@cpu_kernel("Squeeze", since=1)
+def squeeze(node: KernelNode) -> KernelFn:
+    if node.since_version < 13:
+        axes = node.attr("axes")
+        return lambda x: (_squeeze(node, x, axes),)
+    return lambda x, axes=None: (_squeeze(node, x, None if axes is None else ints(axes)),)
+
+
+@cpu_kernel("Unsqueeze", since=1)
+def unsqueeze(node: KernelNode) -> KernelFn:
+    if node.since_version < 13:
+        axes = list(node.attr("axes", []))
+        return lambda x: (_unsqueeze(node, x, axes),)
+    return lambda x, axes: (_unsqueeze(node, x, ints(axes)),)
+
+
+@cpu_kernel("Flatten", since=1)
+def flatten(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis", 1)
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        a = axis + x.ndim if axis < 0 else axis
+        if not 0 <= a <= x.ndim:
+            raise _bad(node, f"axis {axis} is out of range for rank {x.ndim}")
+        return (x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:])),)
+
+    return run
+
+
+@cpu_kernel("Identity", since=1)
+def identity(node: KernelNode) -> KernelFn:
+    """Tensors, sequences and optionals (None included) pass through unchanged."""
+    return lambda x: (x,)
+
+
+# --------------------------------------------------------------------------------------------
+# Shape queries and constants
+
+
+@cpu_kernel("Shape", since=1)
+def shape(node: KernelNode) -> KernelFn:
+    start = node.attr("start", 0)
+    end = node.attr("end")
+    return lambda x: (np.array(x.shape[start:end], dtype=np.int64),)
+
+
+@cpu_kernel("Size", since=1)
+def size(node: KernelNode) -> KernelFn:
+    return lambda x: (np.array(x.size, dtype=np.int64),)
+
+
+def _sparse_to_dense(sp: Any) -> np.ndarray:
+    values = numpy_helper.to_array(sp.values)
+    indices = numpy_helper.to_array(sp.indices).astype(np.int64)
+    dims = tuple(int(d) for d in sp.dims)
+    dense = np.zeros(math.prod(dims), dtype=values.dtype)
+    if indices.ndim == 2:  # [NNZ, rank] coordinates
+        indices = np.ravel_multi_index(tuple(indices.T), dims) if indices.size else indices[:, 0]
+    dense[indices] = values
+    return dense.reshape(dims)
+
+
+@cpu_kernel("Constant", since=1)
+def constant(node: KernelNode) -> KernelFn:
+    a = node.attrs
+    if "value" in a:
+        value = np.asarray(a["value"])
+    elif "sparse_value" in a:
+        value = _sparse_to_dense(a["sparse_value"])
+    elif "value_float" in a:
+        value = np.array(a["value_float"], dtype=np.float32)
+    elif "value_floats" in a:
+        value = np.array(a["value_floats"], dtype=np.float32)
+    elif "value_int" in a:
+        value = np.array(a["value_int"], dtype=np.int64)
+    elif "value_ints" in a:
+        value = np.array(a["value_ints"], dtype=np.int64)
+    elif "value_string" in a:
+        value = np.array(a["value_string"], dtype=object)
+    elif "value_strings" in a:
+        value = np.array(a["value_strings"], dtype=object)
+    else:
+        raise _bad(node, "Constant has no value attribute")
+    value = value.copy()
+    value.setflags(write=False)  # shared by every run
+    return lambda: (value,)
+
+
+@cpu_kernel("ConstantOfShape", since=9)
+def constant_of_shape(node: KernelNode) -> KernelFn:
+    v = node.attr("value")
+    fill = np.zeros(1, np.float32) if v is None else np.asarray(v).ravel()[:1]
+
+    def run(shape_: np.ndarray) -> tuple[np.ndarray]:
+        dims = ints(shape_)
+        if any(d < 0 for d in dims):
+            raise _bad(node, f"negative dimension in shape {dims}")
+        return (np.full(dims, fill[0], dtype=fill.dtype),)
+
+    return run
+
+
+@cpu_kernel("EyeLike", since=9)
+def eye_like(node: KernelNode) -> KernelFn:
+    k = node.attr("k", 0)
+    dt = node.attr("dtype")
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        from ....dtypes import np_dtype
+
+        if x.ndim != 2:
+            raise _bad(node, f"EyeLike needs a 2-D input, got shape {x.shape}")
+        dtype = x.dtype if dt is None else np_dtype(dt)
+        return (np.eye(x.shape[0], x.shape[1], k, dtype=dtype),)
+
+    return run
+
+
+@cpu_kernel("Range", since=11)
+def range_(node: KernelNode) -> KernelFn:
+    """output[i] = start + i * delta; float16/bfloat16 computed in float32 (stash_type, 27)."""
+    stash = node.attr("stash_type", 1)
+
+    def run(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray]:
+        dt = np.asarray(start).dtype
+        s, lim, d = (np.asarray(v).item() for v in (start, limit, delta))
+        if d == 0:
+            raise _bad(node, "delta is zero")
+        n = max(math.ceil((lim - s) / d), 0)
+        if dt.kind in "iu":
+            return ((s + np.arange(n, dtype=np.int64) * d).astype(dt),)
+        ct = np.dtype(np.float32) if stash == 1 and dt.itemsize == 2 else dt
+        return ((ct.type(s) + np.arange(n).astype(ct) * ct.type(d)).astype(dt),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Joining and splitting
+
+
+@cpu_kernel("Concat", since=1)
+def concat(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis", 1)
+
+    def run(*xs: np.ndarray) -> tuple[np.ndarray]:
+        if not xs:
+            raise _bad(node, "Concat needs at least one input")
+        a = norm_axis(node, axis, xs[0].ndim)
+        for x in xs[1:]:
+            if x.ndim != xs[0].ndim or any(
+                p != q for i, (p, q) in enumerate(zip(x.shape, xs[0].shape)) if i != a
+            ):
+                raise _bad(
+                    node, f"cannot concatenate shapes {xs[0].shape} and {x.shape} on axis {a}"
+                )
+        return (np.concatenate(xs, axis=a),)
+
+    return run
+
+
+def split_sizes(
+    node: KernelNode, dim: int, split: list[int] | None, n_out: int, num_outputs: int | None
+) -> list[int]:
+    """Chunk sizes for Split: explicit, num_outputs (last chunk smaller), or equal parts."""
+    if split is not None:
+        if len(split) != n_out or sum(split) != dim or any(s < 0 for s in split):
+            raise _bad(node, f"split {split} does not divide a dim of {dim} into {n_out} outputs")
+        return split
+    if num_outputs is not None:
+        if num_outputs != n_out or num_outputs < 1:
+            raise _bad(node, f"num_outputs {num_outputs} but node has {n_out} outputs")
+        chunk = -(-dim // num_outputs)
+        last = dim - chunk * (num_outputs - 1)
+        if last < 0:
+            raise _bad(node, f"cannot split a dim of {dim} into {num_outputs} outputs")
+        return [chunk] * (num_outputs - 1) + [last]
+    if dim % n_out:
+        raise _bad(node, f"cannot split a dim of {dim} evenly into {n_out} outputs")
+    return [dim // n_out] * n_out
+
+
+@cpu_kernel("Split", since=1)
+def split(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis", 0)
+    n_out = len(node.node.outputs)
+    attr_split = node.attr("split")
+    num_outputs = node.attr("num_outputs")
+    attr_form = 2 <= node.since_version < 13
+
+    def run(x: np.ndarray, split_in: np.ndarray | None = None) -> list[np.ndarray]:
+        a = norm_axis(node, axis, x.ndim)
+        sp = attr_split if attr_form or split_in is None else ints(split_in)
+        if sp is not None and not sp and node.since_version < 13:
+            sp = None
+        sizes = split_sizes(node, x.shape[a], None if sp is None else list(sp), n_out, num_outputs)
+        return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=a)
+
+    return run
+
+
+def _slice_index(
+    node: KernelNode,
+    shape: tuple[int, ...],
+    starts: list[int],
+    ends: list[int],
+    axes: list[int] | None,
+    steps: list[int] | None,
+) -> tuple[slice, ...]:
+    """ONNX Slice semantics (negative wrap, clamping per step sign) as Python slices."""
+    n = len(starts)
+    if (
+        len(ends) != n
+        or (axes is not None and len(axes) != n)
+        or (steps is not None and len(steps) != n)
+    ):
+        raise _bad(node, "starts, ends, axes and steps must have the same length")
+    ax = norm_axes(node, axes if axes is not None else range(n), len(shape))
+    idx = [slice(None)] * len(shape)
+    for i, a in enumerate(ax):
+        dim = shape[a]
+        step = 1 if steps is None else steps[i]
+        if step == 0:
+            raise _bad(node, "slice step is zero")
+        s, e = starts[i], ends[i]
+        if s < 0:
+            s += dim
+        if e < 0:
+            e += dim
+        if step > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+        idx[a] = slice(s, e if e >= 0 else None, step)
+    return tuple(idx)
+
+
+@cpu_kernel("Slice", since=1)
+def slice_(node: KernelNode) -> KernelFn:
+    if node.since_version < 10:
+        st, en, ax = node.attr("starts"), node.attr("ends"), node.attr("axes")
+        return lambda x: (x[_slice_index(node, x.shape, st, en, ax, None)],)
+
+    def run(
+        x: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        axes: np.ndarray | None = None,
+        steps: np.ndarray | None = None,
+    ) -> tuple[np.ndarray]:
+        idx = _slice_index(
+            node,
+            x.shape,
+            ints(starts),
+            ints(ends),
+            None if axes is None else ints(axes),
+            None if steps is None else ints(steps),
+        )
+        return (x[idx],)
+
+    return run
+
+
+@cpu_kernel("Expand", since=8)
+def expand(node: KernelNode) -> KernelFn:
+    def run(x: np.ndarray, shape_: np.ndarray) -> tuple[np.ndarray]:
+        try:
+            out = np.broadcast_shapes(x.shape, tuple(ints(shape_)))
+        except ValueError:
+            raise _bad(node, f"cannot expand shape {x.shape} to {ints(shape_)}") from None
+        return (np.array(np.broadcast_to(x, out)),)
+
+    return run
+
+
+@cpu_kernel("Tile", since=6)
+def tile(node: KernelNode) -> KernelFn:
+    def run(x: np.ndarray, repeats: np.ndarray) -> tuple[np.ndarray]:
+        reps = ints(repeats)
+        if len(reps) != x.ndim or any(r < 0 for r in reps):
+            raise _bad(node, f"repeats {reps} must be {x.ndim} non-negative counts")
+        return (np.tile(x, reps),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Padding and cropping
+
+
+_PAD_MODES = {"constant", "reflect", "edge", "wrap"}
+
+
+def pad_array(
+    node: KernelNode, x: np.ndarray, pads: list[int], mode: str, value: Any, axes: list[int] | None
+) -> np.ndarray:
+    """Pad (negative pads crop first, then positive pads are added)."""
+    rank = x.ndim
+    ax = list(range(rank)) if axes is None else norm_axes(node, axes, rank)
+    if len(pads) != 2 * len(ax):
+        raise _bad(node, f"pads has {len(pads)} entries, expected {2 * len(ax)}")
+    before, after = [0] * rank, [0] * rank
+    for i, a in enumerate(ax):
+        before[a], after[a] = pads[i], pads[len(ax) + i]
+    crop = tuple(
+        slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(before, after))
+    )
+    if any(s.start > s.stop for s in crop):
+        raise _bad(node, f"pads {pads} crop more than the input shape {x.shape}")
+    x = x[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    if mode == "constant":
+        out = np.full(tuple(d + b + e for d, (b, e) in zip(x.shape, width)), value, dtype=x.dtype)
+        out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))] = x
+        return out
+    if not any(b or e for b, e in width):
+        return x
+    if x.size == 0:
+        raise _bad(node, f"cannot {mode}-pad an empty tensor")
+    if mode == "reflect" and any((b or e) and d < 2 for d, (b, e) in zip(x.shape, width)):
+        raise _bad(
+            node, f"reflect padding needs at least 2 elements on padded axes, shape {x.shape}"
+        )
+    padded: np.ndarray = np.pad(x, width, mode=cast(Any, mode))  # mode checked in the factory
+    return padded
+
+
+@cpu_kernel("Pad", since=1)
+def pad(node: KernelNode) -> KernelFn:
+    mode = node.attr("mode", "constant")
+    if mode not in _PAD_MODES:
+        raise _bad(node, f"unknown pad mode {mode!r}")
+
+    def fill(x: np.ndarray, value: Any) -> Any:
+        if value is None:
+            return "" if x.dtype == object else 0
+        v = np.asarray(value)
+        return v.item() if v.size == 1 else v.ravel()[0]
+
+    if node.since_version < 11:
+        pads_attr = list(node.attr("pads", node.attr("paddings", [])))
+        value_attr = node.attr("value", 0.0)
+        return lambda x: (pad_array(node, x, pads_attr, mode, fill(x, value_attr), None),)
+
+    def run(
+        x: np.ndarray,
+        pads_: np.ndarray,
+        constant_value: np.ndarray | None = None,
+        axes: np.ndarray | None = None,
+    ) -> tuple[np.ndarray]:
+        ax = None if axes is None else ints(axes)
+        return (pad_array(node, x, ints(pads_), mode, fill(x, constant_value), ax),)
+
+    return run
+
+
+@cpu_kernel("CenterCropPad", since=18)
+def center_crop_pad(node: KernelNode) -> KernelFn:
+    axes_attr = node.attr("axes")
+
+    def run(x: np.ndarray, shape_: np.ndarray) -> tuple[np.ndarray]:
+        target = ints(shape_)
+        ax = list(range(x.ndim)) if axes_attr is None else norm_axes(node, axes_attr, x.ndim)
+        if len(target) != len(ax):
+            raise _bad(node, f"shape {target} does not match {len(ax)} axes")
+        src = [slice(None)] * x.ndim
+        dst = [slice(None)] * x.ndim
+        out_shape = list(x.shape)
+        for a, t in zip(ax, target):
+            dim = x.shape[a]
+            if t < 0:
+                raise _bad(node, f"negative target size {t}")
+            out_shape[a] = t
+            if t < dim:
+                off = (dim - t) // 2
+                src[a] = slice(off, off + t)
+            elif t > dim:
+                off = (t - dim) // 2
+                dst[a] = slice(off, off + dim)
+        out = np.zeros(out_shape, dtype=x.dtype)
+        out[tuple(dst)] = x[tuple(src)]
+        return (out,)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Index-producing and masking ops
+
+
+@cpu_kernel("NonZero", since=9)
+def nonzero(node: KernelNode) -> KernelFn:
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        if x.ndim == 0:
+            return (np.zeros((0, 1 if bool(x) else 0), dtype=np.int64),)
+        nz = np.nonzero(x)
+        if not nz:
+            return (np.zeros((0, 0), dtype=np.int64),)
+        return (np.stack(nz).astype(np.int64, copy=False),)
+
+    return run
+
+
+@cpu_kernel("OneHot", since=9)
+def one_hot(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis", -1)
+
+    def run(indices: np.ndarray, depth: np.ndarray, values: np.ndarray) -> tuple[np.ndarray]:
+        d = np.asarray(depth)
+        if d.size != 1:
+            raise _bad(node, f"depth must have one element, got shape {d.shape}")
+        n = int(d.ravel()[0])
+        if n < 1:
+            raise _bad(node, f"depth must be positive, got {n}")
+        if np.asarray(values).size != 2:
+            raise _bad(node, "values must have two elements [off, on]")
+        off, on = np.asarray(values).ravel()
+        idx = np.asarray(indices).astype(np.int64)
+        idx = np.where(idx < 0, idx + n, idx)
+        a = norm_axis(node, axis, idx.ndim + 1)
+        hot = np.expand_dims(idx, a) == np.arange(n).reshape((n,) + (1,) * (idx.ndim - a))
+        return (np.where(hot, on, off).astype(np.asarray(values).dtype, copy=False),)
+
+    return run
+
+
+@cpu_kernel("Trilu", since=14)
+def trilu(node: KernelNode) -> KernelFn:
+    upper = bool(node.attr("upper", 1))
+
+    def run(x: np.ndarray, k: np.ndarray | None = None) -> tuple[np.ndarray]:
+        if x.ndim < 2:
+            raise _bad(node, f"Trilu needs rank >= 2, got shape {x.shape}")
+        kk = 0 if k is None else int(np.asarray(k).ravel()[0])
+        return ((np.triu if upper else np.tril)(x, kk),)
+
+    return run
+
+
+@cpu_kernel("Compress", since=9)
+def compress(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis")
+
+    def run(x: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray]:
+        c = np.asarray(cond).astype(bool).ravel()
+        a = None if axis is None else norm_axis(node, axis, x.ndim)
+        n = x.size if a is None else x.shape[a]
+        if c.size > n:
+            if c[n:].any():
+                raise _bad(node, f"condition selects past the end of a dim of {n}")
+            c = c[:n]
+        return (np.compress(c, x, axis=a),)
+
+    return run
+
+
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """np.unique(axis=0) for any dtype: sort rows as tuples (object arrays cannot be viewed)."""
+    keys = [tuple(r) for r in rows.tolist()]
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    first: dict[tuple[Any, ...], int] = {}
+    for i in order:
+        first.setdefault(keys[i], i)
+    uniq_keys = sorted(first)
+    pos = {k: j for j, k in enumerate(uniq_keys)}
+    idx = np.array([first[k] for k in uniq_keys], dtype=np.int64)
+    inv = np.array([pos[k] for k in keys], dtype=np.int64)
+    counts = np.bincount(inv, minlength=len(uniq_keys)).astype(np.int64)
+    return rows[idx], idx, inv, counts
+
+
+@cpu_kernel("Unique", since=11)
+def unique(node: KernelNode) -> KernelFn:
+    axis = node.attr("axis")
+    is_sorted = bool(node.attr("sorted", 1))
+
+    def run(x: np.ndarray) -> tuple[np.ndarray, ...]:
+        if axis is None:
+            u, idx, inv, cnt = np.unique(
+                x.ravel(), return_index=True, return_inverse=True, return_counts=True
+            )
+        else:
+            a = norm_axis(node, axis, x.ndim)
+            moved = np.moveaxis(x, a, 0)
+            rows = moved.reshape(moved.shape[0], -1)
+            if x.dtype == object:
+                ur, idx, inv, cnt = _unique_rows(rows)
+            else:
+                ur, idx, inv, cnt = np.unique(
+                    rows, axis=0, return_index=True, return_inverse=True, return_counts=True
+                )
+            u = np.moveaxis(ur.reshape((-1, *moved.shape[1:])), 0, a)
+        inv = inv.ravel()
+        if not is_sorted:
+            order = np.argsort(idx, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            u = np.take(u, order, axis=0 if axis is None else norm_axis(node, axis, x.ndim))
+            idx, cnt, inv = idx[order], cnt[order], rank[inv]
+        i64 = np.int64
+        return u, idx.astype(i64), inv.astype(i64), cnt.astype(i64)
+
+    return run
+
+
+@cpu_kernel("ReverseSequence", since=10)
+def reverse_sequence(node: KernelNode) -> KernelFn:
+    batch_axis = node.attr("batch_axis", 1)
+    time_axis = node.attr("time_axis", 0)
+
+    def run(x: np.ndarray, seq_lens: np.ndarray) -> tuple[np.ndarray]:
+        if {batch_axis, time_axis} != {0, 1}:
+            raise _bad(node, "batch_axis and time_axis must be 0 and 1 in some order")
+        m = np.moveaxis(x, (time_axis, batch_axis), (0, 1))
+        t_len, b_len = m.shape[:2]
+        lens = np.asarray(seq_lens).astype(np.int64).ravel()
+        if lens.shape != (b_len,) or (lens < 0).any() or (lens > t_len).any():
+            raise _bad(
+                node, f"sequence_lens {lens.tolist()} invalid for {b_len} batches of {t_len} steps"
+            )
+        t = np.arange(t_len)[:, None]
+        src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)
+        out = m[src, np.arange(b_len)[None, :]]
+        return (np.moveaxis(out, (0, 1), (time_axis, batch_axis)).copy(),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Depth <-> space
+
+
+@cpu_kernel("DepthToSpace", since=1)
+def depth_to_space(node: KernelNode) -> KernelFn:
+    bs = node.attr("blocksize")
+    mode = node.attr("mode", "DCR")
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        if x.ndim != 4 or x.shape[1] % (bs * bs):
+            raise _bad(node, f"input shape {x.shape} is not NCHW with C divisible by {bs * bs}")
+        b, c, h, w = x.shape
+        cc = c // (bs * bs)
+        if mode == "DCR":
+            y = x.reshape(b, bs, bs, cc, h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            y = x.reshape(b, cc, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return (y.reshape(b, cc, h * bs, w * bs),)
+
+    return run
+
+
+@cpu_kernel("SpaceToDepth", since=1)
+def space_to_depth(node: KernelNode) -> KernelFn:
+    bs = node.attr("blocksize")
+    # DCR: channel = (by * bs + bx) * C + c; CRD (opset 28): channel = c * bs * bs + by * bs + bx
+    perm = (0, 3, 5, 1, 2, 4) if node.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        if x.ndim != 4 or x.shape[2] % bs or x.shape[3] % bs:
+            raise _bad(node, f"input shape {x.shape} is not NCHW with H, W divisible by {bs}")
+        b, c, h, w = x.shape
+        y = x.reshape(b, c, h // bs, bs, w // bs, bs).transpose(perm)
+        return (y.reshape(b, c * bs * bs, h // bs, w // bs),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Optionals (an absent optional is None)
+
+
+@cpu_kernel("Optional", since=15)
+def optional(node: KernelNode) -> KernelFn:
+    return lambda x=None: (x,)
+
+
+@cpu_kernel("OptionalHasElement", since=15)
+def optional_has_element(node: KernelNode) -> KernelFn:
+    return lambda x=None: (np.array(x is not None),)
+
+
+@cpu_kernel("OptionalGetElement", since=15)
+def optional_get_element(node: KernelNode) -> KernelFn:
+    def run(x: Any) -> tuple[Any]:
+        if x is None:
+            raise _bad(node, "OptionalGetElement on an empty optional")
+        return (x,)
+
+    return run
