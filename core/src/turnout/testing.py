@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .dtypes import elem_type_of
 
@@ -22,6 +22,7 @@ __all__ = [
     "NodeCase",
     "assert_outputs_close",
     "iter_node_cases",
+    "normalize_values",
     "one_node_model",
     "run_own_kernel",
     "run_reference",
@@ -154,7 +155,20 @@ def iter_node_cases(op_types: set[str] | frozenset[str], domain: str = "") -> It
             continue
         opsets = {d.domain: d.version for d in case.model.opset_import}
         for inputs, outputs in case.data_sets:
-            yield NodeCase(case.name, n, opsets, list(inputs), list(outputs), case.rtol, case.atol)
+            yield NodeCase(
+                case.name,
+                n,
+                opsets,
+                normalize_values(inputs),
+                normalize_values(outputs),
+                case.rtol,
+                case.atol,
+            )
+
+
+def normalize_values(values: Sequence[Any]) -> list[Any]:
+    """Test data as runtime values: the onnx cases hold TensorProtos for some dtypes."""
+    return [numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,102 @@
+"""The onnx package's model tests: pytorch-converted, pytorch-operator, simple, and the light
+versions of the real models (weights replaced by ConstantOfShape, output shipped as a .pb).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import warnings
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from onnx.backend.test.loader import DATA_DIR, load_model_tests
+
+from turnout.backend import TurnoutBackend
+from turnout.testing import assert_outputs_close
+
+EXPECTED_FAILURES: dict[str, str] = {
+    "test_gradient_of_add": "ai.onnx.preview.training::Gradient needs automatic differentiation, "
+    "which turnout (an inference runtime) does not implement",
+    "test_gradient_of_add_and_mul": "ai.onnx.preview.training::Gradient needs automatic "
+    "differentiation, which turnout (an inference runtime) does not implement",
+}
+
+
+def _tensor(path: str) -> np.ndarray:
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def _dir_cases() -> list[Any]:
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for kind in ("simple", "pytorch-converted", "pytorch-operator"):
+            for case in load_model_tests(kind=kind):
+                marks = []
+                if case.name in EXPECTED_FAILURES:
+                    marks.append(
+                        pytest.mark.xfail(reason=EXPECTED_FAILURES[case.name], strict=True)
+                    )
+                out.append(pytest.param(case, id=f"{kind}/{case.name}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("case", _dir_cases())
+def test_model_case(case: Any) -> None:
+    model_path = os.path.join(case.model_dir, "model.onnx")
+    rep = TurnoutBackend.prepare(model_path)
+    data_sets = sorted(glob.glob(os.path.join(case.model_dir, "test_data_set*")))
+    assert data_sets, f"{case.name}: no data sets shipped"
+    for ds in data_sets:
+        inputs = [_tensor(p) for p in sorted(glob.glob(os.path.join(ds, "input_*.pb")))]
+        expected = [_tensor(p) for p in sorted(glob.glob(os.path.join(ds, "output_*.pb")))]
+        got = rep.run(inputs)
+        assert_outputs_close(expected, list(got), case.rtol, case.atol)
+
+
+LIGHT_DIR = os.path.join(DATA_DIR, "light")
+LIGHT_MODELS = sorted(
+    os.path.basename(p)[len("light_") : -len(".onnx")]
+    for p in glob.glob(os.path.join(LIGHT_DIR, "light_*.onnx"))
+)
+
+
+LIGHT_EXPECTED_FAILURES = {
+    "squeezenet": "ill-conditioned: its constant weights drive the pooled logits to 2.69e9, where "
+    "float32 values are 256 apart; mathematically equal channels come out of BLAS sgemm up to "
+    "768 apart (3 distinct values over 1000 channels), and Softmax turns a 256 gap into "
+    "exp(-256), so the output is not the uniform 0.001 the expected file holds (onnxruntime's "
+    "MLAS happens to produce bit-identical channels here)",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=[pytest.mark.xfail(reason=LIGHT_EXPECTED_FAILURES[n], strict=True)]
+            if n in LIGHT_EXPECTED_FAILURES
+            else [],
+        )
+        for n in LIGHT_MODELS
+    ],
+)
+def test_light_model(name: str) -> None:
+    """The light models' outputs do not depend on the image (constant weights): zeros in."""
+    path = os.path.join(LIGHT_DIR, f"light_{name}.onnx")
+    rep = TurnoutBackend.prepare(path)
+    inputs = {
+        arg.name: np.zeros([d if isinstance(d, int) else 1 for d in arg.shape], np.float32)
+        for arg in rep.session.get_inputs()
+    }
+    expected = _tensor(os.path.join(LIGHT_DIR, f"light_{name}_output_0.pb"))
+    (got,) = rep.run(inputs)
+    assert_outputs_close([expected], [got], 1e-3, 1e-7)
