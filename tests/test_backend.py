@@ -12,9 +12,10 @@ import numpy as np
 import onnx
 import onnx.backend.test
 import pytest
-import turnout.backend as tb
 from onnx import TensorProto, helper
 from onnx.backend.test import loader
+
+import turnout.backend as tb
 
 OPS = ("relu", "add", "conv", "gemm")
 

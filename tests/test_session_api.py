@@ -17,8 +17,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import turnout as ort_t
 from onnx import TensorProto, helper
+
+import turnout as ort_t
 from turnout.capi.onnxruntime_pybind11_state import InvalidArgument as CapiInvalidArgument
 
 ort.set_default_logger_severity(3)  # keep ORT's "initializer in graph inputs" notes quiet
@@ -602,6 +603,7 @@ def test_io_binding_ortvalues_and_preallocated_output() -> None:
 
 def test_io_binding_importable_from_capi_like_ort() -> None:
     from onnxruntime.capi.onnxruntime_inference_collection import IOBinding as OrtIOBinding
+
     from turnout.capi.onnxruntime_inference_collection import IOBinding
 
     assert OrtIOBinding is not None and IOBinding is ort_t.IOBinding

@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi import _pybind_state as ort_c
+
 from turnout import errors, logs
 from turnout.dtypes import ELEM_TYPE_NAMES, np_dtype, type_string
 from turnout.values import (

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-import turnout
 from onnx import TensorProto, helper
+
+import turnout
 from turnout.errors import InvalidArgument, RuntimeException
 from turnout.executor.plan import Plan, RunTerminated, Step
 

@@ -7,8 +7,9 @@ import pathlib
 import numpy as np
 import onnx
 import pytest
-import turnout
 from onnx import TensorProto, helper, numpy_helper
+
+import turnout
 from turnout.errors import InvalidGraph, InvalidProtobuf, NoSuchFile
 
 

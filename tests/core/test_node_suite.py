@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from turnout.backend import TurnoutBackend
 from turnout.testing import _all_node_cases, assert_outputs_close, normalize_values
 

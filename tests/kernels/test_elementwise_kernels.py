@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from onnx import helper
+
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     NodeCase,

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+
 from turnout.errors import InvalidArgument
 from turnout.testing import assert_outputs_close, iter_node_cases, run_own_kernel, run_reference
 

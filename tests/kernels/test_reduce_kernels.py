@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper
+
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     NodeCase,

@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     assert_outputs_close,

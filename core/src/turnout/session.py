@@ -419,7 +419,6 @@ class InferenceSession:
         return self._profiler.start_wall_ns if self._profiler is not None else 0
 
 
-
 def _override_free_dims(model: onnx.ModelProto, opts: SessionOptions) -> None:
     """Fix symbolic input dims by name or denotation before shape inference sees them."""
     by_name = opts._free_dims_by_name

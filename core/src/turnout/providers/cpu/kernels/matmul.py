@@ -1,0 +1,220 @@
+"""Matrix-product kernels: Gemm, MatMul, MatMulInteger, QLinearMatMul, Einsum, Det.
+
+Everything funnels into BLAS through numpy. Types BLAS lacks are widened first: float16 and
+bfloat16 compute in float32 and round once at the end; 8-bit integer products compute in float64,
+which is exact for any realistic inner dimension (|sum| < 2**53), and are narrowed afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+from .cast import convert
+
+__all__: list[str] = []
+
+
+def _widen(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype a product is computed in for inputs of type `dt`."""
+    if dt == np.float16 or dt.kind == "V":
+        return np.dtype(np.float32)
+    return dt
+
+
+def _matmul(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.matmul with ONNX/numpy semantics, shape errors as InvalidArgument."""
+    try:
+        return np.matmul(a, b)
+    except ValueError as e:
+        raise InvalidArgument(
+            f"{name}: cannot multiply shapes {a.shape} and {b.shape}: {e}"
+        ) from None
+
+
+@cpu_kernel("MatMul", since=1)
+def matmul(node: KernelNode) -> KernelFn:
+    name = node.name
+
+    def run(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray]:
+        dt = a.dtype
+        if b.dtype != dt:
+            raise InvalidArgument(f"{name}: input types differ ({dt} and {b.dtype})")
+        if a.ndim == 0 or b.ndim == 0:
+            raise InvalidArgument(f"{name}: MatMul inputs must have rank >= 1")
+        w = _widen(dt)
+        if w != dt:
+            return (_matmul(name, a.astype(w), b.astype(w)).astype(dt),)
+        return (np.asarray(_matmul(name, a, b)),)
+
+    return run
+
+
+def _scale_int(y: np.ndarray, factor: float) -> np.ndarray:
+    """Integer `y` times a float attribute (alpha/beta), back in `y`'s type."""
+    if factor == 1.0:
+        return y
+    if float(factor).is_integer():
+        return y * y.dtype.type(int(factor))
+    return (y.astype(np.float64) * factor).astype(y.dtype)
+
+
+@cpu_kernel("Gemm", since=1)
+def gemm(node: KernelNode) -> KernelFn:
+    alpha = float(node.attr("alpha", 1.0))
+    beta = float(node.attr("beta", 1.0))
+    trans_a = bool(node.attr("transA", 0))
+    trans_b = bool(node.attr("transB", 0))
+    # before opset 7, C only broadcasts when the `broadcast` attribute says so
+    exact_c = node.since_version < 7 and not node.attr("broadcast", 0)
+    name = node.name
+
+    def run(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None) -> tuple[np.ndarray]:
+        if a.ndim != 2 or b.ndim != 2:
+            raise InvalidArgument(f"{name}: Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
+        dt = a.dtype
+        w = _widen(dt)
+        aa = a.T if trans_a else a
+        bb = b.T if trans_b else b
+        if aa.shape[1] != bb.shape[0]:
+            raise InvalidArgument(
+                f"{name}: inner dimensions differ: A is {a.shape} (transA={int(trans_a)}), "
+                f"B is {b.shape} (transB={int(trans_b)})"
+            )
+        y = np.matmul(aa.astype(w, copy=False), bb.astype(w, copy=False))
+        is_float = w.kind == "f"
+        if is_float:
+            if alpha != 1.0:
+                y *= w.type(alpha)
+        else:
+            y = _scale_int(y, alpha)
+        if c is not None and beta != 0.0:
+            out_shape = y.shape
+            if exact_c:
+                fits = c.shape == out_shape
+            else:
+                fits = c.ndim <= 2 and all(
+                    s in (1, o) for s, o in zip(c.shape[::-1], out_shape[::-1])
+                )
+            if not fits:
+                raise InvalidArgument(
+                    f"{name}: C of shape {c.shape} does not broadcast to {out_shape}"
+                )
+            cc = c.astype(w, copy=False)
+            if is_float:
+                y += cc * w.type(beta) if beta != 1.0 else cc
+            else:
+                y = y + _scale_int(cc, beta)
+        return (y.astype(dt, copy=False),)
+
+    return run
+
+
+def _row_param(p: np.ndarray | None, a: np.ndarray) -> np.ndarray | None:
+    """A per-row (1-D, length M) zero point or scale of `a` as an (M, 1) column."""
+    if p is None:
+        return None
+    p = np.asarray(p)
+    if p.ndim == 1 and p.size > 1 and a.ndim >= 2:
+        return p.reshape(-1, 1)
+    return p
+
+
+def _sub_zero(name: str, x: np.ndarray, zp: np.ndarray | None, what: str) -> np.ndarray:
+    """`x - zp` in float64 (exact for the 8-bit types), with a readable broadcast error."""
+    xf = x.astype(np.float64)
+    if zp is None:
+        return xf
+    try:
+        return xf - np.asarray(zp).astype(np.float64)
+    except ValueError:
+        raise InvalidArgument(
+            f"{name}: {what} zero point of shape {np.shape(zp)} does not fit input {x.shape}"
+        ) from None
+
+
+@cpu_kernel("MatMulInteger", since=10)
+def matmul_integer(node: KernelNode) -> KernelFn:
+    name = node.name
+
+    def run(
+        a: np.ndarray,
+        b: np.ndarray,
+        a_zero_point: np.ndarray | None = None,
+        b_zero_point: np.ndarray | None = None,
+    ) -> tuple[np.ndarray]:
+        aa = _sub_zero(name, a, _row_param(a_zero_point, a), "A")
+        bb = _sub_zero(name, b, b_zero_point, "B")
+        return (_matmul(name, aa, bb).astype(np.int32),)
+
+    return run
+
+
+@cpu_kernel("QLinearMatMul", since=10)
+def qlinear_matmul(node: KernelNode) -> KernelFn:
+    name = node.name
+
+    def run(
+        a: np.ndarray,
+        a_scale: np.ndarray,
+        a_zero_point: np.ndarray | None,
+        b: np.ndarray,
+        b_scale: np.ndarray,
+        b_zero_point: np.ndarray | None,
+        y_scale: np.ndarray,
+        y_zero_point: np.ndarray | None,
+    ) -> tuple[np.ndarray]:
+        aa = _sub_zero(name, a, _row_param(a_zero_point, a), "A")
+        bb = _sub_zero(name, b, b_zero_point, "B")
+        acc = _matmul(name, aa, bb)
+        sdt = _widen(np.asarray(a_scale).dtype)
+        a_s = _row_param(np.asarray(a_scale).astype(sdt), a)
+        mult = a_s * np.asarray(b_scale).astype(sdt) / np.asarray(y_scale).astype(sdt)
+        y = acc * mult
+        out_dt = y_zero_point.dtype if y_zero_point is not None else a.dtype
+        if y_zero_point is not None:
+            y = y + np.asarray(y_zero_point).astype(np.float64)
+        if out_dt.kind in "iu":
+            info = np.iinfo(out_dt)
+            return (np.clip(np.rint(y), info.min, info.max).astype(out_dt),)
+        return (convert(y.astype(np.float32), out_dt, True),)
+
+    return run
+
+
+@cpu_kernel("Einsum", since=12)
+def einsum(node: KernelNode) -> KernelFn:
+    equation = str(node.attr("equation", "")).replace(" ", "")
+    if not equation:
+        raise InvalidArgument(f"{node.name}: Einsum needs a non-empty equation")
+    name = node.name
+
+    def run(*xs: np.ndarray) -> tuple[np.ndarray]:
+        dt = xs[0].dtype
+        w = _widen(dt)
+        args = [x.astype(w, copy=False) for x in xs]
+        try:
+            y = np.einsum(equation, *args, optimize=len(args) > 1)
+        except ValueError as e:
+            raise InvalidArgument(f"{name}: einsum {equation!r} failed: {e}") from None
+        return (np.asarray(y).astype(dt, copy=False),)
+
+    return run
+
+
+@cpu_kernel("Det", since=11)
+def det(node: KernelNode) -> KernelFn:
+    name = node.name
+
+    def run(x: np.ndarray) -> tuple[np.ndarray]:
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise InvalidArgument(f"{name}: Det needs square matrices, got shape {x.shape}")
+        dt = x.dtype
+        w = _widen(dt)
+        return (np.asarray(np.linalg.det(x.astype(w, copy=False))).astype(dt, copy=False),)
+
+    return run

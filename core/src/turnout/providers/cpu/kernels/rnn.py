@@ -1,0 +1,319 @@
+"""Recurrent kernels: RNN, GRU and LSTM (all opsets; layout from 14).
+
+The three ops share one driver (`_Recurrent`): it parses the common attributes, precomputes the
+input projection `X @ W^T + Wb` for every time step in one BLAS call, walks the time steps in
+Python for each direction with the whole batch at once, and masks batch entries whose
+`sequence_lens` are shorter (their state stops changing and their Y rows are zero). Each op
+contributes only its cell: a function from (projected input, state) to the new state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+
+__all__: list[str] = []
+
+Act = Callable[[np.ndarray], np.ndarray]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+# name -> (defaults of (alpha, beta) or None where unused, builder(alpha, beta) -> function)
+_ACTIVATIONS: dict[str, tuple[tuple[float | None, float | None], Callable[[Any, Any], Act]]] = {
+    "relu": ((None, None), lambda a, b: lambda x: np.maximum(x, 0)),
+    "tanh": ((None, None), lambda a, b: np.tanh),
+    "sigmoid": ((None, None), lambda a, b: _sigmoid),
+    "affine": ((1.0, 0.0), lambda a, b: lambda x: a * x + b),
+    "leakyrelu": ((0.01, None), lambda a, b: lambda x: np.where(x >= 0, x, a * x)),
+    "thresholdedrelu": ((1.0, None), lambda a, b: lambda x: np.where(x > a, x, 0)),
+    "scaledtanh": ((1.0, 1.0), lambda a, b: lambda x: a * np.tanh(b * x)),
+    "hardsigmoid": ((0.2, 0.5), lambda a, b: lambda x: np.clip(a * x + b, 0, 1)),
+    "elu": ((1.0, None), lambda a, b: lambda x: np.where(x >= 0, x, a * np.expm1(x))),
+    "softsign": ((None, None), lambda a, b: lambda x: x / (1 + np.abs(x))),
+    "softplus": ((None, None), lambda a, b: lambda x: np.logaddexp(0, x)),
+}
+
+
+def _activations(
+    name: str, names: Sequence[str], alphas: Sequence[float], betas: Sequence[float]
+) -> list[Act]:
+    """Activation functions; alpha/beta values are consumed in order by those that take them."""
+    out: list[Act] = []
+    ai = bi = 0
+    for n in names:
+        key = n.lower() if isinstance(n, str) else n.decode().lower()
+        if key not in _ACTIVATIONS:
+            raise InvalidArgument(f"{name}: unsupported activation {n!r}")
+        (da, db), make = _ACTIVATIONS[key]
+        a = b = None
+        if da is not None:
+            a = alphas[ai] if ai < len(alphas) else da
+            ai += 1
+        if db is not None:
+            b = betas[bi] if bi < len(betas) else db
+            bi += 1
+        out.append(make(a, b))
+    return out
+
+
+class _Recurrent:
+    """Attributes and the time loop shared by RNN, GRU and LSTM."""
+
+    gates = 1
+    default_acts: tuple[str, ...] = ("Tanh",)
+    has_cell = False
+
+    def __init__(self, node: KernelNode) -> None:
+        self.name = node.name
+        direction = node.attr("direction", "forward")
+        if direction not in ("forward", "reverse", "bidirectional"):
+            raise InvalidArgument(f"{self.name}: unknown direction {direction!r}")
+        self.directions = ["forward", "reverse"] if direction == "bidirectional" else [direction]
+        nd = len(self.directions)
+        self.hidden_size = node.attr("hidden_size")
+        clip = node.attr("clip")
+        self.clip = None if clip is None else float(clip)
+        self.layout = int(node.attr("layout", 0)) if node.since_version >= 14 else 0
+        names = node.attr("activations") or list(self.default_acts) * nd
+        per_dir = len(self.default_acts)
+        if len(names) == per_dir and nd == 2:
+            names = list(names) * 2
+        if len(names) != per_dir * nd:
+            raise InvalidArgument(
+                f"{self.name}: expected {per_dir * nd} activations, got {len(names)}"
+            )
+        acts = _activations(
+            self.name,
+            names,
+            node.attr("activation_alpha") or [],
+            node.attr("activation_beta") or [],
+        )
+        self.acts = [acts[i * per_dir : (i + 1) * per_dir] for i in range(nd)]
+        self.n_outputs = len(node.node.outputs)
+
+    def cell(
+        self, d: int, xw: np.ndarray, h: np.ndarray, c: np.ndarray | None, w: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def prepare(
+        self,
+        d: int,
+        r: np.ndarray,
+        b: np.ndarray | None,
+        p: np.ndarray | None,
+        hs: int,
+        dt: np.dtype[Any],
+    ) -> dict[str, Any]:
+        """Per-direction weights in the form the cell wants (R^T, recurrent bias, peepholes)."""
+        g = self.gates
+        return {
+            "rt": np.ascontiguousarray(r[d].T),
+            "rb": None if b is None else b[d, g * hs :],
+        }
+
+    def __call__(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        r: np.ndarray,
+        b: np.ndarray | None = None,
+        seq_lens: np.ndarray | None = None,
+        init_h: np.ndarray | None = None,
+        init_c: np.ndarray | None = None,
+        p: np.ndarray | None = None,
+    ) -> tuple[np.ndarray | None, ...]:
+        name, g, nd = self.name, self.gates, len(self.directions)
+        out_dt = x.dtype
+        dt = np.dtype(np.float32) if out_dt == np.float16 or out_dt.kind == "V" else out_dt
+        x = x.astype(dt, copy=False)
+        if x.ndim != 3:
+            raise InvalidArgument(f"{name}: X must be 3-D, got shape {x.shape}")
+        if self.layout == 1:
+            x = x.transpose(1, 0, 2)
+            init_h = None if init_h is None else init_h.transpose(1, 0, 2)
+            init_c = None if init_c is None else init_c.transpose(1, 0, 2)
+        steps, batch, isz = x.shape
+        hs = int(self.hidden_size) if self.hidden_size is not None else r.shape[-1]
+        if w.shape != (nd, g * hs, isz) or r.shape != (nd, g * hs, hs):
+            raise InvalidArgument(
+                f"{name}: W {w.shape} / R {r.shape} do not match {nd} direction(s), "
+                f"hidden size {hs} and input size {isz}"
+            )
+        if b is not None and b.shape != (nd, 2 * g * hs):
+            raise InvalidArgument(f"{name}: B has shape {b.shape}, expected {(nd, 2 * g * hs)}")
+        for what, v in (("initial_h", init_h), ("initial_c", init_c)):
+            if v is not None and v.shape != (nd, batch, hs):
+                raise InvalidArgument(
+                    f"{name}: {what} has shape {v.shape}, expected {(nd, batch, hs)}"
+                )
+        if p is not None and p.shape != (nd, 3 * hs):
+            raise InvalidArgument(f"{name}: P has shape {p.shape}, expected {(nd, 3 * hs)}")
+        lens = None
+        if seq_lens is not None:
+            lens = np.asarray(seq_lens).astype(np.int64).reshape(-1)
+            if lens.shape != (batch,) or (lens < 0).any() or (lens > steps).any():
+                raise InvalidArgument(
+                    f"{name}: sequence_lens {lens.tolist()} must be {batch} values in [0, {steps}]"
+                )
+            if (lens == steps).all():
+                lens = None
+        w, r = w.astype(dt, copy=False), r.astype(dt, copy=False)
+        b = None if b is None else b.astype(dt, copy=False)
+        p = None if p is None else p.astype(dt, copy=False)
+
+        y = np.zeros((steps, nd, batch, hs), dt)
+        y_h = np.empty((nd, batch, hs), dt)
+        y_c = np.empty((nd, batch, hs), dt) if self.has_cell else None
+        x2 = x.reshape(steps * batch, isz)
+        for d, direction in enumerate(self.directions):
+            xw = (x2 @ w[d].T).reshape(steps, batch, g * hs)
+            if b is not None:
+                xw += b[d, : g * hs]
+            wd = self.prepare(d, r, b, p, hs, dt)
+            h = np.zeros((batch, hs), dt) if init_h is None else init_h[d].astype(dt)
+            c = None
+            if self.has_cell:
+                c = np.zeros((batch, hs), dt) if init_c is None else init_c[d].astype(dt)
+            order = range(steps) if direction == "forward" else range(steps - 1, -1, -1)
+            for t in order:
+                h_new, c_new = self.cell(d, xw[t], h, c, wd)
+                if lens is not None:
+                    live = (t < lens)[:, None]
+                    h_new = np.where(live, h_new, h)
+                    if c_new is not None and c is not None:
+                        c_new = np.where(live, c_new, c)
+                    y[t, d] = np.where(live, h_new, 0)
+                else:
+                    y[t, d] = h_new
+                h, c = h_new, c_new
+            y_h[d] = h
+            if y_c is not None and c is not None:
+                y_c[d] = c
+        if self.layout == 1:
+            outs: list[Any] = [
+                y.transpose(2, 0, 1, 3),
+                y_h.transpose(1, 0, 2),
+                None if y_c is None else y_c.transpose(1, 0, 2),
+            ]
+        else:
+            outs = [y, y_h, y_c]
+        return tuple(
+            None if o is None else o.astype(out_dt, copy=False) for o in outs[: self.n_outputs]
+        )
+
+    def _clip(self, v: np.ndarray) -> np.ndarray:
+        return v if self.clip is None else np.clip(v, -self.clip, self.clip)
+
+
+class _RNN(_Recurrent):
+    gates = 1
+    default_acts = ("Tanh",)
+
+    def cell(
+        self, d: int, xw: np.ndarray, h: np.ndarray, c: Any, w: dict[str, Any]
+    ) -> tuple[np.ndarray, None]:
+        z = xw + h @ w["rt"]
+        if w["rb"] is not None:
+            z += w["rb"]
+        return self.acts[d][0](self._clip(z)), None
+
+
+class _GRU(_Recurrent):
+    gates = 3
+    default_acts = ("Sigmoid", "Tanh")
+
+    def __init__(self, node: KernelNode) -> None:
+        super().__init__(node)
+        self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
+
+    def cell(
+        self, d: int, xw: np.ndarray, h: np.ndarray, c: Any, w: dict[str, Any]
+    ) -> tuple[np.ndarray, None]:
+        f, g = self.acts[d]
+        hs = h.shape[1]
+        rt, rb = w["rt"], w["rb"]
+        zr = xw[:, : 2 * hs] + h @ rt[:, : 2 * hs]
+        if rb is not None:
+            zr += rb[: 2 * hs]
+        zr = f(self._clip(zr))
+        z, r = zr[:, :hs], zr[:, hs:]
+        if self.linear_before_reset:
+            hr = h @ rt[:, 2 * hs :]
+            if rb is not None:
+                hr += rb[2 * hs :]
+            pre = xw[:, 2 * hs :] + r * hr
+        else:
+            pre = xw[:, 2 * hs :] + (r * h) @ rt[:, 2 * hs :]
+            if rb is not None:
+                pre += rb[2 * hs :]
+        ht = g(self._clip(pre))
+        return (1 - z) * ht + z * h, None
+
+
+class _LSTM(_Recurrent):
+    gates = 4
+    default_acts = ("Sigmoid", "Tanh", "Tanh")
+    has_cell = True
+
+    def __init__(self, node: KernelNode) -> None:
+        super().__init__(node)
+        self.input_forget = bool(node.attr("input_forget", 0))
+
+    def prepare(
+        self,
+        d: int,
+        r: np.ndarray,
+        b: np.ndarray | None,
+        p: np.ndarray | None,
+        hs: int,
+        dt: np.dtype[Any],
+    ) -> dict[str, Any]:
+        wd = super().prepare(d, r, b, p, hs, dt)
+        if p is not None:
+            wd["pi"], wd["po"], wd["pf"] = p[d, :hs], p[d, hs : 2 * hs], p[d, 2 * hs :]
+        return wd
+
+    def cell(
+        self, d: int, xw: np.ndarray, h: np.ndarray, c: Any, w: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        f, g, hact = self.acts[d]
+        hs = h.shape[1]
+        z = xw + h @ w["rt"]
+        if w["rb"] is not None:
+            z += w["rb"]
+        zi, zo, zf, zc = z[:, :hs], z[:, hs : 2 * hs], z[:, 2 * hs : 3 * hs], z[:, 3 * hs :]
+        if "pi" in w:
+            zi = zi + w["pi"] * c
+            zf = zf + w["pf"] * c
+        i = f(self._clip(zi))
+        fg = 1 - i if self.input_forget else f(self._clip(zf))
+        c_new = fg * c + i * g(self._clip(zc))
+        if "po" in w:
+            zo = zo + w["po"] * c_new
+        o = f(self._clip(zo))
+        return o * hact(c_new), c_new
+
+
+def _factory(cls: type[_Recurrent]) -> Callable[[KernelNode], KernelFn]:
+    def factory(node: KernelNode) -> KernelFn:
+        return cls(node)
+
+    factory.__name__ = cls.__name__.lstrip("_").lower()
+    factory.__doc__ = f"{cls.__name__.lstrip('_')} kernel (see the module docstring)."
+    return factory
+
+
+rnn = cpu_kernel("RNN", since=1)(_factory(_RNN))
+gru = cpu_kernel("GRU", since=1)(_factory(_GRU))
+lstm = cpu_kernel("LSTM", since=1)(_factory(_LSTM))
