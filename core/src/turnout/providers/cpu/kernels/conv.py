@@ -118,9 +118,9 @@ def pad_spatial(
 
 def window_slices(
     kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
-) -> list[tuple[slice, ...]]:
+) -> list[tuple[Any, ...]]:
     """For each kernel offset, the strided slice of the padded input that it sees."""
-    res = []
+    res: list[tuple[Any, ...]] = []
     for offs in itertools.product(*[range(k) for k in kernel]):
         res.append(
             (
@@ -145,7 +145,7 @@ def _im2col(
     nd = len(kernel)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     v = sliding_window_view(xp, eff, axis=tuple(range(2, 2 + nd)))
-    idx = (slice(None), slice(None))
+    idx: tuple[slice, ...] = (slice(None), slice(None))
     idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
     idx += tuple(slice(None, None, d) for d in dilations)
     return v[idx]
@@ -392,7 +392,8 @@ def conv_transpose(node: KernelNode) -> KernelFn:
                 dst.append(slice(start + j0 * s, start + (j1 - 1) * s + 1, s))
             if empty:
                 continue
-            y[tuple(dst)] += cols[(slice(None), slice(None), ki, *tuple(src[2:]))]
+            key = (slice(None), slice(None), ki, *src[2:])
+            y[tuple(dst)] += cols[key]
         if b is not None:
             if b.shape != (group * mg,):
                 raise InvalidArgument(f"{node.name}: bias shape {b.shape} must be ({group * mg},)")

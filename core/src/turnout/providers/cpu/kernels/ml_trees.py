@@ -182,7 +182,7 @@ class _Forest:
 
     def _compare(self, m: int, nodes: np.ndarray, xv: np.ndarray) -> np.ndarray:
         if m < 6:
-            return _CMP[m](xv, self.threshold[nodes])  # type: ignore[no-any-return]
+            return _CMP[m](xv, self.threshold[nodes])
         vals = self.member_values
         pos = np.minimum(np.searchsorted(vals, xv), len(vals) - 1)
         hit = vals[pos] == xv
@@ -240,7 +240,7 @@ def _parse_v3(node: KernelNode, kind: str) -> tuple[_Forest, int]:
     values = _attr_array(node, "nodes_values", np.float32)
     if values is None:
         values = np.zeros(n_all, np.float32)
-    lists = {
+    lists: dict[str, np.ndarray] = {
         "nodes_featureids": np.asarray(node.attr("nodes_featureids", []), np.int64),
         "nodes_truenodeids": np.asarray(node.attr("nodes_truenodeids", []), np.int64),
         "nodes_falsenodeids": np.asarray(node.attr("nodes_falsenodeids", []), np.int64),
@@ -358,7 +358,7 @@ def _finish_scores(scores: np.ndarray, base: np.ndarray | None, pt: str) -> np.n
     fn = _TRANSFORMS[pt]
     if fn is None or (scores.shape[1] == 1 and pt != "PROBIT"):
         return scores
-    return fn(scores)  # type: ignore[no-any-return]
+    return fn(scores)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -374,7 +374,8 @@ def grid_sample(node: KernelNode) -> KernelFn:
 def _gather(x: np.ndarray, bidx: np.ndarray, idx: Sequence[np.ndarray]) -> np.ndarray:
     """x[b, :, i1, i2, ...] for index arrays shaped like the output: result (N, *out, C)."""
     xt = np.moveaxis(x, 1, -1)  # N, *spatial, C
-    return xt[(bidx, *tuple(idx))]
+    key = (bidx, *idx)
+    return xt[key]
 
 
 @cpu_kernel("AffineGrid", since=20)
@@ -434,8 +435,10 @@ def col2im(node: KernelNode) -> KernelFn:
                 slice(o * d, o * d + (m - 1) * s + 1, s)
                 for o, d, m, s in zip(offs, dil, nb, strides)
             )
-            y[(Ellipsis, *sl)] += cols[:, :, ki]
+            key: tuple[Any, ...] = (Ellipsis, *sl)
+            y[key] += cols[:, :, ki]
         crop = tuple(slice(pads[a], pads[a] + img[a]) for a in range(nd))
-        return (y[(Ellipsis, *crop)],)
+        key2: tuple[Any, ...] = (Ellipsis, *crop)
+        return (y[key2],)
 
     return run
