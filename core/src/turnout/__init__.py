@@ -9,6 +9,7 @@ from .errors import (
     EngineError,
     EPFail,
     Fail,
+    FallbackError,
     InvalidArgument,
     InvalidGraph,
     InvalidProtobuf,
@@ -19,6 +20,7 @@ from .errors import (
     RuntimeException,
     TurnoutError,
 )
+from .hookspecs import hookimpl
 from .io_binding import IOBinding
 from .logs import set_severity as set_default_logger_severity
 from .logs import set_verbosity as set_default_logger_verbosity
@@ -29,6 +31,7 @@ from .options import (
     RunOptions,
     SessionOptions,
 )
+from .plugins import register_provider
 from .session import (
     InferenceSession,
     ModelMetadata,
@@ -47,6 +50,7 @@ __all__ = [
     "ExecutionMode",
     "ExecutionOrder",
     "Fail",
+    "FallbackError",
     "GraphOptimizationLevel",
     "IOBinding",
     "InferenceSession",
@@ -73,6 +77,8 @@ __all__ = [
     "get_build_info",
     "get_device",
     "get_version_string",
+    "hookimpl",
+    "register_provider",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "EPFail",
     "EngineError",
+    "FallbackError",
     "Fail",
     "InvalidArgument",
     "InvalidGraph",
@@ -68,3 +69,8 @@ class InvalidGraph(TurnoutError, ValueError):
 
 class EPFail(TurnoutError):
     """An execution provider failed to probe, create or compile (ORT status EP_FAIL)."""
+
+
+class FallbackError(EPFail):
+    """Fallback policy "error": a requested provider is unavailable, or nodes would fall back
+    to the CPU provider. The message lists every such node with each provider's reason."""

@@ -114,6 +114,26 @@ class PartitionReport:
                 out[k] = out.get(k, 0) + v
         return out
 
+    def fallbacks(self, fallback_provider: str) -> list[tuple[str, str, str]]:
+        """(node, op, reasons) for nodes that landed on `fallback_provider` although other
+        providers were asked first; nested graphs included (their nodes as `outer/inner`)."""
+        out: list[tuple[str, str, str]] = []
+        if self.providers and self.providers[0] != fallback_provider:
+            for a in self.assignments:
+                if a.provider != fallback_provider:
+                    continue
+                reasons = [
+                    f"{p}: {d['reason']}"
+                    for p, ds in self.declines.items()
+                    if p != fallback_provider
+                    for d in ds
+                    if d["node"] == a.node
+                ]
+                out.append((a.node, a.op_type, "; ".join(reasons) or "not claimed"))
+        for key, sub in self.subgraphs.items():
+            out.extend((f"{key}/{n}", op, why) for n, op, why in sub.fallbacks(fallback_provider))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "graph": self.graph,

@@ -24,6 +24,7 @@ __all__ = [
     "BrokenPlugin",
     "ProviderRegistry",
     "broken_plugins",
+    "register_provider",
     "registry",
 ]
 
@@ -80,6 +81,19 @@ class ProviderRegistry:
             self.factories = factories
             self._loaded = True
 
+    def register(self, factory: ProviderFactory) -> None:
+        """Add a factory in-process (apps and tests); a plugin uses the entry point instead."""
+        self._load()
+        with self._lock:
+            self.factories = [f for f in self.factories if f.name != factory.name] + [factory]
+            self._probes.pop(factory.name, None)
+
+    def unregister(self, name: str) -> None:
+        self._load()
+        with self._lock:
+            self.factories = [f for f in self.factories if f.name != name]
+            self._probes.pop(name, None)
+
     def all(self) -> list[ProviderFactory]:
         self._load()
         return list(self.factories)
@@ -112,6 +126,11 @@ class ProviderRegistry:
 
 
 registry = ProviderRegistry()
+
+
+def register_provider(factory: ProviderFactory) -> None:
+    """Register a provider factory in this process, as if a plugin had contributed it."""
+    registry.register(factory)
 
 
 def broken_plugins() -> list[BrokenPlugin]:

@@ -19,7 +19,7 @@ import onnx
 
 from . import __version__
 from .dtypes import value_type_string
-from .errors import InvalidArgument
+from .errors import FallbackError, InvalidArgument
 from .executor.build import build_plan
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec
@@ -105,6 +105,7 @@ def get_available_providers() -> list[str]:
 
 
 ProviderSpec = str | tuple[str, dict[str, Any]]
+CPU_PROVIDER = "CPUExecutionProvider"
 
 # onnxruntime's provider names: requesting one that turnout has no plugin for is "unavailable"
 # (a warning, as in onnxruntime), while a name nobody knows is a typo (an error).
@@ -221,21 +222,46 @@ class InferenceSession:
             if factory is None or not avail.ok:
                 message = f"{name} is not available here: {avail.reason}"
                 if self._sess_options.fallback == "error":
-                    raise InvalidArgument(f"{message} (fallback policy 'error')")
+                    raise FallbackError(f"{message} (fallback policy 'error')")
                 # onnxruntime warns and carries on with the remaining providers
                 warnings.warn(f"{message}; continuing without it", UserWarning, stacklevel=3)
                 logger.warning("%s: %s", self._label, message)
                 continue
             instances.append(factory.create(opts))
             seen.add(factory.name)
-        if "CPUExecutionProvider" not in seen:
-            instances.append(registry.resolve("CPUExecutionProvider").create({}))
+        if CPU_PROVIDER not in seen:
+            instances.append(registry.resolve(CPU_PROVIDER).create({}))
         self._providers = instances
         self._provider_specs = [(p.name, dict(p.options)) for p in instances]
         self._reports: dict[str, PartitionReport] = {}
         self._plan: Plan = build_plan(self._graph, instances, self._reports, "", self._overrides)
-        counts = self._reports[""].counts()
-        logger.info("%s: placed nodes %s", self._label, counts)
+        requested = providers is not None and any(p.name != CPU_PROVIDER for p in instances)
+        if requested:
+            self._apply_fallback_policy()
+        logger.info("%s: placed nodes %s", self._label, self.partition_report().counts())
+
+    def _apply_fallback_policy(self) -> None:
+        """Nodes the requested providers declined landed on CPU: allow, warn once, or refuse."""
+        policy = self._sess_options.fallback
+        if policy == "allow":
+            return
+        fell = self.partition_report().fallbacks(CPU_PROVIDER)
+        if not fell:
+            return
+        if policy == "error":
+            lines = [f"  {node} ({op}): {why}" for node, op, why in fell]
+            raise FallbackError(
+                f"{self._label}: {len(fell)} node(s) would fall back to {CPU_PROVIDER} "
+                f"(fallback policy 'error'):\n" + "\n".join(lines)
+            )
+        kinds: dict[str, int] = {}
+        for _, op, why in fell:
+            key = f"{op} ({why})"
+            kinds[key] = kinds.get(key, 0) + 1
+        summary = "; ".join(f"{k} x{n}" for k, n in sorted(kinds.items(), key=lambda x: -x[1]))
+        logger.warning(
+            "%s: %d node(s) fell back to %s: %s", self._label, len(fell), CPU_PROVIDER, summary
+        )
 
     # ------------------------------------------------------------------ metadata
     def get_inputs(self) -> list[NodeArg]:

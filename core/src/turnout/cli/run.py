@@ -1,23 +1,19 @@
-"""The `turnout` command line: run a model, list providers."""
+"""`turnout run MODEL`: run a model on random (or given) inputs; outputs, providers, time."""
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from .errors import TurnoutError
-
-__all__ = ["main"]
+from ..errors import TurnoutError
 
 
 def _random_input(arg: Any, dims: dict[str, int], rng: np.random.Generator) -> Any:
-    from .dtypes import np_dtype
+    from ..dtypes import np_dtype
 
     type_str: str = arg.type
     if not type_str.startswith("tensor("):
@@ -42,14 +38,14 @@ def _random_input(arg: Any, dims: dict[str, int], rng: np.random.Generator) -> A
 
 
 def _resolve_model(name: str) -> str:
-    from .models import shipped_model
+    from ..models import shipped_model
 
     path = shipped_model(name)
     return str(path) if path is not None else name
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .session import InferenceSession
+    from ..session import InferenceSession
 
     providers = args.providers.split(",") if args.providers else None
     model = _resolve_model(args.model)
@@ -107,26 +103,7 @@ def _pair(text: str, conv: Any) -> tuple[str, Any]:
     return k, conv(v)
 
 
-def _cmd_providers(args: argparse.Namespace) -> int:
-    from .plugins import broken_plugins, registry
-
-    for f in registry.all():
-        a = registry.probe(f)
-        status = "available" if a.ok else f"unavailable: {a.reason}"
-        devices = ", ".join(str(d.device) for d in a.devices) or "-"
-        aliases = ", ".join(f.aliases)
-        print(
-            f"{f.name:<28} {status:<12} devices: {devices:<10} version: {a.version or '-'}"
-            f"  aliases: {aliases}"
-        )
-    for b in broken_plugins():
-        print(f"plugin {b.name!r} failed to load: {b.error}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="turnout", description="ONNX runtime with pluggable providers")
-    sub = p.add_subparsers(dest="command", required=True)
+def register(sub: Any) -> None:
     r = sub.add_parser("run", help="run a model on random (or given) inputs")
     r.add_argument("model", help="path to a .onnx file, or a shipped model name (tiny-cnn)")
     r.add_argument("--providers", help="comma-separated provider names, in priority order")
@@ -135,19 +112,3 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, default=10, help="number of timed runs")
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(func=_cmd_run)
-    pr = sub.add_parser("providers", help="list installed providers and whether they can run here")
-    pr.set_defaults(func=_cmd_providers)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except TurnoutError as e:
-        print(f"turnout: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
