@@ -16,14 +16,10 @@ from onnx import numpy_helper
 from onnx.backend.test.loader import DATA_DIR, load_model_tests
 
 from turnout.backend import TurnoutBackend
+from turnout.providers.cpu.provider import CPUProviderFactory
 from turnout.testing import assert_outputs_close
 
-EXPECTED_FAILURES: dict[str, str] = {
-    "test_gradient_of_add": "ai.onnx.preview.training::Gradient needs automatic differentiation, "
-    "which turnout (an inference runtime) does not implement",
-    "test_gradient_of_add_and_mul": "ai.onnx.preview.training::Gradient needs automatic "
-    "differentiation, which turnout (an inference runtime) does not implement",
-}
+EXPECTED_FAILURES = CPUProviderFactory().expected_failures()
 
 
 def _tensor(path: str) -> np.ndarray:

@@ -11,27 +11,10 @@ from typing import Any
 import pytest
 
 from turnout.backend import TurnoutBackend
+from turnout.providers.cpu.provider import CPUProviderFactory
 from turnout.testing import _all_node_cases, assert_outputs_close, normalize_values
 
-_RANDOM = (
-    "Bernoulli draws random numbers: the expected output is one sample of numpy's global RNG "
-    "taken while the onnx package built its cases, which no kernel can reproduce"
-)
-_ALIGN_CORNERS = (
-    "the expected data divides by the fractional output length (scale * input length); the "
-    "Resize spec and onnxruntime use the integer output length, as turnout does (checked "
-    "against onnxruntime in tests/kernels/test_nn_kernels.py)"
-)
-EXPECTED_FAILURES: dict[str, str] = {
-    "test_bernoulli": _RANDOM,
-    "test_bernoulli_double": _RANDOM,
-    "test_bernoulli_double_expanded": _RANDOM,
-    "test_bernoulli_expanded": _RANDOM,
-    "test_bernoulli_seed": _RANDOM,
-    "test_bernoulli_seed_expanded": _RANDOM,
-    "test_resize_downsample_scales_linear_align_corners": _ALIGN_CORNERS,
-    "test_resize_downsample_scales_cubic_align_corners": _ALIGN_CORNERS,
-}
+EXPECTED_FAILURES = CPUProviderFactory().expected_failures()
 
 
 def _params() -> list[Any]:

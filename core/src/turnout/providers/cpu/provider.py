@@ -5,6 +5,7 @@ It is always present and always last in priority: the fallback that makes every 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
@@ -19,6 +20,7 @@ from ...provider import (
     ProviderFactory,
 )
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
+from .expected_failures import EXPECTED_FAILURES
 from .reference import reference_kernel, reference_supports
 from .registry import CPU_KERNELS
 
@@ -66,3 +68,6 @@ class CPUProviderFactory(ProviderFactory):
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         return CPUExecutionProvider(options)
+
+    def expected_failures(self) -> Mapping[str, str]:
+        return EXPECTED_FAILURES

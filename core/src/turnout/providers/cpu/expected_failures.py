@@ -1,0 +1,32 @@
+"""Reviewed conformance failures of the CPU provider: case name (or regex) -> reason."""
+
+from __future__ import annotations
+
+__all__ = ["EXPECTED_FAILURES"]
+
+_RANDOM = (
+    "Bernoulli draws random numbers: the expected output is one sample of numpy's global RNG "
+    "taken while the onnx package built its cases, which no kernel can reproduce"
+)
+_ALIGN_CORNERS = (
+    "the expected data divides by the fractional output length (scale * input length); the "
+    "Resize spec and onnxruntime use the integer output length, as turnout does (checked "
+    "against onnxruntime in tests/kernels/test_nn_kernels.py)"
+)
+_GRADIENT = (
+    "ai.onnx.preview.training::Gradient needs automatic differentiation, which turnout (an "
+    "inference runtime) does not implement"
+)
+
+EXPECTED_FAILURES: dict[str, str] = {
+    "test_bernoulli": _RANDOM,
+    "test_bernoulli_double": _RANDOM,
+    "test_bernoulli_double_expanded": _RANDOM,
+    "test_bernoulli_expanded": _RANDOM,
+    "test_bernoulli_seed": _RANDOM,
+    "test_bernoulli_seed_expanded": _RANDOM,
+    "test_resize_downsample_scales_linear_align_corners": _ALIGN_CORNERS,
+    "test_resize_downsample_scales_cubic_align_corners": _ALIGN_CORNERS,
+    "test_gradient_of_add": _GRADIENT,
+    "test_gradient_of_add_and_mul": _GRADIENT,
+}
