@@ -21,16 +21,35 @@ __all__ = ["IOBinding"]
 
 
 class IOBinding:
-    """Inputs and outputs bound by name for `InferenceSession.run_with_iobinding`."""
+    """Inputs and outputs bound by name for `InferenceSession.run_with_iobinding`.
+
+    Outputs bound to a device stay there (no copy back to the host); inputs bound as device
+    OrtValues are consumed in place by providers on that device.
+    """
 
     def __init__(self, session: InferenceSession) -> None:
         self._session = session
         self._inputs: dict[str, Any] = {}
-        self._outputs: list[str] = []
+        self._outputs: dict[str, str] = {}  # name -> device string
         self._preallocated: dict[str, OrtValue] = {}
         self._results: list[OrtValue] = []
 
+    def _check_input(self, name: str) -> None:
+        if name not in self._session._specs:
+            raise InvalidArgument(
+                f"cannot bind input {name!r}: model inputs are "
+                + ", ".join(self._session._input_order)
+            )
+
+    def _check_output(self, name: str) -> None:
+        if name not in self._session._output_names:
+            raise InvalidArgument(
+                f"cannot bind output {name!r}: model outputs are "
+                + ", ".join(self._session._output_names)
+            )
+
     def bind_cpu_input(self, name: str, arr: np.ndarray) -> None:
+        self._check_input(name)
         self._inputs[name] = arr
 
     def bind_input(
@@ -48,7 +67,8 @@ class IOBinding:
         )
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
-        self._inputs[name] = ortvalue._value
+        self._check_input(name)
+        self._inputs[name] = ortvalue
 
     def bind_output(
         self,
@@ -59,13 +79,15 @@ class IOBinding:
         shape: Any = None,
         buffer_ptr: int | None = None,
     ) -> None:
-        _check_device(device_type, device_id)
+        self._check_output(name)
+        device = _check_device(device_type, device_id)
         if buffer_ptr is not None:
             raise InvalidArgument(f"bind_output({name!r}): raw buffer pointers are not supported")
-        self._outputs.append(name)
+        self._outputs[name] = device
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
-        self._outputs.append(name)
+        self._check_output(name)
+        self._outputs[name] = "cpu"
         self._preallocated[name] = ortvalue
 
     def clear_binding_inputs(self) -> None:
@@ -76,14 +98,17 @@ class IOBinding:
         self._preallocated.clear()
 
     def synchronize_inputs(self) -> None:
-        """Nothing to wait for on CPU."""
+        """Device providers synchronize in on_run_end; nothing is pending between runs."""
 
     def synchronize_outputs(self) -> None:
-        """Nothing to wait for on CPU."""
+        """Device providers synchronize in on_run_end; nothing is pending between runs."""
 
     def _run(self, run_options: RunOptions | None) -> None:
-        names = self._outputs or [o.name for o in self._session.get_outputs()]
-        outs = self._session.run(names, self._inputs, run_options)
+        if not self._outputs:
+            raise InvalidArgument("run_with_iobinding: no outputs are bound")
+        names = list(self._outputs)
+        on_device = frozenset(n for n, d in self._outputs.items() if d != "cpu")
+        outs = self._session._execute(names, self._inputs, run_options, on_device)
         results = []
         for name, value in zip(names, outs):
             target = self._preallocated.get(name)
@@ -91,14 +116,17 @@ class IOBinding:
                 target.update_inplace(value)
                 results.append(target)
             else:
-                results.append(OrtValue._wrap(value))
+                results.append(OrtValue._wrap(value, self._outputs[name]))
         self._results = results
 
     def get_outputs(self) -> list[OrtValue]:
         return list(self._results)
 
     def copy_outputs_to_cpu(self) -> list[Any]:
-        return [
-            v._value if not isinstance(v._value, np.ndarray) else v.numpy().copy()
-            for v in self._results
-        ]
+        out = []
+        for v in self._results:
+            if v.device_name() != "cpu" or isinstance(v._value, np.ndarray):
+                out.append(np.array(v.numpy(), copy=True))
+            else:
+                out.append(v._value)
+        return out

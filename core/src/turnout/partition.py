@@ -148,6 +148,18 @@ class PartitionReport:
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def to_dot(self, graph: Any = None) -> str:
+        """Graphviz DOT: nodes coloured by provider (edges and copies when `graph` is given)."""
+        from .report_render import to_dot
+
+        return to_dot(self, graph)
+
+    def to_html(self) -> str:
+        """A self-contained HTML page of this report."""
+        from .report_render import to_html
+
+        return to_html(self)
+
     def to_text(self, indent: str = "") -> str:
         lines = [
             f"{indent}graph {self.graph!r}: "
@@ -156,6 +168,15 @@ class PartitionReport:
         for a in self.assignments:
             how = a.source if a.group is None else f"{a.source} {a.group}"
             lines.append(f"{indent}  {a.node:<32} {a.op_type:<24} {a.provider} ({how})")
-            if a.node in self.subgraphs:
-                lines.append(self.subgraphs[a.node].to_text(indent + "    "))
+            for key, sub in self.subgraphs.items():
+                if key.split("/", 1)[0] == a.node:
+                    lines.append(sub.to_text(indent + "    "))
+        for c in self.copies:
+            lines.append(
+                f"{indent}  copy {c['value']}: {c['src']} -> {c['dst']} "
+                f"(for {', '.join(c['consumers'])})"
+            )
+        for p, ds in self.declines.items():
+            for d in ds:
+                lines.append(f"{indent}  declined by {p}: {d['node']}: {d['reason']}")
         return "\n".join(lines)

@@ -395,6 +395,8 @@ class ProviderFactory:
     default_priority: int = 0
     option_names: frozenset[str] = frozenset()
     version: str | None = None
+    device_type: str = "cpu"
+    """The `Device.type` its values live on; OrtValues for that device type use its transfer."""
 
     def probe(self) -> Availability:
         """Whether this provider can run here; never raises (a failure is a reason)."""
@@ -419,6 +421,10 @@ class ProviderFactory:
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         raise NotImplementedError
+
+    def data_transfer(self) -> DataTransfer:
+        """Host <-> device copies outside a session (OrtValue creation, IO binding)."""
+        return self.create({}).data_transfer
 
     def expected_failures(self) -> Mapping[str, str]:
         """Conformance cases this provider is known to fail: case name or regex -> reason.

@@ -20,7 +20,7 @@ import onnx
 from . import __version__
 from .dtypes import value_type_string
 from .errors import FallbackError, InvalidArgument
-from .executor.build import build_plan
+from .executor.build import prepare_graph
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec
 from .ir import Graph, ValueInfo
@@ -28,7 +28,7 @@ from .logs import logger
 from .model import ModelSource, infer_shapes, load_model, model_label
 from .options import RunOptions, SessionOptions
 from .partition import PartitionReport
-from .plugins import registry
+from .plugins import graph_passes, registry
 from .profiling import Profiler
 from .provider import Availability, ExecutionProvider
 from .values import OrtValue
@@ -156,15 +156,10 @@ class InferenceSession:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
         model = load_model(path_or_bytes)
         _override_free_dims(model, self._sess_options)
-        self._model = infer_shapes(model)
-        opsets = {
-            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
-        }
-        self._graph = Graph.from_proto(self._model.graph, opsets)
-        self._init_io()
+        self._loaded = model  # optimized per provider list in _set_providers
         self._set_providers(providers, provider_options)
         if self._sess_options.optimized_model_filepath:
-            onnx.save(self._model, self._sess_options.optimized_model_filepath)
+            _save_optimized(self._model, self._sess_options)
         if self._profiler is not None:
             self._profiler.event(
                 "Session", "session_initialization", t0, time.perf_counter_ns() - t0, {}
@@ -231,14 +226,49 @@ class InferenceSession:
             seen.add(factory.name)
         if CPU_PROVIDER not in seen:
             instances.append(registry.resolve(CPU_PROVIDER).create({}))
+        self._optimize(instances)
         self._providers = instances
         self._provider_specs = [(p.name, dict(p.options)) for p in instances]
         self._reports: dict[str, PartitionReport] = {}
-        self._plan: Plan = build_plan(self._graph, instances, self._reports, "", self._overrides)
+        self._prepared = prepare_graph(self._graph, instances, self._reports, "", self._overrides)
+        self._plan: Plan = self._prepared.plan()
+        self._device_plans: dict[frozenset[str], Plan] = {}
         requested = providers is not None and any(p.name != CPU_PROVIDER for p in instances)
         if requested:
             self._apply_fallback_policy()
         logger.info("%s: placed nodes %s", self._label, self.partition_report().counts())
+
+    def _optimize(self, instances: list[ExecutionProvider]) -> None:
+        """Optimize the loaded model for these providers, then infer shapes and build the IR."""
+        from .optimizer import optimize
+
+        opts = self._sess_options
+        try:
+            model, self._optimization_report = optimize(
+                self._loaded,
+                opts.graph_optimization_level,
+                supports=_fused_op_support(instances, self._loaded),
+                extra_passes=graph_passes(),
+                keep_initializers=opts._initializers,
+                fold_max_elements=int(
+                    opts._config.get("session.turnout.fold_max_elements", 1 << 20)
+                ),
+            )
+        except RuntimeError as e:  # a failing pass must not stop the model from running
+            from .optimizer import Level, OptimizationReport
+
+            logger.warning("%s: graph optimization skipped: %s", self._label, e)
+            model, self._optimization_report = self._loaded, OptimizationReport(Level.DISABLE)
+        self._model = infer_shapes(model)
+        opsets = {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
+        }
+        self._graph = Graph.from_proto(self._model.graph, opsets)
+        self._init_io()
+
+    def optimization_report(self) -> Any:
+        """What the graph optimizer did for this session (`OptimizationReport`)."""
+        return self._optimization_report
 
     def _apply_fallback_policy(self) -> None:
         """Nodes the requested providers declined landed on CPU: allow, warn once, or refuse."""
@@ -304,12 +334,8 @@ class InferenceSession:
             self._set_providers(providers, provider_options)
 
     def partition_report(self) -> PartitionReport:
-        """Where every node runs and why; subgraph reports are nested under their node."""
-        top = self._reports[""]
-        for key, rep in self._reports.items():
-            if key:
-                top.subgraphs.setdefault(key, rep)
-        return top
+        """Where every node runs and why, the copies inserted, nested graphs under their node."""
+        return self._reports[""]
 
     # ------------------------------------------------------------------ running
     def _prepare_feeds(self, input_feed: dict[str, Any]) -> list[Any]:
@@ -327,7 +353,11 @@ class InferenceSession:
         args = []
         for name in self._input_order:
             if name in input_feed:
-                args.append(specs[name].convert(input_feed[name]))
+                value = input_feed[name]
+                if isinstance(value, OrtValue) and value.device_name() != "cpu":
+                    args.append(value._value)  # a device buffer: its provider checks it
+                else:
+                    args.append(specs[name].convert(value))
             elif name in self._graph.initializers:
                 args.append(self._overrides.get(name, self._graph.initializers[name]))
             else:
@@ -338,11 +368,23 @@ class InferenceSession:
                 )
         return args
 
+    def _plan_keeping_on_device(self, names: frozenset[str]) -> Plan:
+        """The plan variant whose outputs `names` stay on their device (IO binding)."""
+        with self._lock:
+            plan = self._device_plans.get(names)
+            if plan is None:
+                plan = self._device_plans[names] = self._prepared.plan(names)
+            return plan
+
     def _select_plan(
-        self, output_names: Sequence[str] | None, run_options: RunOptions | None
+        self,
+        output_names: Sequence[str] | None,
+        run_options: RunOptions | None,
+        device_outputs: frozenset[str] = frozenset(),
     ) -> tuple[Plan, list[int] | None]:
+        base = self._plan_keeping_on_device(device_outputs) if device_outputs else self._plan
         if not output_names:
-            return self._plan, None
+            return base, None
         names = list(output_names)
         for n in names:
             if n not in self._output_names:
@@ -350,18 +392,20 @@ class InferenceSession:
                     f"{self._label}: invalid output name {n!r}; model outputs: "
                     + ", ".join(self._output_names)
                 )
+        picks = [self._output_names.index(n) for n in names]
         if run_options is not None and run_options.only_execute_path_to_fetches:
-            return self._plan.pruned(tuple(names)), None
-        return self._plan, [self._output_names.index(n) for n in names]
+            return base.pruned(tuple(base.output_names[i] for i in picks)), None
+        return base, picks
 
     def _execute(
         self,
         output_names: Sequence[str] | None,
         input_feed: dict[str, Any],
         run_options: RunOptions | None,
+        device_outputs: frozenset[str] = frozenset(),
     ) -> list[Any]:
         args = self._prepare_feeds(input_feed)
-        plan, pick = self._select_plan(output_names, run_options)
+        plan, pick = self._select_plan(output_names, run_options, device_outputs)
         ro = run_options if run_options is not None else NO_TERMINATE
         if ro.terminate:
             raise RunTerminated("run terminated by RunOptions.terminate")
@@ -443,6 +487,52 @@ class InferenceSession:
 
     def get_profiling_start_time_ns(self) -> int:
         return self._profiler.start_wall_ns if self._profiler is not None else 0
+
+
+def _fused_op_support(
+    instances: Sequence[ExecutionProvider], model: onnx.ModelProto
+) -> Callable[[str, str, tuple[str, ...]], bool]:
+    """Whether a fusion may fire: the first provider (in priority order) that would take the
+    fused op or the ops it replaces must have a kernel for the fused op."""
+    from .ir import schema_since_version
+
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+
+    def supports(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
+        opset = opsets.get(domain, 1)
+        since = schema_since_version(domain, op_type, opset) or opset
+        for p in instances:
+            if p.kernels.lookup(domain, op_type, since) is not None:
+                return True
+            ops = set(p.kernels.ops())
+            if any(("", r) in ops for r in replaced):
+                return False
+        return False
+
+    return supports
+
+
+def _save_optimized(model: onnx.ModelProto, opts: SessionOptions) -> None:
+    """Write the optimized model; large initializers go to an external file when asked (ORT's
+    session.optimized_model_external_initializers_file_name config entry)."""
+    path = opts.optimized_model_filepath
+    external = opts._config.get("session.optimized_model_external_initializers_file_name")
+    if not external:
+        onnx.save(model, path)
+        return
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    threshold = int(
+        opts._config.get("session.optimized_model_external_initializers_min_size_in_bytes", 1024)
+    )
+    onnx.save(
+        copy,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=external,
+        size_threshold=threshold,
+    )
 
 
 def _override_free_dims(model: onnx.ModelProto, opts: SessionOptions) -> None:

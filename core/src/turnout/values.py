@@ -98,14 +98,19 @@ _DEVICE_NAMES = {0: "cpu", 1: "cuda", 2: "fpga", 3: "npu"}
 
 
 def _check_device(device_type: str, device_id: int = 0) -> str:
-    """Device string for (type, id); the one place that knows which devices exist."""
-    name = str(device_type).lower()
-    if name == "cpu":
-        return "cpu"
-    raise InvalidArgument(
-        f"device {device_type!r} (id {device_id}): no execution provider for it is loaded; "
-        "only 'cpu' values can be created"
-    )
+    """Device string for (type, id): "cpu", or a device type a loaded provider owns."""
+    from .devices import parse_device
+
+    return str(parse_device(device_type, device_id))
+
+
+def _place(arr: np.ndarray, device: str) -> Any:
+    """`arr` on `device` (no copy for cpu)."""
+    if device == "cpu":
+        return arr
+    from .devices import parse_device, to_device
+
+    return to_device(arr, parse_device(device))
 
 
 def _as_host_array(obj: Any) -> np.ndarray:
@@ -260,7 +265,8 @@ class OrtValue:
         numpy_obj: Any, device_type: str = "cpu", device_id: int = 0, vendor_id: int = -1
     ) -> OrtValue:
         """Shares memory with `numpy_obj` when it is a C-contiguous array (as ORT does on CPU)."""
-        return OrtValue(_as_host_array(numpy_obj), _check_device(device_type, device_id))
+        device = _check_device(device_type, device_id)
+        return OrtValue(_place(_as_host_array(numpy_obj), device), device)
 
     @staticmethod
     def ortvalue_from_numpy_with_onnx_type(data: Any, onnx_element_type: int) -> OrtValue:
@@ -284,7 +290,7 @@ class OrtValue:
         device = _check_device(device_type, device_id)
         is_code = isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool)
         dt = _np_dtype_or_raise(int(element_type)) if is_code else np.dtype(element_type)
-        return OrtValue(_zeros(tuple(int(d) for d in shape), dt), device)
+        return OrtValue(_place(_zeros(tuple(int(d) for d in shape), dt), device), device)
 
     @staticmethod
     def ort_value_from_sparse_tensor(sparse_tensor: SparseTensor) -> OrtValue:
@@ -292,11 +298,18 @@ class OrtValue:
 
     # -- queries --------------------------------------------------------------------------------
     def _tensor(self, what: str) -> np.ndarray:
+        if self._device != "cpu":
+            raise InvalidArgument(f"{what} needs a host tensor; this OrtValue is on {self._device}")
         if not isinstance(self._v, np.ndarray):
             raise InvalidArgument(f"{what} needs a tensor OrtValue, this one is {self.data_type()}")
         return self._v
 
     def numpy(self) -> np.ndarray:
+        """The tensor as a host array (copied from the device for device values)."""
+        if self._device != "cpu":
+            from .devices import parse_device, to_host
+
+            return np.asarray(to_host(self._v, parse_device(self._device)))
         return self._tensor("numpy()")
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -306,13 +319,19 @@ class OrtValue:
     def shape(self) -> list[int]:
         if isinstance(self._v, SparseTensor):
             return self._v.dense_shape()
+        if self._device != "cpu":
+            return [int(d) for d in self._v.shape]
         return list(self._tensor("shape()").shape)
 
     def data_type(self) -> str:
+        if self._device != "cpu":
+            return type_string(elem_type_of(self._v.dtype))
         return to_ort_type_string(self._v)
 
     def element_type(self) -> int:
         if isinstance(self._v, SparseTensor):
+            return elem_type_of(self._v.dtype)
+        if self._device != "cpu":
             return elem_type_of(self._v.dtype)
         return elem_type_of(self._tensor("element_type()").dtype)
 
@@ -320,7 +339,7 @@ class OrtValue:
         return self._device.split(":")[0]
 
     def is_tensor(self) -> bool:
-        return isinstance(self._v, np.ndarray)
+        return isinstance(self._v, np.ndarray) or (self._device != "cpu" and self._v is not None)
 
     def is_tensor_sequence(self) -> bool:
         return isinstance(self._v, list)

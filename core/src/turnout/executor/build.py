@@ -7,6 +7,7 @@ control-flow kernel asks its `KernelNode.subgraph(...)` for a runner.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -16,27 +17,60 @@ from ..ir import Graph, GraphView, schema_since_version
 from ..partition import GraphPartition, PartitionReport, partition_graph
 from ..provider import ExecutionProvider, KernelNode
 from ..values import SparseTensor
+from .copies import HostIO, insert_copies
 from .plan import Plan, Step
 
-__all__ = ["SubgraphRunner", "build_plan"]
+__all__ = ["PreparedGraph", "SubgraphRunner", "build_plan", "prepare_graph"]
 
 SubgraphRunner = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
 
 
-def build_plan(
+@dataclass
+class PreparedGraph:
+    """A partitioned graph with its kernels built; `plan()` adds copies and compiles a Plan.
+
+    Kept by the session so IO binding can ask for a variant that leaves outputs on device.
+    """
+
+    graph: Graph
+    steps: list[Step]
+    host_io: dict[str, HostIO]
+    providers: dict[str, ExecutionProvider]
+    constants: dict[str, Any]
+    inputs: list[str]
+    outer: list[str]
+    outputs: list[str]
+    report: PartitionReport
+
+    def plan(self, device_outputs: frozenset[str] = frozenset()) -> Plan:
+        steps, constants, outputs, copies = insert_copies(
+            self.steps,
+            self.providers,
+            self.host_io,
+            self.constants,
+            self.inputs + self.outer,
+            self.outputs,
+            device_outputs,
+        )
+        if not device_outputs:
+            self.report.copies = [asdict(c) for c in copies]
+        return Plan(self.graph.name, steps, self.inputs, self.outer, outputs, constants)
+
+
+def prepare_graph(
     graph: Graph,
     providers: Sequence[ExecutionProvider],
     reports: dict[str, PartitionReport],
     report_key: str = "",
     constants_override: dict[str, Any] | None = None,
-) -> Plan:
-    """Partition `graph`, build its kernels, and return the runnable plan."""
+) -> PreparedGraph:
+    """Partition `graph` and build its kernels (nested graphs are prepared on demand)."""
     part = partition_graph(graph, providers)
     sub_reports: dict[str, PartitionReport] = {}
-    steps = _steps(part, providers, sub_reports)
-    reports[report_key] = PartitionReport.from_partition(
-        part, [p.name for p in providers], sub_reports
-    )
+    host_io: dict[str, HostIO] = {}
+    steps = _steps(part, providers, sub_reports, host_io)
+    report = PartitionReport.from_partition(part, [p.name for p in providers], sub_reports)
+    reports[report_key] = report
     constants = {}
     for name, value in graph.initializers.items():
         if constants_override and name in constants_override:
@@ -54,13 +88,35 @@ def build_plan(
             raise InvalidGraph(
                 f"graph {graph.name!r}: values {dangling} are read but never defined"
             )
-    return Plan(graph.name, steps, inputs, outer, [o.name for o in graph.outputs], constants)
+    return PreparedGraph(
+        graph,
+        steps,
+        host_io,
+        {p.name: p for p in providers},
+        constants,
+        inputs,
+        outer,
+        [o.name for o in graph.outputs],
+        report,
+    )
+
+
+def build_plan(
+    graph: Graph,
+    providers: Sequence[ExecutionProvider],
+    reports: dict[str, PartitionReport],
+    report_key: str = "",
+    constants_override: dict[str, Any] | None = None,
+) -> Plan:
+    """Partition `graph`, build its kernels, insert copies, and return the runnable plan."""
+    return prepare_graph(graph, providers, reports, report_key, constants_override).plan()
 
 
 def _steps(
     part: GraphPartition,
     providers: Sequence[ExecutionProvider],
     sub_reports: dict[str, PartitionReport],
+    host_io: dict[str, HostIO],
 ) -> list[Step]:
     graph = part.graph
     by_name = {n.name: n for n in graph.nodes}
@@ -93,6 +149,10 @@ def _steps(
                 f"node {node.name!r} ({node.op_type}): {provider.name} could not build its "
                 f"kernel: {type(e).__name__}: {e}"
             ) from e
+        if cap.kernel.host_inputs or cap.kernel.host_outputs:
+            host_io[node.name] = HostIO(
+                frozenset(cap.kernel.host_inputs), frozenset(cap.kernel.host_outputs)
+            )
         single[node.name] = Step(
             node.name,
             node.op_type,

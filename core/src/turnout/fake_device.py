@@ -1,0 +1,151 @@
+"""A test-only provider on a fake device, so partitioning, copies and IO binding are tested on
+any machine. Its buffers live in host memory but are a distinct type (`FakeDeviceArray`): a
+kernel that receives a host array, or a host kernel that receives a device buffer, fails
+loudly, so a missing or extra copy cannot go unnoticed.
+
+    from turnout.fake_device import FakeDeviceProviderFactory
+    turnout.register_provider(FakeDeviceProviderFactory(ops={"Relu", "Add"}))
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgument
+from .provider import (
+    Availability,
+    DataTransfer,
+    Device,
+    DeviceEntry,
+    ExecutionProvider,
+    KernelFn,
+    KernelNode,
+    KernelRegistry,
+    ProviderFactory,
+)
+
+__all__ = ["FakeDeviceArray", "FakeDeviceProvider", "FakeDeviceProviderFactory"]
+
+FAKE = Device("fake", 0)
+
+
+class FakeDeviceArray:
+    """A buffer 'on the fake device': wraps a host array, is not one."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.data.dtype
+
+    def __repr__(self) -> str:
+        return f"FakeDeviceArray({self.data.dtype}{list(self.data.shape)})"
+
+
+class FakeDataTransfer(DataTransfer):
+    def __init__(self) -> None:
+        self.to_device_count = 0
+        self.to_host_count = 0
+
+    def is_device_value(self, value: Any) -> bool:
+        return isinstance(value, FakeDeviceArray)
+
+    def _to_device(self, value: Any, device: Device) -> Any:
+        if isinstance(value, FakeDeviceArray):
+            return value
+        if not isinstance(value, np.ndarray):
+            raise InvalidArgument(f"fake device holds tensors only, not {type(value).__name__}")
+        self.to_device_count += 1
+        return FakeDeviceArray(np.array(value, copy=True))
+
+    def _to_host(self, value: Any) -> np.ndarray:
+        if not isinstance(value, FakeDeviceArray):
+            raise InvalidArgument(f"expected a fake-device buffer, got {type(value).__name__}")
+        self.to_host_count += 1
+        return np.array(value.data, copy=True)
+
+
+def _device_only(fn: Any, op: str) -> KernelFn:
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        for x in inputs:
+            if x is not None and not isinstance(x, FakeDeviceArray):
+                raise TypeError(f"fake-device {op} kernel got a host value {type(x).__name__}")
+        outs = fn(*[x.data if x is not None else None for x in inputs])
+        return tuple(FakeDeviceArray(np.asarray(o)) for o in outs)
+
+    return run
+
+
+_NUMPY_KERNELS: dict[str, Any] = {
+    "Relu": lambda x: (np.maximum(x, x.dtype.type(0)),),
+    "Neg": lambda x: (np.negative(x),),
+    "Abs": lambda x: (np.abs(x),),
+    "Exp": lambda x: (np.exp(x),),
+    "Add": lambda a, b: (a + b,),
+    "Sub": lambda a, b: (a - b,),
+    "Mul": lambda a, b: (a * b,),
+    "MatMul": lambda a, b: (np.matmul(a, b),),
+    "Sigmoid": lambda x: (1 / (1 + np.exp(-x)),),
+}
+
+
+class FakeDeviceProvider(ExecutionProvider):
+    name = "FakeDeviceExecutionProvider"
+    device = FAKE
+
+    def __init__(self, options: dict[str, Any], ops: Iterable[str], calls: Counter[str]) -> None:
+        super().__init__(options)
+        self.kernels = KernelRegistry(self.name)
+        self.data_transfer = FakeDataTransfer()
+        for op in ops:
+            self._register(op, calls)
+
+    def _register(self, op: str, calls: Counter[str]) -> None:
+        if op not in _NUMPY_KERNELS:
+            raise InvalidArgument(f"fake device has no kernel for {op}")
+        impl = _NUMPY_KERNELS[op]
+
+        def factory(node: KernelNode, _impl: Any = impl, _op: str = op) -> KernelFn:
+            run = _device_only(_impl, _op)
+
+            def counted(*inputs: Any) -> Sequence[Any]:
+                calls[_op] += 1
+                return run(*inputs)
+
+            return counted
+
+        self.kernels.register(op, since=1)(factory)
+
+
+class FakeDeviceProviderFactory(ProviderFactory):
+    """Claims the given ops on the fake device; `calls` counts kernel runs per op type."""
+
+    name = "FakeDeviceExecutionProvider"
+    aliases = ("fake",)
+    default_priority = 10
+    option_names = frozenset({"note"})
+    device_type = "fake"
+    version = "test"
+
+    def __init__(self, ops: Iterable[str] = ("Relu", "Add", "Mul")) -> None:
+        self.ops = tuple(ops)
+        self.calls: Counter[str] = Counter()
+        self.last: FakeDeviceProvider | None = None
+
+    def _probe(self) -> Availability:
+        return Availability(True, (DeviceEntry(FAKE, {"kind": "test double"}),), version="test")
+
+    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        self.last = FakeDeviceProvider(options, self.ops, self.calls)
+        return self.last
