@@ -5,7 +5,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
@@ -13,44 +12,19 @@ from onnx import helper, numpy_helper
 from turnout.dtypes import np_dtype
 from turnout.errors import InvalidArgument
 from turnout.testing import (
-    assert_outputs_close,
+    check_official_case,
     iter_node_cases,
-    one_node_model,
+    run_onnxruntime,
     run_own_kernel,
     run_reference,
 )
-
-
-def _np(v):
-    return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v
-
-
-def _slots(case):
-    """Official inputs aligned with the node's input slots (absent optionals as None)."""
-    it = iter(case.inputs)
-    return [_np(next(it)) if name else None for name in case.node.input]
-
-
-def _named(outs, node):
-    return [o for o, name in zip(outs, node.output) if name]
-
-
-def run_ort(node, inputs, opset):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    model = one_node_model(node, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, {n: v for n, v in zip(node.input, inputs) if n})
-
 
 CASES = list(iter_node_cases({"Cast", "CastLike"}))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official(case):
-    got = run_own_kernel(case.node, _slots(case), case.opsets)
-    expected = [_np(o) for o in case.outputs]
-    assert_outputs_close(expected, _named(got, case.node), case.rtol, case.atol)
+    check_official_case(case)
 
 
 def _same_bits(got, want):
@@ -119,7 +93,7 @@ def test_against_onnxruntime(src):
     for dst in [*STD, "STRING"]:
         x = _sample(src, dst)
         node = helper.make_node("Cast", ["x"], ["y"], to=getattr(T, dst))
-        _same_bits(run_own_kernel(node, [x], 21)[0], run_ort(node, [x], 21)[0])
+        _same_bits(run_own_kernel(node, [x], 21)[0], run_onnxruntime(node, [x], 21)[0])
 
 
 @pytest.mark.parametrize("src", ["FLOAT", "DOUBLE", "FLOAT16"])
@@ -128,7 +102,7 @@ def test_float8_against_onnxruntime(src, saturate):
     with np.errstate(over="ignore"):
         x = np.concatenate([_FLOATS, _SPECIAL]).astype(np_dtype(getattr(T, src)))
     node = helper.make_node("Cast", ["x"], ["y"], to=T.FLOAT8E4M3FN, saturate=saturate)
-    want = run_ort(node, [x], 21)[0].view(ml_dtypes.float8_e4m3fn)
+    want = run_onnxruntime(node, [x], 21)[0].view(ml_dtypes.float8_e4m3fn)
     _same_bits(run_own_kernel(node, [x], 21)[0], want)
 
 
@@ -136,11 +110,11 @@ def test_strings_against_onnxruntime():
     s = np.array(["1.5", "-2", "1e3", "+INF", "-inf", "NaN", "nan", "inf", "0", "7E-2"], object)
     for dst in ("FLOAT", "DOUBLE"):
         node = helper.make_node("Cast", ["x"], ["y"], to=getattr(T, dst))
-        _same_bits(run_own_kernel(node, [s], 21)[0], run_ort(node, [s], 21)[0])
+        _same_bits(run_own_kernel(node, [s], 21)[0], run_onnxruntime(node, [s], 21)[0])
     ints = np.array(["100", "-5", "7", "0"], object)
     for dst in ("INT64", "INT32", "INT8", "UINT16"):
         node = helper.make_node("Cast", ["x"], ["y"], to=getattr(T, dst))
-        _same_bits(run_own_kernel(node, [ints], 21)[0], run_ort(node, [ints], 21)[0])
+        _same_bits(run_own_kernel(node, [ints], 21)[0], run_onnxruntime(node, [ints], 21)[0])
 
 
 ML = ["BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "INT4", "UINT4"]

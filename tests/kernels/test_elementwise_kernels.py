@@ -11,9 +11,9 @@ from onnx import helper
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     NodeCase,
-    assert_outputs_close,
+    check_official_case,
     iter_node_cases,
-    one_node_model,
+    run_onnxruntime,
     run_own_kernel,
     run_reference,
 )
@@ -90,18 +90,9 @@ CASES = list(iter_node_cases(UNARY | BINARY | OTHER | ACTIVATIONS))
 RNG = np.random.default_rng(0)
 
 
-def _full_inputs(case: NodeCase) -> list[object]:
-    """Official data sets omit absent optional inputs ('' names); feed those as None."""
-    if len(case.inputs) == len(case.node.input):
-        return case.inputs
-    it = iter(case.inputs)
-    return [next(it) if name else None for name in case.node.input]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official_node_case(case: NodeCase) -> None:
-    got = run_own_kernel(case.node, _full_inputs(case), case.opsets)
-    assert_outputs_close(case.outputs, got, case.rtol, case.atol)
+    check_official_case(case)
 
 
 def _check(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-untyped-def]
@@ -120,11 +111,7 @@ def _check(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-unt
 
 def _check_ort(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-untyped-def]
     """Compare with onnxruntime where onnx.reference is known wrong."""
-    import onnxruntime as ort
-
-    model = one_node_model(node, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, {n: v for n, v in zip(node.input, inputs) if n})
+    want = run_onnxruntime(node, inputs, opset)
     got = run_own_kernel(node, inputs, opset)
     for w, g in zip(want, got):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)

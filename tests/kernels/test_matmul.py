@@ -4,42 +4,17 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from turnout.errors import InvalidArgument
 from turnout.testing import (
-    assert_outputs_close,
+    check_official_case,
     iter_node_cases,
-    one_node_model,
+    run_onnxruntime,
     run_own_kernel,
     run_reference,
 )
-
-
-def _np(v):
-    return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v
-
-
-def _slots(case):
-    """Official inputs aligned with the node's input slots (absent optionals as None)."""
-    it = iter(case.inputs)
-    return [_np(next(it)) if name else None for name in case.node.input]
-
-
-def _named(outs, node):
-    return [o for o, name in zip(outs, node.output) if name]
-
-
-def run_ort(node, inputs, opset):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    model = one_node_model(node, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, {n: np.asarray(v) for n, v in zip(node.input, inputs) if n})
-
 
 OPS = {"Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "Einsum", "Det"}
 CASES = list(iter_node_cases(OPS))
@@ -47,9 +22,7 @@ CASES = list(iter_node_cases(OPS))
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official(case):
-    got = run_own_kernel(case.node, _slots(case), case.opsets)
-    expected = [_np(o) for o in case.outputs]
-    assert_outputs_close(expected, _named(got, case.node), case.rtol, case.atol)
+    check_official_case(case)
 
 
 RNG = np.random.default_rng(3)
@@ -166,7 +139,7 @@ def test_qlinear_matmul_against_onnxruntime(qtype, per_column):
     ins = [a, np.float32(0.03), qtype(3), b, bs, bz, np.float32(0.2), qtype(5)]
     node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
     got = run_own_kernel(node, ins, 21)[0]
-    want = run_ort(node, ins, 21)[0]
+    want = run_onnxruntime(node, ins, 21)[0]
     assert got.dtype == want.dtype
     # onnxruntime requantizes in float32; allow one step where a value sits on a rounding tie
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1

@@ -12,7 +12,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from turnout.errors import InvalidArgument
-from turnout.testing import assert_outputs_close, iter_node_cases, run_own_kernel, run_reference
+from turnout.testing import (
+    check_official_case,
+    iter_node_cases,
+    run_own_kernel,
+    run_reference,
+)
 
 ML = "ai.onnx.ml"
 OPS = {
@@ -40,8 +45,7 @@ CASES = list(iter_node_cases(OPS, domain=ML))
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official_node_cases(case: Any) -> None:
-    got = run_own_kernel(case.node, case.inputs, case.opsets)
-    assert_outputs_close(case.outputs, got, case.rtol, case.atol)
+    check_official_case(case)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import helper
 
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     assert_outputs_close,
+    check_official_case,
     iter_node_cases,
-    one_node_model,
+    run_onnxruntime,
     run_own_kernel,
     run_reference,
 )
@@ -39,16 +39,9 @@ CASES = [c for c in iter_node_cases(OPS) if c.name not in EXCLUDED]
 rng = np.random.default_rng(0)
 
 
-def positional(node: Any, inputs: list[Any]) -> list[Any]:
-    """Node-case inputs are listed for named inputs only; put None where an input is omitted."""
-    it = iter(inputs)
-    return [next(it) if name else None for name in node.input]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official_node_case(case: Any) -> None:
-    got = run_own_kernel(case.node, positional(case.node, case.inputs), case.opsets)
-    assert_outputs_close(case.outputs, got[: len(case.outputs)], case.rtol, case.atol)
+    check_official_case(case)
 
 
 def node(op: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> Any:
@@ -75,10 +68,7 @@ def check(n: Any, inputs: list[Any], opset: int = 21, tol: float = 1e-4) -> list
 def check_ort(n: Any, inputs: list[Any], opset: int = 21, tol: float = 1e-4) -> list[Any]:
     """Own kernel == onnxruntime, where onnx.reference is wrong or too slow."""
     got = run_own_kernel(n, inputs, opset)
-    model = one_node_model(n, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {name: v for name, v in zip(n.input, inputs) if name}
-    _compare(sess.run(None, feeds), got, tol)
+    _compare(run_onnxruntime(n, inputs, opset), got, tol)
     return got
 
 

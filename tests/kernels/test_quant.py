@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 from turnout.errors import InvalidArgument
-from turnout.testing import assert_outputs_close, iter_node_cases, one_node_model, run_own_kernel
-
-
-def _np(v):
-    return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v
-
-
-def _slots(case):
-    """Official inputs aligned with the node's input slots (absent optionals as None)."""
-    it = iter(case.inputs)
-    return [_np(next(it)) if name else None for name in case.node.input]
-
-
-def _named(outs, node):
-    return [o for o, name in zip(outs, node.output) if name]
+from turnout.testing import (
+    check_official_case,
+    iter_node_cases,
+    one_node_model,
+    run_own_kernel,
+)
 
 
 def _is_ml(a) -> bool:
@@ -57,9 +47,7 @@ CASES = list(iter_node_cases({"QuantizeLinear", "DequantizeLinear", "DynamicQuan
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official(case):
-    got = run_own_kernel(case.node, _slots(case), case.opsets)
-    expected = [_np(o) for o in case.outputs]
-    assert_outputs_close(expected, _named(got, case.node), case.rtol, case.atol)
+    check_official_case(case)
 
 
 RNG = np.random.default_rng(7)

@@ -9,9 +9,9 @@ from onnx import helper
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     NodeCase,
-    assert_outputs_close,
+    check_official_case,
     iter_node_cases,
-    one_node_model,
+    run_onnxruntime,
     run_own_kernel,
     run_reference,
 )
@@ -36,8 +36,7 @@ RNG = np.random.default_rng(1)
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official_node_case(case: NodeCase) -> None:
-    got = run_own_kernel(case.node, case.inputs, case.opsets)
-    assert_outputs_close(case.outputs, got, case.rtol, case.atol)
+    check_official_case(case)
 
 
 def _compare(want, got, rtol, atol):  # type: ignore[no-untyped-def]
@@ -56,11 +55,7 @@ def _check(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-unt
 
 def _check_ort(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-untyped-def]
     """Compare with onnxruntime where onnx.reference is known wrong."""
-    import onnxruntime as ort
-
-    model = one_node_model(node, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = sess.run(None, {n: v for n, v in zip(node.input, inputs) if n})
+    want = run_onnxruntime(node, inputs, opset)
     _compare(want, run_own_kernel(node, inputs, opset), rtol, atol)
 
 

@@ -3,45 +3,23 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from turnout.errors import InvalidArgument
-from turnout.testing import assert_outputs_close, iter_node_cases, one_node_model, run_own_kernel
-
-
-def _np(v):
-    return numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v
-
-
-def _slots(case):
-    """Official inputs aligned with the node's input slots (absent optionals as None)."""
-    it = iter(case.inputs)
-    return [_np(next(it)) if name else None for name in case.node.input]
-
-
-def _named(outs, node):
-    return [o for o, name in zip(outs, node.output) if name]
-
-
-def run_ort(node, inputs, opset):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    model = one_node_model(node, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, {n: v for n, v in zip(node.input, inputs) if n})
-
+from turnout.testing import (
+    check_official_case,
+    iter_node_cases,
+    run_onnxruntime,
+    run_own_kernel,
+)
 
 CASES = list(iter_node_cases({"RNN", "GRU", "LSTM"}))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official(case):
-    got = run_own_kernel(case.node, _slots(case), case.opsets)
-    expected = [_np(o) for o in case.outputs]
-    assert_outputs_close(expected, _named(got, case.node), case.rtol, case.atol)
+    check_official_case(case)
 
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -97,7 +75,7 @@ ACTS = {
 def _ort_layout0(node, names, vals, op):
     """onnxruntime only runs layout 0: transpose a layout-1 problem there and back."""
     if not any(a.name == "layout" and a.i == 1 for a in node.attribute):
-        return run_ort(node, vals, 14)
+        return run_onnxruntime(node, vals, 14)
     tvals = list(vals)
     tvals[0] = vals[0].transpose(1, 0, 2)
     for i, n in enumerate(names):
@@ -108,7 +86,7 @@ def _ort_layout0(node, names, vals, op):
     if "activations" in attrs:
         attrs["activations"] = [a.decode() for a in attrs["activations"]]
     plain = helper.make_node(op, names, list(node.output), **attrs)
-    outs = run_ort(plain, tvals, 14)
+    outs = run_onnxruntime(plain, tvals, 14)
     return [outs[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in outs[1:]]
 
 
@@ -145,7 +123,9 @@ def test_lstm_float64_against_onnxruntime_float32():
         "LSTM", names, ["Y", "Y_h", "Y_c"], hidden_size=hs, direction="bidirectional"
     )
     got = run_own_kernel(node, vals, 14)
-    want = run_ort(node, [v.astype(np.float32) if v is not None else None for v in vals], 14)
+    want = run_onnxruntime(
+        node, [v.astype(np.float32) if v is not None else None for v in vals], 14
+    )
     for g, w in zip(got, want):
         assert g.dtype == np.float64
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
@@ -154,7 +134,7 @@ def test_lstm_float64_against_onnxruntime_float32():
 def test_lstm_input_forget_against_onnxruntime():
     names, vals, _, hs = _inputs("LSTM", {"init": True}, np.float32)
     node = helper.make_node("LSTM", names, ["Y", "Y_h", "Y_c"], hidden_size=hs, input_forget=1)
-    for g, w in zip(run_own_kernel(node, vals, 14), run_ort(node, vals, 14)):
+    for g, w in zip(run_own_kernel(node, vals, 14), run_onnxruntime(node, vals, 14)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 

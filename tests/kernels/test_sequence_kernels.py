@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 from turnout.errors import InvalidArgument
 from turnout.testing import (
     assert_outputs_close,
+    check_official_case,
     iter_node_cases,
-    one_node_model,
+    run_onnxruntime,
     run_own_kernel,
     run_reference,
 )
@@ -37,8 +37,7 @@ rng = np.random.default_rng(2)
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official_node_case(case: Any) -> None:
-    got = run_own_kernel(case.node, case.inputs, case.opsets)
-    assert_outputs_close(case.outputs, got, case.rtol, case.atol)
+    check_official_case(case)
 
 
 def node(op: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> Any:
@@ -62,9 +61,7 @@ def check(n: Any, inputs: list[Any], opset: int = 21) -> list[Any]:
 
 def check_ort(n: Any, inputs: list[Any], opset: int) -> None:
     got = run_own_kernel(n, inputs, opset)
-    model = one_node_model(n, inputs, opset)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    expected = sess.run(None, {k: v for k, v in zip(n.input, inputs) if k})
+    expected = run_onnxruntime(n, inputs, opset)
     assert_outputs_close(expected, got, 1e-6, 1e-6)
     assert all(g.dtype == object for g in got)
 

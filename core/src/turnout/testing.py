@@ -21,9 +21,13 @@ from .dtypes import elem_type_of
 __all__ = [
     "NodeCase",
     "assert_outputs_close",
+    "check_official_case",
     "iter_node_cases",
+    "named_outputs",
     "normalize_values",
     "one_node_model",
+    "positional_inputs",
+    "run_onnxruntime",
     "run_own_kernel",
     "run_reference",
 ]
@@ -53,7 +57,7 @@ def one_node_model(
     g = helper.make_graph(
         [node],
         "one_node",
-        [_value_info(n, v) for n, v in zip(node.input, _positional(node, inputs)) if n],
+        [_value_info(n, v) for n, v in zip(node.input, positional_inputs(node, inputs)) if n],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o],
     )
     model = helper.make_model(
@@ -98,7 +102,7 @@ def run_own_kernel(
     if kdef is None:
         raise AssertionError(f"no own CPU kernel for {n.op_type}: {reason}")
     fn = kdef.factory(kn)
-    feeds = _positional(node, inputs)
+    feeds = positional_inputs(node, inputs)
     with np.errstate(all="ignore"):
         out = fn(*feeds)
     if not isinstance(out, (tuple, list)):
@@ -106,15 +110,49 @@ def run_own_kernel(
     return list(out)
 
 
-def _positional(node: onnx.NodeProto, inputs: Sequence[Any]) -> list[Any]:
+def positional_inputs(node: onnx.NodeProto, values: Sequence[Any]) -> list[Any]:
     """One value per node input: given values fill the named inputs, `None` the empty names.
 
-    Official data sets list values only for the graph inputs, i.e. the non-empty names.
+    Official data sets list values only for the graph inputs, i.e. the non-empty names; a list
+    with one value per node input (absent optionals already `None`) is returned as it is.
     """
-    if len(inputs) == len(node.input):
-        return list(inputs)
-    it = iter(inputs)
+    if len(values) == len(node.input):
+        return list(values)
+    it = iter(values)
     return [next(it, None) if name else None for name in node.input]
+
+
+def named_outputs(node: onnx.NodeProto, outputs: Sequence[Any]) -> list[Any]:
+    """The outputs of the node's non-empty output names: what an official case lists."""
+    return [o for o, name in zip(outputs, node.output) if name]
+
+
+def check_official_case(case: NodeCase) -> None:
+    """Assert that turnout's own kernel reproduces an official case's expected outputs."""
+    got = run_own_kernel(case.node, case.inputs, case.opsets)
+    assert_outputs_close(case.outputs, named_outputs(case.node, got), case.rtol, case.atol)
+
+
+def run_onnxruntime(
+    node: onnx.NodeProto, inputs: Sequence[Any], opsets: Mapping[str, int] | int = 21
+) -> list[Any]:
+    """Run `node` with onnxruntime's CPU provider: the oracle where onnx.reference is wrong.
+
+    `inputs` hold one value per node input or per non-empty input name, as for
+    `run_own_kernel`; onnxruntime's own log output below errors is silenced.
+    """
+    import onnxruntime as ort
+
+    model = one_node_model(node, inputs, opsets)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {
+        n: np.asarray(v) if isinstance(v, np.generic) else v
+        for n, v in zip(node.input, positional_inputs(node, inputs))
+        if n
+    }
+    return list(sess.run(None, feeds))
 
 
 def run_reference(
@@ -125,7 +163,7 @@ def run_reference(
 
     model = one_node_model(node, inputs, opsets)
     ev = ReferenceEvaluator(model)
-    feeds = {n: v for n, v in zip(node.input, _positional(node, inputs)) if n}
+    feeds = {n: v for n, v in zip(node.input, positional_inputs(node, inputs)) if n}
     return list(ev.run(None, feeds))
 
 

@@ -17,37 +17,15 @@ from ..values import (
     OrtValue,
     SparseTensor,
 )
-from .onnxruntime_pybind11_state import (
-    EngineError,
-    EPFail,
-    Fail,
-    InvalidArgument,
-    InvalidGraph,
-    InvalidProtobuf,
-    ModelLoaded,
-    NoModel,
-    NoSuchFile,
-    NotImplemented,
-    RuntimeException,
-)
+from . import onnxruntime_pybind11_state as _exceptions
+from .onnxruntime_pybind11_state import *  # noqa: F403 - onnxruntime's exception classes
 
 __all__ = [
-    "EPFail",
-    "EngineError",
-    "Fail",
-    "InvalidArgument",
-    "InvalidGraph",
-    "InvalidProtobuf",
-    "ModelLoaded",
-    "NoModel",
-    "NoSuchFile",
-    "NotImplemented",
     "OrtAllocatorType",
     "OrtDevice",
     "OrtMemType",
     "OrtMemoryInfo",
     "OrtValue",
-    "RuntimeException",
     "SparseTensor",
     "get_all_providers",
     "get_available_providers",
@@ -57,6 +35,7 @@ __all__ = [
     "set_default_logger_severity",
     "set_default_logger_verbosity",
 ]
+__all__ += _exceptions.__all__  # the exception names stay importable from here, as in ORT
 
 
 def set_default_logger_severity(level: int) -> None:

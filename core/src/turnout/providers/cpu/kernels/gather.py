@@ -133,6 +133,15 @@ def gather_nd(node: KernelNode) -> KernelFn:
 # Scatters
 
 
+def _write(out: np.ndarray, index: Any, values: np.ndarray, reduce: Any) -> None:
+    """Scatter `values` into `out` in place: assign, or fold in with the reduction's
+    `ufunc.at` (which, unlike `+=`, accumulates repeated indices)."""
+    if reduce is None:
+        out[index] = values
+    else:
+        reduce.at(out, index, values)
+
+
 def _scatter_elements(node: KernelNode, axis: int, reduce: Any) -> KernelFn:
     def run(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray]:
         a = _axis(node, axis, x.ndim)
@@ -141,10 +150,7 @@ def _scatter_elements(node: KernelNode, axis: int, reduce: Any) -> KernelFn:
             raise _bad(node, f"indices shape {indices.shape} differs from updates {updates.shape}")
         index = element_index(node, indices, a, x.shape)
         out = x.copy()
-        if reduce is None:
-            out[index] = updates
-        else:
-            reduce.at(out, index, updates)
+        _write(out, index, updates, reduce)
         return (out,)
 
     return run
@@ -175,10 +181,7 @@ def scatter_nd(node: KernelNode) -> KernelFn:
         out = x.copy()
         flat = out.reshape((1, *x.shape))  # a view: writes land in `out`
         upd = updates.reshape((1, math.prod(indices.shape[:-1]), *x.shape[k:]))
-        if reduce is None:
-            flat[index] = upd
-        else:
-            reduce.at(flat, index, upd)
+        _write(flat, index, upd, reduce)
         return (out,)
 
     return run

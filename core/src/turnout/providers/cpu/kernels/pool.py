@@ -20,15 +20,17 @@ from .conv import compute_dtype, conv_geometry, pad_spatial, spatial_attrs, wind
 __all__: list[str] = []
 
 
-def _setup(node: KernelNode, x: np.ndarray) -> tuple[Any, ...]:
-    if x.ndim < 3:
-        raise InvalidArgument(
-            f"{node.name}: input must be at least 3-D (N, C, spatial...), got {x.shape}"
-        )
-    nd = x.ndim - 2
+def _kernel_shape(node: KernelNode, nd: int) -> Any:
+    """The required kernel_shape attribute, one entry per spatial axis."""
     kernel = node.attr("kernel_shape", None)
     if kernel is None or len(kernel) != nd:
         raise InvalidArgument(f"{node.name}: kernel_shape must have {nd} entries, got {kernel}")
+    return kernel
+
+
+def _setup(node: KernelNode, x: np.ndarray) -> tuple[Any, ...]:
+    nd = len(_spatial_axes(node, x))
+    kernel = _kernel_shape(node, nd)
     strides, dilations = spatial_attrs(node, nd, kernel)
     ceil_mode = bool(node.attr("ceil_mode", 0))
     pb, pe, out = conv_geometry(node, x.shape[2:], kernel, strides, dilations, ceil_mode)
@@ -126,15 +128,20 @@ def average_pool(node: KernelNode) -> KernelFn:
     return run
 
 
+def _lp_norm(x: np.ndarray, p: float, sum_fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """(sum |x|^p)^(1/p) in x's dtype, computed wider; `sum_fn` sums windows or whole axes."""
+    ct = compute_dtype(x.dtype)
+    s = sum_fn(np.abs(x.astype(ct, copy=False)) ** ct.type(p))
+    return (s ** ct.type(1.0 / p)).astype(x.dtype, copy=False)
+
+
 @cpu_kernel("LpPool", since=1)
 def lp_pool(node: KernelNode) -> KernelFn:
     p = float(node.attr("p", 2.0))
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
         geo = _setup(node, x)
-        ct = compute_dtype(x.dtype)
-        s = _sum_pool(x, lambda a: np.abs(a.astype(ct, copy=False)) ** ct.type(p), geo)
-        return ((s ** ct.type(1.0 / p)).astype(x.dtype, copy=False),)
+        return (_lp_norm(x, p, lambda a: _sum_pool(a, lambda v: v, geo)),)
 
     return run
 
@@ -171,9 +178,7 @@ def global_lp_pool(node: KernelNode) -> KernelFn:
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
         axes = _spatial_axes(node, x)
-        ct = compute_dtype(x.dtype)
-        s = np.sum(np.abs(x.astype(ct, copy=False)) ** ct.type(p), axis=axes, keepdims=True)
-        return ((s ** ct.type(1.0 / p)).astype(x.dtype, copy=False),)
+        return (_lp_norm(x, p, lambda a: np.sum(a, axis=axes, keepdims=True)),)
 
     return run
 
@@ -188,9 +193,7 @@ def max_unpool(node: KernelNode) -> KernelFn:
                 f"{node.name}: X {x.shape} and I {idx.shape} must match and be >= 3-D"
             )
         nd = x.ndim - 2
-        kernel = node.attr("kernel_shape", None)
-        if kernel is None or len(kernel) != nd:
-            raise InvalidArgument(f"{node.name}: kernel_shape must have {nd} entries")
+        kernel = _kernel_shape(node, nd)
         strides = list(node.attr("strides", None) or [1] * nd)
         pads = list(node.attr("pads", None) or [0] * (2 * nd))
         inferred = x.shape[:2] + tuple(

@@ -82,17 +82,21 @@ def _compute_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.float32) if dt.kind == "V" else np.dtype(np.float64)
 
 
+def _attr_dtype(node: KernelNode, attr: str) -> np.dtype[Any] | None:
+    """The numpy dtype an element-type attribute names; None for 0 (unset: from the inputs)."""
+    code = int(node.attr(attr, 0))
+    try:
+        return np_dtype(code) if code else None
+    except KeyError:
+        raise InvalidArgument(f"{node.name}: unknown {attr} type {code}") from None
+
+
 @cpu_kernel("QuantizeLinear", since=10)
 def quantize_linear(node: KernelNode) -> KernelFn:
     axis, block_size = _quant_params(node)
     saturate = bool(node.attr("saturate", 1))
-    out_attr = int(node.attr("output_dtype", 0))
-    precision = int(node.attr("precision", 0))
-    try:
-        out_dt = np_dtype(out_attr) if out_attr else None
-        prec_dt = np_dtype(precision) if precision else None
-    except KeyError:
-        raise InvalidArgument(f"{node.name}: unknown output_dtype/precision type") from None
+    out_dt = _attr_dtype(node, "output_dtype")
+    prec_dt = _attr_dtype(node, "precision")
     name = node.name
 
     def run(
@@ -136,11 +140,7 @@ def quantize_linear(node: KernelNode) -> KernelFn:
 @cpu_kernel("DequantizeLinear", since=10)
 def dequantize_linear(node: KernelNode) -> KernelFn:
     axis, block_size = _quant_params(node)
-    out_attr = int(node.attr("output_dtype", 0))
-    try:
-        out_dt = np_dtype(out_attr) if out_attr else None
-    except KeyError:
-        raise InvalidArgument(f"{node.name}: unknown output_dtype {out_attr}") from None
+    out_dt = _attr_dtype(node, "output_dtype")
     name = node.name
 
     def run(
