@@ -315,7 +315,8 @@ class GraphView:
         return [n for n in self._graph.nodes if n.name not in self._assigned]
 
     def consumers(self, value: str) -> list[Node]:
-        return [n for n in self._graph.nodes if value in n.inputs]
+        """Nodes reading `value`, including through their subgraphs (If/Loop/Scan bodies)."""
+        return [n for n in self._graph.nodes if value in n.inputs or value in n.implicit_inputs]
 
     def producer(self, value: str) -> Node | None:
         for n in self._graph.nodes:

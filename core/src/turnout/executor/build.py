@@ -165,7 +165,9 @@ def _steps(
         groups = fused_by_provider.get(provider.name)
         if not groups:
             continue
-        for ck in provider.compile(groups):
+        compiled = provider.compile(groups)
+        _check_group_outputs(graph, groups, compiled, provider.name)
+        for ck in compiled:
             fused_steps.append(
                 Step(ck.name, "FusedGroup", provider.name, ck.fn, ck.inputs, ck.outputs)
             )
@@ -173,6 +175,33 @@ def _steps(
     if fused_steps:
         ordered = _toposort(ordered + fused_steps, graph)
     return ordered
+
+
+def _check_group_outputs(
+    graph: Graph, groups: Sequence[Any], compiled: Sequence[Any], provider: str
+) -> None:
+    """Every value a fused group produces and anything outside it reads must be an output."""
+    if len(compiled) != len(groups):
+        raise EPFail(
+            f"{provider}: compile() returned {len(compiled)} kernels for {len(groups)} groups"
+        )
+    outside_reads: dict[str, set[str]] = {}
+    for n in graph.nodes:
+        for x in (*n.inputs, *n.implicit_inputs):
+            outside_reads.setdefault(x, set()).add(n.name)
+    graph_outputs = {o.name for o in graph.outputs}
+    by_name = {n.name: n for n in graph.nodes}
+    for (cap, _), ck in zip(groups, compiled):
+        members = set(cap.nodes)
+        for name in cap.nodes:
+            for y in by_name[name].outputs:
+                readers = outside_reads.get(y, set()) - members
+                needed = bool(readers) or y in graph_outputs
+                if y and needed and y not in ck.outputs:
+                    raise EPFail(
+                        f"{provider}: fused group {ck.name!r} hides {y!r}, which "
+                        f"{sorted(readers) or 'the graph output'} still read(s)"
+                    )
 
 
 def _toposort(steps: list[Step], graph: Graph) -> list[Step]:
