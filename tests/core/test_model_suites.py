@@ -65,11 +65,9 @@ LIGHT_MODELS = sorted(
 
 
 LIGHT_EXPECTED_FAILURES = {
-    "squeezenet": "ill-conditioned: its constant weights drive the pooled logits to 2.69e9, where "
-    "float32 values are 256 apart; mathematically equal channels come out of BLAS sgemm up to "
-    "768 apart (3 distinct values over 1000 channels), and Softmax turns a 256 gap into "
-    "exp(-256), so the output is not the uniform 0.001 the expected file holds (onnxruntime's "
-    "MLAS happens to produce bit-identical channels here)",
+    name: EXPECTED_FAILURES[f"light_{name}"]
+    for name in LIGHT_MODELS
+    if f"light_{name}" in EXPECTED_FAILURES
 }
 
 
