@@ -11,7 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import cast
+from typing import Any, cast
 
 import pluggy
 
@@ -24,6 +24,7 @@ __all__ = [
     "BrokenPlugin",
     "ProviderRegistry",
     "broken_plugins",
+    "graph_passes",
     "register_provider",
     "registry",
 ]
@@ -48,6 +49,7 @@ class ProviderRegistry:
         self.factories: list[ProviderFactory] = []
         self.broken: list[BrokenPlugin] = []
         self.custom_domains: set[str] = set()
+        self.graph_passes: list[Any] = []
         self._probes: dict[str, Availability] = {}
 
     def _load(self) -> None:
@@ -79,6 +81,7 @@ class ProviderRegistry:
                 except Exception as e:
                     self.broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
             self.factories = factories
+            self.graph_passes = _collect_graph_passes(pm, self.broken)
             self._loaded = True
 
     def register(self, factory: ProviderFactory) -> None:
@@ -136,3 +139,21 @@ def register_provider(factory: ProviderFactory) -> None:
 def broken_plugins() -> list[BrokenPlugin]:
     registry.all()
     return list(registry.broken)
+
+
+# --- graph passes (turnout_graph_passes hook) --------------------------------------------------
+def _collect_graph_passes(pm: pluggy.PluginManager, broken: list[BrokenPlugin]) -> list[Any]:
+    """Passes plugins contribute; a hook that raises marks its plugin broken, like providers."""
+    out: list[Any] = []
+    for impl in pm.hook.turnout_graph_passes.get_hookimpls():
+        try:
+            out.extend(cast("list[Any]", impl.function() or []))
+        except Exception as e:
+            broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
+    return out
+
+
+def graph_passes() -> list[Any]:
+    """Graph passes contributed by plugins (GraphPass objects or (name, level, fn) tuples)."""
+    registry.all()
+    return list(registry.graph_passes)

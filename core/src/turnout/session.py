@@ -192,7 +192,9 @@ class InferenceSession:
     ) -> None:
         specs: list[tuple[str, dict[str, Any]]] = []
         if providers is None:
-            specs = [(f.name, {}) for f in registry.available()]
+            # No accelerator behind the caller's back (as onnxruntime >= 1.9 in GPU builds):
+            # installed providers run only when asked for; get_available_providers() lists them.
+            specs = [(CPU_PROVIDER, {})]
         else:
             if provider_options is not None and len(provider_options) != len(providers):
                 raise InvalidArgument("provider_options must have one dict per provider")

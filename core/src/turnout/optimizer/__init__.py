@@ -1,0 +1,181 @@
+"""The graph optimizer: passes grouped by onnxruntime's levels, run before partitioning.
+
+    model, report = optimize(model, Level.ALL, supports=...)
+
+- BASIC passes are provider-independent rewrites that keep standard ops (constant and shape
+  folding, dead/no-op/duplicate node removal, Conv+BN and Conv+Add/Mul folding, MatMul+Add ->
+  Gemm, Transpose merging and pushing).
+- EXTENDED passes fuse patterns into bigger ops (standard ones where the opset has them, else
+  turnout's own `ai.turnout` domain). Each fusion asks `supports(domain, op, replaced_ops)`
+  whether the provider that would own the nodes can run the fused op, and does not fire if not.
+- Plugins add passes through the `turnout_graph_passes` hook (see `GraphPass`).
+
+A pass is `fn(graph: OptGraph, ctx: PassContext) -> int` (the number of changes it made) with
+a name and a level; `PASSES` lists the built-in ones, `ORDER` the order they run in.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import onnx
+
+from . import (  # noqa: F401 - importing registers the passes, in this order
+    cleanup,
+    conv,
+    fold,
+    fusion_activation,
+    fusion_attention,
+    fusion_gelu,
+    fusion_norm,
+    gemm,
+    transpose,
+)
+from .base import (
+    PASSES,
+    TURNOUT_DOMAIN,
+    GraphPass,
+    Level,
+    OptimizationReport,
+    PassContext,
+    PassResult,
+    SupportsFn,
+)
+from .graph import OptGraph
+
+__all__ = [
+    "PASSES",
+    "TURNOUT_DOMAIN",
+    "GraphPass",
+    "Level",
+    "OptGraph",
+    "OptimizationReport",
+    "PassContext",
+    "PassResult",
+    "as_pass",
+    "optimize",
+    "passes_for",
+]
+
+MAX_ROUNDS = 4
+
+# the order built-in passes run in (plugin passes follow the built-in ones of their level):
+# fusions that consume activations/bias Adds come before those that absorb them
+ORDER = [
+    "fold_constants",
+    "fold_shapes",
+    "eliminate_noops",
+    "eliminate_common_subexpressions",
+    "merge_transposes",
+    "push_transposes",
+    "fold_conv_bn",
+    "fold_conv_add_mul",
+    "matmul_add_to_gemm",
+    "eliminate_dead_nodes",
+    "fuse_gelu",
+    "fuse_layer_norm",
+    "fuse_skip_layer_norm",
+    "fuse_attention",
+    "fuse_matmul_add",
+    "fuse_conv_add_activation",
+    "fuse_activation",
+]
+
+
+def as_pass(obj: Any) -> GraphPass:
+    """A plugin's contribution as a GraphPass: a GraphPass, or (name, level, fn).
+
+    `fn` takes `(graph, ctx)` or just `(graph)`, and returns the number of changes (or None).
+    """
+    if isinstance(obj, GraphPass):
+        return obj
+    if isinstance(obj, tuple) and len(obj) == 3:
+        name, level, fn = obj
+    else:
+        name, level, fn = obj.name, obj.level, obj.fn
+    params = len(inspect.signature(fn).parameters)
+
+    def run(g: OptGraph, ctx: PassContext) -> int:
+        before = len(g.nodes)
+        result = fn(g, ctx) if params >= 2 else fn(g)
+        return int(result) if isinstance(result, int) else abs(before - len(g.nodes))
+
+    return GraphPass(str(name), Level.parse(level), run)
+
+
+def passes_for(level: Level, extra: Iterable[GraphPass] = ()) -> list[GraphPass]:
+    """The passes that run at `level`, built-in first within each level, then contributed."""
+    chosen = [p for p in [*PASSES, *extra] if p.level <= level and p.level > Level.DISABLE]
+    rank = {name: i for i, name in enumerate(ORDER)}
+    return sorted(chosen, key=lambda p: (min(int(p.level), 2), rank.get(p.name, len(ORDER))))
+
+
+def optimize(
+    model: onnx.ModelProto,
+    level: Any = Level.ALL,
+    *,
+    supports: SupportsFn | None = None,
+    extra_passes: Iterable[Any] = (),
+    keep_initializers: Iterable[str] = (),
+    fold_max_elements: int = 1 << 20,
+) -> tuple[onnx.ModelProto, OptimizationReport]:
+    """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
+
+    `keep_initializers` names initializers that must stay as they are (overridden at run time).
+    """
+    lvl = Level.parse(level)
+    report = OptimizationReport(lvl)
+    report.nodes_before = report.nodes_after = len(model.graph.node)
+    report.ops_before = report.ops_after = _ops(model.graph.node)
+    if lvl == Level.DISABLE:
+        return model, report
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = OptGraph(out, keep_initializers)
+    ctx = PassContext(fold_max_elements=int(fold_max_elements))
+    if supports is not None:
+        ctx.supports = supports
+    chosen = passes_for(lvl, [as_pass(p) for p in extra_passes])
+    basic = [p for p in chosen if p.level == Level.BASIC]
+    later = [p for p in chosen if p.level > Level.BASIC]
+    for _ in range(MAX_ROUNDS):
+        if not sum(_run(g, p, ctx, report) for p in basic):
+            break
+    if later:
+        for p in later:
+            _run(g, p, ctx, report)
+        dead = [p for p in basic if p.name == "eliminate_dead_nodes"]
+        for p in dead:
+            _run(g, p, ctx, report)
+    g.toposort()
+    g.commit()
+    report.nodes_after = len(g.nodes)
+    report.ops_after = _ops(g.nodes)
+    return out, report
+
+
+def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport) -> int:
+    before = len(g.nodes)
+    t0 = time.perf_counter()
+    try:
+        changes = p.fn(g, ctx)
+    except Exception as e:
+        raise RuntimeError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
+    if changes:
+        g.refresh_shapes()
+    report.results.append(
+        PassResult(p.name, p.level, changes, before, len(g.nodes), (time.perf_counter() - t0) * 1e3)
+    )
+    return changes
+
+
+def _ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
+    c = Counter(
+        (f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type)
+        for n in nodes
+    )
+    return dict(sorted(c.items()))

@@ -1,0 +1,143 @@
+"""What a pass is (name, level, function), the context it runs in, and the report of a run."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .graph import OptGraph
+
+__all__ = [
+    "Level",
+    "GraphPass",
+    "PassContext",
+    "PassResult",
+    "OptimizationReport",
+    "PASSES",
+    "graph_pass",
+    "TURNOUT_DOMAIN",
+]
+
+TURNOUT_DOMAIN = "ai.turnout"
+
+
+class Level(enum.IntEnum):
+    """ORT's optimization levels (same numbers as `GraphOptimizationLevel`)."""
+
+    DISABLE = 0
+    BASIC = 1
+    EXTENDED = 2
+    LAYOUT = 3
+    ALL = 99
+
+    @staticmethod
+    def parse(value: Any) -> Level:
+        if isinstance(value, str):
+            key = value.upper().removeprefix("ORT_").removeprefix("ENABLE_").removesuffix("_ALL")
+            names = {"DISABLE": 0, "BASIC": 1, "EXTENDED": 2, "LAYOUT": 3, "ALL": 99, "": 99}
+            if key not in names:
+                raise ValueError(f"unknown optimization level {value!r}")
+            return Level(names[key])
+        return Level(int(value))
+
+
+# (fused op domain, fused op type, op types the fused op replaces) -> may the fusion fire?
+SupportsFn = Callable[[str, str, tuple[str, ...]], bool]
+
+
+def _always(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
+    return True
+
+
+@dataclass
+class PassContext:
+    """What a pass may consult besides the graph: which fused ops the owners can run, limits."""
+
+    supports: SupportsFn = _always
+    fold_max_elements: int = 1 << 20
+
+    def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:
+        return self.supports(domain, op_type, tuple(replaced))
+
+
+PassFn = Callable[[OptGraph, PassContext], int]
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """A named graph rewrite at one level. `fn(graph, ctx)` edits in place, returns #changes."""
+
+    name: str
+    level: Level
+    fn: PassFn
+    doc: str = ""
+
+
+PASSES: list[GraphPass] = []
+
+
+def graph_pass(name: str, level: Level) -> Callable[[PassFn], PassFn]:
+    """Decorator: register `fn` as a built-in pass (in definition order within its level)."""
+
+    def deco(fn: PassFn) -> PassFn:
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        PASSES.append(GraphPass(name, level, fn, doc))
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class PassResult:
+    name: str
+    level: Level
+    changes: int
+    nodes_before: int
+    nodes_after: int
+    ms: float
+
+
+@dataclass
+class OptimizationReport:
+    """Which passes ran at which level and what each changed (one entry per pass run)."""
+
+    level: Level
+    nodes_before: int = 0
+    nodes_after: int = 0
+    results: list[PassResult] = field(default_factory=list)
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+
+    def changes(self) -> dict[str, int]:
+        """Total changes per pass name (passes run more than once are summed)."""
+        out: dict[str, int] = {}
+        for r in self.results:
+            out[r.name] = out.get(r.name, 0) + r.changes
+        return out
+
+    def fired(self, name: str) -> bool:
+        return self.changes().get(name, 0) > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level.name,
+            "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after,
+            "passes": [
+                {"name": r.name, "level": r.level.name, "changes": r.changes, "ms": round(r.ms, 3)}
+                for r in self.results
+            ],
+            "ops_before": self.ops_before,
+            "ops_after": self.ops_after,
+        }
+
+    def format(self) -> str:
+        lines = [
+            f"optimization level {self.level.name}: {self.nodes_before} -> {self.nodes_after} nodes"
+        ]
+        for name, n in self.changes().items():
+            if n:
+                lines.append(f"  {name:32s} {n:5d} change(s)")
+        return "\n".join(lines)

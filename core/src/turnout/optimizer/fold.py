@@ -1,0 +1,173 @@
+"""Basic passes that compute at optimization time: constant folding and shape folding.
+
+Constant folding evaluates every node whose inputs are all constants with turnout's own CPU
+provider (one session over the whole constant subgraph, optimization disabled), and keeps a
+result as an initializer only up to `fold_max_elements` elements, so a tiny ConstantOfShape
+cannot blow the model up.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import NodeProto, helper, numpy_helper
+
+from .base import Level, PassContext, graph_pass
+from .graph import NONDETERMINISTIC, OptGraph, attr
+
+__all__ = ["fold_constants", "fold_shapes"]
+
+
+def _foldable(n: NodeProto) -> bool:
+    if n.domain not in ("", "ai.onnx") or n.op_type in NONDETERMINISTIC:
+        return False
+    return not any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute)
+
+
+@graph_pass("fold_constants", Level.BASIC)
+def fold_constants(g: OptGraph, ctx: PassContext) -> int:
+    """Replace nodes whose inputs are all constants by initializers holding their outputs."""
+    known: set[str] = set()
+    folded: list[NodeProto] = []
+    for n in g.nodes:
+        if not _foldable(n) or any(o in g.protected for o in n.output):
+            continue
+        if not all(not x or x in known or g.const(x) is not None for x in n.input):
+            continue
+        tps = [g.types.get(o) for o in n.output if o]
+        if any(tp is None or tp.WhichOneof("value") != "tensor_type" for tp in tps):
+            continue
+        folded.append(n)
+        known.update(o for o in n.output if o)
+    if not folded:
+        return 0
+    values = _evaluate(g, folded)
+    if values is None:
+        return 0
+    sub_reads = g.subgraph_reads()
+    while True:  # shrink the folded set until every kept result is under the size cap
+        in_set = {id(n) for n in folded}
+        outside_reads: set[str] = set(sub_reads)
+        for n in g.nodes:
+            if id(n) not in in_set:
+                outside_reads.update(n.input)
+        kept_outputs = {o for n in folded for o in n.output if o in outside_reads}
+        too_big = [
+            n
+            for n in folded
+            if any(o in kept_outputs and values[o].size > ctx.fold_max_elements for o in n.output)
+        ]
+        if not too_big:
+            break
+        drop = {id(n) for n in too_big}
+        folded = [n for n in folded if id(n) not in drop]
+    if not folded:
+        return 0
+    in_set = {id(n) for n in folded}
+    g.remove(*folded)
+    for o in kept_outputs:
+        g.inits[o] = values[o]
+    return len(in_set)
+
+
+def _evaluate(g: OptGraph, nodes: list[NodeProto]) -> dict[str, np.ndarray] | None:
+    """Run `nodes` (all inputs constant) in one session; None when any of them fails."""
+    from ..options import GraphOptimizationLevel, SessionOptions
+    from ..session import InferenceSession
+
+    produced = {o for n in nodes for o in n.output if o}
+    inputs = dict.fromkeys(x for n in nodes for x in n.input if x and x not in produced)
+    inits = [numpy_helper.from_array(g.const(x), x) for x in inputs]  # type: ignore[arg-type]
+    outputs = [o for n in nodes for o in n.output if o]
+    graph = helper.make_graph(
+        list(nodes), "fold", [], [helper.make_empty_tensor_value_info(o) for o in outputs], inits
+    )
+    model = helper.make_model(
+        graph, opset_imports=list(g.model.opset_import), ir_version=g.model.ir_version
+    )
+    opts = SessionOptions()
+    opts.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        sess = InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        results = sess.run(None, {})
+    except Exception:
+        return None
+    out: dict[str, np.ndarray] = {}
+    for name, v in zip(outputs, results):
+        if not isinstance(v, np.ndarray):
+            return None
+        out[name] = v
+    return out
+
+
+def _static_dims(g: OptGraph, name: str) -> list[int | None] | None:
+    shape = g.shape(name)
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) else None for d in shape]
+
+
+@graph_pass("fold_shapes", Level.BASIC)
+def fold_shapes(g: OptGraph, ctx: PassContext) -> int:
+    """Shape/Size of statically known dims, and Shape->Gather/Slice picking only static dims."""
+    changes = 0
+    prod = g.producers()
+    for n in list(g.nodes):
+        if n.domain not in ("", "ai.onnx") or any(o in g.protected for o in n.output):
+            continue
+        value: np.ndarray | None = None
+        if n.op_type in ("Shape", "Size"):
+            dims = _static_dims(g, n.input[0])
+            if dims is None:
+                continue
+            if n.op_type == "Size":
+                known = [d for d in dims if d is not None]
+                if len(known) == len(dims):
+                    value = np.array(int(np.prod(known, dtype=np.int64)), np.int64)
+            else:
+                r = len(dims)
+                start, end = attr(n, "start", 0), attr(n, "end", r)
+                picked = dims[slice(start, end)]
+                if all(d is not None for d in picked):
+                    value = np.array(picked, np.int64)
+        elif n.op_type in ("Gather", "Slice"):
+            src = prod.get(n.input[0])
+            if src is None or src.op_type != "Shape" or src.domain not in ("", "ai.onnx"):
+                continue
+            dims = _static_dims(g, src.input[0])
+            if dims is None:
+                continue
+            r = len(dims)
+            full = dims[slice(attr(src, "start", 0), attr(src, "end", r))]
+            value = _pick(g, n, full)
+        if value is not None:
+            name = n.output[0]
+            g.remove(n)
+            g.inits[name] = value
+            changes += 1
+    return changes
+
+
+def _pick(g: OptGraph, n: NodeProto, dims: list[int | None]) -> np.ndarray | None:
+    arr = np.array([d if d is not None else -1 for d in dims], np.int64)
+    known = np.array([d is not None for d in dims])
+    try:
+        if n.op_type == "Gather":
+            idx = g.const(n.input[1])
+            if idx is None or attr(n, "axis", 0) != 0:
+                return None
+            sel, ok = arr[idx], known[idx]
+        else:
+            if len(n.input) < 3:
+                return None
+            starts, ends = g.const(n.input[1]), g.const(n.input[2])
+            axes = g.const(n.input[3]) if len(n.input) > 3 and n.input[3] else np.zeros(1, int)
+            steps = g.const(n.input[4]) if len(n.input) > 4 and n.input[4] else np.ones(1, int)
+            if starts is None or ends is None or axes is None or steps is None:
+                return None
+            if starts.size != 1 or int(axes.reshape(-1)[0]) not in (0, -1):
+                return None
+            sl = slice(int(starts[0]), int(ends[0]), int(steps[0]))
+            sel, ok = arr[sl], known[sl]
+    except (IndexError, ValueError):
+        return None
+    return np.asarray(sel, np.int64) if np.all(ok) else None

@@ -1,0 +1,118 @@
+"""Extended passes: MatMul+Add (any rank, constant weights) -> FusedGemm, and Conv / Gemm /
+FusedGemm followed by an activation -> FusedConv / FusedGemm (domain ai.turnout)."""
+
+from __future__ import annotations
+
+from onnx import NodeProto, TensorProto, helper
+
+from .base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
+from .graph import OptGraph, attr
+from .match import Matcher
+
+__all__ = ["fuse_matmul_add", "fuse_activation"]
+
+_FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+
+
+@graph_pass("fuse_matmul_add", Level.EXTENDED)
+def fuse_matmul_add(g: OptGraph, ctx: PassContext) -> int:
+    """MatMul(A[..., K], W[K, N] constant) + bias[N] constant -> ai.turnout::FusedGemm."""
+    if not ctx.can_emit(TURNOUT_DOMAIN, "FusedGemm", ("MatMul", "Add")):
+        return 0
+    changes = 0
+    m = Matcher(g)
+    for mm in list(g.nodes):
+        if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx"):
+            continue
+        add = m.only_reader(mm.output[0], "Add")
+        if add is None:
+            continue
+        w = g.const(mm.input[1])
+        bias_name = m.other(add, mm.output[0])
+        bias = g.const(bias_name) if bias_name else None
+        a = g.shape(mm.input[0])
+        if w is None or bias is None or a is None or len(a) < 2 or w.ndim != 2:
+            continue
+        if g.elem_type(mm.input[0]) not in _FLOATS or bias.dtype != w.dtype:
+            continue
+        if bias.ndim != 1 or bias.shape[0] != w.shape[1]:
+            continue
+        fused = g.make_node(
+            "FusedGemm", [mm.input[0], mm.input[1], bias_name], [add.output[0]],  # type: ignore[list-item]
+            domain=TURNOUT_DOMAIN,
+        )  # fmt: skip
+        g.insert_before(add, fused)
+        g.remove(mm, add)
+        changes += 1
+    if changes:
+        g.ensure_opset(TURNOUT_DOMAIN)
+    return changes
+
+
+def _activation(g: OptGraph, n: NodeProto) -> tuple[str, list[float]] | None:
+    """(name, params) of an activation node the fused kernels implement, else None."""
+    op = n.op_type
+    if n.domain == TURNOUT_DOMAIN and op == "Gelu":
+        return ("GeluTanh" if attr(n, "approximate", "none") == "tanh" else "Gelu"), []
+    if n.domain not in ("", "ai.onnx"):
+        return None
+    if op in ("Relu", "Sigmoid", "Tanh"):
+        return op, []
+    if op == "LeakyRelu":
+        return op, [float(attr(n, "alpha", 0.01))]
+    if op == "HardSigmoid":
+        return op, [float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5))]
+    if op == "Gelu":
+        return ("GeluTanh" if attr(n, "approximate", "none") == "tanh" else "Gelu"), []
+    if op == "Clip":
+        if len(n.input) == 1 and (attr(n, "min") is not None or attr(n, "max") is not None):
+            return op, [float(attr(n, "min", -3.4028234663852886e38)),
+                        float(attr(n, "max", 3.4028234663852886e38))]  # fmt: skip
+        lo = g.scalar(n.input[1]) if len(n.input) > 1 and n.input[1] else float("-inf")
+        hi = g.scalar(n.input[2]) if len(n.input) > 2 and n.input[2] else float("inf")
+        if lo is None or hi is None:
+            return None
+        return op, [lo, hi]
+    return None
+
+
+@graph_pass("fuse_activation", Level.EXTENDED)
+def fuse_activation(g: OptGraph, ctx: PassContext) -> int:
+    """Conv/Gemm/FusedGemm -> activation becomes one FusedConv/FusedGemm with that activation."""
+    changes = 0
+    m = Matcher(g)
+    for n in list(g.nodes):
+        is_conv = n.op_type == "Conv" and n.domain in ("", "ai.onnx")
+        is_gemm = n.op_type == "Gemm" and n.domain in ("", "ai.onnx")
+        is_fgemm = n.op_type == "FusedGemm" and n.domain == TURNOUT_DOMAIN
+        if not (is_conv or is_gemm or is_fgemm) or len(n.output) != 1:
+            continue
+        if is_fgemm and attr(n, "activation", ""):
+            continue
+        reads = m.readers(n.output[0])
+        if len(reads) != 1 or not m.internal(n.output[0]):
+            continue
+        act_node = reads[0]
+        act = _activation(g, act_node)
+        if act is None or g.elem_type(n.output[0]) not in _FLOATS:
+            continue
+        fused_op = "FusedConv" if is_conv else "FusedGemm"
+        if not ctx.can_emit(TURNOUT_DOMAIN, fused_op, (n.op_type, act_node.op_type)):
+            continue
+        if is_gemm and g.opsets.get("", 0) < 7:
+            continue
+        attrs = [a for a in n.attribute if a.name not in ("activation", "activation_params")]
+        fused = helper.make_node(
+            fused_op, list(n.input), [act_node.output[0]], name=g.fresh(fused_op),
+            domain=TURNOUT_DOMAIN,
+        )  # fmt: skip
+        fused.attribute.extend(attrs)
+        fused.attribute.append(helper.make_attribute("activation", act[0]))
+        if act[1]:
+            fused.attribute.append(helper.make_attribute("activation_params", act[1]))
+        g.insert_before(act_node, fused)
+        g.remove(n, act_node)
+        changes += 1
+    if changes:
+        g.ensure_opset(TURNOUT_DOMAIN)
+    return changes

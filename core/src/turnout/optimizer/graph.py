@@ -1,0 +1,268 @@
+"""The optimizer's working graph: a mutable view over one ModelProto's top-level graph.
+
+Passes edit `nodes` (NodeProtos in topological order) and `inits` (numpy arrays) through the
+helpers here, which keep producer/consumer maps and the names the outside world sees: graph
+inputs and outputs, and names read by nested graphs (If/Loop/Scan bodies), are never renamed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import NodeProto, helper, numpy_helper
+
+__all__ = ["OptGraph", "attr", "Dim"]
+
+Dim = int | str | None
+
+# ops whose result is not a function of their inputs: never folded or merged
+NONDETERMINISTIC = frozenset(
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+    }
+)
+
+
+def attr(node: NodeProto, name: str, default: Any = None) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _subgraph_reads(node: NodeProto) -> Iterator[str]:
+    for a in node.attribute:
+        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for g in graphs:
+            for n in g.node:
+                yield from (x for x in n.input if x)
+                yield from _subgraph_reads(n)
+            yield from (o.name for o in g.output)
+
+
+class OptGraph:
+    """One model's top-level graph, editable by passes. Call `commit()` to write it back."""
+
+    def __init__(self, model: onnx.ModelProto, keep_inits: Iterable[str] = ()) -> None:
+        self.model = model
+        g = model.graph
+        self.opsets = {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import
+        }
+        self.nodes: list[NodeProto] = list(g.node)
+        self.inits: dict[str, np.ndarray] = {}  # new or changed initializers
+        self._cache: dict[str, np.ndarray] = {}  # decoded original initializers
+        self._init_protos = {t.name: t for t in g.initializer}
+        self.input_names = [i.name for i in g.input]
+        self.output_names = [o.name for o in g.output]
+        # initializers that are also graph inputs can be overridden at run time: not constants
+        # (from IR 4 on; before it every initializer had to be listed as an input, and
+        # onnxruntime treats them as constants too)
+        overridable = set(self.input_names) if model.ir_version >= 4 else set()
+        self.non_constant = overridable | set(keep_inits)
+        self.protected: set[str] = set(self.output_names)
+        self.types: dict[str, onnx.TypeProto] = {}
+        self._counter = itertools.count()
+        self._used_names: set[str] = set(self._init_protos) | set(self.input_names)
+        for n in self.nodes:
+            self._used_names.update(n.output)
+            self._used_names.update(n.input)
+        self.refresh_shapes()
+
+    # ------------------------------------------------------------------ constants
+    def const(self, name: str) -> np.ndarray | None:
+        """The value of `name` if it is a constant initializer (not an overridable input)."""
+        if not name or name in self.non_constant:
+            return None
+        if name in self.inits:
+            return self.inits[name]
+        if name in self._cache:
+            return self._cache[name]
+        proto = self._init_protos.get(name)
+        if proto is None or proto.data_type == onnx.TensorProto.UNDEFINED:
+            return None
+        arr = numpy_helper.to_array(proto)
+        self._cache[name] = arr
+        return arr
+
+    def is_initializer(self, name: str) -> bool:
+        return name in self.inits or name in self._init_protos
+
+    def add_init(self, value: np.ndarray, hint: str) -> str:
+        name = self.fresh(hint)
+        self.inits[name] = np.asarray(value)
+        return name
+
+    def initializer_names(self) -> list[str]:
+        return list(dict.fromkeys([*self._init_protos, *self.inits]))
+
+    def drop_init(self, name: str) -> None:
+        self.inits.pop(name, None)
+        self._cache.pop(name, None)
+        self._init_protos.pop(name, None)
+
+    def scalar(self, name: str) -> float | None:
+        """A constant holding exactly one number, as a float."""
+        v = self.const(name)
+        if v is None or v.size != 1 or v.dtype.kind not in "fiu":
+            return None
+        return float(v.reshape(()))
+
+    # ------------------------------------------------------------------ names and maps
+    def fresh(self, hint: str) -> str:
+        while True:
+            name = f"{hint}__opt{next(self._counter)}"
+            if name not in self._used_names:
+                self._used_names.add(name)
+                return name
+
+    def producers(self) -> dict[str, NodeProto]:
+        return {o: n for n in self.nodes for o in n.output if o}
+
+    def consumers(self) -> dict[str, list[NodeProto]]:
+        out: dict[str, list[NodeProto]] = {}
+        for n in self.nodes:
+            for x in dict.fromkeys(n.input):
+                if x:
+                    out.setdefault(x, []).append(n)
+            for x in dict.fromkeys(_subgraph_reads(n)):
+                out.setdefault(x, []).append(n)
+        return out
+
+    def subgraph_reads(self) -> set[str]:
+        return {x for n in self.nodes for x in _subgraph_reads(n)}
+
+    # ------------------------------------------------------------------ shapes
+    def refresh_shapes(self) -> None:
+        """Re-run onnx shape inference (with data propagation) over the current graph."""
+        from .shapes import infer_types
+
+        self.types = infer_types(self)
+
+    def shape(self, name: str) -> tuple[Dim, ...] | None:
+        tp = self.types.get(name)
+        if tp is None:
+            v = self.const(name)
+            return tuple(v.shape) if v is not None else None
+        if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            return None
+        return tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tp.tensor_type.shape.dim
+        )
+
+    def elem_type(self, name: str) -> int | None:
+        tp = self.types.get(name)
+        if tp is None:
+            v = self.const(name)
+            if v is not None:
+                from ..dtypes import elem_type_of
+
+                return elem_type_of(v.dtype)
+            return None
+        if tp.WhichOneof("value") != "tensor_type":
+            return None
+        return tp.tensor_type.elem_type or None
+
+    # ------------------------------------------------------------------ edits
+    def replace_value(self, old: str, new: str) -> bool:
+        """Make every reader of `old` read `new` instead; False (nothing changed) if impossible.
+
+        When `old` is a graph output (or read by a nested graph) its name must stay, so `new`'s
+        producer is renamed to `old` instead, provided `new` is a plain node output.
+        """
+        if old == new:
+            return True
+        outside = self.protected | self.subgraph_reads()
+        if old not in outside:
+            self._rename_uses(old, new)
+            return True
+        prod = self.producers().get(new)
+        if prod is None or new in outside or new in self.input_names:
+            return False
+        prod.output[list(prod.output).index(new)] = old
+        self._rename_uses(new, old, skip=prod)
+        self.types.pop(new, None)
+        return True
+
+    def _rename_uses(self, old: str, new: str, skip: NodeProto | None = None) -> None:
+        for n in self.nodes:
+            if n is skip:
+                continue
+            for i, x in enumerate(n.input):
+                if x == old:
+                    n.input[i] = new
+
+    def remove(self, *nodes: NodeProto) -> None:
+        ids = {id(n) for n in nodes}
+        self.nodes = [n for n in self.nodes if id(n) not in ids]
+
+    def insert_before(self, anchor: NodeProto, node: NodeProto) -> None:
+        """Insert `node` just before `anchor` (keeps topological order when inputs are ready)."""
+        for i, n in enumerate(self.nodes):
+            if n is anchor:
+                self.nodes.insert(i, node)
+                return
+        self.nodes.append(node)
+
+    def make_node(self, op: str, inputs: list[str], outputs: list[str], **kw: Any) -> NodeProto:
+        domain = kw.pop("domain", "")
+        name = self.fresh(kw.pop("name", op))
+        return helper.make_node(op, inputs, outputs, name=name, domain=domain, **kw)
+
+    def ensure_opset(self, domain: str, version: int = 1) -> None:
+        if domain not in self.opsets:
+            self.opsets[domain] = version
+            self.model.opset_import.append(helper.make_opsetid(domain, version))
+
+    def toposort(self) -> None:
+        """Restore topological order after edits that moved producers (stable otherwise)."""
+        produced = {o for n in self.nodes for o in n.output if o}
+        ready: set[str] = set()
+        pending = list(self.nodes)
+        ordered: list[NodeProto] = []
+        while pending:
+            rest = []
+            for n in pending:
+                needs = [x for x in itertools.chain(n.input, _subgraph_reads(n)) if x in produced]
+                if all(x in ready for x in needs):
+                    ordered.append(n)
+                    ready.update(n.output)
+                else:
+                    rest.append(n)
+            if len(rest) == len(pending):  # a cycle cannot come from a pass; keep what is left
+                ordered.extend(rest)
+                break
+            pending = rest
+        self.nodes = ordered
+
+    def commit(self) -> onnx.ModelProto:
+        """Write nodes and initializers back into the model proto and return it."""
+        g = self.model.graph
+        del g.node[:]
+        g.node.extend(self.nodes)
+        protos = []
+        for name in self.initializer_names():
+            if name in self.inits:
+                protos.append(numpy_helper.from_array(self.inits[name], name))
+            else:
+                protos.append(self._init_protos[name])
+        del g.initializer[:]
+        g.initializer.extend(protos)
+        alive = {x for n in self.nodes for x in n.output} | set(self.initializer_names())
+        kept = [vi for vi in g.value_info if vi.name in alive]
+        del g.value_info[:]
+        g.value_info.extend(kept)
+        return self.model
+
+    def count(self, pred: Callable[[NodeProto], bool] | None = None) -> int:
+        return sum(1 for n in self.nodes if pred is None or pred(n))
