@@ -308,3 +308,15 @@ def test_probe_failure_is_a_reason_not_a_crash() -> None:
         availability.reason
         == "probe failed: OSError: driver version 470 is older than the required 525"
     )
+
+
+def test_run_with_ort_values_accepts_device_inputs(fake: FakeDeviceProviderFactory) -> None:
+    model = _model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
+    sess = turnout.InferenceSession(model, providers=[FAKE])
+    x = np.array([-1, 2, -3, 4], np.float32)
+    x_dev = turnout.OrtValue.ortvalue_from_numpy(x, "fake", 0)
+    transfer = fake.last.data_transfer  # type: ignore[union-attr]
+    ups = transfer.to_device_count
+    (y,) = sess.run_with_ort_values(["y"], {"x0": x_dev})
+    assert transfer.to_device_count == ups  # the device input was used in place
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))

@@ -445,10 +445,8 @@ class InferenceSession:
         input_dict_ort_values: dict[str, OrtValue],
         run_options: RunOptions | None = None,
     ) -> list[OrtValue]:
-        feeds = {
-            k: (v._value if isinstance(v, OrtValue) else v)
-            for k, v in input_dict_ort_values.items()
-        }
+        # OrtValues pass through: _prepare_feeds unwraps host ones and keeps device buffers
+        feeds = dict(input_dict_ort_values)
         return [OrtValue._wrap(v) for v in self._execute(output_names, feeds, run_options)]
 
     def run_async(

@@ -1,0 +1,180 @@
+"""OpenCLProviderFactory: probe (OpenCL platforms and devices, or exactly why there are none)
+and create (validated `platform`, `device_type`, `device_id` options)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from turnout.errors import InvalidArgument
+from turnout.provider import (
+    Availability,
+    DataTransfer,
+    Device,
+    DeviceEntry,
+    ExecutionProvider,
+    ProviderFactory,
+)
+
+from . import __version__
+
+__all__ = ["DEVICE_TYPES", "OpenCLProviderFactory", "select_device"]
+
+DEVICE_TYPES = ("all", "default", "cpu", "gpu", "accelerator")
+
+
+def _cl() -> Any:
+    import pyopencl as cl
+
+    return cl
+
+
+def _devices_of(platform: Any, device_type: str) -> list[Any]:
+    cl = _cl()
+    kind = getattr(cl.device_type, device_type.upper())
+    try:
+        return list(platform.get_devices(device_type=kind))
+    except cl.Error:  # DEVICE_NOT_FOUND: this platform has none of that type
+        return []
+
+
+def _platforms() -> list[Any]:
+    cl = _cl()
+    try:
+        return list(cl.get_platforms())
+    except cl.Error as e:  # PLATFORM_NOT_FOUND_KHR when the ICD loader finds no vendor
+        raise LookupError(f"no OpenCL ICD or platform found ({e})") from None
+
+
+def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "platform" in options:
+        raw = options["platform"]
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise InvalidArgument(
+                "OpenCLExecutionProvider: platform must be an index or a name substring, "
+                f"not {raw!r}"
+            )
+        out["platform"] = int(raw) if isinstance(raw, str) and raw.isdigit() else raw
+    if "device_type" in options:
+        raw = str(options["device_type"]).lower()
+        if raw not in DEVICE_TYPES:
+            raise InvalidArgument(
+                f"OpenCLExecutionProvider: device_type must be one of {', '.join(DEVICE_TYPES)}, "
+                f"not {options['device_type']!r}"
+            )
+        out["device_type"] = raw
+    if "device_id" in options:
+        raw = options["device_id"]
+        try:
+            n = int(raw)
+        except (TypeError, ValueError):
+            n = -1
+        if n < 0 or isinstance(raw, bool):
+            raise InvalidArgument(
+                f"OpenCLExecutionProvider: device_id must be an integer >= 0, not {raw!r}"
+            )
+        out["device_id"] = n
+    return out
+
+
+def select_device(options: Mapping[str, Any]) -> tuple[Any, int]:
+    """The pyopencl device the options pick, and its index among the matching devices.
+
+    Raises LookupError with the exact reason when nothing matches.
+    """
+    platforms = _platforms()
+    if not platforms:
+        raise LookupError("no OpenCL ICD or platform found")
+    want = options.get("platform")
+    if isinstance(want, int):
+        if want >= len(platforms):
+            raise LookupError(f"platform {want} requested; only {len(platforms)} present")
+        platforms = [platforms[want]]
+    elif isinstance(want, str):
+        platforms = [p for p in platforms if want.lower() in p.name.lower()]
+        if not platforms:
+            raise LookupError(f"no OpenCL platform name contains {want!r}")
+    kind = options.get("device_type", "all")
+    devices = [d for p in platforms for d in _devices_of(p, kind)]
+    if not devices:
+        names = ", ".join(p.name for p in platforms)
+        raise LookupError(f"no OpenCL device of type {kind!r} on platform(s) {names}")
+    idx = int(options.get("device_id", 0))
+    if idx >= len(devices):
+        raise LookupError(f"device_id {idx} requested; {len(devices)} {kind} device(s) present")
+    return devices[idx], idx
+
+
+def device_metadata(d: Any) -> dict[str, str]:
+    ext = d.extensions.split()
+    return {
+        "name": d.name.strip(),
+        "platform": d.platform.name.strip(),
+        "version": d.version.strip(),
+        "driver": d.driver_version.strip(),
+        "type": _cl().device_type.to_string(d.type).lower(),
+        "fp64": str("cl_khr_fp64" in ext).lower(),
+        "fp16": str("cl_khr_fp16" in ext).lower(),
+        "max_work_group_size": str(d.max_work_group_size),
+        "global_mem_bytes": str(d.global_mem_size),
+    }
+
+
+class OpenCLProviderFactory(ProviderFactory):
+    name = "OpenCLExecutionProvider"
+    aliases = ("opencl",)
+    default_priority = 50
+    option_names = frozenset({"platform", "device_type", "device_id"})
+    version = __version__
+    device_type = "opencl"
+
+    def _probe(self) -> Availability:
+        try:
+            cl = _cl()
+        except Exception as e:
+            return Availability(
+                False, reason=f"pyopencl cannot be imported: {type(e).__name__}: {e}"
+            )
+        try:
+            platforms = _platforms()
+        except LookupError as e:
+            return Availability(False, reason=str(e))
+        if not platforms:
+            return Availability(False, reason="no OpenCL ICD or platform found")
+        entries = []
+        for pi, p in enumerate(platforms):
+            for di, d in enumerate(_devices_of(p, "all")):
+                entries.append(
+                    DeviceEntry(
+                        Device("opencl", len(entries)),
+                        device_metadata(d),
+                        {"platform": pi, "device_type": "all", "device_id": di},
+                    )
+                )
+        if not entries:
+            names = ", ".join(p.name for p in platforms)
+            return Availability(False, reason=f"no OpenCL device on platform(s) {names}")
+        return Availability(
+            True, tuple(entries), version=f"{__version__} (pyopencl {cl.VERSION_TEXT})"
+        )
+
+    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        opts = _check_options(options)
+        try:
+            device, index = select_device(opts)
+        except LookupError as e:
+            raise InvalidArgument(f"{self.name}: {e}") from None
+        from .provider import OpenCLExecutionProvider
+
+        return OpenCLExecutionProvider(opts, device, index)
+
+    def data_transfer(self) -> DataTransfer:
+        if not hasattr(self, "_transfer"):
+            self._transfer = self.create({}).data_transfer
+        return self._transfer
+
+    def expected_failures(self) -> Mapping[str, str]:
+        from .expected_failures import EXPECTED_FAILURES
+
+        return EXPECTED_FAILURES

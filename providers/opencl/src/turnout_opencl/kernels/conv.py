@@ -1,0 +1,247 @@
+"""Convolution (direct) and pooling (Max/Average/Global), for 1, 2 and 3 spatial dims.
+
+Every op is lifted to 3 spatial dims (leading size-1 dims) so one kernel per op serves all
+ranks. One work item computes one output element. Output sizes and pads (auto_pad, ceil_mode)
+are computed on the host from the runtime shape; the parameters travel in one `long` buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+
+from ..runtime import CTYPES, Runtime, buf
+from .base import FLOATS, ocl_kernel
+
+__all__: list[str] = []
+
+# meta: N C D H W | OC OD OH OW | KD KH KW | SD SH SW | PD PH PW | DD DH DW | G
+_CONV_SRC = """
+__kernel void conv(long n, __global const long* m, __global {T}* out, __global const {T}* x,
+                   __global const {T}* w, __global const {T}* b, int hasb) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long C = m[1], D = m[2], H = m[3], W = m[4], OC = m[5], OD = m[6], OH = m[7], OW = m[8];
+  long KD = m[9], KH = m[10], KW = m[11], G = m[21];
+  long r = gid;
+  long ow = r % OW; r /= OW; long oh = r % OH; r /= OH; long od = r % OD; r /= OD;
+  long oc = r % OC; long nb = r / OC;
+  long cg = C / G, g = oc / (OC / G);
+  {T} acc = hasb ? b[oc] : ({T})0;
+  for (long ic = 0; ic < cg; ++ic) {{
+    long c = g * cg + ic;
+    for (long kd = 0; kd < KD; ++kd) {{
+      long id = od * m[12] - m[15] + kd * m[18];
+      if (id < 0 || id >= D) continue;
+      for (long kh = 0; kh < KH; ++kh) {{
+        long ih = oh * m[13] - m[16] + kh * m[19];
+        if (ih < 0 || ih >= H) continue;
+        for (long kw = 0; kw < KW; ++kw) {{
+          long iw = ow * m[14] - m[17] + kw * m[20];
+          if (iw < 0 || iw >= W) continue;
+          acc += x[(((nb * C + c) * D + id) * H + ih) * W + iw] *
+                 w[(((oc * cg + ic) * KD + kd) * KH + kh) * KW + kw];
+        }}
+      }}
+    }}
+  }}
+  out[gid] = acc;
+}}
+
+// MODE 0 max, 1 average (count_include_pad in m[21]), m[22..24] pad ends
+__kernel void pool(long n, __global const long* m, __global {T}* out, __global long* idx,
+                   __global const {T}* x, int want_idx, int col_major) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long C = m[1], D = m[2], H = m[3], W = m[4], OD = m[6], OH = m[7], OW = m[8];
+  long KD = m[9], KH = m[10], KW = m[11];
+  long r = gid;
+  long ow = r % OW; r /= OW; long oh = r % OH; r /= OH; long od = r % OD; r /= OD;
+  long nc = r;
+  {T} acc = MODE == 0 ? -INFINITY : ({T})0;
+  long best = -1, cnt = 0, cnt_pad = 0;
+  for (long kd = 0; kd < KD; ++kd) {{
+    long id = od * m[12] - m[15] + kd * m[18];
+    for (long kh = 0; kh < KH; ++kh) {{
+      long ih = oh * m[13] - m[16] + kh * m[19];
+      for (long kw = 0; kw < KW; ++kw) {{
+        long iw = ow * m[14] - m[17] + kw * m[20];
+        if (id >= -m[15] && id < D + m[22] && ih >= -m[16] && ih < H + m[23] &&
+            iw >= -m[17] && iw < W + m[24]) cnt_pad++;
+        if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+        long off = ((nc * D + id) * H + ih) * W + iw;
+        {T} v = x[off];
+        cnt++;
+        if (MODE == 0) {{
+          if (v > acc || best < 0) {{
+            acc = v;
+            best = col_major ? ((nc * W + iw) * H + ih) * D + id : off;
+          }}
+        }} else acc += v;
+      }}
+    }}
+  }}
+  if (MODE == 1) acc = acc / ({T})(m[21] ? cnt_pad : cnt);
+  out[gid] = acc;
+  if (want_idx) idx[gid] = best;
+}}
+"""
+
+
+def _spatial(
+    kn: KernelNode, x_shape: tuple[int, ...], kernel: list[int], ceil: bool, dil_default: int = 1
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """(out sizes, strides, pads begin, pads end, dilations) for the spatial dims."""
+    sp = list(x_shape[2:])
+    r = len(sp)
+    strides = list(kn.attr("strides", [1] * r))
+    dil = list(kn.attr("dilations", [dil_default] * r))
+    pads = list(kn.attr("pads", [0] * (2 * r)))
+    auto = kn.attr("auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    pb, pe = pads[:r], pads[r:]
+    out = []
+    for i in range(r):
+        ek = dil[i] * (kernel[i] - 1) + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-sp[i] // strides[i])
+            total = max((o - 1) * strides[i] + ek - sp[i], 0)
+            small = total // 2
+            pb[i], pe[i] = (
+                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+            )
+        elif auto == "VALID":
+            pb[i] = pe[i] = 0
+            o = (sp[i] - ek) // strides[i] + 1
+        else:
+            span = sp[i] + pb[i] + pe[i] - ek
+            o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+            if ceil and (o - 1) * strides[i] >= sp[i] + pb[i]:
+                o -= 1
+        if o < 0:
+            raise InvalidArgument(f"{kn.name}: kernel larger than the padded input")
+        out.append(o)
+    return out, strides, pb, pe, dil
+
+
+def _lift(vals: list[int], fill: int) -> list[int]:
+    return [fill] * (3 - len(vals)) + vals
+
+
+@ocl_kernel("Conv", 1, dtypes=FLOATS)
+def conv(kn: KernelNode, rt: Runtime) -> KernelFn:
+    dt = np.dtype(kn.inputs[0].dtype)
+    (k, _) = rt.build("#define MODE 0\n" + _CONV_SRC.format(T=CTYPES[dt]), "conv", "pool")
+    group = int(kn.attr("group", 1))
+    ks_attr = kn.attr("kernel_shape")
+
+    def run(x: Any, w: Any, b: Any = None) -> tuple[Any]:
+        xs, ws = tuple(x.shape), tuple(w.shape)
+        if len(xs) < 3 or len(xs) > 5 or len(ws) != len(xs):
+            raise InvalidArgument(f"{kn.name}: Conv input {xs} / weight {ws} ranks unsupported")
+        if xs[1] != ws[1] * group or ws[0] % group:
+            raise InvalidArgument(f"{kn.name}: channels {xs[1]} do not match weight {ws}")
+        kern = list(ks_attr) if ks_attr is not None else list(ws[2:])
+        o, st, pb, _pe, dil = _spatial(kn, xs, kern, False)
+        out = rt.empty((xs[0], ws[0], *o), dt)
+        meta = (
+            xs[0],
+            xs[1],
+            *_lift(list(xs[2:]), 1),
+            ws[0],
+            *_lift(o, 1),
+            *_lift(kern, 1),
+            *_lift(st, 1),
+            *_lift(pb, 0),
+            *_lift(dil, 1),
+            group,
+        )
+        rt.launch(
+            k,
+            out.size,
+            rt.meta(tuple(int(v) for v in meta)),
+            buf(out),
+            buf(x),
+            buf(w),
+            buf(b) if b is not None else buf(out),
+            np.int32(b is not None),
+        )
+        return (out,)
+
+    return run
+
+
+def _pool(kn: KernelNode, rt: Runtime, mode: int, is_global: bool) -> KernelFn:
+    dt = np.dtype(kn.inputs[0].dtype)
+    (_, k) = rt.build(f"#define MODE {mode}\n" + _CONV_SRC.format(T=CTYPES[dt]), "conv", "pool")
+    ceil = bool(kn.attr("ceil_mode", 0))
+    include_pad = int(kn.attr("count_include_pad", 0))
+    want_idx = len(kn.node.outputs) > 1 and bool(kn.node.outputs[1])
+    col_major = int(kn.attr("storage_order", 0))
+
+    def run(x: Any) -> tuple[Any, ...]:
+        xs = tuple(x.shape)
+        if len(xs) < 3 or len(xs) > 5:
+            raise InvalidArgument(f"{kn.name}: pooling input rank {len(xs)} unsupported")
+        if is_global:
+            kern = list(xs[2:])
+            o, st, pb, pe, dil = (
+                [1] * len(kern),
+                [1] * len(kern),
+                [0] * len(kern),
+                [0] * len(kern),
+                [1] * len(kern),
+            )
+        else:
+            kern = list(kn.attr("kernel_shape"))
+            o, st, pb, pe, dil = _spatial(kn, xs, kern, ceil)
+        out = rt.empty((xs[0], xs[1], *o), dt)
+        idx = rt.empty(tuple(out.shape), np.int64) if want_idx else None
+        meta = (
+            xs[0],
+            xs[1],
+            *_lift(list(xs[2:]), 1),
+            xs[1],
+            *_lift(o, 1),
+            *_lift(kern, 1),
+            *_lift(st, 1),
+            *_lift(pb, 0),
+            *_lift(dil, 1),
+            include_pad,
+            *_lift(pe, 0),
+        )
+        rt.launch(
+            k,
+            out.size,
+            rt.meta(tuple(int(v) for v in meta)),
+            buf(out),
+            buf(idx) if idx is not None else buf(out),
+            buf(x),
+            np.int32(want_idx),
+            np.int32(col_major),
+        )
+        return (out, idx) if want_idx else (out,)
+
+    return run
+
+
+def _pool_supports(kn: KernelNode, rt: Runtime) -> str | None:
+    if kn.op_type == "MaxPool" and len(kn.outputs) > 1 and kn.outputs[1] is not None:
+        return None
+    return None
+
+
+ocl_kernel("MaxPool", 1, dtypes=FLOATS, supports=_pool_supports)(
+    lambda kn, rt: _pool(kn, rt, 0, False)
+)
+ocl_kernel("AveragePool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 1, False))
+ocl_kernel("GlobalMaxPool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 0, True))
+ocl_kernel("GlobalAveragePool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 1, True))
+
+_ = math

@@ -1,0 +1,526 @@
+"""Data movement: Transpose, Concat, Split, Slice, Expand, Tile, Pad, Gather, GatherElements,
+DepthToSpace, SpaceToDepth.
+
+Most are one strided copy (`dst[doff + idx.ds] = src[soff + idx.ss]` over a shape), a kernel
+per element size that moves bits, so one program serves every dtype. Shape-like inputs
+(Slice's starts, Expand's shape, ...) are declared host inputs and never leave host memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+
+from ..runtime import CTYPES, Runtime, bcast_strides, buf, c_strides
+from .base import ALL, host_ints, norm_axis, ocl_kernel
+
+__all__ = ["Copier", "copier"]
+
+_BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+
+_COPY_SRC = """
+__kernel void copy_{T}(long n, int rank, __global const long* m, __global {T}* dst, long doff,
+                       __global const {T}* src, long soff) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long r = gid, di = doff, si = soff;
+  for (int d = rank - 1; d >= 0; --d) {{
+    long dim = m[d]; long c = r % dim; r /= dim;
+    di += c * m[rank + d]; si += c * m[2 * rank + d];
+  }}
+  dst[di] = src[si];
+}}
+"""
+
+
+class Copier:
+    """Strided copies for one element size."""
+
+    def __init__(self, rt: Runtime, itemsize: int) -> None:
+        self.rt = rt
+        t = _BITS[itemsize]
+        (self.kernel,) = rt.build(_COPY_SRC.format(T=t), f"copy_{t}")
+
+    def __call__(
+        self,
+        dst: Any,
+        doff: int,
+        dstrides: tuple[int, ...],
+        src: Any,
+        soff: int,
+        sstrides: tuple[int, ...],
+        shape: tuple[int, ...],
+    ) -> None:
+        n = math.prod(shape)
+        if n == 0:
+            return
+        shape, dstrides, sstrides = _collapse(shape, dstrides, sstrides)
+        meta = self.rt.meta(tuple(shape) + tuple(dstrides) + tuple(sstrides))
+        self.rt.launch(
+            self.kernel,
+            n,
+            np.int32(len(shape)),
+            meta,
+            buf(dst),
+            np.int64(doff),
+            buf(src),
+            np.int64(soff),
+        )
+
+
+def _collapse(
+    shape: tuple[int, ...], ds: tuple[int, ...], ss: tuple[int, ...]
+) -> tuple[list[int], list[int], list[int]]:
+    """Drop size-1 dims and merge dims that are contiguous in both source and destination."""
+    dims = [(s, a, b) for s, a, b in zip(shape, ds, ss) if s != 1]
+    out: list[list[int]] = []
+    for s, a, b in dims:
+        if out and out[-1][1] == a * s and out[-1][2] == b * s:
+            out[-1][0] *= s
+            out[-1][1], out[-1][2] = a, b
+        else:
+            out.append([s, a, b])
+    return [d[0] for d in out], [d[1] for d in out], [d[2] for d in out]
+
+
+def copier(rt: Runtime, dtype: Any) -> Copier:
+    cache = rt.__dict__.setdefault("_copiers", {})
+    size = np.dtype(dtype).itemsize
+    if size not in cache:
+        cache[size] = Copier(rt, size)
+    return cache[size]  # type: ignore[no-any-return]
+
+
+def _dt(kn: KernelNode, i: int = 0) -> Any:
+    info = kn.inputs[i]
+    assert info is not None
+    return info.dtype
+
+
+# ---------------------------------------------------------------------------- Transpose
+@ocl_kernel("Transpose", 1, dtypes=ALL)
+def transpose(kn: KernelNode, rt: Runtime) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+    perm_attr = kn.attr("perm")
+
+    def run(x: Any) -> tuple[Any]:
+        r = len(x.shape)
+        perm = list(perm_attr) if perm_attr is not None else list(range(r))[::-1]
+        if sorted(perm) != list(range(r)):
+            raise InvalidArgument(f"{kn.name}: perm {perm} is not a permutation of rank {r}")
+        shape = tuple(x.shape[p] for p in perm)
+        st = c_strides(tuple(x.shape))
+        out = rt.empty(shape, x.dtype)
+        cp(out, 0, c_strides(shape), x, 0, tuple(st[p] for p in perm), shape)
+        return (out,)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- Concat / Split
+@ocl_kernel("Concat", 1, dtypes=ALL)
+def concat(kn: KernelNode, rt: Runtime) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+    axis_attr = int(kn.attr("axis", 1 if kn.since_version < 4 else 0))
+
+    def run(*xs: Any) -> tuple[Any]:
+        r = len(xs[0].shape)
+        axis = norm_axis(axis_attr, r)
+        for x in xs:
+            if len(x.shape) != r or any(
+                x.shape[d] != xs[0].shape[d] for d in range(r) if d != axis
+            ):
+                raise InvalidArgument(
+                    f"{kn.name}: shapes {[x.shape for x in xs]} cannot be "
+                    f"concatenated on axis {axis}"
+                )
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        out = rt.empty(tuple(shape), xs[0].dtype)
+        ost = c_strides(tuple(shape))
+        off = 0
+        for x in xs:
+            cp(out, off * ost[axis], ost, x, 0, c_strides(tuple(x.shape)), tuple(x.shape))
+            off += x.shape[axis]
+        return (out,)
+
+    return run
+
+
+def _split_sizes(kn: KernelNode, dim: int, split: Any, n_out: int) -> list[int]:
+    if split is not None:
+        sizes = host_ints(split)
+        if sum(sizes) != dim or len(sizes) != n_out:
+            raise InvalidArgument(f"{kn.name}: split {sizes} does not fit dimension {dim}")
+        return sizes
+    num = kn.attr("num_outputs", n_out)
+    chunk = -(-dim // num)
+    sizes = [min(chunk, dim - i * chunk) for i in range(num)]
+    if kn.attr("num_outputs") is None and dim % num:
+        raise InvalidArgument(f"{kn.name}: dimension {dim} does not split into {num} equal parts")
+    return sizes
+
+
+def _split(kn: KernelNode, rt: Runtime, from_input: bool) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+    axis_attr = int(kn.attr("axis", 0))
+    n_out = len(kn.node.outputs)
+    split_attr = kn.attr("split")
+
+    def run(x: Any, split: Any = None) -> tuple[Any, ...]:
+        axis = norm_axis(axis_attr, len(x.shape))
+        sizes = _split_sizes(kn, x.shape[axis], split if from_input else split_attr, n_out)
+        st = c_strides(tuple(x.shape))
+        outs = []
+        off = 0
+        for s in sizes:
+            shape = list(x.shape)
+            shape[axis] = s
+            o = rt.empty(tuple(shape), x.dtype)
+            cp(o, 0, c_strides(tuple(shape)), x, off * st[axis], st, tuple(shape))
+            outs.append(o)
+            off += s
+        return tuple(outs)
+
+    return run
+
+
+@ocl_kernel("Split", 1, until=12, dtypes=ALL)
+def split_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _split(kn, rt, from_input=False)
+
+
+@ocl_kernel("Split", 13, dtypes=ALL, host_inputs=(1,))
+def split_input(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _split(kn, rt, from_input=True)
+
+
+# ---------------------------------------------------------------------------- Slice
+def _slice_params(
+    shape: tuple[int, ...],
+    starts: list[int],
+    ends: list[int],
+    axes: list[int] | None,
+    steps: list[int] | None,
+    name: str,
+) -> tuple[list[int], list[int], list[int]]:
+    r = len(shape)
+    axes = list(range(len(starts))) if axes is None else [norm_axis(a, r) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    begin = [0] * r
+    size = list(shape)
+    step = [1] * r
+    for a, s, e, k in zip(axes, starts, ends, steps):
+        if k == 0:
+            raise InvalidArgument(f"{name}: slice step must not be 0")
+        sl = slice(s, e, k).indices(shape[a])
+        rng = range(*sl)
+        begin[a], size[a], step[a] = (rng.start, len(rng), k)
+    return begin, size, step
+
+
+def _slice(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+
+    def run(
+        x: Any, starts: Any = None, ends: Any = None, axes: Any = None, steps: Any = None
+    ) -> tuple[Any]:
+        shape = tuple(x.shape)
+        if attrs:
+            st_, en_ = kn.attr("starts"), kn.attr("ends")
+            ax_ = kn.attr("axes")
+            sp_ = None
+        else:
+            st_, en_ = host_ints(starts), host_ints(ends)
+            ax_ = host_ints(axes) if axes is not None else None
+            sp_ = host_ints(steps) if steps is not None else None
+        begin, size, step = _slice_params(shape, st_, en_, ax_, sp_, kn.name)
+        xs = c_strides(shape)
+        out = rt.empty(tuple(size), x.dtype)
+        soff = sum(b * s for b, s in zip(begin, xs))
+        cp(
+            out,
+            0,
+            c_strides(tuple(size)),
+            x,
+            soff,
+            tuple(s * k for s, k in zip(xs, step)),
+            tuple(size),
+        )
+        return (out,)
+
+    return run
+
+
+@ocl_kernel("Slice", 1, until=9, dtypes=ALL)
+def slice_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _slice(kn, rt, True)
+
+
+@ocl_kernel("Slice", 10, dtypes=ALL, host_inputs=(1, 2, 3, 4))
+def slice_input(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _slice(kn, rt, False)
+
+
+# ---------------------------------------------------------------------------- Expand / Tile
+@ocl_kernel("Expand", 8, dtypes=ALL, host_inputs=(1,))
+def expand(kn: KernelNode, rt: Runtime) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+
+    def run(x: Any, shape: Any) -> tuple[Any]:
+        try:
+            out_shape = tuple(np.broadcast_shapes(tuple(x.shape), tuple(host_ints(shape))))
+        except ValueError:
+            raise InvalidArgument(
+                f"{kn.name}: cannot expand {x.shape} to {host_ints(shape)}"
+            ) from None
+        out = rt.empty(out_shape, x.dtype)
+        cp(out, 0, c_strides(out_shape), x, 0, bcast_strides(tuple(x.shape), out_shape), out_shape)
+        return (out,)
+
+    return run
+
+
+@ocl_kernel("Tile", 6, dtypes=ALL, host_inputs=(1,))
+def tile(kn: KernelNode, rt: Runtime) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+
+    def run(x: Any, repeats: Any) -> tuple[Any]:
+        reps = host_ints(repeats)
+        if len(reps) != len(x.shape) or any(r < 0 for r in reps):
+            raise InvalidArgument(f"{kn.name}: repeats {reps} do not fit shape {x.shape}")
+        out_shape = tuple(d * r for d, r in zip(x.shape, reps))
+        out = rt.empty(out_shape, x.dtype)
+        xs = c_strides(tuple(x.shape))
+        os_ = c_strides(out_shape)
+        shape: list[int] = []
+        ds: list[int] = []
+        ss: list[int] = []
+        for d, r, a, b in zip(x.shape, reps, xs, os_):
+            shape += [r, d]
+            ds += [b * d, b]
+            ss += [0, a]
+        cp(out, 0, tuple(ds), x, 0, tuple(ss), tuple(shape))
+        return (out,)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- DepthToSpace
+@ocl_kernel("DepthToSpace", 1, dtypes=ALL)
+def depth_to_space(kn: KernelNode, rt: Runtime) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+    b = int(kn.attr("blocksize"))
+    crd = kn.attr("mode", "DCR") == "CRD"
+
+    def run(x: Any) -> tuple[Any]:
+        n, c, h, w = x.shape
+        if c % (b * b):
+            raise InvalidArgument(f"{kn.name}: channels {c} not divisible by blocksize^2")
+        oc = c // (b * b)
+        if crd:
+            tmp_shape, perm = (n, oc, b, b, h, w), (0, 1, 4, 2, 5, 3)
+        else:
+            tmp_shape, perm = (n, b, b, oc, h, w), (0, 3, 4, 1, 5, 2)
+        st = c_strides(tmp_shape)
+        shape = tuple(tmp_shape[p] for p in perm)
+        out = rt.empty((n, oc, h * b, w * b), x.dtype)
+        cp(out, 0, c_strides(shape), x, 0, tuple(st[p] for p in perm), shape)
+        return (out,)
+
+    return run
+
+
+@ocl_kernel("SpaceToDepth", 1, dtypes=ALL)
+def space_to_depth(kn: KernelNode, rt: Runtime) -> KernelFn:
+    cp = copier(rt, _dt(kn))
+    b = int(kn.attr("blocksize"))
+    crd = kn.attr("mode", "DCR") == "CRD"
+
+    def run(x: Any) -> tuple[Any]:
+        n, c, h, w = x.shape
+        if h % b or w % b:
+            raise InvalidArgument(f"{kn.name}: spatial dims not divisible by blocksize")
+        tmp_shape = (n, c, h // b, b, w // b, b)
+        perm = (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)
+        st = c_strides(tmp_shape)
+        shape = tuple(tmp_shape[p] for p in perm)
+        out = rt.empty((n, c * b * b, h // b, w // b), x.dtype)
+        cp(out, 0, c_strides(shape), x, 0, tuple(st[p] for p in perm), shape)
+        return (out,)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- Gather
+_GATHER_SRC = """
+__kernel void gather(long n, long inner, long axis_dim, long nidx, __global {T}* out,
+                     __global const {T}* data, __global const {I}* idx) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long in_ = gid % inner; long t = gid / inner; long j = t % nidx; long o = t / nidx;
+  long k = (long)idx[j];
+  if (k < 0) k += axis_dim;
+  out[gid] = (k < 0 || k >= axis_dim) ? ({T})0 : data[(o * axis_dim + k) * inner + in_];
+}}
+__kernel void gather_elements(long n, int rank, int axis, __global const long* m,
+                              __global {T}* out, __global const {T}* data,
+                              __global const {I}* idx) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long r = gid, off = 0;
+  for (int d = rank - 1; d >= 0; --d) {{
+    long dim = m[d]; long c = r % dim; r /= dim;
+    if (d == axis) {{ c = (long)idx[gid]; if (c < 0) c += m[2 * rank + d]; }}
+    off += c * m[rank + d];
+  }}
+  out[gid] = data[off];
+}}
+"""
+
+
+def _gather_kernels(rt: Runtime, kn: KernelNode) -> Any:
+    t = _BITS[np.dtype(_dt(kn)).itemsize]
+    it = CTYPES[np.dtype(_dt(kn, 1))]
+    return rt.build(_GATHER_SRC.format(T=t, I=it), "gather", "gather_elements")
+
+
+@ocl_kernel("Gather", 1, dtypes=ALL)
+def gather(kn: KernelNode, rt: Runtime) -> KernelFn:
+    k, _ = _gather_kernels(rt, kn)
+    axis_attr = int(kn.attr("axis", 0))
+
+    def run(x: Any, idx: Any) -> tuple[Any]:
+        r = len(x.shape)
+        axis = norm_axis(axis_attr, r)
+        shape = tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1 :])
+        out = rt.empty(shape, x.dtype)
+        inner = math.prod(x.shape[axis + 1 :])
+        n = math.prod(shape)
+        if n:
+            rt.launch(
+                k,
+                n,
+                np.int64(inner),
+                np.int64(x.shape[axis]),
+                np.int64(max(1, math.prod(idx.shape))),
+                buf(out),
+                buf(x),
+                buf(idx),
+            )
+        return (out,)
+
+    return run
+
+
+@ocl_kernel("GatherElements", 11, dtypes=ALL)
+def gather_elements(kn: KernelNode, rt: Runtime) -> KernelFn:
+    _, k = _gather_kernels(rt, kn)
+    axis_attr = int(kn.attr("axis", 0))
+
+    def run(x: Any, idx: Any) -> tuple[Any]:
+        r = len(x.shape)
+        axis = norm_axis(axis_attr, r)
+        if len(idx.shape) != r:
+            raise InvalidArgument(f"{kn.name}: indices rank {len(idx.shape)} != data rank {r}")
+        shape = tuple(idx.shape)
+        out = rt.empty(shape, x.dtype)
+        n = math.prod(shape)
+        if n:
+            meta = rt.meta(shape + c_strides(tuple(x.shape)) + tuple(x.shape))
+            rt.launch(k, n, np.int32(r), np.int32(axis), meta, buf(out), buf(x), buf(idx))
+        return (out,)
+
+    return run
+
+
+# ---------------------------------------------------------------------------- Pad
+_PAD_SRC = """
+__kernel void pad(long n, int rank, __global const long* m, __global {T}* out,
+                  __global const {T}* x, {T} value) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long r = gid, off = 0; int outside = 0;
+  for (int d = rank - 1; d >= 0; --d) {{
+    long dim = m[d]; long c = r % dim; r /= dim;
+    long D = m[rank + d]; long k = c - m[2 * rank + d];
+    if (MODE == 0) {{ if (k < 0 || k >= D) outside = 1; }}
+    else if (MODE == 1) {{ k = k < 0 ? 0 : (k >= D ? D - 1 : k); }}
+    else if (MODE == 2) {{
+      if (D == 1) k = 0;
+      else {{ long p = 2 * (D - 1); k = k % p; if (k < 0) k += p; if (k >= D) k = p - k; }}
+    }} else {{ k = k % D; if (k < 0) k += D; }}
+    off += k * m[3 * rank + d];
+  }}
+  out[gid] = outside ? value : x[off];
+}}
+"""
+_PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
+
+
+def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
+    dt = np.dtype(_dt(kn))
+    mode = kn.attr("mode", "constant")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    ct = CTYPES[dt]
+    (k,) = rt.build(f"#define MODE {_PAD_MODES[mode]}\n" + _PAD_SRC.format(T=ct), "pad")
+
+    def run(x: Any, pads: Any = None, value: Any = None, axes: Any = None) -> tuple[Any]:
+        r = len(x.shape)
+        if attrs:
+            p = list(kn.attr("pads" if kn.since_version >= 2 else "paddings"))
+            val = float(kn.attr("value", 0.0))
+        else:
+            p = host_ints(pads)
+            val = (
+                np.asarray(value).reshape(-1)[0]
+                if value is not None and np.asarray(value).size
+                else 0
+            )
+        if axes is not None:
+            ax = [norm_axis(a, r) for a in host_ints(axes)]
+            full = [0] * (2 * r)
+            for i, a in enumerate(ax):
+                full[a], full[a + r] = p[i], p[i + len(ax)]
+            p = full
+        if len(p) != 2 * r:
+            raise InvalidArgument(f"{kn.name}: pads {p} do not fit rank {r}")
+        shape = tuple(x.shape[d] + p[d] + p[d + r] for d in range(r))
+        if any(s < 0 for s in shape):
+            raise InvalidArgument(f"{kn.name}: pads {p} make a negative dimension")
+        out = rt.empty(shape, x.dtype)
+        n = math.prod(shape)
+        if n:
+            if math.prod(x.shape) == 0 and mode != "constant":
+                raise InvalidArgument(f"{kn.name}: cannot {mode}-pad an empty tensor")
+            meta = rt.meta(shape + tuple(x.shape) + tuple(p[:r]) + c_strides(tuple(x.shape)))
+            xb = buf(x) if x.size else buf(out)
+            v = np.array(val).astype(dt)
+            rt.launch(
+                k,
+                n,
+                np.int32(r),
+                meta,
+                buf(out),
+                xb,
+                (v.astype(np.uint8) if dt == np.bool_ else v)[()],
+            )
+        return (out,)
+
+    return run
+
+
+@ocl_kernel("Pad", 1, until=10, dtypes=ALL)
+def pad_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _pad(kn, rt, True)
+
+
+@ocl_kernel("Pad", 11, dtypes=ALL, host_inputs=(1, 2, 3))
+def pad_input(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _pad(kn, rt, False)

@@ -1,0 +1,92 @@
+"""OpenCLExecutionProvider: OpenCL C kernels on one device, one context and queue per session.
+
+`get_capability` claims each node an OpenCL kernel applies to (its dtypes known at session
+creation and held by the device: float64 needs cl_khr_fp64, float16 cl_khr_fp16) and declines
+the rest with the reason; then connected elementwise nodes become fused groups
+(`fusion.find_groups`), each compiled by `_compile` into one generated kernel. Every program is
+built while the session is created; a run only enqueues kernels, and `on_run_end` waits for
+the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from turnout.ir import GraphView
+from turnout.provider import (
+    Capability,
+    CompiledKernel,
+    Decline,
+    Device,
+    ExecutionProvider,
+    KernelFn,
+    KernelNode,
+)
+
+from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
+from .data_transfer import OpenCLDataTransfer
+from .fusion import compile_group, find_groups
+from .kernels.base import SPECS, KernelSpec
+from .runtime import Runtime
+
+__all__ = ["OpenCLExecutionProvider"]
+
+
+class OpenCLExecutionProvider(ExecutionProvider):
+    name = "OpenCLExecutionProvider"
+
+    def __init__(self, options: Mapping[str, Any] | None, cl_device: Any, index: int) -> None:
+        super().__init__(options)
+        self.device = Device("opencl", index)
+        self.rt = Runtime(cl_device, index, self.device)
+        self.allocator = self.rt.allocator
+        self.data_transfer = OpenCLDataTransfer(self.rt.allocator)
+        self.fuse = True
+        for spec in SPECS:
+            self._register(spec)
+
+    def _register(self, spec: KernelSpec) -> None:
+        rt = self.rt
+
+        def factory(kn: KernelNode) -> KernelFn:
+            return spec.build(kn, rt)
+
+        def supports(kn: KernelNode) -> str | None:
+            return spec.applies(kn, rt)
+
+        self.kernels.register(
+            spec.op_type,
+            spec.since,
+            domain=spec.domain,
+            until=spec.until,
+            supports=supports,
+            host_inputs=spec.host_inputs,
+            host_outputs=spec.host_outputs,
+        )(factory)
+
+    # ------------------------------------------------------------------ partitioning
+    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
+        claims, declines = super()._get_capability(graph)
+        if self.fuse:
+            groups = find_groups(graph, [c.nodes[0] for c in claims])
+            if groups:
+                grouped = {n for g in groups for n in g}
+                claims = [c for c in claims if c.nodes[0] not in grouped]
+                for k, members in enumerate(groups):
+                    claims.append(
+                        Capability(tuple(members), None, name=f"opencl_fused_{k}_{members[0]}")
+                    )
+        return claims, declines
+
+    def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
+        out: list[CompiledKernel] = []
+        for cap, view in groups:
+            name = cap.name or f"opencl_fused_{cap.nodes[0]}"
+            fn, inputs, outputs = compile_group(self.rt, view, cap.nodes, name)
+            out.append(CompiledKernel(name, fn, inputs, outputs))
+        return out
+
+    # ------------------------------------------------------------------ runs
+    def on_run_end(self) -> None:
+        self.rt.finish()

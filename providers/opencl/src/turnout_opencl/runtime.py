@@ -1,0 +1,186 @@
+"""One session's OpenCL state: context, in-order queue, device features, programs, launches.
+
+Kernels are 1-D: one work item per output element (or per output row), guarded by `n`.
+Work-group sizes come from the device and the kernel (`WORK_GROUP_SIZE`, the preferred
+multiple), never from a constant. Shapes and strides travel in small `long` buffers that are
+cached by content, so a steady-state run uploads nothing but its inputs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from turnout.dtypes import ELEM_TYPE_NAMES, np_dtype
+
+from .allocator import OpenCLAllocator
+from .program_cache import ProgramCache
+
+__all__ = ["CTYPES", "Runtime", "lit"]
+
+CTYPES: dict[np.dtype[Any], str] = {
+    np.dtype(np.bool_): "uchar",
+    np.dtype(np.int8): "char",
+    np.dtype(np.uint8): "uchar",
+    np.dtype(np.int16): "short",
+    np.dtype(np.uint16): "ushort",
+    np.dtype(np.int32): "int",
+    np.dtype(np.uint32): "uint",
+    np.dtype(np.int64): "long",
+    np.dtype(np.uint64): "ulong",
+    np.dtype(np.float16): "half",
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+}
+FLOAT_C = ("half", "float", "double")
+
+_META_CACHE = 4096
+
+
+def lit(x: float | int, ctype: str) -> str:
+    """A C literal of `x` in `ctype` (float literals carry the f suffix, specials are macros)."""
+    if ctype in FLOAT_C:
+        x = float(x)
+        if np.isnan(x):
+            return f"(({ctype})NAN)"
+        if np.isinf(x):
+            return f"(({ctype})({'-' if x < 0 else ''}INFINITY))"
+        if ctype == "float":
+            return f"({float(np.float32(x))!r}f)"
+        return f"(({ctype}){x!r})"
+    return f"(({ctype}){int(x)})"
+
+
+class Runtime:
+    """Context, queue and helpers shared by every kernel of one provider instance."""
+
+    def __init__(self, device: cl.Device, device_index: int, turnout_device: Any) -> None:
+        self.cl_device = device
+        self.index = device_index
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context)
+        ext = device.extensions.split()
+        self.fp64 = "cl_khr_fp64" in ext
+        self.fp16 = "cl_khr_fp16" in ext
+        self.max_wg = int(device.max_work_group_size)
+        self.local_mem = int(device.local_mem_size)
+        self.name = device.name.strip()
+        self.allocator = OpenCLAllocator(self.queue, turnout_device)
+        self.programs = ProgramCache(self.context, device)
+        self._meta: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self._meta_lock = threading.Lock()
+        self._wg: dict[Any, int] = {}
+        self.empty_meta = self.meta((0,))
+
+    # -- types --------------------------------------------------------------------------------
+    def type_problem(self, elem_type: int | None) -> str | None:
+        """Why tensors of `elem_type` cannot live on this device, or None."""
+        if elem_type is None:
+            return "input/output type unknown at session creation"
+        name = ELEM_TYPE_NAMES.get(elem_type, str(elem_type))
+        try:
+            dt = np_dtype(elem_type)
+        except KeyError:
+            return f"dtype {name} has no OpenCL type"
+        if dt not in CTYPES:
+            return f"dtype {name} has no OpenCL type"
+        if dt == np.float64 and not self.fp64:
+            return f"float64 needs cl_khr_fp64, which {self.name} lacks"
+        if dt == np.float16 and not self.fp16:
+            return f"float16 needs cl_khr_fp16, which {self.name} lacks"
+        if dt == np.float16:
+            return "float16 kernels are not implemented yet"
+        return None
+
+    @property
+    def prelude(self) -> str:
+        lines = []
+        if self.fp64:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        return "\n".join(lines) + "\n"
+
+    # -- programs and launches ----------------------------------------------------------------
+    def build(self, source: str, *names: str) -> list[cl.Kernel]:
+        """Kernels `names` of `source` (prelude added), built now or taken from the cache."""
+        prg = self.programs.get(self.prelude + source)
+        return [cl.Kernel(prg, n) for n in names]
+
+    def local_size(self, kernel: cl.Kernel, cap: int = 256) -> int:
+        key = (kernel.function_name, kernel.int_ptr)
+        ls = self._wg.get(key)
+        if ls is None:
+            dev = self.cl_device
+            kmax = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, dev)
+            pref = kernel.get_work_group_info(
+                cl.kernel_work_group_info.PREFERRED_WORK_GROUP_SIZE_MULTIPLE, dev
+            )
+            top = max(1, min(int(kmax), self.max_wg, cap))
+            pref = max(1, int(pref))
+            ls = max(pref, (top // pref) * pref) if pref <= top else top
+            self._wg[key] = ls
+        return ls
+
+    def launch(self, kernel: cl.Kernel, n: int, *args: Any) -> None:
+        """Run `kernel` over `n` work items (rounded up to the work-group size)."""
+        if n <= 0:
+            return
+        ls = self.local_size(kernel)
+        gs = (n + ls - 1) // ls * ls
+        kernel(self.queue, (gs,), (ls,), np.int64(n), *args)
+
+    def meta(self, values: tuple[int, ...]) -> Any:
+        """A device buffer holding `values` as longs; cached by content."""
+        with self._meta_lock:
+            buf = self._meta.get(values)
+            if buf is not None:
+                self._meta.move_to_end(values)
+                return buf
+            host = np.array(values if values else (0,), np.int64)
+            buf = cl.Buffer(
+                self.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=host
+            )
+            self._meta[values] = buf
+            if len(self._meta) > _META_CACHE:
+                self._meta.popitem(last=False)
+            return buf
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> cla.Array:
+        return cla.empty(
+            self.queue, tuple(int(s) for s in shape), dtype, allocator=self.allocator.pool
+        )
+
+    def upload(self, host: np.ndarray) -> cla.Array:
+        return self.allocator.upload(host)
+
+    def finish(self) -> None:
+        self.queue.finish()
+
+
+def buf(a: cla.Array | None) -> Any:
+    """The buffer argument of an array (all arrays here are contiguous with offset 0)."""
+    if a is None or a.size == 0:
+        return None
+    return a.base_data
+
+
+def c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = [1] * len(shape)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        out[i] = acc
+        acc *= shape[i]
+    return tuple(out)
+
+
+def bcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a contiguous `shape` broadcast to `out_shape` (0 on broadcast dims)."""
+    st = c_strides(shape)
+    pad = len(out_shape) - len(shape)
+    return tuple(
+        0 if i < pad or shape[i - pad] == 1 else st[i - pad] for i in range(len(out_shape))
+    )

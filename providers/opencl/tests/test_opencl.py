@@ -1,0 +1,307 @@
+"""The OpenCL provider on a real OpenCL device (PoCL in CI).
+
+Skipped, with the probe's exact reason, only when no OpenCL device is present.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+import turnout
+from turnout import errors
+from turnout.testing import assert_outputs_close, iter_node_cases, run_reference
+from turnout_opencl.factory import OpenCLProviderFactory
+
+FACTORY = OpenCLProviderFactory()
+AVAIL = FACTORY.probe()
+pytestmark = pytest.mark.skipif(not AVAIL.ok, reason=f"no OpenCL device: {AVAIL.reason}")
+EP = "OpenCLExecutionProvider"
+
+
+def _session(model, fallback="error", **opts):
+    so = turnout.SessionOptions()
+    so.fallback = fallback
+    return turnout.InferenceSession(model.SerializeToString(), so, providers=[(EP, opts)])
+
+
+def _model(nodes, inputs, outputs, opset=18):
+    g = h.make_graph(nodes, "g", inputs, outputs)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 9
+    return m
+
+
+def _vi(name, t, shape):
+    return h.make_tensor_value_info(name, t, shape)
+
+
+# --------------------------------------------------------------------------- factory / probe
+def test_probe_lists_devices_with_metadata():
+    assert AVAIL.ok
+    entry = AVAIL.devices[0]
+    assert entry.device.type == "opencl"
+    for key in ("name", "version", "driver", "fp64", "fp16"):
+        assert key in entry.metadata
+
+
+@pytest.mark.parametrize(
+    "opts,match",
+    [
+        ({"device_type": "tpu"}, "device_type must be one of"),
+        ({"device_id": -1}, "device_id must be an integer"),
+        ({"device_id": 99}, "device_id 99 requested"),
+        ({"platform": "no-such-platform"}, "no OpenCL platform name contains"),
+        ({"bogus": 1}, "unknown provider option"),
+    ],
+)
+def test_bad_options_are_rejected(opts, match):
+    with pytest.raises(errors.InvalidArgument, match=match):
+        FACTORY.create(opts)
+
+
+def test_entry_point_and_alias():
+    assert turnout.plugins.registry.find("opencl") is not None
+    assert EP in turnout.get_available_providers()
+
+
+# --------------------------------------------------------------------------- official node cases
+OPS = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Where",
+    "Clip",
+    "Cast",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceLogSumExp",
+    "ArgMax",
+    "Softmax",
+    "LogSoftmax",
+    "MatMul",
+    "Gemm",
+    "Conv",
+    "MaxPool",
+    "AveragePool",
+    "LayerNormalization",
+    "BatchNormalization",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "Pad",
+    "Expand",
+    "Reshape",
+    "Shape",
+}
+CASES = list(iter_node_cases(OPS))
+
+
+def _claimed_run(case):
+    from turnout.testing import one_node_model, positional_inputs
+
+    model = one_node_model(case.node, case.inputs, case.opsets)
+    try:
+        sess = _session(model)
+    except errors.FallbackError as e:
+        return None, str(e)
+    feeds = {n: v for n, v in zip(case.node.input, positional_inputs(case.node, case.inputs)) if n}
+    return sess.run(
+        None, {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}}
+    ), None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_official_case_claimed_or_declined_with_reason(case):
+    got, declined = _claimed_run(case)
+    if got is None:
+        assert "OpenCLExecutionProvider:" in declined  # a decline always carries its reason
+        return
+    assert_outputs_close(case.outputs, got, case.rtol, case.atol)
+
+
+def test_float32_official_cases_are_all_claimed():
+    f32 = [c for c in CASES if all(getattr(v, "dtype", None) == np.float32 for v in c.inputs)]
+    reasons = [_claimed_run(c)[1] for c in f32[:80]]
+    assert len(f32) >= 40
+    claimed = [r for r in reasons if r is None]
+    assert len(claimed) >= 40
+    # what is declined is declined for an exotic output dtype or training mode, nothing else
+    for r in reasons:
+        if r is not None:
+            assert re.search(r"has no OpenCL type|needs cl_khr_fp16|training mode", r), r
+
+
+# --------------------------------------------------------------------------- randomized checks
+RNG = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize(
+    "op,shapes,attrs",
+    [
+        ("Add", [(2, 1, 4), (3, 1)], {}),
+        ("Mod", [(5, 4), (4,)], {"fmod": 0}),
+        ("Max", [(3, 4), (4,), (1, 4)], {}),
+        ("Transpose", [(2, 3, 4, 5)], {"perm": [2, 0, 3, 1]}),
+        ("ReduceMean", [(3, 4, 5)], {"axes": [0, 2], "keepdims": 0}),
+        ("Softmax", [(2, 3, 7)], {"axis": 1}),
+        ("MatMul", [(2, 1, 33, 17), (3, 17, 19)], {}),
+        ("Gemm", [(20, 31), (23, 31), (23,)], {"transB": 1, "alpha": 0.5, "beta": 2.0}),
+        (
+            "Conv",
+            [(2, 4, 9, 8), (6, 2, 3, 2), (6,)],
+            {"group": 2, "strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]},
+        ),
+        ("MaxPool", [(1, 2, 9, 9)], {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("AveragePool", [(1, 2, 7, 7)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("LayerNormalization", [(2, 3, 8), (8,), (8,)], {"axis": -1}),
+    ],
+)
+def test_random_vs_reference(op, shapes, attrs):
+    if op == "ReduceMean":
+        attrs = dict(attrs)
+        axes = attrs.pop("axes")
+        names = ["x", "axes"]
+        inputs = [RNG.standard_normal(shapes[0]).astype(np.float32), np.array(axes, np.int64)]
+    else:
+        names = [f"x{i}" for i in range(len(shapes))]
+        inputs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    node = h.make_node(op, names, ["y"], **attrs)
+    expected = run_reference(node, inputs, 18)
+    from turnout.testing import one_node_model
+
+    model = one_node_model(node, inputs, 18)
+    sess = _session(model)
+    feeds = dict(zip(names, inputs))
+    got = sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})
+    assert_outputs_close(expected, got, 1e-4, 1e-5)
+
+
+def test_fused_group_is_one_kernel_and_matches_numpy():
+    m = _model(
+        [
+            h.make_node("Mul", ["x", "y"], ["a"]),
+            h.make_node("Sigmoid", ["a"], ["b"]),
+            h.make_node("Sub", ["b", "x"], ["c"]),
+            h.make_node("Abs", ["c"], ["z"]),
+        ],
+        [_vi("x", TP.FLOAT, [4, 5]), _vi("y", TP.FLOAT, [5])],
+        [_vi("z", TP.FLOAT, [4, 5])],
+    )
+    sess = _session(m)
+    rep = sess.partition_report()
+    assert {a.source for a in rep.assignments} == {"fused"}
+    assert len({a.group for a in rep.assignments}) == 1
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    y = RNG.standard_normal(5).astype(np.float32)
+    want = np.abs(1 / (1 + np.exp(-(x * y))) - x)
+    np.testing.assert_allclose(sess.run(None, {"x": x, "y": y})[0], want, rtol=1e-5)
+
+
+def test_copies_only_at_partition_boundaries():
+    m = _model(
+        [
+            h.make_node("Relu", ["x"], ["a"]),
+            h.make_node("Shape", ["a"], ["s"]),
+            h.make_node("Reshape", ["a", "s"], ["b"]),
+            h.make_node("MatMul", ["b", "w"], ["z"]),
+        ],
+        [_vi("x", TP.FLOAT, [3, 4]), _vi("w", TP.FLOAT, [4, 2])],
+        [_vi("z", TP.FLOAT, [3, 2])],
+    )
+    sess = _session(m)
+    copies = sess.partition_report().copies
+    assert sorted(c["value"] for c in copies) == ["w", "x", "z"]  # Shape's output stays on host
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    w = RNG.standard_normal((4, 2)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x, "w": w})[0], np.maximum(x, 0) @ w, rtol=1e-5)
+
+
+def test_programs_are_built_at_creation_not_in_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path))
+    m = _model(
+        [h.make_node("Tanh", ["x"], ["z"])], [_vi("x", TP.FLOAT, [8])], [_vi("z", TP.FLOAT, [8])]
+    )
+    sess = _session(m)
+    prov = sess._providers[0]
+    builds = prov.rt.programs.builds
+    assert builds >= 1
+    sess.run(None, {"x": np.ones(8, np.float32)})
+    assert prov.rt.programs.builds == builds
+    assert list(tmp_path.glob("opencl/*/*.bin"))  # and cached on disk
+    sess2 = _session(m)
+    assert sess2._providers[0].rt.programs.disk_hits >= 1
+
+
+def test_fp64_declined_with_reason_when_device_lacks_it():
+    prov = FACTORY.create({})
+    prov.rt.fp64 = False
+    assert "cl_khr_fp64" in (prov.rt.type_problem(TP.DOUBLE) or "")
+    assert "cl_khr_fp16" in (prov.rt.type_problem(TP.FLOAT16) or "") or prov.rt.fp16
+
+
+def test_unknown_input_type_is_declined():
+    m = _model(
+        [h.make_node("Relu", ["x"], ["z"])],
+        [h.make_tensor_value_info("x", TP.FLOAT, None)],
+        [_vi("z", TP.FLOAT, None)],
+    )
+    m.graph.input[0].type.tensor_type.elem_type = 0
+    prov = FACTORY.create({})
+    from turnout.ir import Graph, GraphView
+
+    g = Graph.from_proto(m.graph, {"": 18})
+    claims, declines = prov.get_capability(GraphView(g, {}))
+    assert not claims and "unknown at session creation" in declines[0].reason
+
+
+def test_bad_input_raises_invalid_argument():
+    m = _model(
+        [h.make_node("Add", ["x", "y"], ["z"])],
+        [_vi("x", TP.FLOAT, ["a"]), _vi("y", TP.FLOAT, ["b"])],
+        [_vi("z", TP.FLOAT, None)],
+    )
+    sess = _session(m)
+    with pytest.raises(errors.InvalidArgument, match="cannot be broadcast"):
+        sess.run(None, {"x": np.ones(3, np.float32), "y": np.ones(4, np.float32)})
+
+
+def test_work_group_size_comes_from_the_device():
+    prov = FACTORY.create({})
+    (k,) = prov.rt.build("__kernel void f(long n, __global float* x) { }", "f")
+    ls = prov.rt.local_size(k)
+    assert 1 <= ls <= prov.rt.max_wg
+
+
+def test_io_binding_keeps_values_on_device():
+    m = _model(
+        [h.make_node("Neg", ["x"], ["z"])], [_vi("x", TP.FLOAT, [5])], [_vi("z", TP.FLOAT, [5])]
+    )
+    sess = _session(m)
+    x = turnout.OrtValue.ortvalue_from_numpy(np.arange(5, dtype=np.float32), "opencl", 0)
+    assert x.device_name() == "opencl"
+    out = sess.run(None, {"x": x})  # the device value is consumed in place
+    np.testing.assert_array_equal(out[0], -np.arange(5, dtype=np.float32))
+    assert sess.partition_report().copies  # only the output came back
+
+
+def test_expected_failures_entries_have_reasons():
+    for pattern, reason in FACTORY.expected_failures().items():
+        re.compile(pattern)
+        assert reason.strip()
+
+
+_ = os
