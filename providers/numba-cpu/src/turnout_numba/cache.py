@@ -1,0 +1,180 @@
+"""The on-disk compile cache: where numba keeps compiled kernels, and how they are compiled.
+
+Every numba function of this provider (fixed kernels in `kernels/` and generated group kernels
+from `codegen`) is compiled through `jit()`, which:
+
+- points numba's cache at `<root>/numba/<key>/`, where `<root>` is `$TURNOUT_CACHE_DIR` or the
+  user cache directory, and `<key>` names the numba version, the host CPU and this package's
+  version: a kernel compiled by another numba, for another CPU or by another turnout-numba is
+  never loaded (numba's own index also checks the source file's timestamp);
+- compiles the requested signatures immediately (session creation, never the first run);
+- treats a corrupted cache entry as a miss: the entry is removed and the kernel recompiled.
+
+Generated sources are written as modules under `<key>/src/` (named by the hash of their text),
+so numba can cache them like any file-backed function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numba
+
+from turnout.logs import logger
+
+__all__ = ["cache_dir", "cache_key", "jit", "load_source"]
+
+_PRELUDE = (
+    "from __future__ import annotations\nimport math\nimport numpy as np\n"
+    "from numba import prange\n"
+)
+_LOCK = threading.RLock()
+_DISPATCHERS: dict[tuple[Any, ...], Any] = {}
+_MODULES: dict[str, ModuleType] = {}
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def cache_key() -> str:
+    """numba version, host CPU name and turnout-numba version: the parts a kernel depends on."""
+    import llvmlite.binding as ll
+
+    cpu = ll.get_host_cpu_name() or "cpu"
+    return f"numba{numba.__version__}-{cpu}-turnout_numba{_version()}"
+
+
+def cache_dir() -> Path:
+    """The keyed cache directory (created on demand)."""
+    root = os.environ.get("TURNOUT_CACHE_DIR")
+    if root:
+        base = Path(root)
+    elif sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA", Path.home())) / "turnout" / "cache"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "turnout"
+    return base / "numba" / cache_key()
+
+
+@contextlib.contextmanager
+def _numba_cache_at(path: Path) -> Iterator[None]:
+    """numba reads its cache location when a dispatcher enables caching: set it just then."""
+    old = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = str(path)
+    try:
+        yield
+    finally:
+        numba.config.CACHE_DIR = old
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".probe{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def jit(
+    pyfunc: Callable[..., Any], sigs: Sequence[str], *, parallel: bool = False
+) -> Callable[..., Any]:
+    """A numba dispatcher for `pyfunc` with `sigs` compiled now (loaded from cache if there).
+
+    Dispatchers are shared in-process per (function, parallel); asking again for a signature
+    already compiled costs nothing.
+    """
+    with _LOCK:
+        key = (pyfunc, parallel)
+        disp = _DISPATCHERS.get(key)
+        root = cache_dir()
+        use_cache = _writable(root)
+        if disp is None:
+            # numba's cache index does not record compile flags: the serial and the parallel
+            # variant of a function get their own source file, hence their own cache entries.
+            text = (
+                f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}\n\n"
+                + textwrap.dedent(inspect.getsource(pyfunc))
+            )
+            variant = getattr(load_source(text, "k"), pyfunc.__name__)
+            opts: dict[str, Any] = {"nogil": True, "parallel": parallel, "error_model": "numpy"}
+            if use_cache:
+                with _numba_cache_at(root):
+                    disp = numba.njit(cache=True, **opts)(variant)
+            else:
+                disp = numba.njit(**opts)(variant)
+            _DISPATCHERS[key] = disp
+        disp.disable_compile(False)
+        try:
+            for sig in sigs:
+                _compile(disp, sig, root if use_cache else None)
+        finally:
+            # a call never compiles: arguments convert to a compiled signature (a writable
+            # array to a read-only one) or the call fails loudly
+            disp.disable_compile(True)
+        return disp  # type: ignore[no-any-return]
+
+
+def _compile(disp: Any, sig: str, root: Path | None) -> None:
+    try:
+        disp.compile(sig)
+    except Exception as e:
+        if root is None or isinstance(e, numba.core.errors.TypingError):
+            raise
+        # A corrupted or unreadable cache entry: drop this function's entries and recompile.
+        logger.warning("numba cache entry for %s unusable (%s); recompiling", disp.__name__, e)
+        _purge(disp, root)
+        disp._cache = numba.core.caching.NullCache()
+        disp.compile(sig)
+
+
+def _purge(disp: Any, root: Path) -> None:
+    stem = f"{disp.py_func.__qualname__}".split(".")[-1]
+    for p in root.rglob(f"*{stem}*"):
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def load_source(source: str, name_hint: str = "group") -> ModuleType:
+    """Import generated `source` as a module stored in the cache (named by its hash)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    modname = f"turnout_numba_gen_{name_hint}_{digest}"
+    with _LOCK:
+        mod = _MODULES.get(modname)
+        if mod is not None:
+            return mod
+        src_dir = cache_dir() / "src"
+        path = src_dir / f"{modname}.py"
+        if not _writable(src_dir):
+            import tempfile
+
+            src_dir = Path(tempfile.mkdtemp(prefix="turnout_numba_"))
+            path = src_dir / f"{modname}.py"
+        if not path.exists() or path.read_text() != source:
+            # an existing file with other text is a corrupted entry: replace it (atomically)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(modname, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+        _MODULES[modname] = mod
+        return mod

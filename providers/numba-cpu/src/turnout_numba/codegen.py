@@ -1,0 +1,441 @@
+"""Code generation for elementwise groups: ONE numba kernel per group, one pass over memory.
+
+A group is a set of elementwise/broadcasting nodes (a single node is a group of one). The
+generated kernel loops once over the broadcast iteration space of the group's external inputs;
+each node becomes one line computing a scalar temporary, and every value the outside world
+reads is stored from inside the same loop. Each node's result is cast to its own ONNX dtype, so
+a fused group rounds and wraps exactly like the unfused ops would (float16/bfloat16 compute in
+float32).
+
+The op table `EW_OPS` is the only place an op's scalar semantics live: adding an elementwise op
+is one row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from turnout.errors import InvalidArgument
+from turnout.ir import Node
+
+from . import cache
+
+__all__ = ["EW_OPS", "GroupKernel", "compile_group", "compute_dtype", "ew_supports"]
+
+Expr = Callable[[list[str], "Node", str], str]
+
+# ONNX dtypes the kernels compute natively; float16 and bfloat16 compute in float32.
+_NUMBA_TYPES: dict[str, Any] = {
+    "float32": types.float32,
+    "float64": types.float64,
+    "int8": types.int8,
+    "int16": types.int16,
+    "int32": types.int32,
+    "int64": types.int64,
+    "uint8": types.uint8,
+    "uint16": types.uint16,
+    "uint32": types.uint32,
+    "uint64": types.uint64,
+    "bool": types.boolean,
+}
+_CTOR = {k: f"np.{'bool_' if k == 'bool' else k}" for k in _NUMBA_TYPES}
+
+
+def compute_dtype(dt: np.dtype[Any] | None) -> np.dtype[Any] | None:
+    """The dtype a kernel computes in for ONNX dtype `dt`, or None if unsupported."""
+    if dt is None:
+        return None
+    if dt == np.float16 or dt.name == "bfloat16":
+        return np.dtype(np.float32)
+    return dt if dt.name in _NUMBA_TYPES else None
+
+
+def numba_array(dt: np.dtype[Any], ndim: int, *, readonly: bool, layout: str = "A") -> Any:
+    return types.Array(_NUMBA_TYPES[dt.name], ndim, layout, readonly=readonly)
+
+
+# --------------------------------------------------------------------------------------------
+# The op table: op -> (allowed dtype kinds of the first input, min since-version, expression)
+# An expression gets the argument names (absent optional inputs are ""), the node, and the
+# constructor of the output's compute dtype (like "np.float32").
+
+
+def _f(name: str) -> Expr:
+    return lambda a, n, T: f"{T}(np.{name}({a[0]}))"
+
+
+def _bin(op: str) -> Expr:
+    return lambda a, n, T: f"{T}({a[0]} {op} {a[1]})"
+
+
+def _cmp(op: str) -> Expr:
+    return lambda a, n, T: f"({a[0]} {op} {a[1]})"
+
+
+def _fold(pick: str) -> Expr:
+    """Max/Min over any number of inputs, NaN-propagating like numpy's maximum/minimum."""
+
+    def expr(a: list[str], n: Node, T: str) -> str:
+        acc = a[0]
+        for b in a[1:]:
+            acc = f"({acc} if ({acc} {pick} {b} or {acc} != {acc}) else {b})"
+        return f"{T}({acc})"
+
+    return expr
+
+
+def _c(x: float, T: str) -> str:
+    """A float constant in the output's compute type (repr keeps every digit)."""
+    return f"{T}({x!r})"
+
+
+def _attr(n: Node, name: str, default: float) -> float:
+    return float(n.attrs.get(name, default))
+
+
+def _clip(a: list[str], n: Node, T: str) -> str:
+    x = a[0]
+    lo = a[1] if len(a) > 1 and a[1] else None
+    hi = a[2] if len(a) > 2 and a[2] else None
+    if "min" in n.attrs or "max" in n.attrs:  # Clip-6: bounds are attributes
+        lo = _c(_attr(n, "min", -math.inf), T)
+        hi = _c(_attr(n, "max", math.inf), T)
+    e = x  # lower bound first, then the upper one: min > max gives max, as ONNX says
+    if lo is not None:
+        e = f"({lo} if {e} < {lo} else {e})"
+    if hi is not None:
+        e = f"({hi} if {e} > {hi} else {e})"
+    return f"{T}({e})"
+
+
+def _gelu(a: list[str], n: Node, T: str) -> str:
+    x = a[0]
+    if n.attrs.get("approximate", "none") == "tanh":
+        k = math.sqrt(2.0 / math.pi)
+        return f"{T}(0.5 * {x} * (1.0 + np.tanh({k!r} * ({x} + 0.044715 * {x} * {x} * {x}))))"
+    return f"{T}(0.5 * {x} * (1.0 + math.erf({x} * {1 / math.sqrt(2.0)!r})))"
+
+
+def _softplus(x: str) -> str:
+    return f"(({x} + np.log1p(np.exp(-{x}))) if {x} > 0 else np.log1p(np.exp({x})))"
+
+
+def _isinf(a: list[str], n: Node, T: str) -> str:
+    pos = int(n.attrs.get("detect_positive", 1))
+    neg = int(n.attrs.get("detect_negative", 1))
+    terms = ([f"{a[0]} == np.inf"] if pos else []) + ([f"{a[0]} == -np.inf"] if neg else [])
+    return "(" + " or ".join(terms) + ")" if terms else "False"
+
+
+_F = frozenset("f")
+_FI = frozenset("fi")
+_FIU = frozenset("fiu")
+_IU = frozenset("iu")
+_B = frozenset("b")
+_ALL = frozenset("fiub")
+
+EW_OPS: dict[str, tuple[frozenset[str], int, Expr]] = {
+    # arithmetic (since 7: numpy-style broadcasting; earlier versions had `broadcast`/`axis`)
+    "Add": (_FIU, 7, _bin("+")),
+    "Sub": (_FIU, 7, _bin("-")),
+    "Mul": (_FIU, 7, _bin("*")),
+    "Div": (_F, 7, _bin("/")),
+    "Pow": (_F, 7, lambda a, n, T: f"{T}({a[0]} ** {T}({a[1]}))"),
+    "Max": (_FIU, 8, _fold(">=")),
+    "Min": (_FIU, 8, _fold("<=")),
+    "Sum": (_FIU, 8, lambda a, n, T: f"{T}({' + '.join(a)})"),
+    "Mean": (_F, 8, lambda a, n, T: f"{T}(({' + '.join(a)}) / {len(a)})"),
+    "PRelu": (_F, 7, lambda a, n, T: f"{T}({a[0]} if {a[0]} >= 0 else {a[0]} * {a[1]})"),
+    "Where": (_B, 9, lambda a, n, T: f"{T}({a[1]} if {a[0]} else {a[2]})"),
+    "Clip": (_FIU, 6, _clip),
+    # comparison and logic
+    "Equal": (_ALL, 11, _cmp("==")),
+    "Less": (_FIU, 9, _cmp("<")),
+    "Greater": (_FIU, 9, _cmp(">")),
+    "LessOrEqual": (_FIU, 12, _cmp("<=")),
+    "GreaterOrEqual": (_FIU, 12, _cmp(">=")),
+    "And": (_B, 7, lambda a, n, T: f"({a[0]} and {a[1]})"),
+    "Or": (_B, 7, lambda a, n, T: f"({a[0]} or {a[1]})"),
+    "Xor": (_B, 7, lambda a, n, T: f"({a[0]} != {a[1]})"),
+    "Not": (_B, 1, lambda a, n, T: f"(not {a[0]})"),
+    "BitwiseAnd": (_IU, 18, _bin("&")),
+    "BitwiseOr": (_IU, 18, _bin("|")),
+    "BitwiseXor": (_IU, 18, _bin("^")),
+    "BitwiseNot": (_IU, 18, lambda a, n, T: f"{T}(~{a[0]})"),
+    # unary math
+    "Abs": (_FI, 6, lambda a, n, T: f"{T}(abs({a[0]}))"),
+    "Neg": (_FI, 6, lambda a, n, T: f"{T}(-{a[0]})"),
+    "Sign": (_FI, 9, _f("sign")),
+    "Exp": (_F, 6, _f("exp")),
+    "Log": (_F, 6, _f("log")),
+    "Sqrt": (_F, 6, _f("sqrt")),
+    "Reciprocal": (_F, 6, lambda a, n, T: f"{T}({T}(1) / {a[0]})"),
+    "Floor": (_F, 6, _f("floor")),
+    "Ceil": (_F, 6, _f("ceil")),
+    "Round": (_F, 11, _f("rint")),
+    "Sin": (_F, 7, _f("sin")),
+    "Cos": (_F, 7, _f("cos")),
+    "Tan": (_F, 7, _f("tan")),
+    "Asin": (_F, 7, _f("arcsin")),
+    "Acos": (_F, 7, _f("arccos")),
+    "Atan": (_F, 7, _f("arctan")),
+    "Sinh": (_F, 9, _f("sinh")),
+    "Cosh": (_F, 9, _f("cosh")),
+    "Asinh": (_F, 9, _f("arcsinh")),
+    "Acosh": (_F, 9, _f("arccosh")),
+    "Atanh": (_F, 9, _f("arctanh")),
+    "Tanh": (_F, 6, _f("tanh")),
+    "Erf": (_F, 9, lambda a, n, T: f"{T}(math.erf({a[0]}))"),
+    "IsNaN": (_F, 9, lambda a, n, T: f"({a[0]} != {a[0]})"),
+    "IsInf": (_F, 10, _isinf),
+    # activations
+    "Relu": (_FI, 6, lambda a, n, T: f"({a[0]} if not ({a[0]} < 0) else {T}(0))"),
+    "Sigmoid": (_F, 6, lambda a, n, T: f"{T}(1.0 / (1.0 + np.exp(-{a[0]})))"),
+    "LeakyRelu": (
+        _F,
+        6,
+        lambda a, n, T: (
+            f"({a[0]} if {a[0]} >= 0 else {T}({a[0]} * {_c(_attr(n, 'alpha', 0.01), T)}))"
+        ),
+    ),
+    "Elu": (
+        _F,
+        6,
+        lambda a, n, T: (
+            f"({a[0]} if {a[0]} >= 0 else {T}({_c(_attr(n, 'alpha', 1.0), T)} * np.expm1({a[0]})))"
+        ),
+    ),
+    "Selu": (
+        _F,
+        6,
+        lambda a, n, T: (
+            f"{T}({_c(_attr(n, 'gamma', 1.0507009873554805), T)} * ({a[0]} if {a[0]} > 0 else "
+            f"{_c(_attr(n, 'alpha', 1.6732632423543772), T)} * np.expm1({a[0]})))"
+        ),
+    ),
+    "Celu": (
+        _F,
+        12,
+        lambda a, n, T: (
+            f"({a[0]} if {a[0]} >= 0 else {T}({_attr(n, 'alpha', 1.0)!r} * "
+            f"np.expm1({a[0]} / {_attr(n, 'alpha', 1.0)!r})))"
+        ),
+    ),
+    "ThresholdedRelu": (
+        _F,
+        10,
+        lambda a, n, T: f"({a[0]} if {a[0]} > {_c(_attr(n, 'alpha', 1.0), T)} else {T}(0))",
+    ),
+    "Softplus": (_F, 1, lambda a, n, T: f"{T}({_softplus(a[0])})"),
+    "Softsign": (_F, 1, lambda a, n, T: f"{T}({a[0]} / (1 + abs({a[0]})))"),
+    "HardSigmoid": (
+        _F,
+        6,
+        lambda a, n, T: (
+            f"{T}(min(max({_c(_attr(n, 'alpha', 0.2), T)} * {a[0]} + "
+            f"{_c(_attr(n, 'beta', 0.5), T)}, 0.0), 1.0))"
+        ),
+    ),
+    "HardSwish": (
+        _F,
+        14,
+        lambda a, n, T: f"{T}({a[0]} * min(max({a[0]} / 6.0 + 0.5, 0.0), 1.0))",
+    ),
+    "Gelu": (_F, 20, _gelu),
+    "Mish": (_F, 18, lambda a, n, T: f"{T}({a[0]} * np.tanh({_softplus(a[0])}))"),
+}
+
+
+def _kind(dt: np.dtype[Any]) -> str:
+    return "b" if dt == np.bool_ else dt.kind
+
+
+def ew_supports(node: Node, since: int) -> str | None:
+    """None when `node` can be generated (as a kernel or inside a group), else why not."""
+    spec = EW_OPS.get(node.op_type)
+    if spec is None or node.domain:
+        return f"{node.op_type} is not an elementwise op of the numba code generator"
+    kinds, min_since, _ = spec
+    if since < min_since:
+        return f"opset version {since} of {node.op_type} (numba covers since {min_since})"
+    if node.op_type == "Clip" and since < 11 and since != 6:
+        return "Clip before opset 6"
+    infos = [i for x, i in zip(node.inputs, node.input_infos) if x]
+    outs = [o for o in node.output_infos if o is not None]
+    if not infos or len(outs) != 1:
+        return "unexpected arity"
+    for info in [*infos, *outs]:
+        if info is None or info.elem_type is None or info.kind != "tensor":
+            return "input types unknown at session creation"
+        if info.shape is None:
+            return "input ranks unknown at session creation"
+        if compute_dtype(info.dtype) is None:
+            return f"dtype {info.dtype} not supported by the numba code generator"
+    first = infos[0]
+    if _kind(first.dtype) not in kinds:
+        return f"{node.op_type} on {first.dtype} is not generated by numba"
+    if node.op_type == "Where" and _kind(infos[1].dtype) not in "fiub":
+        return "Where on unsupported dtype"
+    if node.op_type == "Gelu" and node.attrs.get("approximate", "none") not in ("none", "tanh"):
+        return "Gelu approximate must be 'none' or 'tanh'"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Group kernels
+
+
+@dataclass
+class GroupKernel:
+    """A compiled group: `fn(*inputs) -> outputs` over the group's boundary values."""
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    fn: Callable[..., tuple[Any, ...]]
+    source: str
+
+
+def _rank(info: Any) -> int:
+    return len(info.shape)
+
+
+def _loop_source(rank: int, n_in: int, n_out: int, body: list[str], stores: list[str]) -> str:
+    idx = ", ".join(f"i{d}" for d in range(rank))
+    args = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
+    lines = [
+        "import math",
+        "import numpy as np",
+        "from numba import prange",
+        "",
+        "",
+        f"def kernel({', '.join(args)}):",
+    ]
+    lines += [f"    n{d} = out0.shape[{d}]" for d in range(rank)]
+    if rank == 1:
+        lines += [
+            "    for blk in prange((n0 + 4095) // 4096):",
+            "        for i0 in range(blk * 4096, min(n0, blk * 4096 + 4096)):",
+        ]
+    else:
+        outer = " * ".join(f"n{d}" for d in range(rank - 1))
+        lines += [f"    for o in prange({outer}):", f"        q{rank - 2} = o"]
+        for d in range(rank - 2, 0, -1):  # fresh names: numba forbids rebinding the index
+            lines += [f"        i{d} = q{d} % n{d}", f"        q{d - 1} = q{d} // n{d}"]
+        lines += ["        i0 = q0", f"        for i{rank - 1} in range(n{rank - 1}):"]
+    pad = "            "
+    lines += [pad + s for s in body]
+    lines += [pad + s.replace("[IDX]", f"[{idx}]") for s in stores]
+    return "\n".join(lines) + "\n"
+
+
+def compile_group(
+    nodes: Sequence[Node],
+    outputs: Sequence[str],
+    name: str,
+    *,
+    parallel: bool,
+) -> GroupKernel:
+    """Generate, compile (now) and wrap one kernel computing `outputs` from `nodes`.
+
+    `nodes` are in topological order; `outputs` are the values read outside the group.
+    """
+    produced = {n.outputs[0]: n for n in nodes}
+    info: dict[str, Any] = {}
+    ext: list[str] = []
+    for n in nodes:
+        for x, i in zip(n.inputs, n.input_infos):
+            if x and x not in produced and x not in ext:
+                ext.append(x)
+                info[x] = i
+        info[n.outputs[0]] = n.output_infos[0]
+    rank = max(1, max(_rank(info[v]) for v in info))
+    var: dict[str, str] = {}
+    body: list[str] = []
+    for k, x in enumerate(ext):
+        var[x] = f"x{k}"
+        body.append(f"x{k} = in{k}[IDX]")
+    for j, n in enumerate(nodes):
+        out_dt = compute_dtype(n.output_infos[0].dtype)
+        assert out_dt is not None
+        args = [var[x] if x else "" for x in n.inputs]
+        expr = EW_OPS[n.op_type][2](args, n, _CTOR[out_dt.name])
+        var[n.outputs[0]] = f"t{j}"
+        body.append(f"t{j} = {expr}")
+    body = [s.replace("[IDX]", "[" + ", ".join(f"i{d}" for d in range(rank)) + "]") for s in body]
+    stores = [f"out{k}[IDX] = {var[y]}" for k, y in enumerate(outputs)]
+    source = _loop_source(rank, len(ext), len(outputs), body, stores)
+    mod = cache.load_source(source, "ew")
+    in_c = [compute_dtype(info[x].dtype) for x in ext]
+    out_c = [compute_dtype(info[y].dtype) for y in outputs]
+    sig = types.void(
+        *[numba_array(d, rank, readonly=True) for d in in_c],  # type: ignore[arg-type]
+        *[numba_array(d, rank, readonly=False, layout="C") for d in out_c],  # type: ignore[arg-type]
+    )
+    kern = cache.jit(mod.kernel, [sig], parallel=parallel)
+    fn = _wrapper(nodes, ext, outputs, info, rank, kern, name)
+    return GroupKernel(name, tuple(ext), tuple(outputs), fn, source)
+
+
+def _wrapper(
+    nodes: Sequence[Node],
+    ext: list[str],
+    outputs: Sequence[str],
+    info: dict[str, Any],
+    rank: int,
+    kern: Any,
+    name: str,
+) -> Callable[..., tuple[Any, ...]]:
+    in_cast = [compute_dtype(info[x].dtype) for x in ext]
+    in_cast_needed = [info[x].dtype != c for x, c in zip(ext, in_cast)]
+    out_dt = [info[y].dtype for y in outputs]
+    out_c = [compute_dtype(d) for d in out_dt]
+    out_back = [d != c for d, c in zip(out_dt, out_c)]
+    simple = len(nodes) == 1 and nodes[0].op_type != "PRelu"
+    # per node: (output name, present input names, unidirectional?) to derive exported shapes
+    shape_steps = [(n.outputs[0], [x for x in n.inputs if x], n.op_type == "PRelu") for n in nodes]
+    broadcast_shapes = np.broadcast_shapes
+    broadcast_to = np.broadcast_to
+    empty = np.empty
+
+    def fail(shapes: list[tuple[int, ...]]) -> InvalidArgument:
+        return InvalidArgument(f"{name}: input shapes {shapes} cannot be broadcast together")
+
+    def run(*args: Any) -> tuple[Any, ...]:
+        xs = [a.astype(c) if need else a for a, c, need in zip(args, in_cast, in_cast_needed)]
+        try:
+            shape = broadcast_shapes(*[x.shape for x in xs])
+        except ValueError:
+            raise fail([x.shape for x in xs]) from None
+        full = shape if len(shape) == rank else (1,) * (rank - len(shape)) + shape
+        views = [x if x.shape == full else broadcast_to(x, full) for x in xs]
+        bufs = [empty(full, c) for c in out_c]
+        kern(*views, *bufs)
+        if simple:
+            res = [b.reshape(shape) if len(shape) != rank else b for b in bufs]
+        else:
+            shapes = dict(zip(ext, (x.shape for x in xs)))
+            for y, ins, uni in shape_steps:
+                s = broadcast_shapes(*[shapes[i] for i in ins])
+                if uni and s != shapes[ins[0]]:
+                    raise InvalidArgument(
+                        f"{name}: slope shape {shapes[ins[1]]} does not broadcast to "
+                        f"{shapes[ins[0]]}"
+                    )
+                shapes[y] = s
+            res = []
+            for y, b in zip(outputs, bufs):
+                s = shapes[y]
+                ps = (1,) * (rank - len(s)) + s
+                if ps != full:
+                    b = b[tuple(slice(0, d) for d in ps)]
+                res.append(b.reshape(s) if len(s) != rank else b)
+        return tuple(r.astype(d) if back else r for r, d, back in zip(res, out_dt, out_back))
+
+    return run

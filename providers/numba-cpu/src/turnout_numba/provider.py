@@ -1,0 +1,155 @@
+"""NumbaExecutionProvider: numba-compiled kernels and fused elementwise groups on the CPU.
+
+`get_capability` claims, for each node:
+- a numba kernel when one is registered and applies (dtypes and ranks known at session
+  creation; source "numba");
+- otherwise turnout's own numpy kernel for it, where compilation buys nothing or numba does not
+  cover the node yet (shape/metadata ops, strings, sequences, control flow, BLAS-shaped ops...;
+  source "numpy"), so the provider can take whole models;
+- otherwise it declines with both reasons.
+Then connected elementwise nodes become fused groups (`fusion.find_groups`) and `_compile`
+generates one kernel per group (`codegen.compile_group`). Everything compiles while the session
+is created.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numba
+
+from turnout.ir import GraphView
+from turnout.provider import (
+    Capability,
+    CompiledKernel,
+    Decline,
+    ExecutionProvider,
+    KernelDef,
+    KernelNode,
+)
+from turnout.providers.cpu import kernels as _cpu_kernels  # noqa: F401 - registers them
+from turnout.providers.cpu.registry import CPU_KERNELS
+
+from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
+from .codegen import EW_OPS, compile_group
+from .fusion import GraphIndex, find_groups, group_outputs
+from .registry import BuildContext, lookup
+
+__all__ = ["NUMBA_SOURCE", "NUMPY_SOURCE", "NumbaExecutionProvider"]
+
+NUMBA_SOURCE = "numba"
+NUMPY_SOURCE = "numpy"
+
+
+class NumbaExecutionProvider(ExecutionProvider):
+    name = "NumbaExecutionProvider"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        threads = int(self.options.get("intra_op_num_threads", 0) or 0)
+        self.threads = min(threads, numba.config.NUMBA_NUM_THREADS) if threads > 0 else 0
+        self.fuse = bool(self.options.get("fuse", True))
+        self.ctx = BuildContext(parallel=self.threads != 1)
+        self._run_state = threading.local()  # saved thread counts of the run on this thread
+        self._blas_controller: Any = None
+        if self.threads:
+            try:
+                from threadpoolctl import ThreadpoolController
+
+                self._blas_controller = ThreadpoolController()
+            except ImportError:  # optional: without it BLAS keeps its own thread count
+                self._blas_controller = None
+
+    # ------------------------------------------------------------------ partitioning
+    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
+        claims: list[Capability] = []
+        declines: list[Decline] = []
+        fusible: set[str] = set()
+        for node in graph.unassigned_nodes():
+            kn = graph.kernel_node(node)
+            nk = lookup(kn.domain, kn.op_type, kn.since_version)
+            why = nk.applies(kn) if nk is not None else "no numba kernel"
+            if nk is not None and why is None:
+                kdef = self._kernel_def(kn, nk)
+                claims.append(Capability((node.name,), kdef, source=NUMBA_SOURCE))
+                if node.op_type in EW_OPS and not _narrow_float(node):
+                    fusible.add(node.name)
+                continue
+            d, reason = CPU_KERNELS.match(kn)
+            if d is not None:
+                claims.append(Capability((node.name,), d, source=NUMPY_SOURCE))
+            else:
+                declines.append(Decline(node.name, f"{why}; numpy: {reason}"))
+        if self.fuse and len(fusible) > 1:
+            claims = self._fuse(graph, claims, fusible)
+        return claims, declines
+
+    def _kernel_def(self, kn: KernelNode, nk: Any) -> KernelDef:
+        ctx = self.ctx
+        build = nk.build
+
+        def factory(k: KernelNode) -> Any:
+            return build(k, ctx)
+
+        return KernelDef(kn.op_type, kn.domain, nk.since, factory)
+
+    def _fuse(
+        self, graph: GraphView, claims: list[Capability], fusible: set[str]
+    ) -> list[Capability]:
+        idx = GraphIndex.of(graph)
+        groups = find_groups(idx, fusible)
+        if not groups:
+            return claims
+        grouped = {n for g in groups for n in g}
+        out = [c for c in claims if c.nodes[0] not in grouped]
+        for k, members in enumerate(groups):
+            out.append(
+                Capability(
+                    tuple(members), None, name=f"numba_fused_{k}_{members[0]}", source="numba"
+                )
+            )
+        return out
+
+    def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
+        out: list[CompiledKernel] = []
+        for cap, view in groups:
+            idx = GraphIndex.of(view)
+            nodes = [idx.by_name[n] for n in cap.nodes]
+            outputs = group_outputs(cap.nodes, idx)
+            name = cap.name or f"numba_fused_{cap.nodes[0]}"
+            gk = compile_group(nodes, outputs, name, parallel=self.ctx.parallel)
+            out.append(CompiledKernel(name, gk.fn, gk.inputs, gk.outputs))
+        return out
+
+    # ------------------------------------------------------------------ threads
+    def on_run_start(self) -> None:
+        if not self.threads:
+            return
+        st = self._run_state
+        st.saved = numba.get_num_threads()  # numba's count is per calling thread
+        numba.set_num_threads(self.threads)
+        st.blas = None
+        if self._blas_controller is not None:  # BLAS gets the same budget: no oversubscription
+            st.blas = self._blas_controller.limit(limits=self.threads, user_api="blas")
+
+    def on_run_end(self) -> None:
+        st = self._run_state
+        saved = getattr(st, "saved", None)
+        if saved is not None:
+            numba.set_num_threads(saved)
+            st.saved = None
+        blas = getattr(st, "blas", None)
+        if blas is not None:
+            blas.restore_original_limits()
+            st.blas = None
+
+
+def _narrow_float(node: Any) -> bool:
+    """float16/bfloat16 nodes are not fused: each op must round to its dtype, as unfused."""
+    infos = [*node.input_infos, *node.output_infos]
+    return any(
+        i is not None and i.dtype is not None and i.dtype.itemsize == 2 and i.dtype.kind in "fV"
+        for i in infos
+    )
