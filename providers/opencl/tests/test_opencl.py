@@ -106,8 +106,19 @@ OPS = {
     "Expand",
     "Reshape",
     "Shape",
+    "Attention",
+    "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss",
+    "Resize",
+    "RMSNormalization",
+    "CumSum",
+    "BitShift",
+    "CastLike",
 }
-CASES = list(iter_node_cases(OPS))
+# Reviewed failures (onnx.reference disagreements, e.g. Resize align_corners downsampling) are
+# left out; `scripts/node_coverage.py` reports them, and flags them if they start passing.
+_REVIEWED = FACTORY.expected_failures()
+CASES = [c for c in iter_node_cases(OPS) if not any(re.fullmatch(k, c.name) for k in _REVIEWED)]
 
 
 def _claimed_run(case):
@@ -250,7 +261,141 @@ def test_fp64_declined_with_reason_when_device_lacks_it():
     prov = FACTORY.create({})
     prov.rt.fp64 = False
     assert "cl_khr_fp64" in (prov.rt.type_problem(TP.DOUBLE) or "")
-    assert "cl_khr_fp16" in (prov.rt.type_problem(TP.FLOAT16) or "") or prov.rt.fp16
+    # 16-bit floats are storage (vload_half / ushort bits) computed in float: no extension
+    assert prov.rt.type_problem(TP.FLOAT16) is None
+    assert prov.rt.type_problem(TP.BFLOAT16) is None
+
+
+# --------------------------------------------------------------------------- 16-bit floats
+@pytest.mark.parametrize("t,npt", [(TP.FLOAT16, np.float16), (TP.BFLOAT16, "bfloat16")])
+def test_half_storage_fused_and_wrapped_match_reference(t, npt):
+    """A fused elementwise chain (native half loads/stores, each op rounded) then a wrapped
+    float32 kernel (Softmax) and a bit-moving Transpose, all claimed, vs onnx.reference."""
+    import ml_dtypes
+
+    dt = np.dtype(ml_dtypes.bfloat16) if npt == "bfloat16" else np.dtype(npt)
+    nodes = [
+        h.make_node("Mul", ["x", "y"], ["a"]),
+        h.make_node("Exp", ["a"], ["b"]),
+        h.make_node("Add", ["b", "x"], ["c"]),
+        h.make_node("Softmax", ["c"], ["d"], axis=-1),
+        h.make_node("Transpose", ["d"], ["z"], perm=[1, 0]),
+    ]
+    m = _model(
+        nodes,
+        [_vi("x", t, [4, 6]), _vi("y", t, [6])],
+        [_vi("z", t, [6, 4])],
+    )
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6)).astype(np.float32).astype(dt)
+    y = rng.standard_normal(6).astype(np.float32).astype(dt)
+    (got,) = _session(m).run(None, {"x": x, "y": y})
+    assert got.dtype == dt
+    from onnx.reference import ReferenceEvaluator
+
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x, "y": y})
+    np.testing.assert_allclose(
+        got.astype(np.float32), np.asarray(want).astype(np.float32), rtol=2e-2, atol=1e-3
+    )
+
+
+# --------------------------------------------------------------------------- index checks
+@pytest.mark.parametrize("op", ["Gather", "GatherElements"])
+def test_out_of_range_index_raises(op):
+    m = _model(
+        [h.make_node(op, ["x", "i"], ["z"], axis=0)],
+        [_vi("x", TP.FLOAT, [3, 2]), _vi("i", TP.INT64, [1, 2])],
+        [_vi("z", TP.FLOAT, None)],
+    )
+    sess = _session(m)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    ok = sess.run(None, {"x": x, "i": np.array([[2, -1]], np.int64)})[0]
+    assert ok.shape in ((1, 2, 2), (1, 2))
+    with pytest.raises(errors.InvalidArgument, match="out of range"):
+        sess.run(None, {"x": x, "i": np.array([[3, 0]], np.int64)})
+    # the flag is reset: a good run afterwards succeeds
+    sess.run(None, {"x": x, "i": np.array([[0, 1]], np.int64)})
+
+
+def test_loss_target_out_of_range_raises():
+    m = _model(
+        [h.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["z"], reduction="sum")],
+        [_vi("x", TP.FLOAT, [2, 3]), _vi("t", TP.INT64, [2])],
+        [_vi("z", TP.FLOAT, [])],
+    )
+    sess = _session(m)
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(errors.InvalidArgument, match="outside"):
+        sess.run(None, {"x": x, "t": np.array([0, 3], np.int64)})
+
+
+# --------------------------------------------------------------------------- random checks
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_random_vs_reference(seed):
+    rng = np.random.default_rng(seed)
+    b, hq, hkv, sq, skv, d = 2, 4, int(rng.choice([1, 2, 4])), 3, 5, 8
+    causal = int(rng.integers(0, 2))
+    node = h.make_node("Attention", ["q", "k", "v", "m"], ["y"], is_causal=causal)
+    m = _model(
+        [node],
+        [
+            _vi("q", TP.FLOAT, [b, hq, sq, d]),
+            _vi("k", TP.FLOAT, [b, hkv, skv, d]),
+            _vi("v", TP.FLOAT, [b, hkv, skv, d]),
+            _vi("m", TP.BOOL, [sq, skv]),
+        ],
+        [_vi("y", TP.FLOAT, None)],
+        opset=23,
+    )
+    feeds = {
+        "q": rng.standard_normal((b, hq, sq, d)).astype(np.float32),
+        "k": rng.standard_normal((b, hkv, skv, d)).astype(np.float32),
+        "v": rng.standard_normal((b, hkv, skv, d)).astype(np.float32),
+        "m": rng.random((sq, skv)) > 0.3,
+    }
+    (got,) = _session(m).run(None, feeds)
+    (want,) = run_reference(node, list(feeds.values()), 23)
+    assert_outputs_close([want], [got], 1e-4, 1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_resize_random_vs_reference(seed):
+    rng = np.random.default_rng(seed)
+    mode = ["nearest", "linear", "cubic"][seed % 3]
+    coord = ["half_pixel", "asymmetric", "pytorch_half_pixel", "tf_crop_and_resize"][seed]
+    node = h.make_node(
+        "Resize", ["x", "roi", "s"], ["y"], mode=mode, coordinate_transformation_mode=coord
+    )
+    x = rng.standard_normal((1, 2, 5, 4)).astype(np.float32)
+    roi = np.array([0, 0, 0.1, 0.2, 1, 1, 0.9, 0.7], np.float32)
+    scales = np.array([1, 1, rng.choice([0.6, 1.5, 2.0]), rng.choice([0.5, 1.7])], np.float32)
+    m = _model(
+        [node],
+        [_vi("x", TP.FLOAT, [1, 2, 5, 4]), _vi("roi", TP.FLOAT, [8]), _vi("s", TP.FLOAT, [4])],
+        [_vi("y", TP.FLOAT, None)],
+    )
+    (got,) = _session(m).run(None, {"x": x, "roi": roi, "s": scales})
+    (want,) = run_reference(node, [x, roi, scales], 18)
+    assert_outputs_close([want], [got], 1e-4, 1e-5)
+
+
+@pytest.mark.parametrize("op", ["CumSum", "CumProd"])
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumulative_random_vs_reference(op, exclusive, reverse):
+    rng = np.random.default_rng(exclusive * 2 + reverse)
+    x = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    axis = np.array(1, np.int64)
+    node = h.make_node(op, ["x", "a"], ["y"], exclusive=exclusive, reverse=reverse)
+    opset = 26 if op == "CumProd" else 18
+    m = _model(
+        [node],
+        [_vi("x", TP.FLOAT, [3, 4, 2]), _vi("a", TP.INT64, [])],
+        [_vi("y", TP.FLOAT, None)],
+        opset=opset,
+    )
+    (got,) = _session(m).run(None, {"x": x, "a": axis})
+    (want,) = run_reference(node, [x, axis], opset)
+    assert_outputs_close([want], [got], 1e-5, 1e-6)
 
 
 def test_unknown_input_type_is_declined():

@@ -1,7 +1,8 @@
 """OpenCLExecutionProvider: OpenCL C kernels on one device, one context and queue per session.
 
 `get_capability` claims each node an OpenCL kernel applies to (its dtypes known at session
-creation and held by the device: float64 needs cl_khr_fp64, float16 cl_khr_fp16) and declines
+creation and held by the device: float64 needs cl_khr_fp64; float16/bfloat16 are 16-bit
+storage computed in float, no extension needed) and declines
 the rest with the reason; then connected elementwise nodes become fused groups
 (`fusion.find_groups`), each compiled by `_compile` into one generated kernel. Every program is
 built while the session is created; a run only enqueues kernels, and `on_run_end` waits for
@@ -50,7 +51,7 @@ class OpenCLExecutionProvider(ExecutionProvider):
         rt = self.rt
 
         def factory(kn: KernelNode) -> KernelFn:
-            return spec.build(kn, rt)
+            return spec.factory(kn, rt)
 
         def supports(kn: KernelNode) -> str | None:
             return spec.applies(kn, rt)
@@ -90,3 +91,4 @@ class OpenCLExecutionProvider(ExecutionProvider):
     # ------------------------------------------------------------------ runs
     def on_run_end(self) -> None:
         self.rt.finish()
+        self.rt.check_errors()

@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
@@ -36,10 +37,33 @@ CTYPES: dict[np.dtype[Any], str] = {
     np.dtype(np.float16): "half",
     np.dtype(np.float32): "float",
     np.dtype(np.float64): "double",
+    np.dtype(ml_dtypes.bfloat16): "ushort",
 }
 FLOAT_C = ("half", "float", "double")
+F16 = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+HALFS = frozenset({F16, BF16})
+# float16 lives as `half` storage (vload_half/vstore_half, OpenCL 1.2 core: no cl_khr_fp16 needed),
+# bfloat16 as `ushort` bits; both are computed in float.
+STORE: dict[np.dtype[Any], str] = {**CTYPES, F16: "ushort"}
+
+# Conversions between 16-bit float storage and float (round to nearest even on store).
+HALF_HELPERS = r"""
+inline float rh(float v) {  /* v rounded to float16 and back (private storage) */
+  ushort t; vstore_half_rte(v, 0, (__private half*)&t); return vload_half(0, (__private half*)&t);
+}
+inline float bf2f(ushort b) { return as_float(((uint)b) << 16); }
+inline ushort f2bf(float f) {
+  uint u = as_uint(f);
+  if (isnan(f)) return (ushort)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (ushort)(u >> 16);
+}
+inline float rbf(float v) { return bf2f(f2bf(v)); }
+"""
 
 _META_CACHE = 4096
+_ERR_SLOTS = 4096
 
 
 def lit(x: float | int, ctype: str) -> str:
@@ -54,6 +78,18 @@ def lit(x: float | int, ctype: str) -> str:
             return f"({float(np.float32(x))!r}f)"
         return f"(({ctype}){x!r})"
     return f"(({ctype}){int(x)})"
+
+
+_CVT_SRC = """
+__kernel void h2f(long n, __global float* o, __global const half* x) {
+  long i = get_global_id(0); if (i < n) o[i] = vload_half(i, x); }
+__kernel void f2h(long n, __global half* o, __global const float* x) {
+  long i = get_global_id(0); if (i < n) vstore_half_rte(x[i], i, o); }
+__kernel void b2f(long n, __global float* o, __global const ushort* x) {
+  long i = get_global_id(0); if (i < n) o[i] = bf2f(x[i]); }
+__kernel void f2b(long n, __global ushort* o, __global const float* x) {
+  long i = get_global_id(0); if (i < n) o[i] = f2bf(x[i]); }
+"""
 
 
 class Runtime:
@@ -76,6 +112,8 @@ class Runtime:
         self._meta_lock = threading.Lock()
         self._wg: dict[Any, int] = {}
         self.empty_meta = self.meta((0,))
+        self._err_buf: Any = None
+        self._err_names: list[str] = []
 
     # -- types --------------------------------------------------------------------------------
     def type_problem(self, elem_type: int | None) -> str | None:
@@ -91,15 +129,11 @@ class Runtime:
             return f"dtype {name} has no OpenCL type"
         if dt == np.float64 and not self.fp64:
             return f"float64 needs cl_khr_fp64, which {self.name} lacks"
-        if dt == np.float16 and not self.fp16:
-            return f"float16 needs cl_khr_fp16, which {self.name} lacks"
-        if dt == np.float16:
-            return "float16 kernels are not implemented yet"
         return None
 
     @property
     def prelude(self) -> str:
-        lines = []
+        lines = [HALF_HELPERS]
         if self.fp64:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         return "\n".join(lines) + "\n"
@@ -132,6 +166,64 @@ class Runtime:
         ls = self.local_size(kernel)
         gs = (n + ls - 1) // ls * ls
         kernel(self.queue, (gs,), (ls,), np.int64(n), *args)
+
+    # -- error flags -------------------------------------------------------------------------------
+    def error_slot(self, what: str) -> tuple[Any, int]:
+        """(flag buffer, slot) for a kernel that detects bad input on the device (an
+        out-of-range index); `check_errors` reads the flags after the run's kernels."""
+        with self._meta_lock:
+            if self._err_buf is None:
+                self._err_buf = cl.Buffer(
+                    self.context,
+                    cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                    hostbuf=np.zeros(_ERR_SLOTS, np.int32),
+                )
+            if len(self._err_names) >= _ERR_SLOTS:
+                raise RuntimeError("too many OpenCL kernels with error flags in one session")
+            self._err_names.append(what)
+            return self._err_buf, len(self._err_names) - 1
+
+    def check_errors(self) -> None:
+        """Raise InvalidArgument for the first flagged kernel (one small read, a sync)."""
+        if not self._err_names:
+            return
+        host = np.zeros(len(self._err_names), np.int32)
+        cl.enqueue_copy(self.queue, host, self._err_buf)
+        bad = np.flatnonzero(host)
+        if bad.size:
+            cl.enqueue_copy(self.queue, self._err_buf, np.zeros_like(host))
+            self.queue.finish()
+            from turnout.errors import InvalidArgument
+
+            raise InvalidArgument(self._err_names[int(bad[0])])
+
+    # -- 16-bit floats ---------------------------------------------------------------------------
+    def half_kernels(self) -> dict[str, cl.Kernel]:
+        """Conversion kernels float16/bfloat16 <-> float32 (built once per runtime)."""
+        ks = self.__dict__.get("_half_k")
+        if ks is None:
+            names = ("h2f", "f2h", "b2f", "f2b")
+            ks = dict(zip(names, self.build(_CVT_SRC, *names)))
+            self._half_k = ks
+        return ks
+
+    def widen(self, x: cla.Array) -> cla.Array:
+        """A float32 copy of a float16/bfloat16 device array."""
+        out = self.empty(tuple(x.shape), np.float32)
+        k = self.half_kernels()["h2f" if x.dtype == F16 else "b2f"]
+        self.launch(k, x.size, buf(out), buf(x))
+        return out
+
+    def narrow(self, x: cla.Array, dt: np.dtype[Any]) -> cla.Array:
+        """A float16/bfloat16 copy (rounded to nearest even) of a float32 device array."""
+        if x.dtype == dt:
+            return x
+        if x.dtype != np.float32:
+            raise TypeError(f"narrow expects float32, got {x.dtype}")
+        out = self.empty(tuple(x.shape), dt)
+        k = self.half_kernels()["f2h" if dt == F16 else "f2b"]
+        self.launch(k, x.size, buf(out), buf(x))
+        return out
 
     def meta(self, values: tuple[int, ...]) -> Any:
         """A device buffer holding `values` as longs; cached by content."""

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import conv, copy, elementwise, matmul, norm, reduce, shape  # noqa: F401
+from . import attention, conv, copy, elementwise, loss, matmul, norm, reduce, resize, shape  # noqa: F401
 
 __all__: list[str] = []

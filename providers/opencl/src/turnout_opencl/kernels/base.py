@@ -8,15 +8,17 @@ computes shapes on the host and enqueues kernels.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto
 
 from turnout.provider import KernelFn, KernelNode
 
-from ..runtime import Runtime
+from ..runtime import BF16, HALFS, Runtime
 
 __all__ = [
     "ALL",
@@ -34,7 +36,7 @@ Builder = Callable[[KernelNode, Runtime], KernelFn]
 Supports = Callable[[KernelNode, Runtime], "str | None"]
 
 BOOL = frozenset({np.dtype(np.bool_)})
-FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64)) | {BF16}
 SINTS = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 UINTS = frozenset(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 INTS = SINTS | UINTS
@@ -48,7 +50,9 @@ class KernelSpec:
     """One OpenCL kernel: op, opset range, builder, dtype limits and host-memory inputs/outputs.
 
     `dtypes` limits the dtype of input 0 (or of `dtype_of`); every other present input and
-    output only has to be a type the device can hold.
+    output only has to be a type the device can hold. `half` says how float16/bfloat16 values
+    are handled: "native" (the kernel loads/stores them itself), "bits" (it only moves bits),
+    "wrap" (the float32 kernel runs between device conversions) or "no" (declined).
     """
 
     op_type: str
@@ -61,6 +65,7 @@ class KernelSpec:
     host_inputs: tuple[int, ...]
     host_outputs: tuple[int, ...]
     dtype_of: tuple[int, ...]
+    half: str = "wrap"
 
     def applies(self, kn: KernelNode, rt: Runtime) -> str | None:
         """None when this kernel runs `kn` on `rt`'s device, else the reason."""
@@ -84,9 +89,80 @@ class KernelSpec:
             info = kn.inputs[i] if i < len(kn.inputs) else None
             if info is not None and info.dtype not in self.dtypes:
                 return f"dtype {info.dtype} of {info.name!r} not supported by the OpenCL kernel"
+        if self.half == "no" and _has_half(kn, self.host_inputs, self.host_outputs):
+            return f"{kn.op_type}: no float16/bfloat16 kernel (not even through float32)"
         if self.supports is not None:
-            return self.supports(kn, rt)
+            return self.supports(
+                _FloatView(kn, self.host_inputs, self.host_outputs) if self.half == "wrap" else kn,
+                rt,
+            )
         return None
+
+    def factory(self, kn: KernelNode, rt: Runtime) -> KernelFn:
+        """The run function for `kn`; 16-bit floats of a "wrap" kernel go through float32."""
+        if self.half != "wrap" or not _has_half(kn, self.host_inputs, self.host_outputs):
+            return self.build(kn, rt)
+        view = _FloatView(kn, self.host_inputs, self.host_outputs)
+        inner = self.build(view, rt)
+        rt.half_kernels()  # built now, not in the first run
+        wide_in = [
+            i not in self.host_inputs and info is not None and info.dtype in HALFS
+            for i, info in enumerate(kn.inputs)
+        ]
+        narrow_out = [
+            info.dtype
+            if j not in self.host_outputs and info is not None and info.dtype in HALFS
+            else None
+            for j, info in enumerate(kn.outputs)
+        ]
+
+        def run(*xs: Any) -> tuple[Any, ...]:
+            ys = [
+                rt.widen(x) if x is not None and k < len(wide_in) and wide_in[k] else x
+                for k, x in enumerate(xs)
+            ]
+            outs = inner(*ys)
+            return tuple(
+                rt.narrow(o, narrow_out[j]) if o is not None and narrow_out[j] is not None else o
+                for j, o in enumerate(outs)
+            )
+
+        return run
+
+
+def _has_half(kn: KernelNode, host_in: tuple[int, ...], host_out: tuple[int, ...]) -> bool:
+    return any(
+        info is not None and i not in host_in and info.dtype in HALFS
+        for i, info in enumerate(kn.inputs)
+    ) or any(
+        info is not None and j not in host_out and info.dtype in HALFS
+        for j, info in enumerate(kn.outputs)
+    )
+
+
+def _f32(info: Any) -> Any:
+    if info is None or info.dtype not in HALFS:
+        return info
+    return dataclasses.replace(info, elem_type=TensorProto.FLOAT)
+
+
+class _FloatView(KernelNode):
+    """A node whose float16/bfloat16 device values read as float32 (for "wrap" kernels)."""
+
+    __slots__ = ("_ins", "_outs")
+
+    def __init__(self, kn: KernelNode, host_in: tuple[int, ...], host_out: tuple[int, ...]):
+        super().__init__(kn.node, kn.opset, kn.since_version, kn._subgraph_builder)
+        self._ins = tuple(x if i in host_in else _f32(x) for i, x in enumerate(kn.inputs))
+        self._outs = tuple(x if j in host_out else _f32(x) for j, x in enumerate(kn.outputs))
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        return self._ins
+
+    @property
+    def outputs(self) -> tuple[Any, ...]:
+        return self._outs
 
 
 SPECS: list[KernelSpec] = []
@@ -103,6 +179,7 @@ def ocl_kernel(
     host_inputs: tuple[int, ...] = (),
     host_outputs: tuple[int, ...] = (),
     dtype_of: tuple[int, ...] = (0,),
+    half: str = "wrap",
 ) -> Callable[[Builder], Builder]:
     """Register an OpenCL kernel builder for `op_type` from schema version `since`."""
 
@@ -119,6 +196,7 @@ def ocl_kernel(
                 host_inputs,
                 host_outputs,
                 dtype_of,
+                half,
             )
         )
         return build

@@ -16,7 +16,7 @@ import numpy as np
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from ..runtime import CTYPES, Runtime, bcast_strides, buf, c_strides
+from ..runtime import CTYPES, HALFS, STORE, Runtime, bcast_strides, buf, c_strides
 from .base import ALL, host_ints, norm_axis, ocl_kernel
 
 __all__ = ["Copier", "copier"]
@@ -103,7 +103,7 @@ def _dt(kn: KernelNode, i: int = 0) -> Any:
 
 
 # ---------------------------------------------------------------------------- Transpose
-@ocl_kernel("Transpose", 1, dtypes=ALL)
+@ocl_kernel("Transpose", 1, dtypes=ALL, half="bits")
 def transpose(kn: KernelNode, rt: Runtime) -> KernelFn:
     cp = copier(rt, _dt(kn))
     perm_attr = kn.attr("perm")
@@ -123,7 +123,7 @@ def transpose(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 
 # ---------------------------------------------------------------------------- Concat / Split
-@ocl_kernel("Concat", 1, dtypes=ALL)
+@ocl_kernel("Concat", 1, dtypes=ALL, half="bits")
 def concat(kn: KernelNode, rt: Runtime) -> KernelFn:
     cp = copier(rt, _dt(kn))
     axis_attr = int(kn.attr("axis", 1 if kn.since_version < 4 else 0))
@@ -190,12 +190,12 @@ def _split(kn: KernelNode, rt: Runtime, from_input: bool) -> KernelFn:
     return run
 
 
-@ocl_kernel("Split", 1, until=12, dtypes=ALL)
+@ocl_kernel("Split", 1, until=12, dtypes=ALL, half="bits")
 def split_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _split(kn, rt, from_input=False)
 
 
-@ocl_kernel("Split", 13, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Split", 13, dtypes=ALL, half="bits", host_inputs=(1,))
 def split_input(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _split(kn, rt, from_input=True)
 
@@ -257,18 +257,18 @@ def _slice(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
     return run
 
 
-@ocl_kernel("Slice", 1, until=9, dtypes=ALL)
+@ocl_kernel("Slice", 1, until=9, dtypes=ALL, half="bits")
 def slice_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _slice(kn, rt, True)
 
 
-@ocl_kernel("Slice", 10, dtypes=ALL, host_inputs=(1, 2, 3, 4))
+@ocl_kernel("Slice", 10, dtypes=ALL, half="bits", host_inputs=(1, 2, 3, 4))
 def slice_input(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _slice(kn, rt, False)
 
 
 # ---------------------------------------------------------------------------- Expand / Tile
-@ocl_kernel("Expand", 8, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Expand", 8, dtypes=ALL, half="bits", host_inputs=(1,))
 def expand(kn: KernelNode, rt: Runtime) -> KernelFn:
     cp = copier(rt, _dt(kn))
 
@@ -286,7 +286,7 @@ def expand(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("Tile", 6, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Tile", 6, dtypes=ALL, half="bits", host_inputs=(1,))
 def tile(kn: KernelNode, rt: Runtime) -> KernelFn:
     cp = copier(rt, _dt(kn))
 
@@ -312,7 +312,7 @@ def tile(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 
 # ---------------------------------------------------------------------------- DepthToSpace
-@ocl_kernel("DepthToSpace", 1, dtypes=ALL)
+@ocl_kernel("DepthToSpace", 1, dtypes=ALL, half="bits")
 def depth_to_space(kn: KernelNode, rt: Runtime) -> KernelFn:
     cp = copier(rt, _dt(kn))
     b = int(kn.attr("blocksize"))
@@ -336,7 +336,7 @@ def depth_to_space(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("SpaceToDepth", 1, dtypes=ALL)
+@ocl_kernel("SpaceToDepth", 1, dtypes=ALL, half="bits")
 def space_to_depth(kn: KernelNode, rt: Runtime) -> KernelFn:
     cp = copier(rt, _dt(kn))
     b = int(kn.attr("blocksize"))
@@ -360,23 +360,29 @@ def space_to_depth(kn: KernelNode, rt: Runtime) -> KernelFn:
 # ---------------------------------------------------------------------------- Gather
 _GATHER_SRC = """
 __kernel void gather(long n, long inner, long axis_dim, long nidx, __global {T}* out,
-                     __global const {T}* data, __global const {I}* idx) {{
+                     __global const {T}* data, __global const {I}* idx, __global int* err,
+                     int slot) {{
   long gid = get_global_id(0);
   if (gid >= n) return;
   long in_ = gid % inner; long t = gid / inner; long j = t % nidx; long o = t / nidx;
   long k = (long)idx[j];
   if (k < 0) k += axis_dim;
-  out[gid] = (k < 0 || k >= axis_dim) ? ({T})0 : data[(o * axis_dim + k) * inner + in_];
+  if (k < 0 || k >= axis_dim) {{ err[slot] = 1; out[gid] = 0; return; }}
+  out[gid] = data[(o * axis_dim + k) * inner + in_];
 }}
 __kernel void gather_elements(long n, int rank, int axis, __global const long* m,
                               __global {T}* out, __global const {T}* data,
-                              __global const {I}* idx) {{
+                              __global const {I}* idx, __global int* err, int slot) {{
   long gid = get_global_id(0);
   if (gid >= n) return;
   long r = gid, off = 0;
   for (int d = rank - 1; d >= 0; --d) {{
     long dim = m[d]; long c = r % dim; r /= dim;
-    if (d == axis) {{ c = (long)idx[gid]; if (c < 0) c += m[2 * rank + d]; }}
+    if (d == axis) {{
+      long D = m[2 * rank + d];
+      c = (long)idx[gid]; if (c < 0) c += D;
+      if (c < 0 || c >= D) {{ err[slot] = 1; out[gid] = 0; return; }}
+    }}
     off += c * m[rank + d];
   }}
   out[gid] = data[off];
@@ -390,10 +396,11 @@ def _gather_kernels(rt: Runtime, kn: KernelNode) -> Any:
     return rt.build(_GATHER_SRC.format(T=t, I=it), "gather", "gather_elements")
 
 
-@ocl_kernel("Gather", 1, dtypes=ALL)
+@ocl_kernel("Gather", 1, dtypes=ALL, half="bits")
 def gather(kn: KernelNode, rt: Runtime) -> KernelFn:
     k, _ = _gather_kernels(rt, kn)
     axis_attr = int(kn.attr("axis", 0))
+    err, slot = rt.error_slot(f"{kn.name}: Gather index out of range")
 
     def run(x: Any, idx: Any) -> tuple[Any]:
         r = len(x.shape)
@@ -412,16 +419,19 @@ def gather(kn: KernelNode, rt: Runtime) -> KernelFn:
                 buf(out),
                 buf(x),
                 buf(idx),
+                err,
+                np.int32(slot),
             )
         return (out,)
 
     return run
 
 
-@ocl_kernel("GatherElements", 11, dtypes=ALL)
+@ocl_kernel("GatherElements", 11, dtypes=ALL, half="bits")
 def gather_elements(kn: KernelNode, rt: Runtime) -> KernelFn:
     _, k = _gather_kernels(rt, kn)
     axis_attr = int(kn.attr("axis", 0))
+    err, slot = rt.error_slot(f"{kn.name}: GatherElements index out of range")
 
     def run(x: Any, idx: Any) -> tuple[Any]:
         r = len(x.shape)
@@ -433,7 +443,20 @@ def gather_elements(kn: KernelNode, rt: Runtime) -> KernelFn:
         n = math.prod(shape)
         if n:
             meta = rt.meta(shape + c_strides(tuple(x.shape)) + tuple(x.shape))
-            rt.launch(k, n, np.int32(r), np.int32(axis), meta, buf(out), buf(x), buf(idx))
+            if x.size == 0:
+                raise InvalidArgument(f"{kn.name}: cannot gather from an empty axis")
+            rt.launch(
+                k,
+                n,
+                np.int32(r),
+                np.int32(axis),
+                meta,
+                buf(out),
+                buf(x),
+                buf(idx),
+                err,
+                np.int32(slot),
+            )
         return (out,)
 
     return run
@@ -468,7 +491,7 @@ def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
     mode = kn.attr("mode", "constant")
     if isinstance(mode, bytes):
         mode = mode.decode()
-    ct = CTYPES[dt]
+    ct = STORE[dt]
     (k,) = rt.build(f"#define MODE {_PAD_MODES[mode]}\n" + _PAD_SRC.format(T=ct), "pad")
 
     def run(x: Any, pads: Any = None, value: Any = None, axes: Any = None) -> tuple[Any]:
@@ -502,6 +525,7 @@ def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
             meta = rt.meta(shape + tuple(x.shape) + tuple(p[:r]) + c_strides(tuple(x.shape)))
             xb = buf(x) if x.size else buf(out)
             v = np.array(val).astype(dt)
+            v = v.view(np.uint16) if dt in HALFS else v
             rt.launch(
                 k,
                 n,
@@ -516,11 +540,11 @@ def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
     return run
 
 
-@ocl_kernel("Pad", 1, until=10, dtypes=ALL)
+@ocl_kernel("Pad", 1, until=10, dtypes=ALL, half="bits")
 def pad_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _pad(kn, rt, True)
 
 
-@ocl_kernel("Pad", 11, dtypes=ALL, host_inputs=(1, 2, 3))
+@ocl_kernel("Pad", 11, dtypes=ALL, half="bits", host_inputs=(1, 2, 3))
 def pad_input(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _pad(kn, rt, False)

@@ -20,7 +20,7 @@ import numpy as np
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from ..runtime import CTYPES, Runtime, bcast_strides, buf, lit
+from ..runtime import BF16, CTYPES, F16, HALFS, Runtime, bcast_strides, buf, lit
 from .base import ALL, BOOL, FLOATS, INTS, NUM, SINTS, UINTS, dtype_out, ocl_kernel
 
 __all__ = ["EW_OPS", "FUSIBLE", "EwProgram", "EwStep", "compile_ew"]
@@ -107,7 +107,7 @@ EW_OPS: dict[str, Op] = {
     "Pow": _op(2, N, "POW", "POW"),
     "Mod": _op(2, N, "MOD", "MOD", fmod=0),
     "PRelu": _op(2, N, "({a}<{zero}?{a}*{b}:{a})", "({a}<{zero}?{a}*{b}:{a})", "{a}"),
-    "BitShift": _op(2, UINTS, None, None, "SHIFT", direction="LEFT"),
+    "BitShift": _op(2, INTS, None, "SHIFT", "SHIFT", direction="LEFT"),
     "BitwiseAnd": _op(2, INTS, None, "({a}&{b})"), "BitwiseOr": _op(2, INTS, None, "({a}|{b})"),
     "BitwiseXor": _op(2, INTS, None, "({a}^{b})"),
     "And": _op(2, BOOL, b="({a}&&{b})"), "Or": _op(2, BOOL, b="({a}||{b})"),
@@ -127,6 +127,14 @@ EW_OPS: dict[str, Op] = {
 }
 # fmt: on
 FUSIBLE = frozenset(EW_OPS) - {"CastLike"}  # CastLike reads only the type of input 1
+
+
+F32 = np.dtype(np.float32)
+
+
+def _comp(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The type a value is computed in: 16-bit floats in float."""
+    return F32 if dt in HALFS else dt
 
 
 def _kind(dt: np.dtype[Any]) -> str:
@@ -200,9 +208,14 @@ def _render(st: EwStep, rt: Runtime) -> str:
         if kind == "u" or st.attrs.get("fmod", 0):
             return f"({a[1]}==0?{vals['zero']}:{a[0]}%{a[1]})"
         return f"PYMOD_I({a[0]},{a[1]})"
-    if tmpl == "SHIFT":
-        sh = "<<" if st.attrs.get("direction", "LEFT") == "LEFT" else ">>"
-        return f"({a[0]}{sh}{a[1]})"
+    if tmpl == "SHIFT":  # out-of-range shifts as the reference: 0 (or -1 for negative >>)
+        bits = np.dtype(a_t).itemsize * 8
+        ut = ct if kind == "u" else "u" + ct
+        bad = f"({a[1]}<0||{a[1]}>={bits})" if kind != "u" else f"({a[1]}>={bits})"
+        if st.attrs.get("direction", "LEFT") == "LEFT":
+            return f"({bad}?{vals['zero']}:({ct})(({ut}){a[0]}<<{a[1]}))"
+        neg = f"({a[0]}<0?({ct})-1:{vals['zero']})" if kind != "u" else vals["zero"]
+        return f"({bad}?{neg}:({a[0]}>>{a[1]}))"
     if tmpl == "CAST":
         if st.out_type == np.bool_:
             return f"({a[0]}!=0)"
@@ -281,6 +294,9 @@ def compile_ew(
     for k, (x, t) in enumerate(inputs):
         params.append(f"__global const {CTYPES[t]}* x{k}")
         var[x] = f"v{k}"
+    # values are computed in `comp` types (float16/bfloat16 in float, loaded and stored with
+    # conversions); a Cast from double to float16 keeps the double for a single rounding
+    comp = {x: _comp(t) for x, t in value_types.items()}
     k_in = len(inputs)
     body = [
         "long gid = get_global_id(0);",
@@ -296,7 +312,12 @@ def compile_ew(
         "}",
     ]
     for k, (_, t) in enumerate(inputs):
-        body.append(f"{CTYPES[t]} v{k} = x{k}[i{k}];")
+        if t == F16:
+            body.append(f"float v{k} = vload_half(i{k}, x{k});")
+        elif t == BF16:
+            body.append(f"float v{k} = bf2f(x{k}[i{k}]);")
+        else:
+            body.append(f"{CTYPES[t]} v{k} = x{k}[i{k}];")
     deps: dict[str, set[int]] = {x: {k} for k, (x, _) in enumerate(inputs)}
     for s, (op, attrs, ins, out, out_t, since) in enumerate(steps):
         args = [var[x] if x else None for x in ins]
@@ -304,15 +325,26 @@ def compile_ew(
             pass
         else:
             args = [a for a in args if a is not None]
-        st = EwStep(op, attrs, args, [value_types[x] for x in ins if x], out, out_t, since)
+        if op in ("Cast", "CastLike") and out_t == F16 and comp[ins[0]] == np.float64:
+            comp[out] = comp[ins[0]]
+        ct_out = comp[out]
+        st = EwStep(op, attrs, args, [comp[x] for x in ins if x], out, ct_out, since)
         if op == "Clip":
-            st.arg_types = [value_types[ins[0]]]
+            st.arg_types = [comp[ins[0]]]
         name_v = f"t{s}"
-        body.append(f"{CTYPES[out_t]} {name_v} = ({CTYPES[out_t]})({_render(st, rt)});")
+        expr = f"({CTYPES[ct_out]})({_render(st, rt)})"
+        if out_t in HALFS and ct_out == F32:  # each op rounds to its 16-bit type, as ONNX does
+            expr = f"{'rh' if out_t == F16 else 'rbf'}({expr})"
+        body.append(f"{CTYPES[ct_out]} {name_v} = {expr};")
         var[out] = name_v
         deps[out] = set().union(*(deps[x] for x in ins if x)) if any(ins) else set()
     for j, o in enumerate(outputs):
-        body.append(f"o{j}[gid] = {var[o]};")
+        if value_types[o] == F16:
+            body.append(f"vstore_half_rte({var[o]}, gid, o{j});")
+        elif value_types[o] == BF16:
+            body.append(f"o{j}[gid] = f2bf((float){var[o]});")
+        else:
+            body.append(f"o{j}[gid] = {var[o]};")
     src = (
         HELPERS + f"__kernel void {name}({', '.join(params)}) {{\n  " + "\n  ".join(body) + "\n}\n"
     )
@@ -358,7 +390,7 @@ def _register() -> None:
         dtype_of: tuple[int, ...] = (0,)
         if op_type == "Where":
             dtype_of = (1,)
-        ocl_kernel(op_type, 1, dtypes=op.dtypes, dtype_of=dtype_of)(_build_single)
+        ocl_kernel(op_type, 1, dtypes=op.dtypes, dtype_of=dtype_of, half="native")(_build_single)
 
 
 _register()

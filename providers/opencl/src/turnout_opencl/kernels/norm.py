@@ -1,4 +1,5 @@
-"""Normalizations: LayerNormalization, BatchNormalization (inference), InstanceNormalization.
+"""Normalizations: LayerNormalization, RMSNormalization, BatchNormalization (inference),
+InstanceNormalization.
 
 One work item normalizes one row (LayerNorm: the trailing dims from `axis`; InstanceNorm: one
 (n, c) plane) with a two-pass mean/variance in the accumulation type; BatchNorm is per element.
@@ -43,6 +44,18 @@ __kernel void layernorm(long n, long len, __global const long* m, __global {T}* 
   }}
   if (want_stats) {{ mean_out[row] = ({T})mu; inv_out[row] = ({T})inv; }}
 }}
+__kernel void rmsnorm(long n, long len, __global {T}* y, __global const {T}* x,
+                      __global const {T}* s, {T} eps, long s0, long s1, long split) {{
+  long row = get_global_id(0);
+  if (row >= n) return;
+  __global const {T}* p = x + row * len;
+  {A} ms = 0;
+  for (long j = 0; j < len; ++j) {{ {A} v = p[j]; ms += v * v; }}
+  ms /= ({A})len;
+  {A} inv = 1 / sqrt(ms + eps);
+  for (long j = 0; j < len; ++j)
+    y[row * len + j] = ({T})(p[j] * inv * s[(j / split) * s0 + (j % split) * s1]);
+}}
 __kernel void batchnorm(long n, long C, long inner, __global {T}* y, __global const {T}* x,
                         __global const {T}* s, __global const {T}* b,
                         __global const {T}* mean, __global const {T}* var, {T} eps) {{
@@ -56,7 +69,46 @@ __kernel void batchnorm(long n, long C, long inner, __global {T}* y, __global co
 
 def _program(rt: Runtime, dt: np.dtype[Any]) -> Any:
     A = "double" if dt == np.float64 else "float"
-    return rt.build(_LN_SRC.format(T=CTYPES[dt], A=A), "layernorm", "batchnorm")
+    return rt.build(_LN_SRC.format(T=CTYPES[dt], A=A), "layernorm", "batchnorm", "rmsnorm")[:2]
+
+
+@ocl_kernel("RMSNormalization", 23, dtypes=FLOATS)
+def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
+    dt = np.dtype(kn.inputs[0].dtype)
+    A = "double" if dt == np.float64 else "float"
+    (k,) = rt.build(_LN_SRC.format(T=CTYPES[dt], A=A), "rmsnorm")
+    axis_attr = int(kn.attr("axis", -1))
+    eps = dt.type(kn.attr("epsilon", 1e-5))
+
+    def run(x: Any, scale: Any) -> tuple[Any]:
+        shape = tuple(x.shape)
+        axis = norm_axis(axis_attr, len(shape))
+        tail = shape[axis:]
+        try:
+            if len(scale.shape) > len(tail):
+                raise ValueError
+            np.broadcast_shapes(tuple(scale.shape), tail)
+        except ValueError:
+            raise InvalidArgument(f"{kn.name}: scale {scale.shape} does not fit {tail}") from None
+        s0, s1, split = _two_strides(tail, bcast_strides(tuple(scale.shape), tail))
+        y = rt.empty(shape, dt)
+        length = math.prod(tail)
+        if y.size:
+            rt.launch(
+                k,
+                math.prod(shape[:axis]),
+                np.int64(length),
+                buf(y),
+                buf(x),
+                buf(scale),
+                eps,
+                np.int64(s0),
+                np.int64(s1),
+                np.int64(split),
+            )
+        return (y,)
+
+    return run
 
 
 @ocl_kernel("LayerNormalization", 17, dtypes=FLOATS)

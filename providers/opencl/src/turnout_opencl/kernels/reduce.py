@@ -264,4 +264,57 @@ def _rowwise(kn: KernelNode, rt: Runtime) -> KernelFn:
 for _op in _MODES:
     ocl_kernel(_op, 1, dtypes=FLOATS)(_rowwise)
 
+# ---------------------------------------------------------------------------- CumSum / CumProd
+_CUM_SRC = """
+__kernel void cum(long n, long len, long inner, int exclusive, int reverse,
+                  __global {T}* out, __global const {T}* x) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long o = gid / inner, i = gid % inner;
+  long base = o * len * inner + i;
+  {T} acc = INIT;
+  for (long t = 0; t < len; ++t) {{
+    long j = reverse ? len - 1 - t : t;
+    {T} v = x[base + j * inner];
+    if (exclusive) {{ out[base + j * inner] = acc; acc = acc OP v; }}
+    else {{ acc = acc OP v; out[base + j * inner] = acc; }}
+  }}
+}}
+"""
+
+
+def _cumulative(kn: KernelNode, rt: Runtime) -> KernelFn:
+    dt = np.dtype(kn.inputs[0].dtype)
+    op, init = ("+", "0") if kn.op_type == "CumSum" else ("*", "1")
+    src = f"#define OP {op}\n#define INIT (({CTYPES[dt]}){init})\n" + _CUM_SRC.format(T=CTYPES[dt])
+    (k,) = rt.build(src, "cum")
+    exclusive, reverse = int(kn.attr("exclusive", 0)), int(kn.attr("reverse", 0))
+
+    def run(x: Any, axis: Any) -> tuple[Any]:
+        a = np.asarray(axis)
+        if a.size != 1:
+            raise InvalidArgument(f"{kn.name}: axis must be a scalar, got shape {a.shape}")
+        shape = tuple(x.shape)
+        ax = norm_axis(int(a.reshape(())), len(shape))
+        out = rt.empty(shape, dt)
+        length, inner = shape[ax], math.prod(shape[ax + 1 :])
+        if out.size:
+            rt.launch(
+                k,
+                out.size // length,
+                np.int64(length),
+                np.int64(inner),
+                np.int32(exclusive),
+                np.int32(reverse),
+                buf(out),
+                buf(x),
+            )
+        return (out,)
+
+    return run
+
+
+ocl_kernel("CumSum", 11, dtypes=NUM, host_inputs=(1,))(_cumulative)
+ocl_kernel("CumProd", 26, dtypes=NUM, host_inputs=(1,))(_cumulative)
+
 _ = (dtype_out, INDEX, _reduce_supports)

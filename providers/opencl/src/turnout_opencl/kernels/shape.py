@@ -17,7 +17,7 @@ import numpy as np
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from ..runtime import CTYPES, Runtime, buf, lit
+from ..runtime import CTYPES, HALFS, STORE, Runtime, buf, lit
 from .base import ALL, NUM, dtype_out, host_ints, norm_axis, ocl_kernel
 
 __all__: list[str] = []
@@ -53,7 +53,7 @@ def _reshape_shape(
     return tuple(out)
 
 
-@ocl_kernel("Reshape", 5, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Reshape", 5, dtypes=ALL, half="bits", host_inputs=(1,))
 def reshape(kn: KernelNode, rt: Runtime) -> KernelFn:
     allowzero = bool(kn.attr("allowzero", 0))
 
@@ -63,7 +63,7 @@ def reshape(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("Flatten", 1, dtypes=ALL)
+@ocl_kernel("Flatten", 1, dtypes=ALL, half="bits")
 def flatten(kn: KernelNode, rt: Runtime) -> KernelFn:
     axis_attr = int(kn.attr("axis", 1))
 
@@ -108,27 +108,27 @@ def _unsqueeze(kn: KernelNode, from_input: bool) -> KernelFn:
     return run
 
 
-@ocl_kernel("Squeeze", 1, until=12, dtypes=ALL)
+@ocl_kernel("Squeeze", 1, until=12, dtypes=ALL, half="bits")
 def squeeze_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _squeeze(kn, False)
 
 
-@ocl_kernel("Squeeze", 13, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Squeeze", 13, dtypes=ALL, half="bits", host_inputs=(1,))
 def squeeze_input(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _squeeze(kn, True)
 
 
-@ocl_kernel("Unsqueeze", 1, until=12, dtypes=ALL)
+@ocl_kernel("Unsqueeze", 1, until=12, dtypes=ALL, half="bits")
 def unsqueeze_attr(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _unsqueeze(kn, False)
 
 
-@ocl_kernel("Unsqueeze", 13, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Unsqueeze", 13, dtypes=ALL, half="bits", host_inputs=(1,))
 def unsqueeze_input(kn: KernelNode, rt: Runtime) -> KernelFn:
     return _unsqueeze(kn, True)
 
 
-@ocl_kernel("Identity", 1, dtypes=ALL)
+@ocl_kernel("Identity", 1, dtypes=ALL, half="bits")
 def identity(kn: KernelNode, rt: Runtime) -> KernelFn:
     return lambda x: (x,)
 
@@ -141,7 +141,7 @@ def _dropout_supports(kn: KernelNode, rt: Runtime) -> str | None:
     return None
 
 
-@ocl_kernel("Dropout", 1, dtypes=ALL, supports=_dropout_supports, host_inputs=(1,))
+@ocl_kernel("Dropout", 1, dtypes=ALL, half="bits", supports=_dropout_supports, host_inputs=(1,))
 def dropout(kn: KernelNode, rt: Runtime) -> KernelFn:
     (k,) = rt.build(_FILL_SRC.format(T="uchar"), "fill")
     want_mask = len(kn.node.outputs) > 1 and kn.node.outputs[1]
@@ -157,7 +157,7 @@ def dropout(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 
 # ---------------------------------------------------------------------------- host outputs
-@ocl_kernel("Shape", 1, dtypes=ALL, host_outputs=(0,))
+@ocl_kernel("Shape", 1, dtypes=ALL, half="bits", host_outputs=(0,))
 def shape_op(kn: KernelNode, rt: Runtime) -> KernelFn:
     start, end = kn.attr("start", 0), kn.attr("end")
 
@@ -168,7 +168,7 @@ def shape_op(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("Size", 1, dtypes=ALL, host_outputs=(0,))
+@ocl_kernel("Size", 1, dtypes=ALL, half="bits", host_outputs=(0,))
 def size_op(kn: KernelNode, rt: Runtime) -> KernelFn:
     return lambda x: (np.array(math.prod(x.shape), np.int64),)
 
@@ -199,7 +199,10 @@ __kernel void eye(long n, long rows, long cols, long k, int upper, int keep, __g
 
 
 def _scalar(v: Any, dt: np.dtype[Any]) -> Any:
+    """A kernel argument holding `v` as `dt` (16-bit floats as their bits)."""
     a = np.array(v).astype(dt)
+    if dt in HALFS:
+        return a.view(np.uint16)[()]
     return (a.astype(np.uint8) if dt == np.bool_ else a)[()]
 
 
@@ -223,18 +226,18 @@ def _constant_supports(kn: KernelNode, rt: Runtime) -> str | None:
     return None
 
 
-@ocl_kernel("Constant", 1, dtypes=ALL, supports=_constant_supports)
+@ocl_kernel("Constant", 1, dtypes=ALL, half="bits", supports=_constant_supports)
 def constant(kn: KernelNode, rt: Runtime) -> KernelFn:
     value = rt.upload(_constant_value(kn))  # once, at session creation
     return lambda: (value,)
 
 
-@ocl_kernel("ConstantOfShape", 9, dtypes=ALL, host_inputs=(0,), dtype_of=())
+@ocl_kernel("ConstantOfShape", 9, dtypes=ALL, half="bits", host_inputs=(0,), dtype_of=())
 def constant_of_shape(kn: KernelNode, rt: Runtime) -> KernelFn:
     v = kn.attr("value")
     arr = np.asarray(v).reshape(-1) if v is not None else np.zeros(1, np.float32)
     dt = arr.dtype
-    (k,) = rt.build(_FILL_SRC.format(T=CTYPES[dt]), "fill")
+    (k,) = rt.build(_FILL_SRC.format(T=STORE[dt]), "fill")
     val = _scalar(arr[0], dt)
 
     def run(shape: Any) -> tuple[Any]:
@@ -248,7 +251,7 @@ def constant_of_shape(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("Range", 11, dtypes=NUM, host_inputs=(0, 1, 2), dtype_of=())
+@ocl_kernel("Range", 11, dtypes=NUM, host_inputs=(0, 1, 2), dtype_of=(), half="no")
 def range_op(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = dtype_out(kn)
     (k,) = rt.build(_RANGE_SRC.format(T=CTYPES[dt]), "range")
@@ -265,10 +268,10 @@ def range_op(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("Trilu", 14, dtypes=ALL, host_inputs=(1,))
+@ocl_kernel("Trilu", 14, dtypes=ALL, half="bits", host_inputs=(1,))
 def trilu(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
-    (k,) = rt.build(_TRI_SRC.format(T=CTYPES[dt]), "eye")
+    (k,) = rt.build(_TRI_SRC.format(T=STORE[dt]), "eye")
     upper = int(kn.attr("upper", 1))
 
     def run(x: Any, kk: Any = None) -> tuple[Any]:
@@ -291,7 +294,7 @@ def trilu(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("EyeLike", 9, dtypes=ALL, dtype_of=())
+@ocl_kernel("EyeLike", 9, dtypes=ALL, half="no", dtype_of=())
 def eye_like(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = dtype_out(kn)
     (k,) = rt.build(_TRI_SRC.format(T=CTYPES[dt]), "eye")

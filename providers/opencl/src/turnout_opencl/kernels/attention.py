@@ -1,0 +1,218 @@
+"""Attention (ai.onnx opset 23+): one work item per query row.
+
+The key/value caches are materialized as 4-D `present_key`/`present_value` (past then new, one
+strided copy each); then each work item (batch, head, query) computes its row of scaled
+scores with softcap and the combined bias (attention mask, causal frontier, sliding window,
+non-pad key lengths), the softmax (into a scratch row), the optional `qk_matmul_output` and
+the output row `P @ V`. Semantics follow the ONNX reference: scale applied as sqrt(scale) to
+both Q and K, fully masked rows (bias all -inf) give zeros, grouped-query heads share a KV
+head (`h // (q_heads / kv_heads)`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+
+from ..runtime import CTYPES, Runtime, bcast_strides, buf, c_strides
+from .base import FLOATS, ocl_kernel
+from .copy import copier
+
+__all__: list[str] = []
+
+# m: Hq Sq L D Dv Hkv | q strides b h s d | y strides b h s d | mask strides b h s j | Mlen
+#    past left right mode has_mask causal has_nonpad want_qk
+_SRC = """
+__kernel void attention(long n, __global const long* m, __global {T}* Y, __global {T}* QK,
+                        __global const {T}* Q, __global const {T}* K, __global const {T}* V,
+                        __global const {MT}* mask, __global const long* nonpad,
+                        __global {A}* P, {T} sq, {A} softcap) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long Hq = m[0], Sq = m[1], L = m[2], D = m[3], Dv = m[4], Hkv = m[5];
+  long i = gid % Sq, t = gid / Sq, h = t % Hq, b = t / Hq;
+  long hk = h / (Hq / Hkv);
+  __global const {T}* q = Q + b * m[6] + h * m[7] + i * m[8];
+  __global const {T}* kk = K + (b * Hkv + hk) * L * D;
+  __global const {T}* vv = V + (b * Hkv + hk) * L * Dv;
+  __global {A}* p = P + gid * L;
+  long Mlen = m[18], left = m[20], right = m[21], mode = m[22];
+  int has_mask = m[23], causal = m[24], has_np = m[25], want_qk = m[26];
+  long off = has_np ? nonpad[b] - Sq : m[19];
+  long lim = has_np ? nonpad[b] : L;
+  {A} mx = -INFINITY; int all_masked = 1;
+  for (long j = 0; j < L; ++j) {{
+    {A} s = 0;
+    for (long d = 0; d < D; ++d) s += ({A})(q[d * m[9]] * sq) * ({A})(kk[j * D + d] * sq);
+    if (softcap > 0) s = softcap * tanh(s / softcap);
+    {A} bias = 0;
+    if (has_mask) {{
+      if (j < Mlen) {{
+        {MT} mv = mask[b * m[14] + h * m[15] + i * m[16] + j * m[17]];
+#if MASK_BOOL
+        bias = mv ? ({A})0 : -INFINITY;
+#else
+        bias = ({A})mv;
+#endif
+      }} else bias = -INFINITY;
+    }}
+    long diff = i + off - j;
+    if (causal && diff < 0) bias += -INFINITY;
+    if ((left >= 0 && diff > left) || (right >= 0 && -diff > right)) bias += -INFINITY;
+    if (has_np && j >= lim) bias += -INFINITY;
+    if (!(bias == -INFINITY)) all_masked = 0;
+    {A} x = s + bias;
+    p[j] = x;
+    mx = (x > mx || isnan(x)) ? x : mx;
+    if (want_qk && mode != 3) QK[gid * L + j] = ({T})(mode == 2 ? x : s);
+  }}
+  {A} safe = (mx == -INFINITY) ? ({A})0 : mx;
+  {A} sum = 0;
+  for (long j = 0; j < L; ++j) {{ {A} e = exp(p[j] - safe); p[j] = e; sum += e; }}
+  if (sum == 0) sum = 1;
+  for (long j = 0; j < L; ++j) {{
+    {A} v = all_masked ? ({A})0 : ({A})({T})(p[j] / sum);
+    p[j] = v;
+    if (want_qk && mode == 3) QK[gid * L + j] = ({T})v;
+  }}
+  __global {T}* y = Y + b * m[10] + h * m[11] + i * m[12];
+  for (long e = 0; e < Dv; ++e) {{
+    {A} acc = 0;
+    for (long j = 0; j < L; ++j) acc += p[j] * ({A})vv[j * Dv + e];
+    y[e * m[13]] = ({T})acc;
+  }}
+}}
+"""
+
+
+def _supports(kn: KernelNode, rt: Runtime) -> str | None:
+    if kn.attr("softmax_precision") not in (None, 1, 11):
+        return "Attention softmax_precision other than float/double is not implemented"
+    return None
+
+
+@ocl_kernel("Attention", 23, dtypes=FLOATS, supports=_supports)
+def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
+    dt = np.dtype(kn.inputs[0].dtype)
+    T = CTYPES[dt]
+    A = "double" if dt == np.float64 else "float"
+    mask_info = kn.inputs[3] if len(kn.inputs) > 3 else None
+    mask_bool = mask_info is not None and mask_info.dtype == np.bool_
+    MT = "uchar" if mask_bool or mask_info is None else CTYPES[np.dtype(mask_info.dtype)]
+    src = f"#define MASK_BOOL {int(mask_bool)}\n" + _SRC.format(T=T, A=A, MT=MT)
+    (k,) = rt.build(src, "attention")
+    cp = copier(rt, dt)
+    qh_attr, kvh_attr = kn.attr("q_num_heads"), kn.attr("kv_num_heads")
+    scale_attr = kn.attr("scale")
+    softcap = float(kn.attr("softcap", 0.0) or 0.0)
+    causal = int(kn.attr("is_causal", 0))
+    left, right = int(kn.attr("left_window_size", -1)), int(kn.attr("right_window_size", -1))
+    mode = int(kn.attr("qk_matmul_output_mode", 0))
+    outs = kn.node.outputs
+    want_qk = len(outs) > 3 and bool(outs[3])
+    adt = np.float64 if A == "double" else np.float32
+
+    def as4(x: Any, heads: int | None, what: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(B, H, S, D) shape and element strides of a 3-D or 4-D input."""
+        if len(x.shape) == 4:
+            return tuple(x.shape), c_strides(tuple(x.shape))
+        if len(x.shape) != 3 or heads is None or heads <= 0 or x.shape[2] % heads:
+            raise InvalidArgument(f"{kn.name}: {what} {x.shape} does not split into heads")
+        b, s, hid = x.shape
+        d = hid // heads
+        return (b, heads, s, d), (s * hid, d, hid, 1)
+
+    def cache(x: Any, past: Any, shape4: tuple[int, ...], st4: tuple[int, ...]) -> Any:
+        b, hh, s, d = shape4
+        p = 0 if past is None else past.shape[2]
+        if past is not None and (
+            len(past.shape) != 4 or (past.shape[0], past.shape[1], past.shape[3]) != (b, hh, d)
+        ):
+            raise InvalidArgument(f"{kn.name}: past cache {past.shape} does not fit {shape4}")
+        shape = (b, hh, p + s, d)
+        out = rt.empty(shape, dt)
+        ost = c_strides(shape)
+        if past is not None:
+            cp(out, 0, ost, past, 0, c_strides(tuple(past.shape)), tuple(past.shape))
+        cp(out, p * ost[2], ost, x, 0, st4, shape4)
+        return out
+
+    def run(
+        q: Any,
+        kx: Any,
+        vx: Any,
+        mask: Any = None,
+        past_k: Any = None,
+        past_v: Any = None,
+        nonpad: Any = None,
+    ) -> tuple[Any, ...]:
+        rank = len(q.shape)
+        if not (len(kx.shape) == len(vx.shape) == rank):
+            raise InvalidArgument(f"{kn.name}: Q, K, V ranks differ")
+        if (past_k is None) != (past_v is None):
+            raise InvalidArgument(f"{kn.name}: past_key and past_value go together")
+        qs, qst = as4(q, qh_attr, "Q")
+        ks, kst = as4(kx, kvh_attr, "K")
+        vs, vst = as4(vx, kvh_attr, "V")
+        B, Hq, Sq, D = qs
+        Hkv = ks[1]
+        if ks[0] != B or vs[:3] != ks[:3] or ks[3] != D or Hkv <= 0 or Hq % Hkv:
+            raise InvalidArgument(f"{kn.name}: Q {q.shape}, K {kx.shape}, V {vx.shape} differ")
+        Dv = vs[3]
+        pk = cache(kx, past_k, ks, kst)
+        pv = cache(vx, past_v, vs, vst)
+        L = pk.shape[2]
+        scale = scale_attr if scale_attr is not None else 1 / math.sqrt(D)
+        sq = dt.type(math.sqrt(scale))
+        if rank == 4:
+            y = rt.empty((B, Hq, Sq, Dv), dt)
+            yst = c_strides((B, Hq, Sq, Dv))
+        else:
+            y = rt.empty((B, Sq, Hq * Dv), dt)
+            yst = (Sq * Hq * Dv, Dv, Hq * Dv, 1)
+        qk = rt.empty((B, Hq, Sq, L), dt) if want_qk else None
+        mst: tuple[int, ...] = (0, 0, 0, 0)
+        mlen = 0
+        if mask is not None:
+            mlen = mask.shape[-1] if mask.shape else 1
+            if mlen > L or len(mask.shape) > 4:
+                raise InvalidArgument(f"{kn.name}: attn_mask {mask.shape} does not fit {L} keys")
+            try:
+                np.broadcast_shapes(tuple(mask.shape), (B, Hq, Sq, mlen))
+            except ValueError:
+                raise InvalidArgument(
+                    f"{kn.name}: attn_mask {mask.shape} does not broadcast to {(B, Hq, Sq, L)}"
+                ) from None
+            mst = bcast_strides(tuple(mask.shape), (B, Hq, Sq, mlen))
+        if nonpad is not None and tuple(nonpad.shape) != (B,):
+            raise InvalidArgument(f"{kn.name}: nonpad_kv_seqlen {nonpad.shape} is not ({B},)")
+        past = 0 if past_k is None else past_k.shape[2]
+        meta = (Hq, Sq, L, D, Dv, Hkv, *qst, *yst, *mst, mlen, past, left, right, mode)
+        meta += (int(mask is not None), causal, int(nonpad is not None), int(want_qk))
+        n = B * Hq * Sq
+        if n and y.size + (qk.size if qk is not None else 0):
+            scratch = rt.empty((n * max(L, 1),), adt)
+            rt.launch(
+                k,
+                n,
+                rt.meta(tuple(int(v) for v in meta)),
+                buf(y) if y.size else buf(scratch),
+                buf(qk) if qk is not None and qk.size else buf(scratch),
+                buf(q) if q.size else buf(scratch),
+                buf(pk) if pk.size else buf(scratch),
+                buf(pv) if pv.size else buf(scratch),
+                buf(mask) if mask is not None and mask.size else buf(scratch),
+                buf(nonpad) if nonpad is not None else buf(scratch),
+                buf(scratch),
+                sq,
+                adt(softcap),
+            )
+        res = (y, pk, pv, qk)
+        return res[: len(outs)]
+
+    return run

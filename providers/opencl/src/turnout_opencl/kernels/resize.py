@@ -1,0 +1,302 @@
+"""Resize (opset 10+) and Upsample: separable tap tables on the host, one gather-and-weight
+kernel on the device.
+
+Resize is separable: for every axis the host computes, per output coordinate, the source
+indices and weights of its taps (nearest: 1, linear: 2, cubic: 4, antialias: wider; an axis
+left alone: 1 tap of weight 1) with the coordinate transforms of turnout's CPU kernel, plus an
+"outside" flag for tf_crop_and_resize extrapolation. The tables are small (sum of the output
+dims) and cached by shape and parameters; one work item per output element sums the product
+of its axes' taps. Integer data is computed in double and rounded, nearest mode copies.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu.kernels.resize import (  # the shared coordinate definitions
+    _COORD_MODES,
+    _NEAREST_MODES,
+    _cubic,
+    _nearest_index,
+    _source_coords,
+)
+
+from ..runtime import CTYPES, Runtime, buf, c_strides, lit
+from .base import NUM, ocl_kernel
+
+__all__: list[str] = []
+
+_MAX_RANK = 8
+_SRC = """
+__kernel void resize(long n, int rank, __global const long* m, __global {T}* out,
+                     __global const {T}* x, __global const long* tidx,
+                     __global const {A}* tw, __global const uchar* outside) {{
+  long gid = get_global_id(0);
+  if (gid >= n) return;
+  long c[{R}];
+  long r = gid;
+  for (int d = rank - 1; d >= 0; --d) {{ c[d] = r % m[d]; r /= m[d]; }}
+  for (int d = 0; d < rank; ++d)
+    if (outside[m[3 * rank + d] + c[d]]) {{ out[gid] = EXTRAP; return; }}
+  long total = 1;
+  for (int d = 0; d < rank; ++d) total *= m[2 * rank + d];
+  {A} acc = 0;
+  for (long t = 0; t < total; ++t) {{
+    long q = t, off = 0; {A} w = 1;
+    for (int d = rank - 1; d >= 0; --d) {{
+      long K = m[2 * rank + d]; long k = q % K; q /= K;
+      long e = m[4 * rank + d] + c[d] * K + k;
+      off += tidx[e] * m[rank + d];
+      w *= tw[e];
+    }}
+#if NEAREST
+    out[gid] = x[off]; return;
+#else
+    acc += w * ({A})x[off];
+#endif
+  }}
+  out[gid] = FINISH(acc);
+}}
+"""
+
+
+def _s(v: Any, default: str) -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class _Tables:
+    """Per-axis tap tables for one (shape, scales/sizes, roi), uploaded once and cached."""
+
+    def __init__(self, kn: KernelNode, mode: str, coord: str, nearest: str) -> None:
+        self.name = kn.name
+        self.mode, self.coord, self.nearest = mode, coord, nearest
+        self.cubic_a = float(kn.attr("cubic_coeff_a", -0.75))
+        self.exclude_outside = bool(kn.attr("exclude_outside", 0))
+        self.antialias = bool(kn.attr("antialias", 0))
+        self.policy = _s(kn.attr("keep_aspect_ratio_policy"), "stretch")
+        axes = kn.attr("axes")
+        self.axes = None if axes is None else [int(a) for a in axes]
+        self.cache: dict[Any, Any] = {}
+
+    def _axes(self, rank: int, n: int) -> list[int]:
+        axes = (
+            list(range(rank))
+            if self.axes is None
+            else [a + rank if a < 0 else a for a in self.axes]
+        )
+        if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes) or n != len(axes):
+            raise InvalidArgument(f"{self.name}: scales/sizes/axes do not fit rank {rank}")
+        return axes
+
+    def plan(
+        self, shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any
+    ) -> tuple[tuple[int, ...], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """Output shape and, per axis, (indices (out, K), weights (out, K), outside (out,))."""
+        rank = len(shape)
+        has_sizes = sizes is not None and np.asarray(sizes).size > 0
+        has_scales = scales is not None and np.asarray(scales).size > 0
+        if has_sizes == has_scales:
+            raise InvalidArgument(f"{self.name}: exactly one of scales and sizes must be given")
+        if has_sizes:
+            sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
+            axes = self._axes(rank, len(sz))
+            sc = [s / shape[a] if shape[a] else 1.0 for s, a in zip(sz, axes)]
+            if self.policy != "stretch":
+                s = min(sc) if self.policy == "not_larger" else max(sc)
+                sc = [s] * len(axes)
+                sz = [int(s * shape[a] + 0.5) for a in axes]
+        else:
+            sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
+            axes = self._axes(rank, len(sc))
+            if any(s <= 0 for s in sc):
+                raise InvalidArgument(f"{self.name}: scales must be positive, got {sc}")
+            sz = [int(np.floor(s * shape[a])) for s, a in zip(sc, axes)]
+        rois: list[tuple[float, float] | None] = [None] * len(axes)
+        if self.coord == "tf_crop_and_resize":
+            r = np.asarray(roi if roi is not None else [], np.float64).reshape(-1)
+            n = len(axes)
+            if r.size == 2 * rank and n != rank:
+                r = np.concatenate([r[axes], r[[a + rank for a in axes]]])
+            if r.size != 2 * n:
+                raise InvalidArgument(f"{self.name}: roi must have {2 * n} entries, got {r.size}")
+            rois = [(float(r[i]), float(r[i + n])) for i in range(n)]
+        per_axis = {a: (s, o, rr) for a, s, o, rr in zip(axes, sc, sz, rois)}
+        out_shape = list(shape)
+        tables = []
+        for a in range(rank):
+            n_in = shape[a]
+            if a not in per_axis:
+                tables.append(_identity(n_in))
+                continue
+            s, o, rr = per_axis[a]
+            out_shape[a] = o
+            if n_in == o and s == 1.0 and rr is None:
+                tables.append(_identity(n_in))
+                continue
+            tables.append(self._axis(n_in, s, o, rr))
+        return tuple(out_shape), tables
+
+    def _axis(
+        self, n: int, scale: float, out_len: int, roi: tuple[float, float] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src = _source_coords(self.coord, out_len, n, scale, roi)
+        outside = ((src < 0) | (src > n - 1)) if roi is not None else np.zeros(out_len, bool)
+        if self.mode == "nearest":
+            idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))
+            return idx[:, None], np.ones((out_len, 1)), outside
+        base = np.floor(src)
+        ratio = src - base
+        support = 1.0 if self.mode == "linear" else 2.0
+        fs = min(scale, 1.0) if self.antialias else 1.0
+        start = int(np.floor(-support / fs)) + 1
+        taps = np.arange(start, 2 - start)
+        t = (taps[None, :] - ratio[:, None]) * fs
+        w = np.clip(1 - np.abs(t), 0, 1) if self.mode == "linear" else _cubic(t, self.cubic_a)
+        if self.antialias:
+            w = w / w.sum(axis=1, keepdims=True)
+        idx = base.astype(np.int64)[:, None] + taps[None, :]
+        if self.exclude_outside:
+            w = np.where((idx < 0) | (idx >= n), 0.0, w)
+            tot = w.sum(axis=1, keepdims=True)
+            w = w / np.where(tot == 0, 1.0, tot)
+        return np.clip(idx, 0, max(n - 1, 0)), w, outside
+
+
+def _identity(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.arange(n, dtype=np.int64)[:, None], np.ones((n, 1)), np.zeros(n, bool)
+
+
+def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> Any:
+    dt = np.dtype(kn.inputs[0].dtype)
+    T = CTYPES[dt]
+    A = "double" if (dt == np.float64 or (dt.kind in "iu" and rt.fp64)) else "float"
+    adt = np.float64 if A == "double" else np.float32
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        finish = f"(({T})clamp(rint(v), ({A}){info.min}, ({A}){info.max}))"
+    else:
+        finish = f"(({T})(v))"
+    extrap = lit(float(kn.attr("extrapolation_value", 0.0)), T) if dt.kind == "f" else "0"
+    src = (
+        f"#define NEAREST {int(tables.mode == 'nearest')}\n#define EXTRAP {extrap}\n"
+        f"#define FINISH(v) {finish}\n" + _SRC.format(T=T, A=A, R=_MAX_RANK)
+    )
+    (k,) = rt.build(src, "resize")
+
+    def apply(x: Any, roi: Any, scales: Any, sizes: Any) -> tuple[Any]:
+        shape = tuple(x.shape)
+        if not 0 < len(shape) <= _MAX_RANK:
+            raise InvalidArgument(f"{kn.name}: rank {len(shape)} is not supported")
+        key = (
+            shape,
+            None if roi is None else np.asarray(roi).tobytes(),
+            None if scales is None else np.asarray(scales).tobytes(),
+            None if sizes is None else np.asarray(sizes).tobytes(),
+        )
+        entry = tables.cache.get(key)
+        if entry is None:
+            out_shape, tabs = tables.plan(shape, roi, scales, sizes)
+            offs, o = [], 0
+            for idx, _, _ in tabs:
+                offs.append(o)
+                o += idx.size
+            ti = np.concatenate([t[0].reshape(-1) for t in tabs]).astype(np.int64)
+            tw = np.concatenate([t[1].reshape(-1) for t in tabs]).astype(adt)
+            flags = np.concatenate([t[2].reshape(-1) for t in tabs] + [np.zeros(1)]).astype(
+                np.uint8
+            )
+            foffs = list(np.cumsum([0] + [len(t[2]) for t in tabs[:-1]]))
+            ks = [t[0].shape[1] for t in tabs]
+            meta = (*out_shape, *c_strides(shape), *ks, *foffs, *offs)
+            entry = (
+                out_shape,
+                rt.upload(ti),
+                rt.upload(tw),
+                rt.upload(flags),
+                rt.meta(tuple(int(v) for v in meta)),
+            )
+            if len(tables.cache) > 64:
+                tables.cache.clear()
+            tables.cache[key] = entry
+        out_shape, ti_d, tw_d, fl_d, meta_d = entry
+        out = rt.empty(out_shape, dt)
+        if out.size:
+            if x.size == 0:
+                raise InvalidArgument(f"{kn.name}: cannot resize an empty tensor to {out_shape}")
+            rt.launch(
+                k,
+                out.size,
+                np.int32(len(shape)),
+                meta_d,
+                buf(out),
+                buf(x),
+                buf(ti_d),
+                buf(tw_d),
+                buf(fl_d),
+            )
+        return (out,)
+
+    return apply
+
+
+def _supports(kn: KernelNode, rt: Runtime) -> str | None:
+    mode = _s(kn.attr("mode"), "nearest")
+    if kn.op_type == "Upsample" and mode == "bilinear":
+        mode = "linear"
+    if mode not in ("nearest", "linear", "cubic"):
+        return f"Resize mode {mode!r} is not defined"
+    if kn.since_version >= 11 and kn.op_type == "Resize":
+        if _s(kn.attr("coordinate_transformation_mode"), "half_pixel") not in _COORD_MODES:
+            return "unknown coordinate_transformation_mode"
+        if _s(kn.attr("nearest_mode"), "round_prefer_floor") not in _NEAREST_MODES:
+            return "unknown nearest_mode"
+    return None
+
+
+@ocl_kernel("Resize", 10, until=10, dtypes=NUM, supports=_supports, host_inputs=(1,))
+def resize10(kn: KernelNode, rt: Runtime) -> KernelFn:
+    apply = _build(kn, rt, _Tables(kn, _s(kn.attr("mode"), "nearest"), "asymmetric", "simple"))
+    return lambda x, scales: apply(x, None, scales, None)
+
+
+@ocl_kernel("Resize", 11, dtypes=NUM, supports=_supports, host_inputs=(1, 2, 3))
+def resize(kn: KernelNode, rt: Runtime) -> KernelFn:
+    tables = _Tables(
+        kn,
+        _s(kn.attr("mode"), "nearest"),
+        _s(kn.attr("coordinate_transformation_mode"), "half_pixel"),
+        _s(kn.attr("nearest_mode"), "round_prefer_floor"),
+    )
+    apply = _build(kn, rt, tables)
+
+    def run(x: Any, roi: Any = None, scales: Any = None, sizes: Any = None) -> tuple[Any]:
+        return apply(x, roi, scales, sizes)
+
+    return run
+
+
+@ocl_kernel("Upsample", 7, dtypes=NUM, supports=_supports, host_inputs=(1,))
+def upsample(kn: KernelNode, rt: Runtime) -> KernelFn:
+    mode = _s(kn.attr("mode"), "nearest")
+    apply = _build(
+        kn, rt, _Tables(kn, "linear" if mode == "bilinear" else mode, "asymmetric", "simple")
+    )
+    scales_attr = kn.attr("scales")
+
+    def run(x: Any, scales: Any = None) -> tuple[Any]:
+        s = np.asarray(scales if scales is not None else scales_attr, np.float32)
+        if s.size != len(x.shape) or (s < 1).any():
+            raise InvalidArgument(f"{kn.name}: Upsample scales {s.tolist()} do not fit {x.shape}")
+        return apply(x, None, s, None)
+
+    return run
+
+
+_ = math
