@@ -7,6 +7,11 @@ reads is stored from inside the same loop. Each node's result is cast to its own
 a fused group rounds and wraps exactly like the unfused ops would (float16/bfloat16 compute in
 float32).
 
+When every external input's shape is known at session creation, the kernel is specialised to
+those shapes (literal loop bounds, broadcasting and strides; initializers packed into it) and its
+run wrapper only checks shapes, allocates outputs and makes one call; small groups get a serial
+kernel even when threads > 1 (`SERIAL_WORK`). Other groups resolve shapes on each run.
+
 The op table `EW_OPS` is the only place an op's scalar semantics live: adding an elementwise op
 is one row.
 """
@@ -14,7 +19,7 @@ is one row.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +31,7 @@ from turnout.ir import Node
 
 from . import cache
 
-__all__ = ["EW_OPS", "GroupKernel", "compile_group", "compute_dtype", "ew_supports"]
+__all__ = ["EW_OPS", "SERIAL_WORK", "GroupKernel", "compile_group", "compute_dtype", "ew_supports"]
 
 Expr = Callable[[list[str], "Node", str], str]
 
@@ -300,23 +305,332 @@ class GroupKernel:
     outputs: tuple[str, ...]
     fn: Callable[..., tuple[Any, ...]]
     source: str
+    static: bool = False
+    """Specialised to the shapes known at session creation (constants bound into it)."""
+
+
+_PRELUDE_SRC = "import math\nimport numpy as np\nfrom numba import prange\n\n"
 
 
 def _rank(info: Any) -> int:
     return len(info.shape)
 
 
+SERIAL_WORK = 1 << 16
+"""Groups doing less work than this (iteration-space elements x nodes) run their serial kernel
+even when threads > 1: on small arrays a parallel launch costs more than it saves."""
+
+
+def compile_group(
+    nodes: Sequence[Node],
+    outputs: Sequence[str],
+    name: str,
+    *,
+    parallel: bool,
+    constants: Mapping[str, Any] | None = None,
+) -> GroupKernel:
+    """Generate, compile (now) and wrap one kernel computing `outputs` from `nodes`.
+
+    `nodes` are in topological order; `outputs` are the values read outside the group;
+    `constants` maps initializer names to their values. When every external input's shape is
+    known (and broadcasts), the kernel is specialised to those shapes and the constants are
+    bound into it (see `_compile_static`); otherwise shapes are resolved on each run.
+    """
+    info: dict[str, Any] = {}
+    ext: list[str] = []
+    produced = {n.outputs[0] for n in nodes}
+    for n in nodes:
+        for x, i in zip(n.inputs, n.input_infos):
+            if x and x not in produced and x not in ext:
+                ext.append(x)
+                info[x] = i
+        info[n.outputs[0]] = n.output_infos[0]
+    consts = {
+        x: v for x in ext if constants is not None and isinstance(v := constants.get(x), np.ndarray)
+    }
+    shapes = _static_shapes(nodes, ext, consts, info)
+    if shapes is not None:
+        return _compile_static(nodes, ext, outputs, info, shapes, consts, name, parallel)
+    return _compile_dynamic(nodes, ext, outputs, info, name, parallel)
+
+
+def _scalar_body(nodes: Sequence[Node], read: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """One line per node computing its scalar temporary; `read` gives each input's load."""
+    var: dict[str, str] = {}
+    body: list[str] = []
+    for k, (x, load) in enumerate(read.items()):
+        var[x] = f"x{k}"
+        body.append(f"x{k} = {load}")
+    for j, n in enumerate(nodes):
+        out_dt = compute_dtype(n.output_infos[0].dtype)
+        assert out_dt is not None
+        args = [var[x] if x else "" for x in n.inputs]
+        var[n.outputs[0]] = f"t{j}"
+        body.append(f"t{j} = {EW_OPS[n.op_type][2](args, n, _CTOR[out_dt.name])}")
+    return body, var
+
+
+# ---------------------------------------------------------------------------- static shapes
+
+
+def _static_shapes(
+    nodes: Sequence[Node], ext: list[str], consts: Mapping[str, Any], info: dict[str, Any]
+) -> dict[str, tuple[int, ...]] | None:
+    """Every boundary and inner value's shape, when the external inputs' shapes are all known
+    and broadcast; None otherwise (the group then resolves shapes per run, and a run with
+    shapes that do not broadcast raises there)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for x in ext:
+        if x in consts:
+            shapes[x] = tuple(consts[x].shape)
+            continue
+        s = info[x].shape
+        if s is None or not all(isinstance(d, int) and d >= 0 for d in s):
+            return None
+        shapes[x] = tuple(s)
+    for n in nodes:
+        ins = [shapes[x] for x in n.inputs if x]
+        try:
+            s = np.broadcast_shapes(*ins)
+        except ValueError:
+            return None
+        if n.op_type == "PRelu" and s != ins[0]:  # the slope broadcasts to X, not the reverse
+            return None
+        shapes[n.outputs[0]] = s
+    return shapes
+
+
+def _compile_static(
+    nodes: Sequence[Node],
+    ext: list[str],
+    outputs: Sequence[str],
+    info: dict[str, Any],
+    shapes: dict[str, tuple[int, ...]],
+    consts: Mapping[str, np.ndarray],
+    name: str,
+    parallel: bool,
+) -> GroupKernel:
+    """A kernel specialised to known shapes: loop bounds, broadcasting and strides are literals,
+    constants are packed into one read-only buffer per dtype at compile time, and the run
+    wrapper only checks shapes, allocates outputs and makes one call."""
+    full = np.broadcast_shapes(*(shapes[x] for x in ext)) if ext else ()
+    size = math.prod(full)
+    parallel = parallel and size * len(nodes) >= SERIAL_WORK
+    live = [x for x in ext if x not in consts]
+    bound = [x for x in ext if x in consts]
+    in_c = {x: compute_dtype(info[x].dtype) for x in ext}
+    buf_of: dict[str, int] = {}  # const -> its buffer; one buffer per compute dtype
+    buf_dt: list[np.dtype[Any]] = []
+    offset: dict[str, int] = {}
+    used: list[int] = []
+    for x in bound:
+        c = in_c[x]
+        assert c is not None
+        if c not in buf_dt:
+            buf_dt.append(c)
+            used.append(0)
+        b = buf_dt.index(c)
+        buf_of[x], offset[x] = b, used[b]
+        used[b] += consts[x].size
+    where = {x: f"in{k}" for k, x in enumerate(live)}
+    where.update({x: f"cb{buf_of[x]}" for x in bound})
+    slot = {y: k for k, y in enumerate(outputs)}
+
+    def nest(space: tuple[int, ...], members: Sequence[Node], outs: Sequence[str]) -> list[str]:
+        """One loop nest over `space` computing `members` and storing `outs`."""
+        rank = len(space)
+
+        def ix(d: int) -> str:  # size-1 dimensions are not looped over
+            return "0" if space[d] == 1 else f"i{d}"
+
+        def index(s: tuple[int, ...]) -> str:  # a value of shape s at the loop index
+            lead = rank - len(s)
+            return ", ".join("0" if e == 1 else ix(lead + j) for j, e in enumerate(s)) or "()"
+
+        read: dict[str, str] = {}
+        for x in dict.fromkeys(x for n in members for x in n.inputs if x in where):
+            s = shapes[x]
+            if x not in offset:
+                read[x] = f"{where[x]}[{index(s)}]"
+                continue
+            lead = rank - len(s)
+            terms = [str(offset[x])] + [
+                f"i{lead + j} * {math.prod(s[j + 1 :])}"
+                for j, e in enumerate(s)
+                if e != 1 and space[lead + j] != 1
+            ]
+            read[x] = f"{where[x]}[{' + '.join(terms)}]"
+        body, var = _scalar_body(members, read)
+        for y in outs:
+            s = shapes[y]
+            lead = rank - len(s)
+            # a value smaller than the iteration space is stored once, at index 0 of the
+            # dimensions it is broadcast along
+            once = [f"i{d} == 0" for d in range(lead) if space[d] != 1] + [
+                f"i{lead + j} == 0" for j, e in enumerate(s) if e == 1 and space[lead + j] != 1
+            ]
+            store = f"out{slot[y]}[{index(s)}] = {var[y]}"
+            body += [f"if {' and '.join(once)}:", f"    {store}"] if once else [store]
+        loops = [d for d in range(rank) if space[d] != 1]
+        lines: list[str] = []
+        pad = "    "
+        if parallel and len(loops) == 1:
+            (d,) = loops
+            lines += [
+                f"    for blk in prange({(space[d] + 4095) // 4096}):",
+                f"        for i{d} in range(blk * 4096, min({space[d]}, blk * 4096 + 4096)):",
+            ]
+            pad += "        "
+        elif parallel and loops:
+            outer, last = loops[:-1], loops[-1]
+            lines.append(f"    for o in prange({math.prod(space[d] for d in outer)}):")
+            cur = "o"
+            for j, d in enumerate(reversed(outer[1:])):  # fresh names: numba forbids rebinding
+                lines += [
+                    f"        i{d} = {cur} % {space[d]}",
+                    f"        q{j} = {cur} // {space[d]}",
+                ]
+                cur = f"q{j}"
+            lines += [
+                f"        i{outer[0]} = {cur}",
+                f"        for i{last} in range({space[last]}):",
+            ]
+            pad += "        "
+        else:
+            for d in loops:
+                lines.append(f"{pad}for i{d} in range({space[d]}):")
+                pad += "    "
+        return lines + [pad + s for s in body]
+
+    args = [f"in{k}" for k in range(len(live))]
+    args += [f"cb{b}" for b in range(len(buf_dt))]
+    args += [f"out{k}" for k in range(len(outputs))]
+    lines = [_PRELUDE_SRC, f"def kernel({', '.join(args)}):"]
+    if size:
+        lines += nest(full, nodes, outputs)
+    else:
+        # An empty iteration space can still have non-empty exported values (Tanh of a [1, 4]
+        # input next to an Add with a [0, 4] one): each is computed over its own shape, from
+        # the nodes it depends on.
+        for y in outputs:
+            if not math.prod(shapes[y]):
+                continue
+            need, cone = {y}, []
+            for n in reversed(nodes):
+                if n.outputs[0] in need:
+                    cone.append(n)
+                    need.update(x for x in n.inputs if x)
+            lines += nest(shapes[y], cone[::-1], [y])
+    lines.append("    return")
+    source = "\n".join(lines) + "\n"
+
+    out_dt = [info[y].dtype for y in outputs]
+    out_c = [compute_dtype(d) for d in out_dt]
+    sig = types.void(
+        *[numba_array(in_c[x], len(shapes[x]), readonly=True) for x in live],  # type: ignore[arg-type]
+        *[numba_array(d, 1, readonly=True, layout="C") for d in buf_dt],
+        *[
+            numba_array(c, len(shapes[y]), readonly=False, layout="C")  # type: ignore[arg-type]
+            for y, c in zip(outputs, out_c)
+        ],
+    )
+    mod = cache.load_source(source, "sg")
+    kern = cache.jit(mod.kernel, [sig], parallel=parallel)
+
+    def bad(k: int, value: Any) -> InvalidArgument:
+        x = ext[k]
+        return InvalidArgument(
+            f"{name}: input {x!r} has shape {tuple(value.shape)}, but the group was compiled "
+            f"for shape {shapes[x]} (known at session creation)"
+        )
+
+    def pack(values: Sequence[Any]) -> list[np.ndarray]:
+        """The constant buffers from `values` (one per bound input, in order)."""
+        parts: list[list[np.ndarray]] = [[] for _ in buf_dt]
+        for x, v in zip(bound, values):
+            if tuple(v.shape) != shapes[x]:
+                raise bad(ext.index(x), v)
+            parts[buf_of[x]].append(np.ascontiguousarray(v, dtype=buf_dt[buf_of[x]]).ravel())
+        bufs = []
+        for p, dt in zip(parts, buf_dt):
+            b = np.concatenate(p) if p else np.empty(0, dt)
+            b.flags.writeable = False
+            bufs.append(b)
+        return bufs
+
+    fn = _static_wrapper(ext, live, bound, outputs, info, shapes, kern, pack, consts, bad)
+    return GroupKernel(name, tuple(ext), tuple(outputs), fn, source, static=True)
+
+
+def _static_wrapper(
+    ext: list[str],
+    live: list[str],
+    bound: list[str],
+    outputs: Sequence[str],
+    info: dict[str, Any],
+    shapes: dict[str, tuple[int, ...]],
+    kern: Any,
+    pack: Callable[[Sequence[Any]], list[np.ndarray]],
+    consts: Mapping[str, np.ndarray],
+    bad: Callable[[int, Any], InvalidArgument],
+) -> Callable[..., tuple[Any, ...]]:
+    """The run function, generated: a shape compare per live input, an identity check per
+    bound constant, one np.empty per output and one kernel call."""
+    cb = pack([consts[x] for x in bound])
+    env: dict[str, Any] = {"_kern": kern, "_empty": np.empty, "_bad": bad, "_pack": pack}
+    arg = {x: f"a{k}" for k, x in enumerate(ext)}
+    src = [f"def run({', '.join(arg[x] for x in ext)}):"]
+    kargs: list[str] = []
+    for x in live:
+        a, k = arg[x], ext.index(x)
+        src += [f"    if {a}.shape != {shapes[x]!r}:", f"        raise _bad({k}, {a})"]
+        c = compute_dtype(info[x].dtype)
+        if c != info[x].dtype:
+            env[f"C{k}"] = c
+            src.append(f"    {a} = {a}.astype(C{k})")
+        kargs.append(a)
+    if bound:
+        # Constants were packed at compile time. The step still passes them, only so that a
+        # value replaced after compilation (SessionOptions.add_initializer) is noticed: the
+        # same objects mean the packed buffers are current, others are packed now.
+        cbs = [f"cb{b}" for b in range(len(cb))]
+        for x in bound:
+            env[f"K{ext.index(x)}"] = consts[x]
+        for b, buf in enumerate(cb):
+            env[f"CB{b}"] = buf
+        same = " and ".join(f"{arg[x]} is K{ext.index(x)}" for x in bound)
+        src += [
+            f"    if {same}:",
+            f"        {', '.join(cbs)}, = {', '.join(f'CB{b}' for b in range(len(cb)))},",
+            "    else:",
+            f"        {', '.join(cbs)}, = _pack(({', '.join(arg[x] for x in bound)},))",
+        ]
+        kargs += cbs
+    rets = []
+    for k, y in enumerate(outputs):
+        dt, c = info[y].dtype, compute_dtype(info[y].dtype)
+        env[f"D{k}"] = c
+        src.append(f"    o{k} = _empty({shapes[y]!r}, D{k})")
+        kargs.append(f"o{k}")
+        if c != dt:
+            env[f"B{k}"] = dt
+            rets.append(f"o{k}.astype(B{k})")
+        else:
+            rets.append(f"o{k}")
+    src.append(f"    _kern({', '.join(kargs)})")
+    src.append(f"    return ({', '.join(rets)},)")
+    code = compile("\n".join(src) + "\n", "<turnout_numba static group>", "exec")
+    exec(code, env)
+    return env["run"]  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------- dynamic shapes
+
+
 def _loop_source(rank: int, n_in: int, n_out: int, body: list[str], stores: list[str]) -> str:
     idx = ", ".join(f"i{d}" for d in range(rank))
     args = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
-    lines = [
-        "import math",
-        "import numpy as np",
-        "from numba import prange",
-        "",
-        "",
-        f"def kernel({', '.join(args)}):",
-    ]
+    lines = [_PRELUDE_SRC, f"def kernel({', '.join(args)}):"]
     lines += [f"    n{d} = out0.shape[{d}]" for d in range(rank)]
     if rank == 1:
         lines += [
@@ -335,40 +649,18 @@ def _loop_source(rank: int, n_in: int, n_out: int, body: list[str], stores: list
     return "\n".join(lines) + "\n"
 
 
-def compile_group(
+def _compile_dynamic(
     nodes: Sequence[Node],
+    ext: list[str],
     outputs: Sequence[str],
+    info: dict[str, Any],
     name: str,
-    *,
     parallel: bool,
 ) -> GroupKernel:
-    """Generate, compile (now) and wrap one kernel computing `outputs` from `nodes`.
-
-    `nodes` are in topological order; `outputs` are the values read outside the group.
-    """
-    produced = {n.outputs[0]: n for n in nodes}
-    info: dict[str, Any] = {}
-    ext: list[str] = []
-    for n in nodes:
-        for x, i in zip(n.inputs, n.input_infos):
-            if x and x not in produced and x not in ext:
-                ext.append(x)
-                info[x] = i
-        info[n.outputs[0]] = n.output_infos[0]
+    """A kernel over the runtime broadcast shape: inputs arrive broadcast to full rank."""
     rank = max(1, max(_rank(info[v]) for v in info))
-    var: dict[str, str] = {}
-    body: list[str] = []
-    for k, x in enumerate(ext):
-        var[x] = f"x{k}"
-        body.append(f"x{k} = in{k}[IDX]")
-    for j, n in enumerate(nodes):
-        out_dt = compute_dtype(n.output_infos[0].dtype)
-        assert out_dt is not None
-        args = [var[x] if x else "" for x in n.inputs]
-        expr = EW_OPS[n.op_type][2](args, n, _CTOR[out_dt.name])
-        var[n.outputs[0]] = f"t{j}"
-        body.append(f"t{j} = {expr}")
-    body = [s.replace("[IDX]", "[" + ", ".join(f"i{d}" for d in range(rank)) + "]") for s in body]
+    idx = "[" + ", ".join(f"i{d}" for d in range(rank)) + "]"
+    body, var = _scalar_body(nodes, {x: f"in{k}{idx}" for k, x in enumerate(ext)})
     stores = [f"out{k}[IDX] = {var[y]}" for k, y in enumerate(outputs)]
     source = _loop_source(rank, len(ext), len(outputs), body, stores)
     mod = cache.load_source(source, "ew")
@@ -379,7 +671,9 @@ def compile_group(
         *[numba_array(d, rank, readonly=False, layout="C") for d in out_c],  # type: ignore[arg-type]
     )
     kern = cache.jit(mod.kernel, [sig], parallel=parallel)
-    fn = _wrapper(nodes, ext, outputs, info, rank, kern, name)
+    # small runs take the serial variant: see SERIAL_WORK
+    small = cache.jit(mod.kernel, [sig], parallel=False) if parallel else kern
+    fn = _wrapper(nodes, ext, outputs, info, rank, kern, small, name)
     return GroupKernel(name, tuple(ext), tuple(outputs), fn, source)
 
 
@@ -390,6 +684,7 @@ def _wrapper(
     info: dict[str, Any],
     rank: int,
     kern: Any,
+    small: Any,
     name: str,
 ) -> Callable[..., tuple[Any, ...]]:
     in_cast = [compute_dtype(info[x].dtype) for x in ext]
@@ -398,11 +693,13 @@ def _wrapper(
     out_c = [compute_dtype(d) for d in out_dt]
     out_back = [d != c for d, c in zip(out_dt, out_c)]
     simple = len(nodes) == 1 and nodes[0].op_type != "PRelu"
+    small_below = -(-SERIAL_WORK // len(nodes))  # iteration-space size
     # per node: (output name, present input names, unidirectional?) to derive exported shapes
     shape_steps = [(n.outputs[0], [x for x in n.inputs if x], n.op_type == "PRelu") for n in nodes]
     broadcast_shapes = np.broadcast_shapes
     broadcast_to = np.broadcast_to
     empty = np.empty
+    prod = math.prod
 
     def fail(shapes: list[tuple[int, ...]]) -> InvalidArgument:
         return InvalidArgument(f"{name}: input shapes {shapes} cannot be broadcast together")
@@ -416,7 +713,7 @@ def _wrapper(
         full = shape if len(shape) == rank else (1,) * (rank - len(shape)) + shape
         views = [x if x.shape == full else broadcast_to(x, full) for x in xs]
         bufs = [empty(full, c) for c in out_c]
-        kern(*views, *bufs)
+        (kern if prod(full) >= small_below else small)(*views, *bufs)
         if simple:
             res = [b.reshape(shape) if len(shape) != rank else b for b in bufs]
         else:

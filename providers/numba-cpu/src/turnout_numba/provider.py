@@ -119,7 +119,8 @@ class NumbaExecutionProvider(ExecutionProvider):
             nodes = [idx.by_name[n] for n in cap.nodes]
             outputs = group_outputs(cap.nodes, idx)
             name = cap.name or f"numba_fused_{cap.nodes[0]}"
-            gk = compile_group(nodes, outputs, name, parallel=self.ctx.parallel)
+            consts = _group_constants(nodes, view)
+            gk = compile_group(nodes, outputs, name, parallel=self.ctx.parallel, constants=consts)
             out.append(CompiledKernel(name, gk.fn, gk.inputs, gk.outputs))
         return out
 
@@ -153,3 +154,15 @@ def _narrow_float(node: Any) -> bool:
         i is not None and i.dtype is not None and i.dtype.itemsize == 2 and i.dtype.kind in "fV"
         for i in infos
     )
+
+
+def _group_constants(nodes: Sequence[Any], view: GraphView) -> dict[str, Any]:
+    """Initializers a group reads that no feed can replace (not also graph inputs): a group
+    with known shapes binds them into its kernel at compile time."""
+    fed = {i.name for i in view.inputs}
+    return {
+        x: view.initializer(x)
+        for n in nodes
+        for x in n.inputs
+        if x and x not in fed and view.is_initializer(x)
+    }
