@@ -109,7 +109,8 @@ def scan_kernel(node: KernelNode) -> KernelFn:
         steps = lengths.pop() if lengths else 0
         acc: list[list[Any]] = [[] for _ in range(n_scan_out)]
         for t in range(steps):
-            xs = [x[steps - 1 - t] if d else x[t] for x, d in zip(scans_in, in_dirs)]
+            # a slice's element must stay an array (x[t] of a 1-D x is a numpy scalar)
+            xs = [np.asarray(x[steps - 1 - t] if d else x[t]) for x, d in zip(scans_in, in_dirs)]
             outs = body([*state, *xs], outer)
             state = list(outs[:n_state])
             for a, v in zip(acc, outs[n_state:]):
@@ -150,7 +151,7 @@ def scan8_kernel(node: KernelNode) -> KernelFn:
                 steps = int(seq_lens[b])
             acc: list[list[Any]] = []
             for t in range(steps):
-                xs = [x[steps - 1 - t] if d else x[t] for x, d in zip(xs_all, dirs)]
+                xs = [np.asarray(x[steps - 1 - t] if d else x[t]) for x, d in zip(xs_all, dirs)]
                 outs = body([*state, *xs], outer)
                 state = list(outs[:n_state])
                 if not acc:
