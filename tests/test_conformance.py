@@ -314,3 +314,38 @@ def test_commands_without_the_package(
     monkeypatch.setitem(sys.modules, "turnout_conformance", None)  # as if not installed
     assert main(["conformance", "-k", "x"]) == 2
     assert "pip install ./conformance" in capsys.readouterr().err
+
+
+def test_forked_workers_can_use_a_device_runtime(tmp_path: Path) -> None:
+    """The parent must not initialize OpenCL before forking: workers would hang in it."""
+    from turnout_conformance.cli import probe_out_of_process
+
+    if not probe_out_of_process().get("OpenCLExecutionProvider", (False, None))[0]:
+        pytest.skip("no OpenCL device here (the OpenCL provider's probe says so)")
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "turnout",
+            "conformance",
+            "--provider",
+            "opencl",
+            "--kinds",
+            "node",
+            "-k",
+            "^test_add$",
+            "-j",
+            "1",
+            "--timeout",
+            "60",
+            "-q",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert '"passed"' in out.read_text()

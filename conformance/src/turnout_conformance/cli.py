@@ -9,6 +9,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["run_compare", "run_conformance"]
 
@@ -32,18 +33,23 @@ def run_conformance(args: argparse.Namespace) -> int:
         print(f"turnout conformance: {e}", file=sys.stderr)
         return 2
     names = [n.strip() for item in args.provider or [] for n in item.split(",") if n.strip()]
+    probes = probe_out_of_process()
     if names:
         factories = []
         for n in names:
             f = registry.resolve(n)  # InvalidArgument lists the installed providers
-            avail = registry.probe(f)
-            if not avail.ok:
-                print(f"turnout conformance: {f.name} is not available: {avail.reason}")
+            ok, reason = probes.get(f.name) or _probe_here(f)
+            if not ok:
+                print(f"turnout conformance: {f.name} is not available: {reason}")
                 return 2
             if f not in factories:
                 factories.append(f)
     else:
-        factories = registry.available()
+        factories = [
+            f
+            for f in sorted(registry.all(), key=lambda f: -f.default_priority)
+            if (probes.get(f.name) or _probe_here(f))[0]
+        ]
     t_collect = time.perf_counter()
     cases = collect_cases(kinds, args.k)
     t_collect = time.perf_counter() - t_collect
@@ -105,3 +111,38 @@ def run_compare(args: argparse.Namespace) -> int:
     )
     print(result.to_text(limit=args.limit))
     return 0 if not result.diffs else 1
+
+
+_PROBE_SCRIPT = (
+    "import json; from turnout.plugins import registry; "
+    "print(json.dumps({f.name: [registry.probe(f).ok, registry.probe(f).reason] "
+    "for f in registry.all()}))"
+)
+
+
+def probe_out_of_process() -> dict[str, tuple[bool, str | None]]:
+    """Probe the installed providers in a child process.
+
+    Probing initializes device runtimes (an OpenCL platform, a CUDA context); workers forked
+    from a parent that did so inherit a runtime whose threads did not survive the fork and hang
+    in their first device call. So the parent only learns the answers.
+    """
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE_SCRIPT], capture_output=True, text=True, timeout=300
+        )
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    return {name: (bool(ok), reason) for name, (ok, reason) in found.items()}
+
+
+def _probe_here(factory: Any) -> tuple[bool, str | None]:
+    """Providers registered in this process only (tests, apps) are probed here."""
+    from turnout.plugins import registry
+
+    availability = registry.probe(factory)
+    return availability.ok, availability.reason
