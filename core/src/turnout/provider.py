@@ -364,9 +364,21 @@ class ExecutionProvider:
             d, reason = self.kernels.match(kn)
             if d is not None:
                 claims.append(Capability((node.name,), d))
+                continue
+            fallback = self._claim_unmatched(kn, reason or "declined")
+            if isinstance(fallback, Capability):
+                claims.append(fallback)
             else:
-                declines.append(Decline(node.name, reason or "declined"))
+                declines.append(Decline(node.name, fallback))
         return claims, declines
+
+    def _claim_unmatched(self, node: KernelNode, reason: str) -> Capability | str:
+        """A node the registry has no kernel for: claim it some other way, or say why not.
+
+        The default declines with the registry's reason; the CPU provider claims the node for
+        onnx.reference here.
+        """
+        return reason
 
     def compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
         """Compile fused groups into kernel functions; called once at session creation."""

@@ -9,14 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
-from ...ir import GraphView
 from ...provider import (
     Availability,
     Capability,
-    Decline,
     DeviceEntry,
     ExecutionProvider,
     KernelDef,
+    KernelNode,
     ProviderFactory,
 )
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
@@ -36,22 +35,13 @@ class CPUExecutionProvider(ExecutionProvider):
         super().__init__(options)
         self.kernels = CPU_KERNELS
 
-    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
-        claims: list[Capability] = []
-        declines: list[Decline] = []
-        for node in graph.unassigned_nodes():
-            kn = graph.kernel_node(node)
-            d, reason = self.kernels.match(kn)
-            if d is not None:
-                claims.append(Capability((node.name,), d))
-                continue
-            ref_reason = reference_supports(kn)
-            if ref_reason is None:
-                ref = KernelDef(node.op_type, node.domain, kn.since_version, reference_kernel)
-                claims.append(Capability((node.name,), ref, source=REFERENCE_SOURCE))
-            else:
-                declines.append(Decline(node.name, f"{reason}; {ref_reason}"))
-        return claims, declines
+    def _claim_unmatched(self, node: KernelNode, reason: str) -> Capability | str:
+        """No own kernel: run it on onnx.reference when that can, marked as such."""
+        ref_reason = reference_supports(node)
+        if ref_reason is not None:
+            return f"{reason}; {ref_reason}"
+        ref = KernelDef(node.op_type, node.domain, node.since_version, reference_kernel)
+        return Capability((node.name,), ref, source=REFERENCE_SOURCE)
 
 
 class CPUProviderFactory(ProviderFactory):
