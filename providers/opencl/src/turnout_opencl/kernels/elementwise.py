@@ -390,7 +390,12 @@ def _register() -> None:
         dtype_of: tuple[int, ...] = (0,)
         if op_type == "Where":
             dtype_of = (1,)
-        ocl_kernel(op_type, 1, dtypes=op.dtypes, dtype_of=dtype_of, half="native")(_build_single)
+        # Before opset 7 binary ops broadcast by `broadcast`/`axis` attributes (PRelu by channel),
+        # not numpy-style: those versions are left to the CPU provider.
+        since = 7 if op.arity == 2 else 1
+        ocl_kernel(op_type, since, dtypes=op.dtypes, dtype_of=dtype_of, half="native")(
+            _build_single
+        )
 
 
 _register()
