@@ -24,6 +24,7 @@ from turnout.providers.cpu.kernels.resize import (  # the shared coordinate defi
     _cubic,
     _nearest_index,
     _source_coords,
+    resize_targets,
 )
 
 from ..runtime import CTYPES, Runtime, buf, c_strides, lit
@@ -85,48 +86,14 @@ class _Tables:
         self.axes = None if axes is None else [int(a) for a in axes]
         self.cache: dict[Any, Any] = {}
 
-    def _axes(self, rank: int, n: int) -> list[int]:
-        axes = (
-            list(range(rank))
-            if self.axes is None
-            else [a + rank if a < 0 else a for a in self.axes]
-        )
-        if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes) or n != len(axes):
-            raise InvalidArgument(f"{self.name}: scales/sizes/axes do not fit rank {rank}")
-        return axes
-
     def plan(
         self, shape: tuple[int, ...], roi: Any, scales: Any, sizes: Any
     ) -> tuple[tuple[int, ...], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
         """Output shape and, per axis, (indices (out, K), weights (out, K), outside (out,))."""
         rank = len(shape)
-        has_sizes = sizes is not None and np.asarray(sizes).size > 0
-        has_scales = scales is not None and np.asarray(scales).size > 0
-        if has_sizes == has_scales:
-            raise InvalidArgument(f"{self.name}: exactly one of scales and sizes must be given")
-        if has_sizes:
-            sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
-            axes = self._axes(rank, len(sz))
-            sc = [s / shape[a] if shape[a] else 1.0 for s, a in zip(sz, axes)]
-            if self.policy != "stretch":
-                s = min(sc) if self.policy == "not_larger" else max(sc)
-                sc = [s] * len(axes)
-                sz = [int(s * shape[a] + 0.5) for a in axes]
-        else:
-            sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
-            axes = self._axes(rank, len(sc))
-            if any(s <= 0 for s in sc):
-                raise InvalidArgument(f"{self.name}: scales must be positive, got {sc}")
-            sz = [int(np.floor(s * shape[a])) for s, a in zip(sc, axes)]
-        rois: list[tuple[float, float] | None] = [None] * len(axes)
-        if self.coord == "tf_crop_and_resize":
-            r = np.asarray(roi if roi is not None else [], np.float64).reshape(-1)
-            n = len(axes)
-            if r.size == 2 * rank and n != rank:
-                r = np.concatenate([r[axes], r[[a + rank for a in axes]]])
-            if r.size != 2 * n:
-                raise InvalidArgument(f"{self.name}: roi must have {2 * n} entries, got {r.size}")
-            rois = [(float(r[i]), float(r[i + n])) for i in range(n)]
+        axes, sc, sz, rois = resize_targets(
+            self.name, self.axes, self.policy, self.coord, shape, roi, scales, sizes
+        )
         per_axis = {a: (s, o, rr) for a, s, o, rr in zip(axes, sc, sz, rois)}
         out_shape = list(shape)
         tables = []

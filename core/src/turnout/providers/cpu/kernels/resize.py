@@ -82,6 +82,63 @@ def _nearest_index(x: np.ndarray, mode: str, scale: float) -> np.ndarray:
     return r.astype(np.int64)
 
 
+def resize_targets(
+    name: str,
+    axes_attr: list[int] | None,
+    policy: str,
+    coord: str,
+    shape: tuple[int, ...],
+    roi: Any,
+    scales: Any,
+    sizes: Any,
+) -> tuple[list[int], list[float], list[int], list[tuple[float, float] | None]]:
+    """(axes, scales, output sizes, crop boxes) a Resize node asks for on an input `shape`.
+
+    Shared with device providers' Resize kernels, so every provider resizes to the same shape.
+    """
+    rank = len(shape)
+
+    def resolve_axes(n: int) -> list[int]:
+        if axes_attr is None:
+            axes = list(range(rank))
+        else:
+            axes = [a + rank if a < 0 else a for a in axes_attr]
+            if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
+                raise InvalidArgument(f"{name}: axes {axes_attr} invalid for rank {rank}")
+        if n != len(axes):
+            raise InvalidArgument(f"{name}: scales/sizes have {n} entries, expected {len(axes)}")
+        return axes
+
+    has_sizes = sizes is not None and np.asarray(sizes).size > 0
+    has_scales = scales is not None and np.asarray(scales).size > 0
+    if has_sizes == has_scales:
+        raise InvalidArgument(f"{name}: exactly one of scales and sizes must be given")
+    if has_sizes:
+        sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        axes = resolve_axes(len(sz))
+        sc = [s / shape[a] if shape[a] else 1.0 for s, a in zip(sz, axes)]
+        if policy != "stretch":
+            s = min(sc) if policy == "not_larger" else max(sc)
+            sc = [s] * len(axes)
+            sz = [int(s * shape[a] + 0.5) for a in axes]
+    else:
+        sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
+        axes = resolve_axes(len(sc))
+        if any(s <= 0 for s in sc):
+            raise InvalidArgument(f"{name}: scales must be positive, got {sc}")
+        sz = [int(np.floor(s * shape[a])) for s, a in zip(sc, axes)]
+    rois: list[tuple[float, float] | None] = [None] * len(axes)
+    if coord == "tf_crop_and_resize":
+        r = np.asarray(roi if roi is not None else [], np.float64).reshape(-1)
+        n = len(axes)
+        if r.size == 2 * rank and n != rank:
+            r = np.concatenate([r[axes], r[[a + rank for a in axes]]])
+        if r.size != 2 * n:
+            raise InvalidArgument(f"{name}: roi must have {2 * n} entries, got {r.size}")
+        rois = [(float(r[i]), float(r[i + n])) for i in range(n)]
+    return axes, sc, sz, rois
+
+
 class _Resampler:
     """Resize's attributes, decoded once; `__call__` resizes given scales or sizes per axis."""
 
@@ -110,19 +167,6 @@ class _Resampler:
                 f"{self.name}: unsupported keep_aspect_ratio_policy {self.policy!r}"
             )
 
-    def _axes(self, rank: int, n: int) -> list[int]:
-        if self.axes is None:
-            axes = list(range(rank))
-        else:
-            axes = [a + rank if a < 0 else a for a in self.axes]
-            if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
-                raise InvalidArgument(f"{self.name}: axes {self.axes} invalid for rank {rank}")
-        if n != len(axes):
-            raise InvalidArgument(
-                f"{self.name}: scales/sizes have {n} entries, expected {len(axes)}"
-            )
-        return axes
-
     def __call__(
         self,
         x: np.ndarray,
@@ -130,34 +174,9 @@ class _Resampler:
         scales: np.ndarray | None,
         sizes: np.ndarray | None,
     ) -> np.ndarray:
-        rank = x.ndim
-        has_sizes = sizes is not None and np.asarray(sizes).size > 0
-        has_scales = scales is not None and np.asarray(scales).size > 0
-        if has_sizes == has_scales:
-            raise InvalidArgument(f"{self.name}: exactly one of scales and sizes must be given")
-        if has_sizes:
-            sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
-            axes = self._axes(rank, len(sz))
-            sc = [s / x.shape[a] if x.shape[a] else 1.0 for s, a in zip(sz, axes)]
-            if self.policy != "stretch":
-                s = min(sc) if self.policy == "not_larger" else max(sc)
-                sc = [s] * len(axes)
-                sz = [int(s * x.shape[a] + 0.5) for a in axes]
-        else:
-            sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
-            axes = self._axes(rank, len(sc))
-            if any(s <= 0 for s in sc):
-                raise InvalidArgument(f"{self.name}: scales must be positive, got {sc}")
-            sz = [int(np.floor(s * x.shape[a])) for s, a in zip(sc, axes)]
-        rois: list[tuple[float, float] | None] = [None] * len(axes)
-        if self.coord == "tf_crop_and_resize":
-            r = np.asarray(roi if roi is not None else [], np.float64).reshape(-1)
-            n = len(axes)
-            if r.size == 2 * rank and n != rank:
-                r = np.concatenate([r[axes], r[[a + rank for a in axes]]])
-            if r.size != 2 * n:
-                raise InvalidArgument(f"{self.name}: roi must have {2 * n} entries, got {r.size}")
-            rois = [(float(r[i]), float(r[i + n])) for i in range(n)]
+        axes, sc, sz, rois = resize_targets(
+            self.name, self.axes, self.policy, self.coord, x.shape, roi, scales, sizes
+        )
         out = x
         if self.mode == "nearest":
             for a, s, o, rr in zip(axes, sc, sz, rois):
