@@ -42,6 +42,7 @@ __all__ = [
     "KernelNode",
     "KernelRegistry",
     "ProviderFactory",
+    "nonnegative_int_option",
 ]
 
 KernelFn = Callable[..., Sequence[Any]]
@@ -445,3 +446,14 @@ class ProviderFactory:
         case that passes (a stale entry), so the list only shrinks.
         """
         return {}
+
+
+def nonnegative_int_option(provider: str, key: str, raw: Any, hint: str = "") -> int:
+    """A provider option that must be an integer >= 0 (thread counts, device ids)."""
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0 or isinstance(raw, bool):
+        raise InvalidArgument(f"{provider}: {key} must be an integer >= 0{hint}, not {raw!r}")
+    return value

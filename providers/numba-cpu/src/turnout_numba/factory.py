@@ -8,7 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnout.errors import InvalidArgument
-from turnout.provider import CPU, Availability, DeviceEntry, ExecutionProvider, ProviderFactory
+from turnout.provider import (
+    CPU,
+    Availability,
+    DeviceEntry,
+    ExecutionProvider,
+    ProviderFactory,
+    nonnegative_int_option,
+)
 
 from . import __version__
 
@@ -45,17 +52,12 @@ class NumbaProviderFactory(ProviderFactory):
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         opts: dict[str, Any] = {}
         if "intra_op_num_threads" in options:
-            raw = options["intra_op_num_threads"]
-            try:
-                n = int(raw)
-            except (TypeError, ValueError):
-                n = -1
-            if n < 0 or isinstance(raw, bool):
-                raise InvalidArgument(
-                    f"{self.name}: intra_op_num_threads must be an integer >= 0 "
-                    f"(0: all {os.cpu_count()} cores), not {raw!r}"
-                )
-            opts["intra_op_num_threads"] = n
+            opts["intra_op_num_threads"] = nonnegative_int_option(
+                self.name,
+                "intra_op_num_threads",
+                options["intra_op_num_threads"],
+                f" (0: all {os.cpu_count()} cores)",
+            )
         if "fuse" in options:
             raw = options["fuse"]
             if isinstance(raw, bool):

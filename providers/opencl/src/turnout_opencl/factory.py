@@ -14,6 +14,7 @@ from turnout.provider import (
     DeviceEntry,
     ExecutionProvider,
     ProviderFactory,
+    nonnegative_int_option,
 )
 
 from . import __version__
@@ -65,16 +66,9 @@ def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
             )
         out["device_type"] = raw
     if "device_id" in options:
-        raw = options["device_id"]
-        try:
-            n = int(raw)
-        except (TypeError, ValueError):
-            n = -1
-        if n < 0 or isinstance(raw, bool):
-            raise InvalidArgument(
-                f"OpenCLExecutionProvider: device_id must be an integer >= 0, not {raw!r}"
-            )
-        out["device_id"] = n
+        out["device_id"] = nonnegative_int_option(
+            "OpenCLExecutionProvider", "device_id", options["device_id"]
+        )
     return out
 
 
