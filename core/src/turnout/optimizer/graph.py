@@ -39,9 +39,20 @@ def attr(node: NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+
+
+def _has_subgraph(node: NodeProto) -> bool:
+    for a in node.attribute:
+        t = a.type
+        if t == _GRAPH or t == _GRAPHS:
+            return True
+    return False
+
+
 def _subgraph_reads(node: NodeProto) -> Iterator[str]:
     for a in node.attribute:
-        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        graphs = [a.g] if a.type == _GRAPH else list(a.graphs)
         for g in graphs:
             for n in g.node:
                 yield from (x for x in n.input if x)
@@ -52,7 +63,14 @@ def _subgraph_reads(node: NodeProto) -> Iterator[str]:
 class OptGraph:
     """One model's top-level graph, editable by passes. Call `commit()` to write it back."""
 
-    def __init__(self, model: onnx.ModelProto, keep_inits: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        keep_inits: Iterable[str] = (),
+        initializers: Iterable[onnx.TensorProto] | None = None,
+    ) -> None:
+        """`initializers` (read, never changed) stand for the model's own when given: the
+        optimizer works on a copy without them, and `commit()` writes them in."""
         self.model = model
         g = model.graph
         self.opsets = {
@@ -61,7 +79,8 @@ class OptGraph:
         self.nodes: list[NodeProto] = list(g.node)
         self.inits: dict[str, np.ndarray] = {}  # new or changed initializers
         self._cache: dict[str, np.ndarray] = {}  # decoded original initializers
-        self._init_protos = {t.name: t for t in g.initializer}
+        inits = g.initializer if initializers is None else initializers
+        self._init_protos = {t.name: t for t in inits}
         self.input_names = [i.name for i in g.input]
         self.output_names = [o.name for o in g.output]
         # initializers that are also graph inputs can be overridden at run time: not constants
@@ -129,17 +148,24 @@ class OptGraph:
         return {o: n for n in self.nodes for o in n.output if o}
 
     def consumers(self) -> dict[str, list[NodeProto]]:
+        """Readers of each value, in node order; a node is listed once per way it reads a
+        value (as an input, and again when a nested graph of it reads the value too)."""
         out: dict[str, list[NodeProto]] = {}
         for n in self.nodes:
-            for x in dict.fromkeys(n.input):
+            for x in n.input:
                 if x:
+                    readers = out.get(x)
+                    if readers is None:
+                        out[x] = [n]
+                    elif readers[-1] is not n:  # an input read twice by n counts once
+                        readers.append(n)
+            if _has_subgraph(n):
+                for x in dict.fromkeys(_subgraph_reads(n)):
                     out.setdefault(x, []).append(n)
-            for x in dict.fromkeys(_subgraph_reads(n)):
-                out.setdefault(x, []).append(n)
         return out
 
     def subgraph_reads(self) -> set[str]:
-        return {x for n in self.nodes for x in _subgraph_reads(n)}
+        return {x for n in self.nodes if _has_subgraph(n) for x in _subgraph_reads(n)}
 
     # ------------------------------------------------------------------ shapes
     def refresh_shapes(self) -> None:
@@ -196,7 +222,7 @@ class OptGraph:
 
     def _rename_uses(self, old: str, new: str, skip: NodeProto | None = None) -> None:
         for n in self.nodes:
-            if n is skip:
+            if n is skip or old not in n.input:
                 continue
             for i, x in enumerate(n.input):
                 if x == old:
@@ -233,7 +259,8 @@ class OptGraph:
         while pending:
             rest = []
             for n in pending:
-                needs = [x for x in itertools.chain(n.input, _subgraph_reads(n)) if x in produced]
+                reads = itertools.chain(n.input, _subgraph_reads(n)) if _has_subgraph(n) else n.input
+                needs = [x for x in reads if x in produced]
                 if all(x in ready for x in needs):
                     ordered.append(n)
                     ready.update(n.output)
@@ -260,6 +287,19 @@ class OptGraph:
         g.initializer.extend(protos)
         alive = {x for n in self.nodes for x in n.output} | set(self.initializer_names())
         kept = [vi for vi in g.value_info if vi.name in alive]
+        # onnx cannot infer the outputs of turnout's fused ops (and so nothing after them):
+        # record the types the optimizer knows, so providers see dtypes and ranks there
+        known = {vi.name for vi in kept}
+        for n in self.nodes:
+            if n.domain in ("", "ai.onnx"):
+                continue
+            for o in n.output:
+                tp = self.types.get(o)
+                if o and o not in known and tp is not None:
+                    vi = onnx.ValueInfoProto(name=o)
+                    vi.type.CopyFrom(tp)
+                    kept.append(vi)
+                    known.add(o)
         del g.value_info[:]
         g.value_info.extend(kept)
         return self.model

@@ -1,0 +1,148 @@
+"""The epilogue of FusedGemm and Conv/FusedConv: `y = act(alpha * y + bias + beta * full)` in place.
+
+BLAS (or the convolution loop) leaves its product in `y`, viewed as (batch, rows, cols); one
+parallel pass then adds a per-row bias (Conv's per channel), a per-column bias (Gemm's C row),
+and/or a full tensor (FusedConv's residual Z, a full Gemm C), and applies the fused activation,
+instead of numpy's pass per operation (and numpy's float64 erf for Gelu). Each combination is
+generated as its own small kernel, so the inner loop has no branches and vectorizes; the set of
+activations is the CPU provider's (`turnout.providers.cpu.kernels.fused.activation`). Arithmetic
+stays in the tensor's dtype, as in the CPU kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from turnout.errors import InvalidArgument
+
+from .. import cache
+from ..codegen import numba_array
+
+__all__ = ["ACTIVATIONS", "Epilogue", "activation_of"]
+
+# activation name -> (statement computing v from v, with T the dtype's constructor; defaults)
+ACTIVATIONS: dict[str, tuple[str, tuple[float, float]]] = {
+    "": ("", (0.0, 0.0)),
+    "Identity": ("", (0.0, 0.0)),
+    # comparisons are written so that NaN passes through, as numpy's maximum/clip do
+    "Relu": ("v = zero if v < zero else v", (0.0, 0.0)),
+    "LeakyRelu": ("v = v * a0 if v < zero else v", (0.01, 0.0)),
+    "Sigmoid": (
+        "e = np.exp(-abs(v))\nv = one / (one + e) if v >= zero else e / (one + e)",
+        (0.0, 0.0),
+    ),
+    "Tanh": ("v = np.tanh(v)", (0.0, 0.0)),
+    "HardSigmoid": (
+        "v = v * a0 + a1\nv = zero if v < zero else v\nv = one if v > one else v",
+        (0.2, 0.5),
+    ),
+    "Clip": ("v = a0 if v < a0 else v\nv = a1 if v > a1 else v", (-np.inf, np.inf)),
+    "Gelu": ("v = T(0.5) * v * (one + math.erf(v * T(0.7071067811865476)))", (0.0, 0.0)),
+    "GeluTanh": (
+        "v = T(0.5) * v * (one + np.tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)))",
+        (0.0, 0.0),
+    ),
+}
+
+_CTOR = {"float32": "np.float32", "float64": "np.float64"}
+
+
+def activation_of(kn: Any) -> tuple[str, float, float]:
+    """(name, p0, p1) of a fused node's `activation` / `activation_params` attributes."""
+    name = str(kn.attr("activation", "") or "")
+    if name not in ACTIVATIONS:
+        raise InvalidArgument(f"{kn.name}: unknown fused activation {name!r}")
+    defaults = ACTIVATIONS[name][1]
+    params = list(kn.attr("activation_params", []) or [])
+    p = [float(params[i]) if len(params) > i else defaults[i] for i in range(2)]
+    return name, p[0], p[1]
+
+
+def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, full: bool) -> str:
+    """The kernel text for one combination; absent terms are simply not written."""
+    terms = ["yr[k]" + (" * alpha_" if scale else "")]
+    if row:
+        terms.append("rv")
+    if col:
+        terms.append("col[k] * beta_")
+    if full:
+        terms.append("fr[k] * beta_")
+    body = ACTIVATIONS[act][0]
+    act_lines = "".join(f"            {line}\n" for line in body.splitlines())
+    return (
+        "def _epilogue(y, row, col, full, alpha, beta, p0, p1):\n"
+        f"    T = {_CTOR[dtype.name]}\n"
+        "    zero = T(0)\n    one = T(1)\n"
+        "    alpha_ = T(alpha)\n    beta_ = T(beta)\n    a0 = T(p0)\n    a1 = T(p1)\n"
+        "    b_, r_, n_ = y.shape\n"
+        "    for q in prange(b_ * r_):\n"
+        "        i = q // r_\n        j = q - i * r_\n"
+        "        yr = y[i, j]\n"
+        + ("        rv = row[j]\n" if row else "")
+        + ("        fr = full[i, j]\n" if full else "")
+        + "        for k in range(n_):\n"
+        f"            v = {' + '.join(terms)}\n" + act_lines + "            yr[k] = v\n"
+    )
+
+
+class Epilogue:
+    """One compiled epilogue: dtype, activation and which terms are present are fixed."""
+
+    def __init__(
+        self,
+        dtype: np.dtype[Any],
+        activation: tuple[str, float, float],
+        parallel: bool,
+        *,
+        scale: bool = False,
+        row: bool = False,
+        col: bool = False,
+        full: bool = False,
+    ) -> None:
+        self.dtype = dtype
+        self.activation = activation
+        self.noop = not (scale or row or col or full) and activation[0] in ("", "Identity")
+        self._kern: Any = None
+        if self.noop:
+            return
+        text = _source(dtype, activation[0], scale, row, col, full)
+        fn = cache.load_source(text, "epilogue")._epilogue
+        vec = numba_array(dtype, 1, readonly=True, layout="C")
+        sig = types.void(
+            numba_array(dtype, 3, readonly=False, layout="C"),
+            vec,
+            vec,
+            numba_array(dtype, 3, readonly=True, layout="C"),
+            *[types.float64] * 4,
+        )
+        self._kern = cache.jit(fn, [sig], parallel=parallel)
+        self._vec = np.zeros(1, dtype)
+        self._full = np.zeros((1, 1, 1), dtype)
+
+    def __call__(
+        self,
+        y3: np.ndarray[Any, Any],
+        row: np.ndarray[Any, Any] | None = None,
+        col: np.ndarray[Any, Any] | None = None,
+        full: np.ndarray[Any, Any] | None = None,
+        alpha: float = 1.0,
+        beta: float = 1.0,
+    ) -> None:
+        """Apply in place to the C-contiguous (batch, rows, cols) `y3`; `row` has `rows`
+        entries, `col` has `cols`, `full` is y3's shape (all C-contiguous, y3's dtype)."""
+        if self.noop or y3.size == 0:
+            return
+        _, p0, p1 = self.activation
+        self._kern(
+            y3,
+            self._vec if row is None else row,
+            self._vec if col is None else col,
+            self._full if full is None else full,
+            alpha,
+            beta,
+            p0,
+            p1,
+        )
