@@ -1,0 +1,268 @@
+"""numba MaxPool, AveragePool and LRN: random attribute/shape/dtype combinations against the CPU
+provider's numpy kernels, a 1-thread session, declines and bad inputs.
+
+The official node cases of these ops run in test_numba_provider.py::test_official_case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import turnout
+from turnout.errors import InvalidArgument
+from turnout.testing import one_node_model
+
+
+def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    return turnout.InferenceSession(
+        model.SerializeToString(), so, providers=[("NumbaExecutionProvider", opts)]
+    )
+
+
+def _cpu(model: onnx.ModelProto) -> turnout.InferenceSession:
+    return turnout.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _compare(
+    node: Any, x: np.ndarray, opset: int, source: str = "numba", rtol: float = 1e-5, **opts: Any
+) -> np.ndarray:
+    model = one_node_model(node, [x], opset)
+    sess = _session(model, **opts)
+    assert [a.source for a in sess.partition_report().assignments] == [source]
+    got = sess.run(None, {"x": x})
+    want = _cpu(model).run(None, {"x": x})
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-6)
+    return got[0]
+
+
+def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: Any) -> np.ndarray:
+    if np.dtype(dt).kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, int(info.max) + 1, shape).astype(dt)
+    return (rng.standard_normal(shape) * 3).astype(dt)
+
+
+def _threads(x: np.ndarray) -> int:
+    """Parallel kernels for float32, serial ones otherwise: every variant is tested and cold
+    compiles (a parallel one takes seconds) stay few."""
+    return 2 if x.dtype == np.float32 else 1
+
+
+# ------------------------------------------------------------------------------------------
+# MaxPool / AveragePool
+
+
+def _pool_case(seed: int, op: str) -> tuple[Any, np.ndarray, int]:
+    rng = np.random.default_rng(seed)
+    is_max = op == "MaxPool"
+    opset = int(rng.choice([8, 10, 11, 12, 22] if is_max else [7, 10, 11, 19, 22]))
+    nd = int(rng.choice([1, 2]))
+    kernel = [int(k) for k in rng.integers(1, 5, nd)]
+    attrs: dict[str, Any] = {"kernel_shape": kernel}
+    dil = [1] * nd
+    if opset >= (10 if is_max else 19) and rng.random() < 0.5:
+        dil = [int(d) for d in rng.integers(1, 4, nd)]
+        attrs["dilations"] = dil
+    if rng.random() < 0.7:
+        attrs["strides"] = [int(s) for s in rng.integers(1, 4, nd)]
+    mode = rng.choice(["pads", "pads", "none", "SAME_UPPER", "SAME_LOWER", "VALID"])
+    if mode == "pads":
+        attrs["pads"] = [int(rng.integers(0, k)) for k in kernel * 2]
+    elif mode != "none":
+        attrs["auto_pad"] = str(mode)
+    if opset >= 10 and mode != "SAME_UPPER" and mode != "SAME_LOWER" and rng.random() < 0.5:
+        attrs["ceil_mode"] = 1
+    if not is_max and rng.random() < 0.5:
+        attrs["count_include_pad"] = 1
+    dts: list[Any] = [np.float32, np.float64, np.float16]
+    if is_max and opset >= 12:
+        dts += [np.int8, np.uint8]
+    dt = dts[int(rng.integers(len(dts)))]
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    spatial = tuple(int(rng.integers(e, e + 9)) for e in eff)
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 5)), *spatial)
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    return node, _data(rng, shape, dt), opset
+
+
+@pytest.mark.parametrize("seed", range(24))
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_random_vs_cpu(op: str, seed: int) -> None:
+    node, x, opset = _pool_case(seed, op)
+    rtol = 1e-3 if x.dtype == np.float16 else 1e-5
+    _compare(node, x, opset, rtol=rtol, intra_op_num_threads=_threads(x))
+
+
+@pytest.mark.parametrize(
+    "op, shape, attrs",
+    [
+        ("MaxPool", (1, 24, 37, 37), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+        ("MaxPool", (2, 8, 30, 31), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+        ("MaxPool", (1, 16, 40), {"kernel_shape": [5], "strides": [3], "pads": [2, 2]}),
+        (
+            "AveragePool",
+            (1, 24, 28, 28),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        ),
+        (
+            "AveragePool",
+            (1, 5, 12, 9),
+            # ceil_mode windows running past the end padding: their divisor excludes those taps
+            {
+                "kernel_shape": [3, 3],
+                "strides": [2, 2],
+                "pads": [1, 0, 1, 0],
+                "ceil_mode": 1,
+                "count_include_pad": 1,
+            },
+        ),
+    ],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pool_cnn_shapes(op: str, shape: Any, attrs: dict[str, Any], threads: int) -> None:
+    x = _data(np.random.default_rng(1), shape, np.float32)
+    _compare(helper.make_node(op, ["x"], ["y"], **attrs), x, 19, intra_op_num_threads=threads)
+
+
+def test_max_pool_nan_and_inf() -> None:
+    x = np.random.default_rng(2).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 4, 4] = np.inf
+    x[0, 1, 0, 0] = -np.inf
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    y = _compare(node, x, 12)
+    assert np.isnan(y[0, 0, 0, 0]) and np.isnan(y).sum() == 1
+    assert y[0, 1, 2, 2] == np.inf
+
+
+def test_average_pool_ceil_divisor_matches_onnxruntime() -> None:
+    """count_include_pad with a ceil_mode window past the end pad: ORT's divisor too."""
+    from turnout.testing import run_onnxruntime
+
+    x = np.arange(1, 1 + 2 * 7 * 7, dtype=np.float32).reshape(1, 2, 7, 7)
+    for include in (0, 1):
+        node = helper.make_node(
+            "AveragePool",
+            ["x"],
+            ["y"],
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[1, 1, 0, 0],
+            ceil_mode=1,
+            count_include_pad=include,
+        )
+        got = _compare(node, x, 19)
+        np.testing.assert_allclose(got, run_onnxruntime(node, [x], 19)[0], rtol=1e-6)
+
+
+def test_pool_declines_go_to_numpy() -> None:
+    rng = np.random.default_rng(3)
+    x3 = rng.standard_normal((1, 2, 5, 5, 5)).astype(np.float32)
+    node3 = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2, 2])
+    _compare(node3, x3, 12, source="numpy")
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    with_idx = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], strides=[2, 2])
+    _compare(with_idx, x, 12, source="numpy")
+    # an absent Indices output is not an Indices output
+    no_idx = helper.make_node("MaxPool", ["x"], ["y", ""], kernel_shape=[2, 2], strides=[2, 2])
+    _compare(no_idx, x, 12)
+    # bfloat16 computes in float32
+    xb = x.astype(ml_dtypes.bfloat16)
+    _compare(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3]), xb, 22)
+
+
+def _dynamic_model(node: Any, opset: int = 19) -> onnx.ModelProto:
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_bad_inputs(op: str) -> None:
+    node = helper.make_node(op, ["x"], ["y"], kernel_shape=[3, 3])
+    sess = _session(_dynamic_model(node))
+    assert sess.partition_report().assignments[0].source == "numba"
+    with pytest.raises(InvalidArgument, match="4-D"):
+        sess.run(None, {"x": np.zeros((1, 2, 5), np.float32)})
+    with pytest.raises(InvalidArgument, match="larger than padded input"):
+        sess.run(None, {"x": np.zeros((1, 2, 2, 5), np.float32)})
+    # empty batch: an empty output of the right shape
+    (y,) = sess.run(None, {"x": np.zeros((0, 2, 5, 5), np.float32)})
+    assert y.shape == (0, 2, 3, 3)
+
+
+# ------------------------------------------------------------------------------------------
+# LRN
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_lrn_random_vs_cpu(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    opset = int(rng.choice([1, 13]))
+    size = int(rng.integers(1, 8))
+    attrs: dict[str, Any] = {"size": size}
+    if rng.random() < 0.7:
+        attrs["alpha"] = float(rng.uniform(1e-4, 0.5))
+    if rng.random() < 0.7:
+        attrs["beta"] = float(rng.choice([0.75, 0.5, 1.0, float(rng.uniform(0.1, 2))]))
+    if rng.random() < 0.7:
+        attrs["bias"] = float(rng.uniform(0.5, 3))
+    rank = int(rng.choice([3, 4, 5]))
+    spatial = [int(rng.integers(1, 8)) for _ in range(rank - 2)]
+    if seed % 3 == 0:
+        spatial[-1] = 300  # several spatial tiles
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 12)), *spatial)
+    dt = [np.float32, np.float64, np.float16][seed % 3]
+    x = _data(rng, tuple(shape), dt)
+    node = helper.make_node("LRN", ["x"], ["y"], **attrs)
+    rtol = 1e-3 if dt == np.float16 else 1e-5
+    _compare(node, x, opset, rtol=rtol, intra_op_num_threads=_threads(x))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lrn_alexnet_shape(threads: int) -> None:
+    x = np.random.default_rng(4).standard_normal((1, 96, 55, 55)).astype(np.float32) * 50
+    node = helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    _compare(node, x, 13, intra_op_num_threads=threads)
+
+
+def test_lrn_large_then_small_channels() -> None:
+    """The running window sum must not leave residue once huge squares leave the window."""
+    x = np.full((1, 12, 3, 3), 1e-3, np.float32)
+    x[0, :3] = 3e18
+    node = helper.make_node("LRN", ["x"], ["y"], size=3, alpha=0.5, beta=0.75, bias=1e-12)
+    _compare(node, x, 13)
+
+
+def test_lrn_non_finite() -> None:
+    x = np.random.default_rng(5).standard_normal((1, 10, 20)).astype(np.float32)
+    x[0, 2, 3] = np.inf
+    x[0, 7, 4] = np.nan
+    node = helper.make_node("LRN", ["x"], ["y"], size=3)
+    y = _compare(node, x, 13)
+    # the inf only reaches channels 1..3 at position 3, the NaN channels 6..8 at position 4
+    assert np.isfinite(y[0, 5, 3]) and np.isfinite(y[0, 9, 4]) and np.isnan(y[0, 8, 4])
+
+
+def test_lrn_bad_input() -> None:
+    sess = _session(_dynamic_model(helper.make_node("LRN", ["x"], ["y"], size=3)))
+    assert sess.partition_report().assignments[0].source == "numba"
+    with pytest.raises(InvalidArgument, match="at least 3-D"):
+        sess.run(None, {"x": np.zeros((2, 3), np.float32)})
+    (y,) = sess.run(None, {"x": np.zeros((0, 3, 2), np.float32)})
+    assert y.shape == (0, 3, 2)
