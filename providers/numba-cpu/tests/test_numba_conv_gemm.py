@@ -6,6 +6,7 @@ The official Conv node cases run in test_numba_provider.py::test_official_case.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -220,3 +221,17 @@ def test_conv3d_stays_with_numpy_with_a_reason() -> None:
     (a,) = sess.partition_report().assignments
     assert a.source == "numpy"
     np.testing.assert_allclose(sess.run(None, feeds)[0], np.full((1, 2, 3, 3, 3), 16.0))
+
+
+def test_float32_gelu_against_exact_erf() -> None:
+    """float32 Gelu uses a rational erf: within its documented bounds of the exact Gelu."""
+    x = np.linspace(-8, 8, 20001, dtype=np.float32).reshape(-1, 1)
+    feeds = {"a": x, "b": np.ones((1, 1), np.float32)}
+    node = helper.make_node("FusedGemm", ["a", "b"], ["y"], domain="ai.turnout", activation="Gelu")
+    got, _ = _both(_model(node, feeds), feeds)
+    xd = x.astype(np.float64)
+    exact = 0.5 * xd * (1 + np.vectorize(math.erf)(xd / math.sqrt(2)))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, exact, rtol=1e-3, atol=1.5e-6)
+    big = np.abs(exact) > 1e-2
+    np.testing.assert_allclose(got[big], exact[big], rtol=5e-5)

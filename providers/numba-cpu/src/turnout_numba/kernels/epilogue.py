@@ -49,6 +49,36 @@ ACTIVATIONS: dict[str, tuple[str, tuple[float, float]]] = {
 
 _CTOR = {"float32": "np.float32", "float64": "np.float64"}
 
+# float32 Gelu: libm's erf is a scalar call LLVM cannot vectorize (and was 40% of the GEMM's time
+# in BERT's FFN), so float32 uses erf(u) ~ u * P(u^2) / Q(u^2) on |u| <= 3.925 (1 beyond, to
+# float32 precision); the coefficients are a relative-error least-squares fit made for turnout.
+# Measured: erf relative error <= 4e-7 in float32; Gelu absolute error <= 1.3e-6 over
+# [-5.6, 5.6], relative <= 5e-4 where |Gelu| > 1e-3 and <= 3e-5 where |Gelu| > 1e-2 (the
+# negative tail, where 1 + erf cancels, is the worst).
+_ERF_P = (1.1283791065216064, 0.18676960468292236, 0.05232268571853638, 0.003625008277595043,
+          0.0002844160480890423, 2.1133671452844283e-06)  # fmt: skip
+_ERF_Q = (1.0, 0.49885329604148865, 0.1126558929681778, 0.014685029163956642,
+          0.001133485697209835, 3.872278830385767e-05)  # fmt: skip
+
+
+def _horner(coeffs: tuple[float, ...], var: str) -> str:
+    expr = f"T({coeffs[-1]!r})"
+    for c in reversed(coeffs[:-1]):
+        expr = f"({expr} * {var} + T({c!r}))"
+    return expr
+
+
+_GELU_F32 = (
+    "u = v * T(0.7071067811865476)\n"
+    "u = T(-3.925) if u < T(-3.925) else u\n"
+    "u = T(3.925) if u > T(3.925) else u\n"
+    "s = u * u\n"
+    f"e = u * {_horner(_ERF_P, 's')} / {_horner(_ERF_Q, 's')}\n"
+    "e = one if e > one else e\n"
+    "e = -one if e < -one else e\n"
+    "v = T(0.5) * v * (one + e)"
+)
+
 
 def activation_of(kn: Any) -> tuple[str, float, float]:
     """(name, p0, p1) of a fused node's `activation` / `activation_params` attributes."""
@@ -70,7 +100,7 @@ def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, f
         terms.append("col[k] * beta_")
     if full:
         terms.append("fr[k] * beta_")
-    body = ACTIVATIONS[act][0]
+    body = _GELU_F32 if act == "Gelu" and dtype == np.float32 else ACTIVATIONS[act][0]
     act_lines = "".join(f"            {line}\n" for line in body.splitlines())
     return (
         "def _epilogue(y, row, col, full, alpha, beta, p0, p1):\n"
