@@ -47,30 +47,39 @@ def _im2col(
     oh_: int,
     ow_: int,
 ) -> None:  # pragma: no cover - compiled by numba
+    # Loops run over slices from 0 (numba then drops negative-index checks and LLVM
+    # vectorizes the copies).
     c_, h_, w_ = x.shape
     kk = kh_ * kw_
     for r in prange(c_ * kk):
         c = r // kk
         ki = (r - c * kk) // kw_
         kj = r - c * kk - ki * kw_
-        off_w = kj * dw - pl
-        lo = 0 if off_w >= 0 else (-off_w + sw - 1) // sw
-        t = w_ - 1 - off_w
+        off = kj * dw - pl
+        lo = 0 if off >= 0 else (-off + sw - 1) // sw
+        t = w_ - 1 - off
         hi = min(t // sw + 1, ow_) if t >= 0 else 0
         lo = min(lo, hi)
+        xc = x[c]
         for oh in range(oh_):
+            dst = col[r, oh * ow_ : (oh + 1) * ow_]
             ih = oh * sh - pt + ki * dh
-            base = oh * ow_
             if ih < 0 or ih >= h_:
-                for ow in range(ow_):
-                    col[r, base + ow] = 0
+                for o in range(ow_):
+                    dst[o] = 0
                 continue
-            for ow in range(lo):
-                col[r, base + ow] = 0
-            for ow in range(lo, hi):
-                col[r, base + ow] = x[c, ih, ow * sw + off_w]
-            for ow in range(hi, ow_):
-                col[r, base + ow] = 0
+            for o in range(lo):
+                dst[o] = 0
+            mid = dst[lo:hi]
+            if sw == 1:
+                src = xc[ih, lo + off : hi + off]
+            else:
+                src = xc[ih, lo * sw + off :: sw]
+            for o in range(hi - lo):
+                mid[o] = src[o]
+            tail = dst[hi:]
+            for o in range(ow_ - hi):
+                tail[o] = 0
 
 
 def _depthwise(
