@@ -235,3 +235,18 @@ def test_float32_gelu_against_exact_erf() -> None:
     np.testing.assert_allclose(got, exact, rtol=1e-3, atol=1.5e-6)
     big = np.abs(exact) > 1e-2
     np.testing.assert_allclose(got[big], exact[big], rtol=5e-5)
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [2, 1]])
+def test_depthwise_many_planes_share_scratch(strides: list[int]) -> None:
+    """More planes than scratch chunks: each chunk reuses its zero-padded buffer."""
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x": rng.standard_normal((2, 70, 9, 8)).astype(np.float32),
+        "w": rng.standard_normal((140, 1, 3, 3)).astype(np.float32),
+    }
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], group=70, pads=[1, 2, 2, 1], strides=strides, dilations=[1, 2]
+    )
+    got, want = _both(_model(node, feeds), feeds)
+    _close(got, want)

@@ -96,42 +96,75 @@ def _depthwise(
     oh_: int,
     ow_: int,
 ) -> None:  # pragma: no cover - compiled by numba
-    # Inner loops run over slices from 0, so numba drops its negative-index checks and LLVM
-    # vectorizes them (stride 1).
+    # Per plane, the zero-padded input is split into sh x sw phase planes (phase (a, b) holds
+    # padded pixels (i*sh + a, j*sw + b)), flattened with row length wq. Kernel tap (ki, kj)
+    # then reads one phase at a fixed offset for every output, so each tap is one long
+    # multiply-add over the flat (OH x wq) grid (the wq - OW extra columns per row are computed
+    # and dropped): a few long vector loops per plane instead of short strided ones.
     n_, _, h_, w_ = x.shape
     m_, _, kh_, kw_ = w.shape
-    for q in prange(n_ * m_):
-        n = q // m_
-        m = q - n * m_
-        yp = y[n, m]
-        xp = x[n, m // mg]
-        wk = w[m, 0]
-        for p in range(oh_ * ow_):
-            yp[p] = 0
-        for oh in range(oh_):
-            yr = yp[oh * ow_ : (oh + 1) * ow_]
-            for ki in range(kh_):
-                ih = oh * sh - pt + ki * dh
-                if ih < 0 or ih >= h_:
-                    continue
-                xr = xp[ih]
-                for kj in range(kw_):
-                    wv = wk[ki, kj]
-                    off = kj * dw - pl
-                    lo = 0 if off >= 0 else (-off + sw - 1) // sw
-                    t = w_ - 1 - off
-                    hi = min(t // sw + 1, ow_) if t >= 0 else 0
-                    if hi <= lo:
+    hq = oh_ + (kh_ - 1) * dh // sh
+    wq = ow_ + (kw_ - 1) * dw // sw
+    plane = hq * wq
+    span = oh_ * wq
+    planes = n_ * m_
+    # phase column j of phase b reads input column j*sw + b - pl: its valid j range, per b
+    # (integer division is slow next to the few multiply-adds per row: done once here)
+    jlo = np.empty(sw, np.int64)
+    jhi = np.empty(sw, np.int64)
+    for b in range(sw):
+        off = b - pl
+        t = w_ - 1 - off
+        jhi[b] = min(t // sw + 1, wq) if t >= 0 else 0
+        jlo[b] = min(0 if off >= 0 else (-off + sw - 1) // sw, jhi[b])
+    chunks = min(planes, 64)  # scratch buffers are allocated (and zeroed) once per chunk
+    for ch in prange(chunks):
+        # the padding stays zero: every plane of a chunk writes the same valid positions
+        buf = np.zeros(sh * sw * plane + wq, x.dtype)
+        acc = np.empty(span, x.dtype)
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            n = q // m_
+            m = q - n * m_
+            xp = x[n, m // mg]
+            for a in range(sh):
+                for i in range(hq):
+                    r = i * sh + a - pt
+                    if r < 0 or r >= h_:
                         continue
-                    ys = yr[lo:hi]
-                    if sw == 1:
-                        xs = xr[lo + off : hi + off]
-                        for o in range(hi - lo):
-                            ys[o] += wv * xs[o]
+                    src = xp[r]
+                    for b in range(sw):
+                        j0, j1 = jlo[b], jhi[b]
+                        if j1 <= j0:
+                            continue
+                        base = (a * sw + b) * plane + i * wq
+                        dst = buf[base + j0 : base + j1]
+                        s0 = j0 * sw + b - pl
+                        if sw == 1:
+                            seg = src[s0 : s0 + j1 - j0]
+                            for j in range(j1 - j0):
+                                dst[j] = seg[j]
+                        else:
+                            seg = src[s0::sw]
+                            for j in range(j1 - j0):
+                                dst[j] = seg[j]
+            for ki in range(kh_):
+                for kj in range(kw_):
+                    wv = w[m, 0, ki, kj]
+                    ph = ((ki * dh) % sh) * sw + (kj * dw) % sw
+                    off = ph * plane + (ki * dh // sh) * wq + kj * dw // sw
+                    src = buf[off : off + span]
+                    if ki == 0 and kj == 0:
+                        for p in range(span):
+                            acc[p] = wv * src[p]
                     else:
-                        xs = xr[lo * sw + off :: sw]
-                        for o in range(hi - lo):
-                            ys[o] += wv * xs[o]
+                        for p in range(span):
+                            acc[p] += wv * src[p]
+            yp = y[n, m]
+            for i in range(oh_):
+                yr = yp[i]
+                ar = acc[i * wq : i * wq + ow_]
+                for o in range(ow_):
+                    yr[o] = ar[o]
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -171,7 +204,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             types.void(
                 numba_array(dt, 4, readonly=True, layout="C"),
                 numba_array(dt, 4, readonly=True, layout="C"),
-                numba_array(dt, 3, readonly=False, layout="C"),
+                numba_array(dt, 4, readonly=False, layout="C"),
                 *ints[:9],
             )
         ],
@@ -209,7 +242,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if y.size == 0:
             pass
         elif cg == 1:
-            depthwise(x, w, y, mg, *geo)
+            depthwise(x, w, y.reshape(n_, m_, oh_, ow_), mg, *geo)
         else:
             _gemm_conv(x, w, y, group, geo, im2col)
         row = full = None
