@@ -317,8 +317,9 @@ def _rank(info: Any) -> int:
 
 
 SERIAL_WORK = 1 << 16
-"""Groups doing less work than this (iteration-space elements x nodes) run their serial kernel
-even when threads > 1: on small arrays a parallel launch costs more than it saves."""
+"""Groups doing less work than this (iteration-space elements x nodes), and fixed kernels called
+on less (`registry.SizedKernel`), run serial even when threads > 1: on small arrays a parallel
+launch costs more than it saves."""
 
 
 def compile_group(

@@ -12,12 +12,38 @@ the partition report says which (source "numba" or "numpy").
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from turnout.provider import KernelFn, KernelNode
 
-__all__ = ["NUMBA_KERNELS", "BuildContext", "NumbaKernel", "lookup", "numba_kernel"]
+from . import cache
+from .codegen import SERIAL_WORK
+
+__all__ = [
+    "NUMBA_KERNELS",
+    "SERIAL_WORK",
+    "BuildContext",
+    "NumbaKernel",
+    "SizedKernel",
+    "lookup",
+    "numba_kernel",
+]
+
+
+class SizedKernel:
+    """A kernel compiled serial and (when the session has threads) parallel; each call picks
+    by the work it is given (elements touched, roughly): `kernel(work, *args)`. Below
+    `SERIAL_WORK` a parallel launch costs more than it saves, and on a busy machine a launch
+    waits for every worker thread to be scheduled."""
+
+    def __init__(self, pyfunc: Callable[..., Any], sigs: Sequence[Any], parallel: bool) -> None:
+        self.serial = cache.jit(pyfunc, sigs, parallel=False)
+        self.parallel = cache.jit(pyfunc, sigs, parallel=True) if parallel else self.serial
+
+    def __call__(self, work: int, *args: Any) -> Any:
+        return (self.parallel if work >= SERIAL_WORK else self.serial)(*args)
 
 
 @dataclass(frozen=True)
@@ -25,6 +51,10 @@ class BuildContext:
     """Per-session settings a kernel builder needs: whether to compile parallel loops."""
 
     parallel: bool = True
+
+    def jit(self, pyfunc: Callable[..., Any], sigs: Sequence[Any]) -> SizedKernel:
+        """Compile `pyfunc` for this session: serial, plus parallel when threads > 1."""
+        return SizedKernel(pyfunc, sigs, self.parallel)
 
 
 Applies = Callable[[KernelNode], "str | None"]

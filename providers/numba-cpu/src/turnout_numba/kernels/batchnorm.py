@@ -23,8 +23,7 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from .. import cache
-from ..codegen import SERIAL_WORK, compute_dtype, numba_array
+from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
 __all__: list[str] = []
@@ -101,9 +100,7 @@ def _build_batchnorm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         types.float64,
         numba_array(c, 2, readonly=False, layout="C"),
     )
-    kern = cache.jit(_batchnorm, [sig], parallel=ctx.parallel)
-    # small inputs take the serial variant: a parallel launch costs more than it saves
-    small = cache.jit(_batchnorm, [sig], parallel=False) if ctx.parallel else kern
+    kern = ctx.jit(_batchnorm, [sig])
     eps = float(kn.attr("epsilon", 1e-5))
     name = kn.name
     n_out = len(kn.node.outputs)
@@ -132,7 +129,7 @@ def _build_batchnorm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         x2 = np.ascontiguousarray(x, dtype=c).reshape(planes, -1 if planes else 0)
         y = np.empty(x2.shape, c)
         if x2.size:
-            (kern if x2.size >= SERIAL_WORK else small)(x2, s, bb, m, v, eps, y)
+            kern(x2.size, x2, s, bb, m, v, eps, y)
         yy = y.reshape(x.shape)
         return (yy.astype(dt) if dt != c else yy,) + (None,) * (n_out - 1)
 

@@ -24,7 +24,6 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.kernels.conv import _conv_setup
 
-from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
 from .epilogue import Epilogue, activation_of
@@ -187,7 +186,7 @@ def _conv_applies(kn: KernelNode) -> str | None:
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     dt = kn.inputs[0].dtype
     ints = [types.int64] * 10
-    im2col = cache.jit(
+    im2col = ctx.jit(
         _im2col,
         [
             types.void(
@@ -196,9 +195,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 *ints,
             )
         ],
-        parallel=ctx.parallel,
     )
-    depthwise = cache.jit(
+    depthwise = ctx.jit(
         _depthwise,
         [
             types.void(
@@ -208,7 +206,6 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 *ints[:9],
             )
         ],
-        parallel=ctx.parallel,
     )
     fused = kn.op_type == "FusedConv"
     act = activation_of(kn) if fused else ("", 0.0, 0.0)
@@ -242,7 +239,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if y.size == 0:
             pass
         elif cg == 1:
-            depthwise(x, w, y.reshape(n_, m_, oh_, ow_), mg, *geo)
+            depthwise(y.size * w.shape[2] * w.shape[3], x, w, y.reshape(n_, m_, oh_, ow_), mg, *geo)
         else:
             _gemm_conv(x, w, y, group, geo, im2col)
         row = full = None
@@ -278,7 +275,7 @@ def _gemm_conv(x: Any, w: Any, y: Any, group: int, geo: tuple[int, ...], im2col:
         if col is None:
             cols = x[n].reshape(c_, h_ * w_)
         else:
-            im2col(x[n], col, kh_, kw_, sh, sw, dh, dw, pt, pl, oh_, ow_)
+            im2col(col.size, x[n], col, kh_, kw_, sh, sw, dh, dw, pt, pl, oh_, ow_)
             cols = col
         for g in range(group):
             np.matmul(wg[g], cols[g * rows : (g + 1) * rows], out=y[n, g * mg : (g + 1) * mg])

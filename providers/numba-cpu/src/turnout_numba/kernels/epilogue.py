@@ -20,6 +20,7 @@ from turnout.errors import InvalidArgument
 
 from .. import cache
 from ..codegen import numba_array
+from ..registry import SizedKernel
 
 __all__ = ["ACTIVATIONS", "Epilogue", "activation_of"]
 
@@ -148,7 +149,7 @@ class Epilogue:
             numba_array(dtype, 3, readonly=True, layout="C"),
             *[types.float64] * 4,
         )
-        self._kern = cache.jit(fn, [sig], parallel=parallel)
+        self._kern = SizedKernel(fn, [sig], parallel)
         self._vec = np.zeros(1, dtype)
         self._full = np.zeros((1, 1, 1), dtype)
 
@@ -167,6 +168,7 @@ class Epilogue:
             return
         _, p0, p1 = self.activation
         self._kern(
+            y3.size,
             y3,
             self._vec if row is None else row,
             self._vec if col is None else col,

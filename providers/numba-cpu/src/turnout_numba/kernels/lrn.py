@@ -19,7 +19,6 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
@@ -89,7 +88,7 @@ def _build_lrn(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         types.float64,
         types.int64,
     )
-    kern = cache.jit(_lrn, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(_lrn, [sig])
     alpha = float(kn.attr("alpha", 1e-4))
     beta = float(kn.attr("beta", 0.75))
     bias = float(kn.attr("bias", 1.0))
@@ -105,7 +104,7 @@ def _build_lrn(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         x3 = np.ascontiguousarray(x, dtype=c).reshape(n, ch, sp)
         y = np.empty((n, ch, sp), c)
         if y.size:
-            kern(x3, y, size, lo, alpha / size, beta, bias, _BLOCK)
+            kern(x3.size * size, x3, y, size, lo, alpha / size, beta, bias, _BLOCK)
         res = y.reshape(x.shape)
         return (res.astype(dt) if dt != c else res,)
 

@@ -15,7 +15,6 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
@@ -68,7 +67,7 @@ def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         numba_array(c, 3, readonly=False, layout="C"),
         types.boolean,
     )
-    kern = cache.jit(_softmax, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(_softmax, [sig])
     flatten = kn.since_version < 13
     axis0 = int(kn.attr("axis", 1 if flatten else -1))
     name = kn.name
@@ -89,7 +88,7 @@ def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if x3.dtype != c:
             x3 = x3.astype(c)
         out = np.empty((pre, n, post), c)
-        kern(x3, out, log)
+        kern(x3.size * 3, x3, out, log)
         res = out.reshape(shape)
         return (res.astype(dt) if dt != c else res,)
 
@@ -149,7 +148,7 @@ def _build_layer_norm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         numba_array(sc, 1, readonly=False, layout="C"),
         numba_array(sc, 1, readonly=False, layout="C"),
     )
-    kern = cache.jit(_layer_norm, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(_layer_norm, [sig])
     axis0 = int(kn.attr("axis", -1))
     eps = float(kn.attr("epsilon", 1e-5))
     name = kn.name
@@ -177,7 +176,7 @@ def _build_layer_norm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         mean = np.empty(rows, sc)
         inv = np.empty(rows, sc)
         if rows and n:
-            kern(x2, s1, b1, eps, y, mean, inv)
+            kern(x2.size * 3, x2, s1, b1, eps, y, mean, inv)
         stat_shape = x.shape[:axis] + (1,) * (nd - axis)
         yy = y.reshape(x.shape)
         res = (

@@ -27,7 +27,6 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
@@ -187,10 +186,10 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     assert c is not None
     is_max = kn.op_type == "MaxPool"
     if is_max:
-        kern = cache.jit(_max_pool, [_sig(c, 8, True)], parallel=ctx.parallel)
+        kern = ctx.jit(_max_pool, [_sig(c, 8, True)])
         low = c.type(np.iinfo(c).min if c.kind in "iu" else -np.inf)
     else:
-        kern = cache.jit(_avg_pool, [_sig(c, 12, False)], parallel=ctx.parallel)
+        kern = ctx.jit(_avg_pool, [_sig(c, 12, False)])
     include_pad = bool(kn.attr("count_include_pad", 0))
     kernel = [int(k) for k in kn.attr("kernel_shape")]
     nd = len(kernel)
@@ -220,11 +219,11 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             x3 = np.ascontiguousarray(x, dtype=c).reshape(n * ch, sp[0], sp[1])
             geo = (k2[0], k2[1], s2[0], s2[1], d2[0], d2[1], pb2[0], pb2[1])
             if is_max:
-                kern(x3, y, *geo, low)
+                kern(x3.size, x3, y, *geo, low)
             elif include_pad:
-                kern(x3, y, *geo, -pb2[0], sp[0] + pe2[0], -pb2[1], sp[1] + pe2[1])
+                kern(x3.size, x3, y, *geo, -pb2[0], sp[0] + pe2[0], -pb2[1], sp[1] + pe2[1])
             else:
-                kern(x3, y, *geo, 0, sp[0], 0, sp[1])
+                kern(x3.size, x3, y, *geo, 0, sp[0], 0, sp[1])
         res = y.reshape((n, ch, *out))
         return (res.astype(dt) if dt != c else res, *absent)
 
