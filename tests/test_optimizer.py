@@ -316,6 +316,68 @@ def test_cse_and_conv_mul_add_folding() -> None:
     )
 
 
+def test_conv_add_of_a_full_tensor_is_kept_and_the_rest_still_folds() -> None:
+    # the Add's constant is not per-channel: fold_conv_add_mul declines it and goes on
+    # (it used to fail there, and the whole optimization was skipped)
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 2, 3, 3)).astype(np.float32), "w")
+    k = numpy_helper.from_array(rng.standard_normal((1, 4, 5, 5)).astype(np.float32), "k")
+    s = numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "s")
+    m = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Add", ["c", "k"], ["a"]),
+            helper.make_node("Conv", ["a", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+            helper.make_node("Mul", ["c2", "s"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("y", F, [1, 4, 5, 5])],
+        [
+            w,
+            k,
+            s,
+            numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w2"),
+        ],
+    )
+    out, rep = optimize(m, Level.BASIC)
+    assert [n.op_type for n in out.graph.node] == ["Conv", "Add", "Conv"]
+    assert rep.changes()["fold_conv_add_mul"] == 1
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(
+        _session(m, Level.ALL).run(None, {"x": x})[0],
+        _session(m, 0).run(None, {"x": x})[0],
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_conv_bn_folding_matches_float64_arithmetic() -> None:
+    rng = np.random.default_rng(2)
+    for dt, et in ((np.float32, F), (np.float16, TensorProto.FLOAT16)):
+        w = rng.standard_normal((300, 3, 3, 3)).astype(dt)
+        p = [rng.uniform(0.5, 2, 300).astype(dt) for _ in range(4)]
+        names = ["scale", "bias", "mean", "var"]
+        m = _model(
+            [
+                helper.make_node("Conv", ["x", "w"], ["c"]),
+                helper.make_node("BatchNormalization", ["c", *names], ["y"], epsilon=1e-3),
+            ],
+            [helper.make_tensor_value_info("x", et, [1, 3, 4, 4])],
+            [helper.make_tensor_value_info("y", et, [1, 300, 2, 2])],
+            [numpy_helper.from_array(w, "w")]
+            + [numpy_helper.from_array(v, n) for v, n in zip(p, names)],
+        )
+        out, rep = optimize(m, Level.BASIC)
+        assert rep.changes()["fold_conv_bn"] == 1
+        got = numpy_helper.to_array(
+            next(t for t in out.graph.initializer if t.name == out.graph.node[0].input[1])
+        )
+        scale, _, _, var = (v.astype(np.float64) for v in p)
+        eps = float(np.float32(1e-3))  # as the attribute stores it
+        factor = (scale / np.sqrt(var + eps)).reshape(300, 1, 1, 1)
+        np.testing.assert_array_equal(got, (w.astype(np.float64) * factor).astype(dt))
+
+
 # --- fused kernels vs their decompositions -----------------------------------------------------
 def _fused_vs_unfused(model: onnx.ModelProto, feeds: dict[str, Any], op: str) -> None:
     fused, _ = optimize(model, Level.ALL)

@@ -161,11 +161,20 @@ class Graph:
         self.proto: GraphProto | None = None
 
     @staticmethod
-    def from_proto(g: GraphProto, opsets: Mapping[str, int], parent: Graph | None = None) -> Graph:
+    def from_proto(
+        g: GraphProto,
+        opsets: Mapping[str, int],
+        parent: Graph | None = None,
+        values: Mapping[str, Any] | None = None,
+    ) -> Graph:
+        """The IR of `g`; `values` may hold initializers already decoded (`to_array`'s result)."""
         graph = Graph(g.name, opsets, parent)
         graph.proto = g
         for init in g.initializer:
-            graph.initializers[init.name] = numpy_helper.to_array(init)
+            known = values.get(init.name) if values else None
+            graph.initializers[init.name] = (
+                known if known is not None else numpy_helper.to_array(init)
+            )
         for sp in g.sparse_initializer:
             from .values import SparseTensor
 

@@ -7,6 +7,7 @@ absolute path, `..`, a symlink pointing out) is refused, because a model file is
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from .errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
 
-__all__ = ["ModelSource", "load_model", "model_label"]
+__all__ = ["ModelSource", "infer_shapes", "light_copy", "load_model", "model_label"]
 
 ModelSource = str | os.PathLike[str] | bytes | ModelProto
 
@@ -157,10 +158,11 @@ def _check_graph(model: ModelProto, label: str) -> None:
     """onnx.checker, except that untyped graph outputs are accepted (as onnxruntime does).
 
     Hand-built and old (IR 3) models often declare outputs without a type or shape; the full
-    checker refuses them, so such models get the per-node check instead.
+    checker refuses them, so such models get the per-node check instead. The checker sees a
+    light copy (`_check_copy`): it looks at a raw tensor's presence, never at its bytes.
     """
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_check_copy(model))
         return
     except onnx.checker.ValidationError as e:
         message = str(e)
@@ -192,9 +194,147 @@ def _first_line(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else "unknown reason"
 
 
+# The checker and shape inference get copies of the model without the bytes of its big
+# initializers (serializing a 100 MB model for each of them took most of a second).
+_BIG_BYTES = 1 << 16  # the checker's copy stubs raw tensors above this size
+_SMALL_ELEMENTS = 4096  # shape inference keeps initializers up to this size as values
+_TYPED_FIELDS = (
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+
+
+def _copy_fields(src: Any, dst: Any, skip: str) -> None:
+    """Copy every set field of message `src` into the empty `dst`, except field `skip`."""
+    for fd in src.DESCRIPTOR.fields:
+        if fd.name == skip:
+            continue
+        value = getattr(src, fd.name)
+        if fd.is_repeated:
+            if len(value):
+                getattr(dst, fd.name).extend(value)
+        elif src.HasField(fd.name):
+            if fd.message_type is not None:
+                getattr(dst, fd.name).CopyFrom(value)
+            else:
+                setattr(dst, fd.name, value)
+
+
+def light_copy(
+    model: ModelProto, initializer: Callable[[TensorProto], TensorProto | None]
+) -> ModelProto:
+    """A copy of `model` whose top-level initializers are `initializer(t)` (None drops one).
+
+    Everything else is copied as is; big tensors that `initializer` returns unchanged are
+    copied too, so it should replace or drop those.
+    """
+    out = ModelProto()
+    _copy_fields(model, out, "graph")
+    _copy_fields(model.graph, out.graph, "initializer")
+    kept = [t2 for t2 in (initializer(t) for t in model.graph.initializer) if t2 is not None]
+    out.graph.initializer.extend(kept)
+    return out
+
+
+def _plain_raw(t: TensorProto) -> bool:
+    """Whether raw_data is `t`'s only value field (stored inline)."""
+    return (
+        t.HasField("raw_data")
+        and t.data_location != TensorProto.EXTERNAL
+        and not any(len(getattr(t, f)) for f in _TYPED_FIELDS)
+    )
+
+
+# bytes per element of the types whose raw_data the checker checks by size alone
+_RAW_ITEMSIZE: dict[int, int] = {
+    TensorProto.FLOAT: 4,
+    TensorProto.INT32: 4,
+    TensorProto.UINT32: 4,
+    TensorProto.DOUBLE: 8,
+    TensorProto.INT64: 8,
+    TensorProto.UINT64: 8,
+    TensorProto.COMPLEX64: 8,
+    TensorProto.COMPLEX128: 16,
+    TensorProto.FLOAT16: 2,
+    TensorProto.BFLOAT16: 2,
+    TensorProto.INT16: 2,
+    TensorProto.UINT16: 2,
+    TensorProto.INT8: 1,
+    TensorProto.UINT8: 1,
+    TensorProto.BOOL: 1,
+}
+
+
+def _check_copy(model: ModelProto) -> ModelProto:
+    """The model as the checker should see it, without the bytes of big raw initializers.
+
+    For a plain numeric type the checker asks of raw_data only that it is there and holds at
+    least dims x itemsize bytes: that is checked here, and a tensor that passes is replaced by
+    a one-element stand-in with the same name and type. Anything else is left as it is.
+    """
+
+    def stub(t: TensorProto) -> TensorProto:
+        itemsize = _RAW_ITEMSIZE.get(t.data_type)
+        if itemsize is None or any(d <= 0 for d in t.dims):
+            return t
+        expected = _elements(t) * itemsize
+        if expected <= _BIG_BYTES or not _plain_raw(t):
+            return t
+        if len(t.raw_data) < expected:  # a transient copy, still cheaper than serializing
+            return t  # too short: the checker says so
+        out = TensorProto()
+        _copy_fields(t, out, "raw_data")
+        del out.dims[:]
+        out.dims.append(1)
+        out.raw_data = bytes(itemsize)
+        return out
+
+    return light_copy(model, stub)
+
+
+def _elements(t: TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
 def infer_shapes(model: ModelProto) -> ModelProto:
-    """Shape/type inference where onnx can do it; a model it cannot infer still runs."""
+    """Shape/type inference where onnx can do it; a model it cannot infer still runs.
+
+    Inference runs on a light copy: initializers over `_SMALL_ELEMENTS` elements become typed
+    graph inputs (data propagation reads only small ones: shapes, axes, scalars), so the
+    weights are never serialized. The inferred types are written into `model` (value_info,
+    graph outputs, nested graphs' value_info), which is returned.
+    """
+    inputs = {i.name for i in model.graph.input}
+    big: list[onnx.ValueInfoProto] = []
+
+    def keep_small(t: TensorProto) -> TensorProto | None:
+        if t.name in inputs or _elements(t) <= _SMALL_ELEMENTS or t.HasField("segment"):
+            return t
+        big.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        return None
+
+    light = light_copy(model, keep_small)
+    light.graph.input.extend(big)
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     except Exception:
         return model
+    g, ig = model.graph, inferred.graph
+    del g.value_info[:]
+    g.value_info.extend(ig.value_info)
+    del g.output[:]
+    g.output.extend(ig.output)
+    if any(a.type in _GRAPH_ATTRS for n in g.node for a in n.attribute):
+        del g.node[:]  # nested graphs carry their own inferred value_info
+        g.node.extend(ig.node)
+    return model
+
+
+_GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

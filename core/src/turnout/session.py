@@ -245,6 +245,7 @@ class InferenceSession:
         from .optimizer import optimize
 
         opts = self._sess_options
+        values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
         try:
             model, self._optimization_report = optimize(
                 self._loaded,
@@ -255,17 +256,22 @@ class InferenceSession:
                 fold_max_elements=int(
                     opts._config.get("session.turnout.fold_max_elements", 1 << 20)
                 ),
+                values=values,
             )
         except RuntimeError as e:  # a failing pass must not stop the model from running
             from .optimizer import Level, OptimizationReport
 
             logger.warning("%s: graph optimization skipped: %s", self._label, e)
             model, self._optimization_report = self._loaded, OptimizationReport(Level.DISABLE)
+            values = {}
+        if model is self._loaded:  # not optimized: infer_shapes writes into its model
+            model = onnx.ModelProto()
+            model.CopyFrom(self._loaded)
         self._model = infer_shapes(model)
         opsets = {
             ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
         }
-        self._graph = Graph.from_proto(self._model.graph, opsets)
+        self._graph = Graph.from_proto(self._model.graph, opsets, values=values)
         self._init_io()
 
     def optimization_report(self) -> Any:

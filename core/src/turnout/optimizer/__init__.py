@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import onnx
 
 from . import (  # noqa: F401 - importing registers the passes, in this order
@@ -122,10 +123,14 @@ def optimize(
     extra_passes: Iterable[Any] = (),
     keep_initializers: Iterable[str] = (),
     fold_max_elements: int = 1 << 20,
+    values: dict[str, np.ndarray] | None = None,
 ) -> tuple[onnx.ModelProto, OptimizationReport]:
     """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
 
     `keep_initializers` names initializers that must stay as they are (overridden at run time).
+    `values`, when given, receives the initializers of the returned model that the optimizer
+    holds decoded (each equal to `numpy_helper.to_array` of its proto), so that the caller
+    need not decode them again.
     """
     lvl = Level.parse(level)
     report = OptimizationReport(lvl)
@@ -133,9 +138,11 @@ def optimize(
     report.ops_before = report.ops_after = _ops(model.graph.node)
     if lvl == Level.DISABLE:
         return model, report
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = OptGraph(out, keep_initializers)
+    from ..model import light_copy
+
+    # the working copy leaves the initializers out: commit() writes back those still used
+    out = light_copy(model, lambda t: None)
+    g = OptGraph(out, keep_initializers, initializers=model.graph.initializer)
     ctx = PassContext(fold_max_elements=int(fold_max_elements))
     if supports is not None:
         ctx.supports = supports
@@ -153,6 +160,8 @@ def optimize(
             _run(g, p, ctx, report)
     g.toposort()
     g.commit()
+    if values is not None:
+        values.update(g.values)
     report.nodes_after = len(g.nodes)
     report.ops_after = _ops(g.nodes)
     return out, report

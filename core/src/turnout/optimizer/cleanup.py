@@ -110,7 +110,8 @@ def eliminate_common_subexpressions(g: OptGraph, ctx: PassContext) -> int:
     # identical small initializers first, so nodes reading them become identical too
     seen_consts: dict[tuple[object, ...], str] = {}
     for name in g.initializer_names():
-        v = g.const(name)
+        size = g.numel(name)
+        v = g.const(name) if size is not None and size <= 64 else None
         if v is None or v.size > 64 or v.dtype == object:
             continue
         first_name = seen_consts.setdefault((v.dtype.str, v.shape, v.tobytes()), name)

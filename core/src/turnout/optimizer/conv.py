@@ -31,7 +31,18 @@ def _conv_before(
     return conv, w, b
 
 
+def _scaled(w: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """`(w.astype(float64) * s).astype(w.dtype)` for a per-output-channel `s` (shape (m, 1, ..)),
+    a block of channels at a time: the same values without float64 copies of all of `w`."""
+    out = np.empty(w.shape, w.dtype)
+    step = max(1, (1 << 16) // max(1, w[0].size))  # about 64K elements per block
+    for i in range(0, w.shape[0], step):
+        out[i : i + step] = w[i : i + step].astype(np.float64) * s[i : i + step]
+    return out
+
+
 def _set_weights(g: OptGraph, conv: NodeProto, w: np.ndarray, b: np.ndarray) -> None:
+    g.forget(conv.input[1])  # the old weight's decoded copy is not needed any more
     conv.input[1] = g.add_init(w, conv.input[1])
     bias = g.add_init(b, conv.input[2] if len(conv.input) > 2 and conv.input[2] else "bias")
     if len(conv.input) > 2:
@@ -60,13 +71,13 @@ def fold_conv_bn(g: OptGraph, ctx: PassContext) -> int:
         if any(p is None for p in params):
             continue
         scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
-        m = w.shape[0]
-        if any(p.shape != (m,) for p in (scale, bias, mean, var)):
+        c = w.shape[0]
+        if any(p.shape != (c,) for p in (scale, bias, mean, var)):
             continue
         eps = float(attr(bn, "epsilon", 1e-5))
         s = scale / np.sqrt(var + eps)
-        b0 = b.astype(np.float64) if b is not None else np.zeros(m)
-        new_w = (w.astype(np.float64) * s.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b0 = b.astype(np.float64) if b is not None else np.zeros(c)
+        new_w = _scaled(w, s.reshape((c,) + (1,) * (w.ndim - 1)))
         new_b = ((b0 - mean) * s + bias).astype(w.dtype)
         if not g.replace_value(bn.output[0], conv.output[0]):
             continue
@@ -103,15 +114,15 @@ def fold_conv_add_mul(g: OptGraph, ctx: PassContext) -> int:
             if found is None or c is None:
                 continue
             conv, w, b = found
-            m = w.shape[0]
-            vec = _channel_vector(c, w.ndim, m)
+            ch = w.shape[0]
+            vec = _channel_vector(c, w.ndim, ch)
             if vec is None or c.dtype != w.dtype:
                 continue
-            b0 = b if b is not None else np.zeros(m, w.dtype)
+            b0 = b if b is not None else np.zeros(ch, w.dtype)
             if n.op_type == "Add":
                 new_w, new_b = w, (b0 + vec).astype(w.dtype)
             else:
-                new_w = (w * vec.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                new_w = (w * vec.reshape((ch,) + (1,) * (w.ndim - 1))).astype(w.dtype)
                 new_b = (b0 * vec).astype(w.dtype)
             if not g.replace_value(n.output[0], conv.output[0]):
                 continue

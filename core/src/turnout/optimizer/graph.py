@@ -8,12 +8,14 @@ inputs and outputs, and names read by nested graphs (If/Loop/Scan bodies), are n
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import NodeProto, helper, numpy_helper
+from onnx.helper import np_dtype_to_tensor_dtype
 
 __all__ = ["OptGraph", "attr", "Dim"]
 
@@ -45,7 +47,7 @@ _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 def _has_subgraph(node: NodeProto) -> bool:
     for a in node.attribute:
         t = a.type
-        if t == _GRAPH or t == _GRAPHS:
+        if t in (_GRAPH, _GRAPHS):
             return True
     return False
 
@@ -58,6 +60,21 @@ def _subgraph_reads(node: NodeProto) -> Iterator[str]:
                 yield from (x for x in n.input if x)
                 yield from _subgraph_reads(n)
             yield from (o.name for o in g.output)
+
+
+_PLAIN_KINDS = frozenset("biufc")  # numpy kinds from_array stores as plain raw_data
+
+
+def _decoded_form(v: np.ndarray) -> bool:
+    """Whether `v` is what numpy_helper.to_array returns for its own proto: a plain numeric,
+    native-order, C-contiguous array."""
+    return (
+        type(v) is np.ndarray
+        and v.dtype.kind in _PLAIN_KINDS
+        and v.dtype.isnative
+        and v.dtype.type.__module__ == "numpy"
+        and v.flags.c_contiguous
+    )
 
 
 class OptGraph:
@@ -91,6 +108,11 @@ class OptGraph:
         self.protected: set[str] = set(self.output_names)
         self.types: dict[str, onnx.TypeProto] = {}
         self._counter = itertools.count()
+        # decoded initializer values of the committed model, by name (see commit())
+        self.values: dict[str, np.ndarray] = {}
+        # id(node) -> (node, whether it has nested graphs): the node is kept so its id stays
+        # its own; passes never add a graph attribute to an existing node
+        self._nested: dict[int, tuple[NodeProto, bool]] = {}
         self._used_names: set[str] = set(self._init_protos) | set(self.input_names)
         for n in self.nodes:
             self._used_names.update(n.output)
@@ -112,6 +134,18 @@ class OptGraph:
         arr = numpy_helper.to_array(proto)
         self._cache[name] = arr
         return arr
+
+    def forget(self, name: str) -> None:
+        """Drop the decoded copy of original initializer `name` (decoded again if asked for):
+        a pass that replaced it frees the memory for the arrays it makes next."""
+        self._cache.pop(name, None)
+
+    def numel(self, name: str) -> int | None:
+        """The element count of initializer `name`, without decoding it; None if not one."""
+        if name in self.inits:
+            return int(self.inits[name].size)
+        proto = self._init_protos.get(name)
+        return math.prod(proto.dims) if proto is not None else None
 
     def is_initializer(self, name: str) -> bool:
         return name in self.inits or name in self._init_protos
@@ -147,6 +181,15 @@ class OptGraph:
     def producers(self) -> dict[str, NodeProto]:
         return {o: n for n in self.nodes for o in n.output if o}
 
+    def has_subgraph(self, n: NodeProto) -> bool:
+        """Whether node `n` has nested graphs (If/Loop/Scan bodies), looked up once per node."""
+        hit = self._nested.get(id(n))
+        if hit is not None and hit[0] is n:
+            return hit[1]
+        found = _has_subgraph(n)
+        self._nested[id(n)] = (n, found)
+        return found
+
     def consumers(self) -> dict[str, list[NodeProto]]:
         """Readers of each value, in node order; a node is listed once per way it reads a
         value (as an input, and again when a nested graph of it reads the value too)."""
@@ -159,13 +202,13 @@ class OptGraph:
                         out[x] = [n]
                     elif readers[-1] is not n:  # an input read twice by n counts once
                         readers.append(n)
-            if _has_subgraph(n):
+            if self.has_subgraph(n):
                 for x in dict.fromkeys(_subgraph_reads(n)):
                     out.setdefault(x, []).append(n)
         return out
 
     def subgraph_reads(self) -> set[str]:
-        return {x for n in self.nodes if _has_subgraph(n) for x in _subgraph_reads(n)}
+        return {x for n in self.nodes if self.has_subgraph(n) for x in _subgraph_reads(n)}
 
     # ------------------------------------------------------------------ shapes
     def refresh_shapes(self) -> None:
@@ -259,7 +302,11 @@ class OptGraph:
         while pending:
             rest = []
             for n in pending:
-                reads = itertools.chain(n.input, _subgraph_reads(n)) if _has_subgraph(n) else n.input
+                reads = (
+                    itertools.chain(n.input, _subgraph_reads(n))
+                    if self.has_subgraph(n)
+                    else n.input
+                )
                 needs = [x for x in reads if x in produced]
                 if all(x in ready for x in needs):
                     ordered.append(n)
@@ -273,18 +320,29 @@ class OptGraph:
         self.nodes = ordered
 
     def commit(self) -> onnx.ModelProto:
-        """Write nodes and initializers back into the model proto and return it."""
+        """Write nodes and initializers back into the model proto and return it.
+
+        `values` then maps initializers whose decoded array the optimizer holds (new ones and
+        originals it read) to that array, equal to `numpy_helper.to_array` of its proto.
+        """
         g = self.model.graph
         del g.node[:]
         g.node.extend(self.nodes)
-        protos = []
-        for name in self.initializer_names():
-            if name in self.inits:
-                protos.append(numpy_helper.from_array(self.inits[name], name))
-            else:
-                protos.append(self._init_protos[name])
         del g.initializer[:]
-        g.initializer.extend(protos)
+        self.values = {}
+        for name in self.initializer_names():
+            if name not in self.inits:
+                g.initializer.append(self._init_protos[name])
+                value = self._cache.get(name)
+            elif (value := self.inits[name]).dtype.kind in _PLAIN_KINDS:
+                # numpy_helper.from_array's fields, written in place (no intermediate proto)
+                t = g.initializer.add(name=name, data_type=np_dtype_to_tensor_dtype(value.dtype))
+                t.dims.extend(value.shape)
+                t.raw_data = numpy_helper.tobytes_little_endian(value)
+            else:
+                g.initializer.append(numpy_helper.from_array(value, name))
+            if value is not None and _decoded_form(value):
+                self.values[name] = value
         alive = {x for n in self.nodes for x in n.output} | set(self.initializer_names())
         kept = [vi for vi in g.value_info if vi.name in alive]
         # onnx cannot infer the outputs of turnout's fused ops (and so nothing after them):

@@ -26,11 +26,13 @@ def infer_types(g: OptGraph) -> dict[str, onnx.TypeProto]:
     graph = helper.make_graph(list(g.nodes), m.graph.name, list(m.graph.input), [])
     present = {i.name for i in graph.input}
     for name in g.initializer_names():
-        v = g.const(name) if name not in g.non_constant else None
+        proto = g._init_protos.get(name)
+        size = g.numel(name)
+        # a big original initializer is not decoded: its proto has the type and dims
+        v = g.const(name) if name in g.inits or (size is not None and size <= _SMALL) else None
         if v is not None and v.size <= _SMALL:
             graph.initializer.append(numpy_helper.from_array(v, name))
         elif name not in present:
-            proto = g._init_protos.get(name)
             if proto is not None:
                 dims, et = list(proto.dims), proto.data_type
             elif v is not None:

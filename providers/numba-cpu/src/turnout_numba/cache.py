@@ -17,6 +17,7 @@ so numba can cache them like any file-backed function.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -50,8 +51,10 @@ def _version() -> str:
     return __version__
 
 
+@functools.cache
 def cache_key() -> str:
-    """numba version, host CPU name and turnout-numba version: the parts a kernel depends on."""
+    """numba version, host CPU name and turnout-numba version: the parts a kernel depends on
+    (fixed for the life of the process, so computed once)."""
     import llvmlite.binding as ll
 
     cpu = ll.get_host_cpu_name() or "cpu"
@@ -81,15 +84,24 @@ def _numba_cache_at(path: Path) -> Iterator[None]:
         numba.config.CACHE_DIR = old
 
 
+_WRITABLE: set[Path] = set()  # directories a probe file was written to in this process
+
+
 def _writable(path: Path) -> bool:
+    """Whether `path` exists (created on demand) and takes files. A directory that took the
+    probe once is only checked to still exist afterwards: a session asks for every kernel."""
+    if path in _WRITABLE and path.is_dir():
+        return True
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".probe{os.getpid()}"
         probe.write_text("")
         probe.unlink()
-        return True
     except OSError:
+        _WRITABLE.discard(path)
         return False
+    _WRITABLE.add(path)
+    return True
 
 
 def jit(

@@ -1,0 +1,207 @@
+"""Session creation without serializing the weights: the checker and shape inference see light
+copies of the model and must answer exactly as they do for the whole model; the optimizer hands
+the arrays it decoded to the IR."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import turnout
+from turnout.errors import InvalidGraph
+from turnout.model import _check_copy, infer_shapes, light_copy, load_model
+from turnout.models import zoo
+from turnout.optimizer import Level, OptGraph, optimize
+
+F = TensorProto.FLOAT
+
+
+def _conv_model(big_raw: TensorProto | None = None) -> onnx.ModelProto:
+    """Conv (weight over the size limits) -> Reshape by a small constant -> If on an input."""
+    rng = np.random.default_rng(0)
+    w = big_raw or numpy_helper.from_array(
+        rng.standard_normal((64, 32, 3, 3)).astype(np.float32), "w"
+    )
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["r"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F, [1, 2304])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["r"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F, [1, 2304])],
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Reshape", ["c", "shape"], ["r"]),
+            helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other),
+        ],
+        "conv_if",
+        [
+            helper.make_tensor_value_info("x", F, [1, 32, 6, 6]),
+            helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", F, [1, 2304])],
+        [w, shape],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _copy(m: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(m)
+    return out
+
+
+def _zoo_models() -> list[Any]:
+    return [
+        pytest.param(_conv_model(), id="conv_if"),
+        pytest.param(zoo.resnet18_like(size=32), id="resnet18_like"),
+        pytest.param(zoo.bert_like(layers=1, hidden=64, heads=2, seq=8), id="bert_like"),
+    ]
+
+
+@pytest.mark.parametrize("model", _zoo_models())
+def test_light_shape_inference_matches_onnx_on_the_whole_model(model: onnx.ModelProto) -> None:
+    for m in (model, optimize(model, Level.ALL)[0]):
+        want = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+        got = infer_shapes(_copy(m))
+        assert got.graph.SerializeToString(deterministic=True) == want.graph.SerializeToString(
+            deterministic=True
+        )
+
+
+def test_light_copy_leaves_the_model_alone() -> None:
+    m = _conv_model()
+    before = m.SerializeToString(deterministic=True)
+    light = light_copy(m, lambda t: None if t.name == "w" else t)
+    assert [t.name for t in light.graph.initializer] == ["shape"]
+    assert [n.op_type for n in light.graph.node] == ["Conv", "Reshape", "If"]
+    assert light.opset_import == m.opset_import and light.ir_version == m.ir_version
+    assert m.SerializeToString(deterministic=True) == before
+
+
+def _checker_message(m: onnx.ModelProto) -> str:
+    with pytest.raises(onnx.checker.ValidationError) as info:
+        onnx.checker.check_model(m)
+    return str(info.value).strip().splitlines()[0]
+
+
+@pytest.mark.parametrize("cut", [1, 4, 4 * 64 * 32 * 9 - 1])
+def test_checker_sees_short_raw_data_of_big_tensors(cut: int) -> None:
+    w = numpy_helper.from_array(np.ones((64, 32, 3, 3), np.float32), "w")
+    w.raw_data = w.raw_data[:-cut]
+    m = _conv_model(w)
+    want = _checker_message(m)
+    with pytest.raises(InvalidGraph, match="raw_data size") as info:
+        load_model(m.SerializeToString())
+    assert want in str(info.value)
+
+
+def test_checker_still_refuses_two_value_fields_and_string_raw_data() -> None:
+    w = numpy_helper.from_array(np.ones((64, 32, 3, 3), np.float32), "w")
+    w.float_data.extend([1.0])
+    m = _conv_model(w)
+    with pytest.raises(InvalidGraph) as info:
+        load_model(m)
+    assert _checker_message(m) in str(info.value)
+    s = TensorProto(name="w", data_type=TensorProto.STRING, dims=[64, 32, 3, 3])
+    s.raw_data = bytes(4 * 64 * 32 * 9)
+    m = _conv_model(s)
+    with pytest.raises(InvalidGraph) as info:
+        load_model(m)
+    assert _checker_message(m) in str(info.value)
+
+
+def test_big_model_loads_and_runs_as_before() -> None:
+    m = _conv_model()
+    stub = _check_copy(m).graph.initializer[0]  # what the checker sees of the weight
+    assert stub.name == "w" and list(stub.dims) == [1] and len(stub.raw_data) == 4
+    x = np.random.default_rng(1).standard_normal((1, 32, 6, 6)).astype(np.float32)
+    sess = turnout.InferenceSession(m.SerializeToString())
+    for flag in (True, False):
+        (y,) = sess.run(None, {"x": x, "flag": np.array(flag)})
+        ref = onnx.reference.ReferenceEvaluator(m).run(None, {"x": x, "flag": np.array(flag)})[0]
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    # the If's output got its type from inference through the light copy
+    assert sess.get_outputs()[0].type == "tensor(float)"
+
+
+@pytest.mark.parametrize("model", _zoo_models())
+def test_optimizer_hands_over_arrays_equal_to_the_decoded_protos(model: onnx.ModelProto) -> None:
+    values: dict[str, np.ndarray] = {}
+    out, _ = optimize(model, Level.ALL, values=values)
+    protos = {t.name: t for t in out.graph.initializer}
+    assert values and set(values) <= set(protos)
+    for name, v in values.items():
+        want = numpy_helper.to_array(protos[name])
+        assert v.dtype == want.dtype and v.shape == want.shape, name
+        assert v.flags.c_contiguous
+        np.testing.assert_array_equal(v, want)
+
+
+def test_optimizer_leaves_its_input_unchanged() -> None:
+    m = zoo.resnet18_like(size=32)
+    before = m.SerializeToString(deterministic=True)
+    out, rep = optimize(m, Level.ALL)
+    assert rep.fired("fold_conv_bn")
+    assert m.SerializeToString(deterministic=True) == before
+    assert len(out.graph.initializer) < len(m.graph.initializer)
+
+
+def _reference_consumers(nodes: list[onnx.NodeProto]) -> dict[str, list[int]]:
+    """OptGraph.consumers as first written: per node, its inputs once, then its nested reads."""
+
+    def sub_reads(node: onnx.NodeProto) -> Iterator[str]:
+        for a in node.attribute:
+            graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for g in graphs:
+                for n in g.node:
+                    yield from (x for x in n.input if x)
+                    yield from sub_reads(n)
+                yield from (o.name for o in g.output)
+
+    out: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for x in dict.fromkeys(n.input):
+            if x:
+                out.setdefault(x, []).append(i)
+        for x in dict.fromkeys(sub_reads(n)):
+            out.setdefault(x, []).append(i)
+    return out
+
+
+def test_consumers_lists_each_reader_as_before() -> None:
+    m = _conv_model()
+    then = m.graph.node[2].attribute[0].g
+    then.node.append(helper.make_node("Add", ["c", "c"], ["t2"]))  # a nested read of c
+    m.graph.node.append(helper.make_node("Mul", ["r", "r"], ["sq"]))  # one reader, twice
+    m.graph.node.append(helper.make_node("Add", ["sq", "c"], ["z"]))
+    g = OptGraph(m)
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+    got = {k: [index[id(n)] for n in v] for k, v in g.consumers().items()}
+    assert got == _reference_consumers(g.nodes)
+    assert got["c"] == [1, 2, 4] and got["r"] == [2, 3]
+    assert g.subgraph_reads() == {"r", "c", "t", "e"}
+
+
+def test_numba_cache_dir_is_recreated_when_removed(tmp_path: Any, monkeypatch: Any) -> None:
+    cache = pytest.importorskip("turnout_numba.cache")
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "c"))
+    root = cache.cache_dir()
+    assert cache._writable(root) and root.is_dir()
+    root.rmdir()
+    assert cache._writable(root) and root.is_dir()
+    (tmp_path / "c2").write_text("a file where the directory should be")
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "c2"))
+    assert not cache._writable(cache.cache_dir())
