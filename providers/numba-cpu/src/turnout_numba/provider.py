@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numba
+import numpy as np
+from numba import prange
 
 from turnout.ir import GraphView
 from turnout.provider import (
@@ -32,6 +34,7 @@ from turnout.provider import (
 from turnout.providers.cpu import kernels as _cpu_kernels  # noqa: F401 - registers them
 from turnout.providers.cpu.registry import CPU_KERNELS
 
+from . import cache
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .codegen import EW_OPS, compile_group
 from .fusion import GraphIndex, find_groups, group_outputs
@@ -54,6 +57,7 @@ class NumbaExecutionProvider(ExecutionProvider):
         self.ctx = BuildContext(parallel=self.threads != 1)
         self._run_state = threading.local()  # saved thread counts of the run on this thread
         self._blas_controller: Any = None
+        _start_numba_runtime()
         if self.threads:
             try:
                 from threadpoolctl import ThreadpoolController
@@ -145,6 +149,30 @@ class NumbaExecutionProvider(ExecutionProvider):
         if blas is not None:
             blas.restore_original_limits()
             st.blas = None
+
+
+_RUNTIME_STARTED = threading.Event()
+_RUNTIME_LOCK = threading.Lock()
+
+
+def _touch(x: Any) -> None:  # pragma: no cover - compiled by numba
+    for i in prange(x.shape[0]):
+        x[i] = 0
+
+
+def _start_numba_runtime() -> None:
+    """Once per process, while a session is created: start numba's thread pool and make one
+    compiled call, so that their one-time setup (~0.1 s: thread launch, the imports of the
+    first call) is not paid by the first run() (issue: first run within 1.5x steady state)."""
+    if _RUNTIME_STARTED.is_set():
+        return
+    with _RUNTIME_LOCK:
+        if _RUNTIME_STARTED.is_set():
+            return
+        numba.get_num_threads()  # launches the threading layer
+        kern = cache.jit(_touch, ["void(float32[::1])"], parallel=True)
+        kern(np.zeros(1, np.float32))
+        _RUNTIME_STARTED.set()
 
 
 def _narrow_float(node: Any) -> bool:
