@@ -418,6 +418,66 @@ def test_fused_conv_and_gemm_kernels(act: str) -> None:
     assert [n.op_type for n in fused.graph.node] == ["FusedConv", "Flatten", "FusedGemm"]
 
 
+@pytest.mark.parametrize("tail", ["Relu", "none", "second_reader"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_residual_add_fuses_into_fused_conv(tail: str, bias: bool) -> None:
+    rng = np.random.default_rng(1)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((2, 2, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(2).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b" if bias else ""], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["x", "c"], ["s"]),  # the residual first: Add commutes
+    ]
+    if tail == "Relu":
+        nodes.append(helper.make_node("Relu", ["s"], ["y"]))
+    elif tail == "second_reader":  # s is read twice: the Relu stays, the Add still fuses
+        nodes += [
+            helper.make_node("Relu", ["s"], ["r"]),
+            helper.make_node("Mul", ["s", "r"], ["y"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Identity", ["s"], ["y"]))
+    m = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 5, 5])],
+        inits,
+    )
+    _fused_vs_unfused(m, {"x": rng.standard_normal((1, 2, 5, 5)).astype(np.float32)}, "FusedConv")
+    fused, rep = optimize(m, Level.ALL)
+    assert rep.fired("fuse_conv_add_activation")
+    (fc,) = [n for n in fused.graph.node if n.op_type == "FusedConv"]
+    assert list(fc.input) == ["x", "w", "b" if bias else "", "x"]
+    acts = [a.s.decode() for a in fc.attribute if a.name == "activation"]
+    assert acts == (["Relu"] if tail == "Relu" else [])
+    assert all(n.op_type != "Add" for n in fused.graph.node)
+
+
+def test_conv_add_with_broadcast_is_not_a_residual() -> None:
+    """Z must have the conv output's shape: a broadcast Add (a bias) is left to other passes."""
+    rng = np.random.default_rng(2)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((2, 2, 3, 3)).astype(np.float32), "w"),
+    ]
+    m = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Add", ["c", "z"], ["y"]),
+        ],
+        [
+            helper.make_tensor_value_info("x", F, [1, 2, 5, 5]),
+            helper.make_tensor_value_info("z", F, [1, 1, 5, 5]),
+        ],
+        [helper.make_tensor_value_info("y", F, [1, 2, 5, 5])],
+        inits,
+    )
+    fused, rep = optimize(m, Level.ALL)
+    assert not rep.fired("fuse_conv_add_activation")
+    assert [n.op_type for n in fused.graph.node] == ["Conv", "Add"]
+
+
 @pytest.mark.parametrize("opset", [14, 20])
 def test_gelu_layernorm_attention_kernels(opset: int) -> None:
     model = zoo.bert_like(layers=1, hidden=64, heads=4, opset=opset)

@@ -1,5 +1,6 @@
-"""Extended passes: MatMul+Add (any rank, constant weights) -> FusedGemm, and Conv / Gemm /
-FusedGemm followed by an activation -> FusedConv / FusedGemm (domain ai.turnout)."""
+"""Extended passes: MatMul+Add (any rank, constant weights) -> FusedGemm, Conv + residual Add
+(+ activation) -> FusedConv with input Z, and Conv / Gemm / FusedGemm followed by an activation
+-> FusedConv / FusedGemm (domain ai.turnout)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from .base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
 from .graph import OptGraph, attr
 from .match import Matcher
 
-__all__ = ["fuse_matmul_add", "fuse_activation"]
+__all__ = ["fuse_activation", "fuse_conv_add_activation", "fuse_matmul_add"]
 
 _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
+_FUSED_ATTRS = ("activation", "activation_params")
 
 
 @graph_pass("fuse_matmul_add", Level.EXTENDED)
@@ -76,6 +78,51 @@ def _activation(g: OptGraph, n: NodeProto) -> tuple[str, list[float]] | None:
     return None
 
 
+@graph_pass("fuse_conv_add_activation", Level.EXTENDED)
+def fuse_conv_add_activation(g: OptGraph, ctx: PassContext) -> int:
+    """Conv -> Add(residual of the same shape) [-> activation] becomes one FusedConv that adds
+    its input Z before the activation (ResNet's block tail: one pass over the output, not 3)."""
+    changes = 0
+    m = Matcher(g)
+    for n in list(g.nodes):
+        if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
+            continue
+        y = n.output[0]
+        add = m.only_reader(y, "Add")
+        if add is None or not m.internal(y):
+            continue
+        z = m.other(add, y)
+        shape = g.shape(y)
+        if not z or z == y or shape is None or None in shape or g.shape(z) != shape:
+            continue  # Z must have the output's exact (known) shape: no broadcasting
+        if g.elem_type(y) not in _FLOATS or g.elem_type(z) != g.elem_type(y):
+            continue
+        out, act, replaced = add.output[0], None, [n, add]
+        reader = m.only_reader(out)
+        if reader is not None and m.internal(out):
+            act = _activation(g, reader)
+            if act is not None:
+                out = reader.output[0]
+                replaced.append(reader)
+        if not ctx.can_emit(TURNOUT_DOMAIN, "FusedConv", tuple(r.op_type for r in replaced)):
+            continue
+        bias = n.input[2] if len(n.input) > 2 else ""
+        fused = g.make_node(
+            "FusedConv", [n.input[0], n.input[1], bias, z], [out], domain=TURNOUT_DOMAIN
+        )
+        fused.attribute.extend(a for a in n.attribute if a.name not in _FUSED_ATTRS)
+        if act is not None:
+            fused.attribute.append(helper.make_attribute("activation", act[0]))
+            if act[1]:
+                fused.attribute.append(helper.make_attribute("activation_params", act[1]))
+        g.insert_before(replaced[-1], fused)
+        g.remove(*replaced)
+        changes += 1
+    if changes:
+        g.ensure_opset(TURNOUT_DOMAIN)
+    return changes
+
+
 @graph_pass("fuse_activation", Level.EXTENDED)
 def fuse_activation(g: OptGraph, ctx: PassContext) -> int:
     """Conv/Gemm/FusedGemm -> activation becomes one FusedConv/FusedGemm with that activation."""
@@ -101,7 +148,7 @@ def fuse_activation(g: OptGraph, ctx: PassContext) -> int:
             continue
         if is_gemm and g.opsets.get("", 0) < 7:
             continue
-        attrs = [a for a in n.attribute if a.name not in ("activation", "activation_params")]
+        attrs = [a for a in n.attribute if a.name not in _FUSED_ATTRS]
         fused = helper.make_node(
             fused_op, list(n.input), [act_node.output[0]], name=g.fresh(fused_op),
             domain=TURNOUT_DOMAIN,
