@@ -455,6 +455,29 @@ def test_conv_residual_add_fuses_into_fused_conv(tail: str, bias: bool) -> None:
     assert all(n.op_type != "Add" for n in fused.graph.node)
 
 
+def test_add_of_two_convs_fuses_once() -> None:
+    """ResNet's downsampling block adds two convolutions: one absorbs the Add, the other stays."""
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((2, 2, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((2, 2, 1, 1)).astype(np.float32), "w2"),
+    ]
+    m = _model(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", ["x", "w2"], ["d"]),
+            helper.make_node("Add", ["c", "d"], ["s"]),
+            helper.make_node("Relu", ["s"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("y", F, [1, 2, 5, 5])],
+        inits,
+    )
+    _fused_vs_unfused(m, {"x": rng.standard_normal((1, 2, 5, 5)).astype(np.float32)}, "FusedConv")
+    fused, _ = optimize(m, Level.ALL)
+    assert sorted(n.op_type for n in fused.graph.node) == ["Conv", "FusedConv"]
+
+
 def test_conv_add_with_broadcast_is_not_a_residual() -> None:
     """Z must have the conv output's shape: a broadcast Add (a bias) is left to other passes."""
     rng = np.random.default_rng(2)

@@ -84,13 +84,14 @@ def fuse_conv_add_activation(g: OptGraph, ctx: PassContext) -> int:
     its input Z before the activation (ResNet's block tail: one pass over the output, not 3)."""
     changes = 0
     m = Matcher(g)
+    gone: set[int] = set()  # nodes fused away in this pass (the matcher does not see removals)
     for n in list(g.nodes):
         if n.op_type != "Conv" or n.domain not in ("", "ai.onnx") or len(n.output) != 1:
             continue
         y = n.output[0]
         add = m.only_reader(y, "Add")
-        if add is None or not m.internal(y):
-            continue
+        if add is None or not m.internal(y) or id(add) in gone:
+            continue  # (an Add of two convs is fused with the first one only)
         z = m.other(add, y)
         shape = g.shape(y)
         if not z or z == y or shape is None or None in shape or g.shape(z) != shape:
@@ -117,6 +118,7 @@ def fuse_conv_add_activation(g: OptGraph, ctx: PassContext) -> int:
                 fused.attribute.append(helper.make_attribute("activation_params", act[1]))
         g.insert_before(replaced[-1], fused)
         g.remove(*replaced)
+        gone.update(id(r) for r in replaced)
         changes += 1
     if changes:
         g.ensure_opset(TURNOUT_DOMAIN)
