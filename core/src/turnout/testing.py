@@ -22,11 +22,13 @@ __all__ = [
     "NodeCase",
     "assert_outputs_close",
     "check_official_case",
+    "cpu_session",
     "iter_node_cases",
     "named_outputs",
     "normalize_values",
     "one_node_model",
     "positional_inputs",
+    "provider_session",
     "run_onnxruntime",
     "run_own_kernel",
     "run_reference",
@@ -108,6 +110,24 @@ def run_own_kernel(
     if not isinstance(out, (tuple, list)):
         raise AssertionError(f"kernel {n.op_type} returned {type(out).__name__}, not a tuple")
     return list(out)
+
+
+def provider_session(model: onnx.ModelProto, provider: str, **options: Any) -> Any:
+    """A session on `provider` alone with fallback "error": a node the provider declines fails
+    the session instead of running on CPU unnoticed (what a provider's tests want)."""
+    from .options import SessionOptions
+    from .session import InferenceSession
+
+    so = SessionOptions()
+    so.fallback = "error"
+    return InferenceSession(model.SerializeToString(), so, providers=[(provider, options)])
+
+
+def cpu_session(model: onnx.ModelProto) -> Any:
+    """A session on turnout's CPU provider: the reference a provider's kernels are held to."""
+    from .session import InferenceSession
+
+    return InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 def positional_inputs(node: onnx.NodeProto, values: Sequence[Any]) -> list[Any]:

@@ -18,15 +18,11 @@ from onnx import helper
 
 import turnout
 from turnout.errors import InvalidArgument
-from turnout.testing import one_node_model, run_onnxruntime
+from turnout.testing import one_node_model, provider_session, run_onnxruntime
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    return turnout.InferenceSession(
-        model.SerializeToString(), so, providers=[("NumbaExecutionProvider", opts)]
-    )
+    return provider_session(model, "NumbaExecutionProvider", **opts)
 
 
 def _feeds(node: Any, inputs: list[Any]) -> dict[str, Any]:

@@ -17,22 +17,14 @@ from onnx import helper
 
 import turnout
 from turnout.errors import InvalidArgument
-from turnout.testing import one_node_model, run_onnxruntime
+from turnout.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _NAMES = ["x", "scale", "B", "mean", "var"]
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    return turnout.InferenceSession(
-        model.SerializeToString(), so, providers=[("NumbaExecutionProvider", opts)]
-    )
-
-
-def _cpu(model: onnx.ModelProto) -> turnout.InferenceSession:
-    return turnout.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return provider_session(model, "NumbaExecutionProvider", **opts)
 
 
 def _compare(
@@ -49,7 +41,7 @@ def _compare(
     assert [a.source for a in sess.partition_report().assignments] == [source]
     feeds = dict(zip(node.input, inputs))
     got = sess.run(None, feeds)
-    want = _cpu(model).run(None, feeds)
+    want = cpu_session(model).run(None, feeds)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape

@@ -16,19 +16,11 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout.errors import InvalidArgument
-from turnout.testing import one_node_model
+from turnout.testing import cpu_session, one_node_model, provider_session
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    return turnout.InferenceSession(
-        model.SerializeToString(), so, providers=[("NumbaExecutionProvider", opts)]
-    )
-
-
-def _cpu(model: onnx.ModelProto) -> turnout.InferenceSession:
-    return turnout.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return provider_session(model, "NumbaExecutionProvider", **opts)
 
 
 def _compare(
@@ -38,7 +30,7 @@ def _compare(
     sess = _session(model, **opts)
     assert [a.source for a in sess.partition_report().assignments] == [source]
     got = sess.run(None, {"x": x})
-    want = _cpu(model).run(None, {"x": x})
+    want = cpu_session(model).run(None, {"x": x})
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape

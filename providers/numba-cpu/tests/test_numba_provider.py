@@ -17,7 +17,14 @@ from onnx import TensorProto, helper
 import turnout
 from turnout.dtypes import elem_type_of
 from turnout.errors import FallbackError, InvalidArgument
-from turnout.testing import assert_outputs_close, iter_node_cases, one_node_model, positional_inputs
+from turnout.testing import (
+    assert_outputs_close,
+    cpu_session,
+    iter_node_cases,
+    one_node_model,
+    positional_inputs,
+    provider_session,
+)
 from turnout_numba import cache
 from turnout_numba import kernels as _kernels  # noqa: F401 - importing registers them
 from turnout_numba.factory import NumbaProviderFactory
@@ -31,15 +38,7 @@ CASES = [c for c in iter_node_cases(NUMBA_OPS) if c.name not in EXPECTED]
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    return turnout.InferenceSession(
-        model.SerializeToString(), so, providers=[("NumbaExecutionProvider", opts)]
-    )
-
-
-def _cpu(model: onnx.ModelProto) -> turnout.InferenceSession:
-    return turnout.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return provider_session(model, "NumbaExecutionProvider", **opts)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -71,7 +70,7 @@ def _model(nodes: list[Any], inputs: dict[str, tuple[int, list[int]]], outputs: 
 def _check_vs_cpu(model: Any, feeds: dict[str, Any], rtol: float = 1e-5, **opts: Any) -> Any:
     sess = _session(model, **opts)
     got = sess.run(None, feeds)
-    want = _cpu(model).run(None, feeds)
+    want = cpu_session(model).run(None, feeds)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-6)
@@ -240,7 +239,7 @@ def test_gather_bad_index_names_the_node(op: str) -> None:
     sess = _session(model)
     x = np.arange(12, dtype=np.float16).reshape(3, 4)
     good = np.array([[0, -1], [3, 2], [1, -4]], np.int64)
-    want = _cpu(model).run(None, {"x": x, "i": good})[0]
+    want = cpu_session(model).run(None, {"x": x, "i": good})[0]
     np.testing.assert_array_equal(sess.run(None, {"x": x, "i": good})[0], want)
     for bad in (4, -5, 2**40):
         idx = good.copy()
