@@ -250,3 +250,42 @@ def test_depthwise_many_planes_share_scratch(strides: list[int]) -> None:
     )
     got, want = _both(_model(node, feeds), feeds)
     _close(got, want)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("wired", ["all", "no_bias", "plain", "skip_row"])
+def test_skip_layer_norm_matches_cpu(dt: Any, wired: str) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 7, 24)).astype(dt) * 3 + 1
+    feeds = {"x": x, "skip": rng.standard_normal((7, 24) if wired == "skip_row" else x.shape)}
+    feeds["skip"] = feeds["skip"].astype(dt)
+    feeds["gamma"] = rng.standard_normal(24).astype(dt)
+    names, outs = ["x", "skip", "gamma"], ["y"]
+    if wired != "plain":
+        feeds["beta"] = rng.standard_normal(24).astype(dt)
+        names.append("beta")
+    if wired in ("all", "skip_row"):
+        feeds["bias"] = rng.standard_normal(24).astype(dt)
+        names.append("bias")
+        outs = ["y", "mean", "inv", "total"]
+    node = helper.make_node(
+        "SkipLayerNormalization", names, outs, domain="ai.turnout", epsilon=1e-3
+    )
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    model = _model(node, feeds, n_out=len(outs))
+    got = turnout.InferenceSession(model, so, providers=["NumbaExecutionProvider"])
+    assert [a.source for a in got.partition_report().assignments] == ["numba"]
+    want = turnout.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    for g, w in zip(got.run(None, feeds), want.run(None, feeds)):
+        _close(g, w)
+
+
+def test_skip_layer_norm_bad_skip_names_the_node() -> None:
+    feeds = {k: np.ones(s, np.float32) for k, s in (("x", (2, 4)), ("skp", (3, 4)), ("gamma", 4))}
+    node = helper.make_node(
+        "SkipLayerNormalization", ["x", "skp", "gamma"], ["y"], name="sln", domain="ai.turnout"
+    )
+    sess = _numba_session(node, feeds)
+    with pytest.raises(InvalidArgument, match="sln"):
+        sess.run(None, feeds)

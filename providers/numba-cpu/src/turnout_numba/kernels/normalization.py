@@ -190,3 +190,99 @@ def _build_layer_norm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
 
 numba_kernel("LayerNormalization", since=17, applies=_ln_applies)(_build_layer_norm)
+
+
+def _skip_layer_norm(
+    x: Any,
+    skip: Any,
+    bias: Any,
+    gamma: Any,
+    beta: Any,
+    eps: float,
+    y: Any,
+    total: Any,
+    mean: Any,
+    inv: Any,
+) -> None:  # pragma: no cover - compiled by numba
+    # total = x + skip + bias in the tensor's dtype (as the unfused Adds round), then
+    # LayerNormalization of it over each row with float64 statistics
+    rows, n = x.shape
+    for i in prange(rows):
+        xr = x[i]
+        sr = skip[i]
+        tr = total[i]
+        s = 0.0
+        for j in range(n):
+            v = xr[j] + sr[j] + bias[j]
+            tr[j] = v
+            s += v
+        mu = s / n
+        q = 0.0
+        for j in range(n):
+            d = tr[j] - mu
+            q += d * d
+        r = 1.0 / np.sqrt(q / n + eps)
+        yr = y[i]
+        for j in range(n):
+            yr[j] = (tr[j] - mu) * r * gamma[j] + beta[j]
+        mean[i] = mu
+        inv[i] = r
+
+
+def _skip_ln_applies(kn: KernelNode) -> str | None:
+    x = kn.inputs[0]
+    if x is None or x.elem_type is None:
+        return "input types unknown at session creation"
+    if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return f"SkipLayerNormalization on {x.dtype} is not compiled by numba"
+    for i, info in enumerate(kn.inputs[1:5], 1):
+        if info is not None and info.dtype != x.dtype:
+            return f"input {i} is not {x.dtype} (or its type is unknown at session creation)"
+    return None
+
+
+def _build_skip_layer_norm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    c = kn.inputs[0].dtype
+    vec = numba_array(c, 1, readonly=True, layout="C")
+    mat_in = numba_array(c, 2, readonly=True, layout="C")
+    mat_out = numba_array(c, 2, readonly=False, layout="C")
+    f32 = numba_array(np.dtype(np.float32), 1, readonly=False, layout="C")
+    sig = types.void(mat_in, mat_in, vec, vec, vec, types.float64, mat_out, mat_out, f32, f32)
+    kern = ctx.jit(_skip_layer_norm, [sig])
+    eps = float(kn.attr("epsilon", 1e-5))
+    name = kn.name
+    n_out = len(kn.node.outputs)
+
+    def run(x: Any, skip: Any, gamma: Any, beta: Any = None, bias: Any = None) -> tuple[Any, ...]:
+        if x.ndim < 1 or x.dtype != c:
+            raise InvalidArgument(f"{name}: input must be a {c} tensor, got {x.dtype} {x.shape}")
+        n = x.shape[-1]
+        rows = x.size // n if n else 0
+        try:
+            skip2 = np.broadcast_to(skip, x.shape)
+            params = [np.broadcast_to(p, (n,)) if p is not None else None
+                      for p in (gamma, beta, bias)]  # fmt: skip
+        except ValueError:
+            raise InvalidArgument(
+                f"{name}: skip {skip.shape} or gamma/beta/bias do not fit input {x.shape}"
+            ) from None
+        g1, b1, bias1 = (np.zeros(n, c) if p is None else np.ascontiguousarray(p, dtype=c)
+                         for p in params)  # fmt: skip
+        x2 = np.ascontiguousarray(x).reshape(rows, n)
+        s2 = np.ascontiguousarray(skip2, dtype=c).reshape(rows, n)
+        y = np.empty((rows, n), c)
+        total = np.empty((rows, n), c)
+        mean = np.empty(rows, np.float32)
+        inv = np.empty(rows, np.float32)
+        if rows and n:
+            kern(x2.size * 3, x2, s2, bias1, g1, b1, eps, y, total, mean, inv)
+        stat = (*x.shape[:-1], 1)
+        outs = (y.reshape(x.shape), mean.reshape(stat), inv.reshape(stat), total.reshape(x.shape))
+        return outs[:n_out]
+
+    return run
+
+
+numba_kernel("SkipLayerNormalization", since=1, domain="ai.turnout", applies=_skip_ln_applies)(
+    _build_skip_layer_norm
+)
