@@ -57,7 +57,7 @@ class NumbaExecutionProvider(ExecutionProvider):
         self.ctx = BuildContext(parallel=self.threads != 1)
         self._run_state = threading.local()  # saved thread counts of the run on this thread
         self._blas_controller: Any = None
-        _start_numba_runtime()
+        _start_numba_runtime(self.ctx.parallel)
         if self.threads:
             try:
                 from threadpoolctl import ThreadpoolController
@@ -151,7 +151,7 @@ class NumbaExecutionProvider(ExecutionProvider):
             st.blas = None
 
 
-_RUNTIME_STARTED = threading.Event()
+_RUNTIME_STARTED: set[bool] = set()  # parallel flags whose runtime is started
 _RUNTIME_LOCK = threading.Lock()
 
 
@@ -160,19 +160,19 @@ def _touch(x: Any) -> None:  # pragma: no cover - compiled by numba
         x[i] = 0
 
 
-def _start_numba_runtime() -> None:
-    """Once per process, while a session is created: start numba's thread pool and make one
-    compiled call, so that their one-time setup (~0.1 s: thread launch, the imports of the
-    first call) is not paid by the first run() (issue: first run within 1.5x steady state)."""
-    if _RUNTIME_STARTED.is_set():
-        return
+def _start_numba_runtime(parallel: bool) -> None:
+    """Once per process, while a session is created: make one compiled call (and, for
+    sessions with threads, start numba's thread pool), so that this one-time setup (~0.1 s:
+    thread launch, the imports of the first call) is not paid by the first run() (issue: first
+    run within 1.5x steady state). A 1-thread session starts no threads."""
     with _RUNTIME_LOCK:
-        if _RUNTIME_STARTED.is_set():
+        if parallel in _RUNTIME_STARTED:
             return
-        numba.get_num_threads()  # launches the threading layer
-        kern = cache.jit(_touch, ["void(float32[::1])"], parallel=True)
+        if parallel:
+            numba.get_num_threads()  # launches the threading layer
+        kern = cache.jit(_touch, ["void(float32[::1])"], parallel=parallel)
         kern(np.zeros(1, np.float32))
-        _RUNTIME_STARTED.set()
+        _RUNTIME_STARTED.add(parallel)
 
 
 def _narrow_float(node: Any) -> bool:
