@@ -152,6 +152,10 @@ class Epilogue:
         self._kern = SizedKernel(fn, [sig], parallel)
         self._vec = np.zeros(1, dtype)
         self._full = np.zeros((1, 1, 1), dtype)
+        # one call of each variant now: a compiled function's first call is slow (~ms), and
+        # it belongs to session creation, not to the first run
+        for variant in {self._kern.serial, self._kern.parallel}:
+            variant(np.zeros((1, 1, 1), dtype), self._vec, self._vec, self._full, 1.0, 1.0, 0, 0)
 
     def __call__(
         self,
