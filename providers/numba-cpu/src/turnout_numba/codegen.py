@@ -560,6 +560,13 @@ def _compile_static(
         return bufs
 
     fn = _static_wrapper(ext, live, bound, outputs, info, shapes, kern, pack, consts, bad)
+    # one call on zeros now: a compiled function's first call is slow (~ms), and it belongs
+    # to session creation, not to the first run (elementwise ops only: zeros are safe inputs)
+    kern(
+        *[np.zeros(shapes[x], in_c[x]) for x in live],
+        *pack([consts[x] for x in bound]),
+        *[np.empty(shapes[y], c) for y, c in zip(outputs, out_c)],
+    )
     return GroupKernel(name, tuple(ext), tuple(outputs), fn, source, static=True)
 
 
