@@ -193,15 +193,3 @@ def test_consumers_lists_each_reader_as_before() -> None:
     assert got == _reference_consumers(g.nodes)
     assert got["c"] == [1, 2, 4] and got["r"] == [2, 3]
     assert g.subgraph_reads() == {"r", "c", "t", "e"}
-
-
-def test_numba_cache_dir_is_recreated_when_removed(tmp_path: Any, monkeypatch: Any) -> None:
-    cache = pytest.importorskip("turnout_numba.cache")
-    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "c"))
-    root = cache.cache_dir()
-    assert cache._writable(root) and root.is_dir()
-    root.rmdir()
-    assert cache._writable(root) and root.is_dir()
-    (tmp_path / "c2").write_text("a file where the directory should be")
-    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "c2"))
-    assert not cache._writable(cache.cache_dir())

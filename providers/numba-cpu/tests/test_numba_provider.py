@@ -333,3 +333,14 @@ def test_cache_dir_is_keyed_relocatable_and_survives_corruption(tmp_path: Path) 
     for p in keyed[0].rglob("*.py"):
         p.write_text("garbage = (")
     subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=env, check=True)
+
+
+def test_numba_cache_dir_is_recreated_when_removed(tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "c"))
+    root = cache.cache_dir()
+    assert cache._writable(root) and root.is_dir()
+    root.rmdir()
+    assert cache._writable(root) and root.is_dir()
+    (tmp_path / "c2").write_text("a file where the directory should be")
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "c2"))
+    assert not cache._writable(cache.cache_dir())
