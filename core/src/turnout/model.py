@@ -6,6 +6,7 @@ absolute path, `..`, a symlink pointing out) is refused, because a model file is
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import onnx.inliner
 from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import ExternalDataInfo
 
+from .dtypes import np_dtype
 from .errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
 
 __all__ = ["ModelSource", "infer_shapes", "light_copy", "load_model", "model_label"]
@@ -249,24 +251,13 @@ def _plain_raw(t: TensorProto) -> bool:
     )
 
 
-# bytes per element of the types whose raw_data the checker checks by size alone
-_RAW_ITEMSIZE: dict[int, int] = {
-    TensorProto.FLOAT: 4,
-    TensorProto.INT32: 4,
-    TensorProto.UINT32: 4,
-    TensorProto.DOUBLE: 8,
-    TensorProto.INT64: 8,
-    TensorProto.UINT64: 8,
-    TensorProto.COMPLEX64: 8,
-    TensorProto.COMPLEX128: 16,
-    TensorProto.FLOAT16: 2,
-    TensorProto.BFLOAT16: 2,
-    TensorProto.INT16: 2,
-    TensorProto.UINT16: 2,
-    TensorProto.INT8: 1,
-    TensorProto.UINT8: 1,
-    TensorProto.BOOL: 1,
-}
+# types whose raw_data the checker checks by size alone
+_SIZE_CHECKED = frozenset({
+    TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT32, TensorProto.DOUBLE,
+    TensorProto.INT64, TensorProto.UINT64, TensorProto.COMPLEX64, TensorProto.COMPLEX128,
+    TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT16, TensorProto.UINT16,
+    TensorProto.INT8, TensorProto.UINT8, TensorProto.BOOL,
+})  # fmt: skip
 
 
 def _check_copy(model: ModelProto) -> ModelProto:
@@ -278,10 +269,10 @@ def _check_copy(model: ModelProto) -> ModelProto:
     """
 
     def stub(t: TensorProto) -> TensorProto:
-        itemsize = _RAW_ITEMSIZE.get(t.data_type)
-        if itemsize is None or any(d <= 0 for d in t.dims):
+        if t.data_type not in _SIZE_CHECKED or any(d <= 0 for d in t.dims):
             return t
-        expected = _elements(t) * itemsize
+        itemsize = np_dtype(t.data_type).itemsize
+        expected = math.prod(t.dims) * itemsize
         if expected <= _BIG_BYTES or not _plain_raw(t):
             return t
         if len(t.raw_data) < expected:  # a transient copy, still cheaper than serializing
@@ -296,13 +287,6 @@ def _check_copy(model: ModelProto) -> ModelProto:
     return light_copy(model, stub)
 
 
-def _elements(t: TensorProto) -> int:
-    n = 1
-    for d in t.dims:
-        n *= d
-    return n
-
-
 def infer_shapes(model: ModelProto) -> ModelProto:
     """Shape/type inference where onnx can do it; a model it cannot infer still runs.
 
@@ -315,7 +299,7 @@ def infer_shapes(model: ModelProto) -> ModelProto:
     big: list[onnx.ValueInfoProto] = []
 
     def keep_small(t: TensorProto) -> TensorProto | None:
-        if t.name in inputs or _elements(t) <= _SMALL_ELEMENTS or t.HasField("segment"):
+        if t.name in inputs or math.prod(t.dims) <= _SMALL_ELEMENTS or t.HasField("segment"):
             return t
         big.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         return None

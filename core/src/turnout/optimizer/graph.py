@@ -45,11 +45,7 @@ _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 
 
 def _has_subgraph(node: NodeProto) -> bool:
-    for a in node.attribute:
-        t = a.type
-        if t in (_GRAPH, _GRAPHS):
-            return True
-    return False
+    return any(a.type in (_GRAPH, _GRAPHS) for a in node.attribute)
 
 
 def _subgraph_reads(node: NodeProto) -> Iterator[str]:
