@@ -19,7 +19,7 @@ from typing import Any
 from turnout.provider import KernelFn, KernelNode
 
 from . import cache
-from .codegen import SERIAL_WORK
+from .codegen import SERIAL_WORK, compute_dtype
 
 __all__ = [
     "NUMBA_KERNELS",
@@ -27,6 +27,7 @@ __all__ = [
     "BuildContext",
     "NumbaKernel",
     "SizedKernel",
+    "float_inputs_applies",
     "lookup",
     "numba_kernel",
 ]
@@ -93,6 +94,19 @@ def numba_kernel(
         return build
 
     return deco
+
+
+def float_inputs_applies(kn: KernelNode, count: int = 1, *, narrow: bool = True) -> str | None:
+    """None when the first `count` inputs have float types known at session creation, else
+    why not (the node then runs on the numpy kernel). float16/bfloat16 count when `narrow`
+    (they compute in float32); otherwise only float32/float64 do."""
+    for i, info in enumerate(kn.inputs[:count]):
+        if info is None or info.elem_type is None:
+            return f"type of input {i} unknown at session creation"
+        c = compute_dtype(info.dtype) if narrow else info.dtype
+        if c is None or c.name not in ("float32", "float64"):
+            return f"{kn.op_type} on {info.dtype} is not compiled by numba"
+    return None
 
 
 def _always(kn: KernelNode) -> str | None:

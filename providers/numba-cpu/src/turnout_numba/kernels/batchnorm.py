@@ -24,7 +24,7 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
 from ..codegen import compute_dtype, numba_array
-from ..registry import BuildContext, numba_kernel
+from ..registry import BuildContext, float_inputs_applies, numba_kernel
 
 __all__: list[str] = []
 
@@ -69,12 +69,9 @@ def _training(kn: KernelNode) -> bool:
 
 
 def _bn_applies(kn: KernelNode) -> str | None:
-    x = kn.inputs[0]
-    if x is None or x.elem_type is None:
-        return "input types unknown at session creation"
-    c = compute_dtype(x.dtype)
-    if c is None or c.kind != "f":
-        return f"BatchNormalization on {x.dtype} is not compiled by numba"
+    why = float_inputs_applies(kn)
+    if why:
+        return why
     if _training(kn):
         return "training mode is not compiled by numba"
     if any(kn.node.outputs[1:]):

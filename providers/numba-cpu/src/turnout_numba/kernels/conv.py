@@ -23,11 +23,12 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.kernels.conv import _conv_setup
+from turnout.providers.cpu.kernels.fused import activation_of
 
 from ..codegen import numba_array
-from ..registry import BuildContext, numba_kernel
-from .epilogue import Epilogue, activation_of
-from .gemm import float_inputs_applies, present
+from ..registry import BuildContext, float_inputs_applies, numba_kernel
+from .epilogue import Epilogue
+from .gemm import present
 
 __all__: list[str] = []
 
@@ -167,7 +168,7 @@ def _depthwise(
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
-    why = float_inputs_applies(kn)
+    why = float_inputs_applies(kn, 2, narrow=False)
     if why:
         return why
     ranks = {len(i.shape) for i in kn.inputs[:2] if i is not None and i.shape is not None}

@@ -16,37 +16,32 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.errors import InvalidArgument
+from turnout.providers.cpu.kernels.fused import ACTIVATION_DEFAULTS
 
 from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
 
-__all__ = ["ACTIVATIONS", "Epilogue", "activation_of"]
+__all__ = ["ACTIVATIONS", "Epilogue"]
 
-# activation name -> (statement computing v from v, with T the dtype's constructor; defaults)
-ACTIVATIONS: dict[str, tuple[str, tuple[float, float]]] = {
-    "": ("", (0.0, 0.0)),
-    "Identity": ("", (0.0, 0.0)),
+# activation name -> the statement computing v from v (T is the dtype's constructor, a0 and a1
+# the parameters). Names and parameter defaults are the CPU provider's (`ACTIVATION_DEFAULTS`).
+ACTIVATIONS: dict[str, str] = {
+    "": "",
+    "Identity": "",
     # comparisons are written so that NaN passes through, as numpy's maximum/clip do
-    "Relu": ("v = zero if v < zero else v", (0.0, 0.0)),
-    "LeakyRelu": ("v = v * a0 if v < zero else v", (0.01, 0.0)),
-    "Sigmoid": (
-        "e = np.exp(-abs(v))\nv = one / (one + e) if v >= zero else e / (one + e)",
-        (0.0, 0.0),
-    ),
-    "Tanh": ("v = np.tanh(v)", (0.0, 0.0)),
-    "HardSigmoid": (
-        "v = v * a0 + a1\nv = zero if v < zero else v\nv = one if v > one else v",
-        (0.2, 0.5),
-    ),
-    "Clip": ("v = a0 if v < a0 else v\nv = a1 if v > a1 else v", (-np.inf, np.inf)),
-    "Gelu": ("v = T(0.5) * v * (one + math.erf(v * T(0.7071067811865476)))", (0.0, 0.0)),
+    "Relu": "v = zero if v < zero else v",
+    "LeakyRelu": "v = v * a0 if v < zero else v",
+    "Sigmoid": "e = np.exp(-abs(v))\nv = one / (one + e) if v >= zero else e / (one + e)",
+    "Tanh": "v = np.tanh(v)",
+    "HardSigmoid": "v = v * a0 + a1\nv = zero if v < zero else v\nv = one if v > one else v",
+    "Clip": "v = a0 if v < a0 else v\nv = a1 if v > a1 else v",
+    "Gelu": "v = T(0.5) * v * (one + math.erf(v * T(0.7071067811865476)))",
     "GeluTanh": (
-        "v = T(0.5) * v * (one + np.tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)))",
-        (0.0, 0.0),
+        "v = T(0.5) * v * (one + np.tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)))"
     ),
 }
+assert ACTIVATIONS.keys() == ACTIVATION_DEFAULTS.keys()
 
 _CTOR = {"float32": "np.float32", "float64": "np.float64"}
 
@@ -81,17 +76,6 @@ _GELU_F32 = (
 )
 
 
-def activation_of(kn: Any) -> tuple[str, float, float]:
-    """(name, p0, p1) of a fused node's `activation` / `activation_params` attributes."""
-    name = str(kn.attr("activation", "") or "")
-    if name not in ACTIVATIONS:
-        raise InvalidArgument(f"{kn.name}: unknown fused activation {name!r}")
-    defaults = ACTIVATIONS[name][1]
-    params = list(kn.attr("activation_params", []) or [])
-    p = [float(params[i]) if len(params) > i else defaults[i] for i in range(2)]
-    return name, p[0], p[1]
-
-
 def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, full: bool) -> str:
     """The kernel text for one combination; absent terms are simply not written."""
     terms = ["yr[k]" + (" * alpha_" if scale else "")]
@@ -101,7 +85,7 @@ def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, f
         terms.append("col[k] * beta_")
     if full:
         terms.append("fr[k] * beta_")
-    body = _GELU_F32 if act == "Gelu" and dtype == np.float32 else ACTIVATIONS[act][0]
+    body = _GELU_F32 if act == "Gelu" and dtype == np.float32 else ACTIVATIONS[act]
     act_lines = "".join(f"            {line}\n" for line in body.splitlines())
     return (
         "def _epilogue(y, row, col, full, alpha, beta, p0, p1):\n"

@@ -15,27 +15,16 @@ import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu.kernels.fused import activation_of
 
-from ..registry import BuildContext, numba_kernel
-from .epilogue import Epilogue, activation_of
+from ..registry import BuildContext, float_inputs_applies, numba_kernel
+from .epilogue import Epilogue
 
 __all__: list[str] = []
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def float_inputs_applies(kn: KernelNode, count: int = 2) -> str | None:
-    """float32/float64 inputs with types known at session creation (others: numpy kernel)."""
-    for i, info in enumerate(kn.inputs[:count]):
-        if info is None or info.elem_type is None:
-            return f"type of input {i} unknown at session creation"
-        if info.dtype not in _FLOATS:
-            return f"{kn.op_type} on {info.dtype} is not compiled by numba"
-    return None
-
 
 def _fused_gemm_applies(kn: KernelNode) -> str | None:
-    why = float_inputs_applies(kn)
+    why = float_inputs_applies(kn, 2, narrow=False)
     if why is None:
         try:
             activation_of(kn)

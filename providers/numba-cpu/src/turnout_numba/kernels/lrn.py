@@ -20,7 +20,7 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
 from ..codegen import compute_dtype, numba_array
-from ..registry import BuildContext, numba_kernel
+from ..registry import BuildContext, float_inputs_applies, numba_kernel
 
 __all__: list[str] = []
 
@@ -62,12 +62,9 @@ _BLOCK = 256  # spatial positions per tile: a tile's window sums stay in L1
 
 
 def _applies(kn: KernelNode) -> str | None:
-    x = kn.inputs[0]
-    if x is None or x.elem_type is None:
-        return "input types unknown at session creation"
-    c = compute_dtype(x.dtype)
-    if c is None or c.kind != "f":
-        return f"LRN on {x.dtype} is not compiled by numba"
+    why = float_inputs_applies(kn)
+    if why:
+        return why
     size = kn.attr("size", None)
     if size is None or int(size) < 1:
         return "LRN size missing or not positive"

@@ -16,7 +16,7 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
 from ..codegen import compute_dtype, numba_array
-from ..registry import BuildContext, numba_kernel
+from ..registry import BuildContext, float_inputs_applies, numba_kernel
 
 __all__: list[str] = []
 
@@ -45,16 +45,6 @@ def _softmax(x: Any, out: Any, log: bool) -> None:  # pragma: no cover - compile
                     out[i, r, p] = np.float64(x[i, r, p]) - m[p] - np.log(s[p])
                 else:
                     out[i, r, p] = out[i, r, p] / s[p]
-
-
-def _float_applies(kn: KernelNode) -> str | None:
-    x = kn.inputs[0]
-    if x is None or x.elem_type is None:
-        return "input types unknown at session creation"
-    c = compute_dtype(x.dtype)
-    if c is None or c.kind != "f":
-        return f"{kn.op_type} on {x.dtype} is not compiled by numba"
-    return None
 
 
 def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -96,7 +86,7 @@ def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
 
 for _op in ("Softmax", "LogSoftmax"):
-    numba_kernel(_op, since=1, applies=_float_applies)(_build_softmax)
+    numba_kernel(_op, since=1, applies=float_inputs_applies)(_build_softmax)
 
 
 def _layer_norm(
@@ -120,7 +110,7 @@ def _layer_norm(
 
 
 def _ln_applies(kn: KernelNode) -> str | None:
-    why = _float_applies(kn)
+    why = float_inputs_applies(kn)
     if why:
         return why
     for i, info in enumerate(kn.inputs[1:3], 1):
@@ -230,11 +220,10 @@ def _skip_layer_norm(
 
 
 def _skip_ln_applies(kn: KernelNode) -> str | None:
+    why = float_inputs_applies(kn, narrow=False)
+    if why:
+        return why
     x = kn.inputs[0]
-    if x is None or x.elem_type is None:
-        return "input types unknown at session creation"
-    if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        return f"SkipLayerNormalization on {x.dtype} is not compiled by numba"
     for i, info in enumerate(kn.inputs[1:5], 1):
         if info is not None and info.dtype != x.dtype:
             return f"input {i} is not {x.dtype} (or its type is unknown at session creation)"

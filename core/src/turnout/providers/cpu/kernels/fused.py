@@ -42,41 +42,56 @@ def _gelu_tanh(x: Array) -> Any:
     return t(0.5) * x * (t(1) + np.tanh(inner))
 
 
-def activation(name: str, params: list[float], where: str) -> Callable[[Array], Any]:
+# The fused activations and their (activation_params) defaults: the one list every provider's
+# fused kernels read (the numba provider's epilogue too).
+ACTIVATION_DEFAULTS: dict[str, tuple[float, float]] = {
+    "": (0.0, 0.0),
+    "Identity": (0.0, 0.0),
+    "Relu": (0.0, 0.0),
+    "LeakyRelu": (0.01, 0.0),
+    "Sigmoid": (0.0, 0.0),
+    "Tanh": (0.0, 0.0),
+    "HardSigmoid": (0.2, 0.5),
+    "Clip": (-np.inf, np.inf),
+    "Gelu": (0.0, 0.0),
+    "GeluTanh": (0.0, 0.0),
+}
+
+
+def activation_of(node: KernelNode) -> tuple[str, float, float]:
+    """A fused node's activation name and its two parameters, defaults filled in."""
+    name = str(node.attr("activation", "") or "")
+    if name not in ACTIVATION_DEFAULTS:
+        raise InvalidArgument(f"{node.name}: unknown fused activation {name!r}")
+    given = list(node.attr("activation_params", []) or [])
+    p0, p1 = (float(given[i]) if len(given) > i else ACTIVATION_DEFAULTS[name][i] for i in (0, 1))
+    return name, p0, p1
+
+
+def activation(name: str, a: float, b: float) -> Callable[[Array], Any]:
     """The element-wise function a fused op applies after its main computation."""
-    p = list(params)
-
-    def at(i: int, default: float) -> float:
-        return p[i] if len(p) > i else default
-
     if name in ("", "Identity"):
         return lambda x: x
     if name == "Relu":
         return lambda x: np.maximum(x, x.dtype.type(0))
     if name == "LeakyRelu":
-        a = at(0, 0.01)
         return lambda x: np.where(x < 0, x * x.dtype.type(a), x)
     if name == "Sigmoid":
         return _sigmoid
     if name == "Tanh":
         return np.tanh
     if name == "HardSigmoid":
-        a, b = at(0, 0.2), at(1, 0.5)
         return lambda x: np.clip(x * x.dtype.type(a) + x.dtype.type(b), 0, 1).astype(x.dtype)
     if name == "Clip":
-        lo, hi = at(0, -np.inf), at(1, np.inf)
-        return lambda x: np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi))
+        return lambda x: np.minimum(np.maximum(x, x.dtype.type(a)), x.dtype.type(b))
     if name == "Gelu":
         return _gelu
-    if name == "GeluTanh":
-        return _gelu_tanh
-    raise InvalidArgument(f"{where}: unknown fused activation {name!r}")
+    assert name == "GeluTanh", name  # activation_of() admits only ACTIVATION_DEFAULTS' names
+    return _gelu_tanh
 
 
 def _act_of(node: KernelNode) -> Callable[[Array], Any]:
-    return activation(
-        str(node.attr("activation", "")), list(node.attr("activation_params", [])), node.name
-    )
+    return activation(*activation_of(node))
 
 
 @cpu_kernel("FusedConv", since=1, domain=DOMAIN)
