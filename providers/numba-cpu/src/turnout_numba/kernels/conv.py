@@ -213,13 +213,18 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     epilogue = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=fused and present(kn, 3))
     group = int(kn.attr("group", 1))
     name = kn.name
+    geometry: dict[tuple[Any, Any], tuple[Any, ...]] = {}  # (X shape, W shape) -> _conv_setup
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.ndim not in (3, 4) or w.ndim != x.ndim:
             raise InvalidArgument(f"{name}: X {x.shape} and W {w.shape} must both be 3-D or 4-D")
         if x.dtype != dt or w.dtype != dt:
             raise InvalidArgument(f"{name}: X {x.dtype} and W {w.dtype} must both be {dt}")
-        strides, dilations, pb, _pe, out = _conv_setup(kn, x, w)
+        key = (x.shape, w.shape)
+        setup = geometry.get(key)
+        if setup is None:  # pads/auto_pad/output size: the same for every run at these shapes
+            setup = geometry[key] = _conv_setup(kn, x, w)
+        strides, dilations, pb, _pe, out = setup
         final_shape = (x.shape[0], w.shape[0], *out)
         n_, c_ = x.shape[:2]
         m_ = w.shape[0]
