@@ -50,14 +50,16 @@ def _logistic(x: np.ndarray) -> np.ndarray:
 
 
 def _probit(x: np.ndarray) -> np.ndarray:
-    """sqrt(2) * erfinv(2x - 1) with the same approximation of erfinv as onnxruntime."""
-    y = 2 * x - 1
-    sgn = np.where(y < 0, -1, 1).astype(x.dtype)
-    t = (1 - y) * (1 + y)
-    lg = np.log(t)
-    v = x.dtype.type(2 / (np.pi * 0.147)) + x.dtype.type(0.5) * lg
-    v2 = x.dtype.type(1 / 0.147) * lg
-    return (x.dtype.type(1.41421356) * sgn * np.sqrt(-v + np.sqrt(v * v - v2))).astype(x.dtype)
+    """sqrt(2) * erfinv(2x - 1) with onnxruntime's approximation of erfinv, always in float32 as
+    there. Near x = 0.5 the formula cancels two values of about 4.33, so one ulp of x moves the
+    result by up to 1e-3 relative: the scores must be summed as onnxruntime sums them."""
+    f = np.float32
+    y = 2 * x.astype(f) - 1
+    sgn = np.where(y < 0, f(-1), f(1))
+    lg = np.log((1 - y) * (1 + y))
+    v = f(2 / (np.pi * 0.147)) + f(0.5) * lg
+    v2 = f(1 / 0.147) * lg
+    return f(1.41421356) * sgn * np.sqrt(-v + np.sqrt(v * v - v2))
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -110,6 +112,7 @@ class _Forest:
         leaf_values: np.ndarray,
         leaf_has: np.ndarray,
         members: dict[int, list[float]] | None = None,
+        leaf_values64: np.ndarray | None = None,
     ) -> None:
         n = len(feature)
         self.name = name
@@ -123,6 +126,7 @@ class _Forest:
         self.missing_true = missing_true.astype(bool)
         self.any_missing = bool(self.missing_true.any())
         self.leaf_values = leaf_values  # (n_leaves, n_targets)
+        self.leaf_values64 = leaf_values64  # the same combined in float64, for float64 features
         self.leaf_has = leaf_has  # (n_leaves, n_targets) bool: leaf contributes to target
         self.modes_present = [int(m) for m in np.unique(self.mode)]
         self.max_feature = int(feature.max()) if n else -1
@@ -196,10 +200,13 @@ class _Forest:
         n_targets = self.leaf_values.shape[1]
         scores = np.zeros((n_rows, n_targets), dtype)
         has = np.zeros((n_rows, n_targets), bool)
+        table = self.leaf_values
+        if self.leaf_values64 is not None and scores.dtype == np.float64:
+            table = self.leaf_values64
         step = max(1, _GATHER_BUDGET // max(1, n_trees * n_targets))
         for s in range(0, n_rows, step):
             lv = leaves[s : s + step]
-            g = self.leaf_values[lv]
+            g = table[lv]
             h = self.leaf_has[lv]
             has[s : s + step] = h.any(axis=1)
             if agg in ("SUM", "AVERAGE"):
@@ -301,12 +308,12 @@ def _parse_v3(node: KernelNode, kind: str) -> tuple[_Forest, int]:
     if len(t_leaf) and (t_leaf < n_in).any():
         raise InvalidArgument(f"{name}: a {prefix} weight sits on a non-leaf node")
     wdtype = np.float64 if t_w.dtype == np.float64 else np.float32
-    lv, lh = _leaf_table(
+    lv64, lh = _leaf_table(
         len(leaf),
         n_targets,
         t_leaf - n_in,
         t_id,
-        t_w.astype(wdtype),
+        t_w.astype(np.float64),
         str(node.attr("aggregate_function", "SUM")),
     )
     forest = _Forest(
@@ -318,8 +325,9 @@ def _parse_v3(node: KernelNode, kind: str) -> tuple[_Forest, int]:
         succ(lists["nodes_falsenodeids"]),
         missing[inner],
         roots,
-        lv,
+        lv64.astype(wdtype),
         lh,
+        leaf_values64=lv64,
     )
     del tree_list
     return forest, n_targets
@@ -342,6 +350,12 @@ def _leaf_table(
     lh[leaf, target] = True
     lv[~lh] = 0
     return lv, lh
+
+
+def _score_dtype(x: np.ndarray, leaf_values: np.ndarray) -> Any:
+    """Scores are summed in float64 for float64 features, as onnxruntime's double kernels do,
+    else in the leaf values' type."""
+    return np.dtype(np.float64) if x.dtype == np.float64 else leaf_values.dtype
 
 
 def _features(x: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
@@ -375,11 +389,10 @@ def tree_ensemble_regressor(node: KernelNode) -> KernelFn:
     base = _attr_array(node, "base_values", np.float32)
     if base is not None and len(base) not in (0, 1, n_targets):
         raise InvalidArgument(f"{node.name}: base_values must have n_targets entries")
-    dtype = forest.leaf_values.dtype
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
         leaves = forest.leaves(_features(x, forest.threshold))
-        scores, _ = forest.aggregate(leaves, agg, dtype)
+        scores, _ = forest.aggregate(leaves, agg, _score_dtype(x, forest.leaf_values))
         return (_finish_scores(scores, base, pt).astype(np.float32, copy=False),)
 
     return run
@@ -408,10 +421,10 @@ def tree_ensemble_classifier(node: KernelNode) -> KernelFn:
     weights = _attr_array(node, "class_weights", np.float32)
     binary = n_classes == 2 and len(class_ids) == 1
     all_positive = weights is None or bool((weights >= 0).all())
-    dtype = forest.leaf_values.dtype
 
     def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         leaves = forest.leaves(_features(x, forest.threshold))
+        dtype = _score_dtype(x, forest.leaf_values)
         scores, has = forest.aggregate(leaves, "SUM", dtype)
         if binary:
             cid = int(class_ids[0])
