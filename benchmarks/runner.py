@@ -5,7 +5,11 @@ recorded as the first-run latency, the second gives the outputs compared for par
 `repeat` interleaved rounds: each round times a block of runs of every cell in turn (the order
 rotates per round), so that load from other work on the machine spreads over all runtimes
 alike. A block is as many runs as fit in `block_s` (at least one), so fast models get many
-samples and a runtime's worker threads settling after a switch cost one sample, not a median.
+samples. Before each block the runner sleeps `settle_s`: after a run, OpenBLAS's workers spin
+for about 0.1 s (2^28 cycles) and onnxruntime's pool spins too, so without a pause each runtime
+ran its block on cores the other was still spinning on. Measured at 2 threads on 2 cores
+(resnet50, densenet121, squeezenet, mlp): onnxruntime took 2x to 3x longer than alone, numba
+1.2x to 1.7x, which made the 2-thread ratios look better than they are.
 
 - onnx.reference runs at one thread only (BLAS limited to 1), for fewer rounds; a probe run in a
   child process decides first whether one run fits in `reference_limit_s`, else it is skipped
@@ -62,6 +66,7 @@ class Config:
     reference_limit_s: float = 60.0  # skip onnx.reference when one run takes longer
     reference_budget_s: float = 30.0  # fewer reference rounds when they would take longer
     block_s: float = 0.05  # time per block of consecutive runs of one cell
+    settle_s: float = 0.3  # pause before each block: the last runtime's spinning threads sleep
     max_block: int = 200
     runtimes: list[str] = field(default_factory=lambda: list(RUNTIMES))
     creation: bool = True  # cold/warm numba session creation in child processes
@@ -499,6 +504,7 @@ def _bench_model(
             k = r % max(len(cells), 1)
             for c in cells[k:] + cells[:k]:
                 if r < c.rounds:
+                    time.sleep(cfg.settle_s)
                     _time_block(c, feeds)
         profile = None
         if cfg.profile and "turnout_numba" in cfg.runtimes and "turnout_numba" not in skipped:
@@ -678,6 +684,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-limit", type=float, default=60.0,
                    help="skip onnx.reference where one run takes longer (seconds)")  # fmt: skip
     p.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated subset")
+    p.add_argument("--settle", type=float, default=0.3,
+                   help="pause before each block of runs (s): spinning threads sleep")  # fmt: skip
     p.add_argument("--memory", action="store_true", help="peak RSS (a process per runtime+model)")
     p.add_argument("--no-creation", action="store_true", help="skip cold/warm creation children")
     p.add_argument("--profile", action="store_true", help="per-op times of the numba session")
@@ -697,6 +705,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         reference_repeat=max(1, args.reference_repeat),
         reference_limit_s=args.reference_limit,
         runtimes=args.runtimes.split(","),
+        settle_s=max(0.0, args.settle),
         creation=not args.no_creation,
         memory=args.memory,
         profile=args.profile,

@@ -28,7 +28,12 @@ def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     mp.setenv("TURNOUT_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     try:
         cfg = runner.Config(
-            models=["tiny_ops_chain(20)"], threads=[1, 2], repeat=3, creation=False, block_s=0.002
+            models=["tiny_ops_chain(20)"],
+            threads=[1, 2],
+            repeat=3,
+            creation=False,
+            block_s=0.002,
+            settle_s=0.0,
         )
         return runner.run_benchmark(cfg)
     finally:

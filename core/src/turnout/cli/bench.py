@@ -66,6 +66,12 @@ def register(sub: Any) -> None:
         default="turnout_cpu,turnout_numba,onnxruntime,reference",
         help="comma-separated subset",
     )
+    b.add_argument(
+        "--settle",
+        type=float,
+        default=0.3,
+        help="pause before each block of runs (s): spinning threads sleep",
+    )
     b.add_argument("--memory", action="store_true", help="peak RSS (a process per runtime+model)")
     b.add_argument("--no-creation", action="store_true", help="skip cold/warm creation children")
     b.add_argument("--profile", action="store_true", help="per-op times of the numba session")
