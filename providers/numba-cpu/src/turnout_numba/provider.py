@@ -133,8 +133,10 @@ class NumbaExecutionProvider(ExecutionProvider):
         if not self.threads:
             return
         st = self._run_state
-        st.saved = numba.get_num_threads()  # numba's count is per calling thread
-        numba.set_num_threads(self.threads)
+        st.saved = None
+        if self.ctx.parallel:  # serial kernels never use numba's pool: a 1-thread session
+            st.saved = numba.get_num_threads()  # must not start it (10 ms in its first run)
+            numba.set_num_threads(self.threads)  # numba's count is per calling thread
         st.blas = None
         if self._blas_controller is not None:  # BLAS gets the same budget: no oversubscription
             st.blas = self._blas_controller.limit(limits=self.threads, user_api="blas")
