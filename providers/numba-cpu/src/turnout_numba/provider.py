@@ -134,9 +134,11 @@ class NumbaExecutionProvider(ExecutionProvider):
             return
         st = self._run_state
         st.saved = None
-        if self.ctx.parallel:  # serial kernels never use numba's pool: a 1-thread session
-            st.saved = numba.get_num_threads()  # must not start it (10 ms in its first run)
-            numba.set_num_threads(self.threads)  # numba's count is per calling thread
+        # serial kernels never use numba's pool, and asking numba for its thread count starts
+        # it (10 ms in a 1-thread session's first run); the count is per calling thread
+        if self.ctx.parallel:
+            st.saved = numba.get_num_threads()
+            numba.set_num_threads(self.threads)
         st.blas = None
         if self._blas_controller is not None:  # BLAS gets the same budget: no oversubscription
             st.blas = self._blas_controller.limit(limits=self.threads, user_api="blas")

@@ -126,7 +126,8 @@ class _Forest:
         self.missing_true = missing_true.astype(bool)
         self.any_missing = bool(self.missing_true.any())
         self.leaf_values = leaf_values  # (n_leaves, n_targets)
-        self.leaf_values64 = leaf_values64  # the same combined in float64, for float64 features
+        # float32 weights combined in float64, for float64 features (None: leaf_values is it)
+        self.leaf_values64 = leaf_values64
         self.leaf_has = leaf_has  # (n_leaves, n_targets) bool: leaf contributes to target
         self.modes_present = [int(m) for m in np.unique(self.mode)]
         self.max_feature = int(feature.max()) if n else -1
@@ -327,7 +328,7 @@ def _parse_v3(node: KernelNode, kind: str) -> tuple[_Forest, int]:
         roots,
         lv64.astype(wdtype),
         lh,
-        leaf_values64=lv64,
+        leaf_values64=lv64 if wdtype != np.float64 else None,  # no second copy of a float64 table
     )
     del tree_list
     return forest, n_targets
