@@ -7,6 +7,16 @@ the rest with the reason; then connected elementwise nodes become fused groups
 (`fusion.find_groups`), each compiled by `_compile` into one generated kernel. Every program is
 built while the session is created; a run only enqueues kernels, and `on_run_end` waits for
 the queue.
+
+Threads: runs of one session share its device state, and that state is not safe to use from
+two threads at once: a `cl.Kernel` takes its arguments (`clSetKernelArg`) separately from the
+launch, so two threads launching the same kernel can swap arguments (wrong outputs, reads of
+freed buffers), and the buffer pool, the error flags and the small caches are unlocked. So
+`on_run_start` takes the runtime's `run_lock` and `on_run_end` releases it: concurrent
+`run()` calls on one session take turns on the device. That costs little: the session's
+in-order queue runs one kernel at a time anyway, and each kernel already spreads over the
+device (PoCL: over every core); only host-side work between kernels stops overlapping. For
+runs truly in parallel, use a session per thread (each has its own context and queue).
 """
 
 from __future__ import annotations
@@ -89,6 +99,14 @@ class OpenCLExecutionProvider(ExecutionProvider):
         return out
 
     # ------------------------------------------------------------------ runs
+    def on_run_start(self) -> None:
+        """Take the device for this run (released in `on_run_end`): runs take turns."""
+        self.rt.run_lock.acquire()
+
     def on_run_end(self) -> None:
-        self.rt.finish()
-        self.rt.check_errors()
+        """Wait for the run's kernels, raise a flagged device error, and give the device back."""
+        try:
+            self.rt.finish()
+            self.rt.check_errors()
+        finally:
+            self.rt.run_lock.release()

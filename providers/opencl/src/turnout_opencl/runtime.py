@@ -100,6 +100,9 @@ class Runtime:
         self.index = device_index
         self.context = cl.Context([device])
         self.queue = cl.CommandQueue(self.context)
+        # Held from on_run_start to on_run_end: a session's runs use the device one at a time
+        # (see the provider's docstring for why). Reentrant, so a nested run cannot deadlock.
+        self.run_lock = threading.RLock()
         ext = device.extensions.split()
         self.fp64 = "cl_khr_fp64" in ext
         self.fp16 = "cl_khr_fp16" in ext
