@@ -155,3 +155,147 @@ def test_model_local_function_is_expanded() -> None:
     y = np.array([0.5, -1, 1], np.float32)
     (z,) = turnout.InferenceSession(model).run(None, {"x": x, "y": y})
     np.testing.assert_array_equal(z, np.maximum(x + y, 0))
+
+
+def _sparse_model(tmp_path: pathlib.Path, location: str, data: bytes) -> pathlib.Path:
+    """y = x + dense(w), where w is a sparse initializer whose values live in `location`."""
+    values = helper.make_tensor("w_values", TensorProto.FLOAT, [2], [0.0, 0.0])
+    values.ClearField("float_data")
+    values.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "8")):
+        values.external_data.add(key=key, value=value)
+    indices = numpy_helper.from_array(np.array([1, 3], np.int64), "w_indices")
+    sparse = helper.make_sparse_tensor(values, indices, [4])
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w_values"], ["y"])],
+        "sparse_add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        sparse_initializer=[sparse],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "values.bin").write_bytes(data)
+    path = model_dir / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_sparse_external_data_is_read_beside_the_model(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The values are found beside the model whatever the current folder is."""
+    path = _sparse_model(tmp_path, "values.bin", np.array([2, 5], np.float32).tobytes())
+    monkeypatch.chdir(tmp_path)
+    (y,) = turnout.InferenceSession(str(path)).run(None, {"x": np.ones(4, np.float32)})
+    np.testing.assert_array_equal(y, [1, 3, 1, 6])
+
+
+def test_sparse_external_data_cannot_escape_the_model_folder(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret in the current folder (or above the model's) is never read (it once was)."""
+    secret = np.array([7, 7], np.float32).tobytes()
+    (tmp_path / "secret.bin").write_bytes(secret)
+    monkeypatch.chdir(tmp_path)
+    escaping = _sparse_model(tmp_path, "../secret.bin", secret)
+    with pytest.raises(InvalidGraph, match="escapes the model.s folder"):
+        turnout.InferenceSession(str(escaping))
+    beside_cwd = tmp_path / "other"
+    beside_cwd.mkdir()
+    missing = _sparse_model(beside_cwd, "secret.bin", b"")
+    (missing.parent / "values.bin").unlink()
+    with pytest.raises(NoSuchFile, match="secret.bin"):
+        turnout.InferenceSession(str(missing))
+
+
+def _external_with(tmp_path: pathlib.Path, **entries: str) -> pathlib.Path:
+    path = _save_external(_add_model(np.arange(4, dtype=np.float32)), tmp_path, "w.bin")
+    model = onnx.load(path, load_external_data=False)
+    t = model.graph.initializer[0]
+    for entry in t.external_data:
+        if entry.key in entries:
+            entry.value = entries.pop(entry.key)
+    for key, value in entries.items():
+        t.external_data.add(key=key, value=value)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {"length": str(2**40)},  # once a bare MemoryError: the read was sized first
+        {"offset": str(2**62)},  # once OSError [Errno 22]
+        {"offset": "8", "length": "16"},
+    ],
+    ids=["huge-length", "huge-offset", "past-the-end"],
+)
+def test_external_data_range_outside_the_file_names_the_tensor(
+    tmp_path: pathlib.Path, entries: dict[str, str]
+) -> None:
+    path = _external_with(tmp_path, **entries)
+    with pytest.raises(InvalidGraph, match=r"'w'.*outside 'w.bin' \(16 bytes\)"):
+        turnout.InferenceSession(str(path))
+
+
+@pytest.mark.parametrize("entries", [{"offset": "-4"}, {"length": "many"}])
+def test_external_data_offset_or_length_not_a_count_names_the_tensor(
+    tmp_path: pathlib.Path, entries: dict[str, str]
+) -> None:
+    path = _external_with(tmp_path, **entries)
+    with pytest.raises(InvalidGraph, match=r"external data of 'w'"):
+        turnout.InferenceSession(str(path))
+
+
+def test_external_data_location_with_a_nul_byte_is_refused(tmp_path: pathlib.Path) -> None:
+    path = _external_with(tmp_path, location="w.bin\0.txt")
+    with pytest.raises(InvalidGraph, match="NUL byte"):
+        turnout.InferenceSession(str(path))
+
+
+def _with_initializer(t: TensorProto) -> bytes:
+    model = _add_model(np.zeros(4, np.float32))
+    model.graph.initializer[0].CopyFrom(t)
+    return model.SerializeToString()
+
+
+def test_short_raw_data_names_the_tensor() -> None:
+    t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    t.raw_data = t.raw_data[:4]  # once "cannot reshape array of size 1 into shape (4,)"
+    with pytest.raises(InvalidGraph, match=r"tensor name: w"):  # onnx.checker says so
+        turnout.InferenceSession(_with_initializer(t))
+    untyped = onnx.ModelProto()
+    untyped.ParseFromString(_with_initializer(t))
+    untyped.graph.output[0].ClearField("type")  # the checker then checks node by node only
+    with pytest.raises(InvalidGraph, match=r"cannot decode tensor 'w'"):
+        turnout.InferenceSession(untyped.SerializeToString())
+
+
+def test_unknown_data_type_names_the_tensor() -> None:
+    t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    t.data_type = 999  # once a bare KeyError: 999
+    with pytest.raises(InvalidGraph, match=r"tensor 'w' has unknown data type 999"):
+        turnout.InferenceSession(_with_initializer(t))
+
+
+def test_typed_data_of_the_wrong_count_names_the_tensor() -> None:
+    t = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    del t.float_data[2:]
+    with pytest.raises(InvalidGraph, match=r"tensor 'w' of shape \[4\] needs 4 values"):
+        turnout.InferenceSession(_with_initializer(t))
+
+
+def test_constant_with_a_sparse_value_runs() -> None:
+    values = numpy_helper.from_array(np.array([5, 6], np.float32), "v")
+    indices = numpy_helper.from_array(np.array([0, 2], np.int64), "i")
+    node = helper.make_node(
+        "Constant", [], ["y"], sparse_value=helper.make_sparse_tensor(values, indices, [3])
+    )
+    g = helper.make_graph(
+        [node], "c", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])]
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (y,) = turnout.InferenceSession(model.SerializeToString()).run(None, {})
+    np.testing.assert_array_equal(y, [5, 0, 6])

@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, GraphProto, NodeProto, TypeProto, numpy_helper
+from onnx import AttributeProto, GraphProto, NodeProto, TypeProto
 
 from .dtypes import np_dtype
 from .errors import InvalidGraph
 from .provider import KernelNode
+from .tensors import decode_tensor
 
 __all__ = ["Graph", "GraphView", "Node", "ValueInfo", "schema_since_version", "schema_type_params"]
 
@@ -74,7 +75,7 @@ def decode_attribute(a: AttributeProto, graph: Graph | None) -> Any:
     if t == A.STRING:
         return _decode_str(a.s)
     if t == A.TENSOR:
-        return numpy_helper.to_array(a.t)
+        return decode_tensor(a.t, f"attribute {a.name!r}")
     if t == A.GRAPH:
         return Graph.from_proto(a.g, graph.opsets if graph else {}, parent=graph)
     if t == A.INTS:
@@ -84,7 +85,7 @@ def decode_attribute(a: AttributeProto, graph: Graph | None) -> Any:
     if t == A.STRINGS:
         return [_decode_str(x) for x in a.strings]
     if t == A.TENSORS:
-        return [numpy_helper.to_array(x) for x in a.tensors]
+        return [decode_tensor(x, f"attribute {a.name!r}") for x in a.tensors]
     if t == A.GRAPHS:
         return [Graph.from_proto(g, graph.opsets if graph else {}, parent=graph) for g in a.graphs]
     if t == A.SPARSE_TENSOR:
@@ -173,7 +174,7 @@ class Graph:
         for init in g.initializer:
             known = values.get(init.name) if values else None
             graph.initializers[init.name] = (
-                known if known is not None else numpy_helper.to_array(init)
+                known if known is not None else decode_tensor(init, f"graph {g.name!r}")
             )
         for sp in g.sparse_initializer:
             from .values import SparseTensor

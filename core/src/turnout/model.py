@@ -19,6 +19,7 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from .dtypes import np_dtype
 from .errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
+from .tensors import all_tensors, check_tensor
 
 __all__ = ["ModelSource", "infer_shapes", "light_copy", "load_model", "model_label"]
 
@@ -73,6 +74,8 @@ def load_model(source: ModelSource, custom_domains: frozenset[str] = frozenset()
             f"model must be a path, bytes or onnx.ModelProto, not {type(source).__name__}"
         )
     _load_external_data(model, base_dir, label)
+    for tensor in all_tensors(model):
+        check_tensor(tensor, label)
     _check_opsets(model, label, custom_domains)
     if model.functions:
         try:
@@ -94,42 +97,53 @@ def _parse(data: bytes, label: str) -> ModelProto:
     return model
 
 
-def _all_tensors(model: ModelProto) -> list[TensorProto]:
-    from onnx.external_data_helper import _get_all_tensors
-
-    return list(_get_all_tensors(model))
-
-
 def _load_external_data(model: ModelProto, base_dir: Path | None, label: str) -> None:
-    for tensor in _all_tensors(model):
+    """Read every external tensor (sparse values and indices too) from inside `base_dir`."""
+    for tensor in all_tensors(model):
         if tensor.data_location != TensorProto.EXTERNAL:
             continue
-        info = ExternalDataInfo(tensor)
+        try:
+            info = ExternalDataInfo(tensor)
+        except ValueError as e:  # offset/length not a non-negative integer
+            raise InvalidGraph(f"{label}: external data of {tensor.name!r}: {e}") from None
         if base_dir is None:
             raise InvalidArgument(
                 f"{label}: tensor {tensor.name!r} has external data ({info.location!r}); "
                 "load the model from its file path so the data can be found beside it"
             )
         target = _safe_location(base_dir, info.location, tensor.name, label)
-        with open(target, "rb") as f:
-            if info.offset:
-                f.seek(int(info.offset))
-            data = f.read(int(info.length)) if info.length else f.read()
-        tensor.raw_data = data
+        tensor.raw_data = _read_range(target, info, tensor.name, label)
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
 
 
-def _safe_location(base_dir: Path, location: str, tensor: str, label: str) -> Path:
-    if not location or os.path.isabs(location):
+def _read_range(target: Path, info: ExternalDataInfo, tensor: str, label: str) -> bytes:
+    """The bytes [offset, offset + length) of `target`, checked against the file's size first,
+    so a huge or negative offset or length is an error naming the tensor, never a huge read."""
+    size = target.stat().st_size
+    offset = int(info.offset or 0)
+    length = int(info.length) if info.length else size - offset
+    if offset < 0 or length < 0 or offset + length > size:
         raise InvalidGraph(
-            f"{label}: external data of {tensor!r} at {location!r} escapes the model's folder"
+            f"{label}: external data of {tensor!r}: offset {offset} + length {length} lies "
+            f"outside {info.location!r} ({size} bytes)"
         )
+    with open(target, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def _safe_location(base_dir: Path, location: str, tensor: str, label: str) -> Path:
+    escapes = InvalidGraph(
+        f"{label}: external data of {tensor!r} at {location!r} escapes the model's folder"
+    )
+    if not location or os.path.isabs(location):
+        raise escapes
+    if "\0" in location:
+        raise InvalidGraph(f"{label}: external data of {tensor!r}: location holds a NUL byte")
     target = (base_dir / location).resolve()
     if os.path.commonpath([str(target), str(base_dir)]) != str(base_dir):
-        raise InvalidGraph(
-            f"{label}: external data of {tensor!r} at {location!r} escapes the model's folder"
-        )
+        raise escapes
     if not target.is_file():
         raise NoSuchFile(f"{label}: external data file of {tensor!r} not found: {location}")
     return target

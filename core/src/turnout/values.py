@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from onnx import SparseTensorProto, TensorProto, numpy_helper
+from onnx import SparseTensorProto, TensorProto
 
 from .dtypes import ELEM_TYPE_NAMES, elem_type_of, np_dtype, type_string
 from .errors import InvalidArgument
+from .tensors import decode_tensor
 
 __all__ = [
     "OrtAllocatorType",
@@ -150,8 +151,9 @@ class SparseTensor:
 
     @staticmethod
     def from_proto(proto: SparseTensorProto) -> SparseTensor:
-        values = numpy_helper.to_array(proto.values)
-        indices = numpy_helper.to_array(proto.indices)
+        where = f"sparse tensor {proto.values.name!r}"
+        values = decode_tensor(proto.values, where)
+        indices = decode_tensor(proto.indices, where)
         return SparseTensor(values, indices, list(proto.dims))
 
     @staticmethod

@@ -17,6 +17,8 @@ import onnx
 from onnx import NodeProto, helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
 
+from ..tensors import decode_tensor
+
 __all__ = ["OptGraph", "attr", "Dim"]
 
 Dim = int | str | None
@@ -127,7 +129,7 @@ class OptGraph:
         proto = self._init_protos.get(name)
         if proto is None or proto.data_type == onnx.TensorProto.UNDEFINED:
             return None
-        arr = numpy_helper.to_array(proto)
+        arr = decode_tensor(proto, f"initializer of graph {self.model.graph.name!r}")
         self._cache[name] = arr
         return arr
 

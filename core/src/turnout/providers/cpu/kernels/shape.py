@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
-from onnx import numpy_helper
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....values import SparseTensor
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -181,24 +181,13 @@ def size(node: KernelNode) -> KernelFn:
     return lambda x: (np.array(x.size, dtype=np.int64),)
 
 
-def _sparse_to_dense(sp: Any) -> np.ndarray:
-    values = numpy_helper.to_array(sp.values)
-    indices = numpy_helper.to_array(sp.indices).astype(np.int64)
-    dims = tuple(int(d) for d in sp.dims)
-    dense = np.zeros(math.prod(dims), dtype=values.dtype)
-    if indices.ndim == 2:  # [NNZ, rank] coordinates
-        indices = np.ravel_multi_index(tuple(indices.T), dims) if indices.size else indices[:, 0]
-    dense[indices] = values
-    return dense.reshape(dims)
-
-
 @cpu_kernel("Constant", since=1)
 def constant(node: KernelNode) -> KernelFn:
     a = node.attrs
     if "value" in a:
         value = np.asarray(a["value"])
     elif "sparse_value" in a:
-        value = _sparse_to_dense(a["sparse_value"])
+        value = SparseTensor.from_proto(a["sparse_value"]).to_dense()
     elif "value_float" in a:
         value = np.array(a["value_float"], dtype=np.float32)
     elif "value_floats" in a:
