@@ -18,13 +18,6 @@ _GRADIENT = (
     "inference runtime) does not implement"
 )
 
-_SQUEEZENET = (
-    "ill-conditioned: its constant weights drive the pooled logits to 2.69e9, where float32 "
-    "values are 256 apart; mathematically equal channels come out of BLAS sgemm up to 768 apart "
-    "(3 distinct values over 1000 channels), and Softmax turns a 256 gap into exp(-256), so the "
-    "output is not the uniform 0.001 the expected file holds (onnxruntime's MLAS happens to "
-    "produce bit-identical channels here)"
-)
 
 EXPECTED_FAILURES: dict[str, str] = {
     "test_bernoulli": _RANDOM,
@@ -37,5 +30,4 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_resize_downsample_scales_cubic_align_corners": _ALIGN_CORNERS,
     "test_gradient_of_add": _GRADIENT,
     "test_gradient_of_add_and_mul": _GRADIENT,
-    "light_squeezenet": _SQUEEZENET,
 }
