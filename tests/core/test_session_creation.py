@@ -193,3 +193,28 @@ def test_consumers_lists_each_reader_as_before() -> None:
     assert got == _reference_consumers(g.nodes)
     assert got["c"] == [1, 2, 4] and got["r"] == [2, 3]
     assert g.subgraph_reads() == {"r", "c", "t", "e"}
+
+
+def test_a_failing_pass_warns_and_the_model_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crashing pass is a warning (an error under `-W error`), never only a log line."""
+    from turnout.errors import OptimizationSkippedWarning
+    from turnout.optimizer import base
+
+    def broken(graph: OptGraph, ctx: Any) -> int:
+        raise IndexError("a bug in the pass")
+
+    monkeypatch.setattr(
+        "turnout.session.graph_passes", lambda: [base.GraphPass("broken", Level.BASIC, broken)]
+    )
+    model = zoo.mlp(batch=2).SerializeToString()
+    want = turnout.InferenceSession(model, sess_options=_unoptimized())
+    feed = {i.name: np.ones([2, *i.shape[1:]], np.float32) for i in want.get_inputs()}
+    with pytest.warns(OptimizationSkippedWarning, match="graph pass 'broken' failed: IndexError"):
+        sess = turnout.InferenceSession(model)
+    np.testing.assert_array_equal(sess.run(None, feed)[0], want.run(None, feed)[0])
+
+
+def _unoptimized() -> turnout.SessionOptions:
+    opts = turnout.SessionOptions()
+    opts.graph_optimization_level = turnout.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return opts

@@ -11,6 +11,7 @@ __all__ = [
     "EngineError",
     "FallbackError",
     "Fail",
+    "GraphPassError",
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
@@ -18,6 +19,7 @@ __all__ = [
     "NoModel",
     "NoSuchFile",
     "NotImplemented",
+    "OptimizationSkippedWarning",
     "RuntimeException",
     "TurnoutError",
 ]
@@ -74,3 +76,13 @@ class EPFail(TurnoutError):
 class FallbackError(EPFail):
     """Fallback policy "error": a requested provider is unavailable, or nodes would fall back
     to the CPU provider. The message lists every such node with each provider's reason."""
+
+
+class GraphPassError(Fail):
+    """A graph optimizer pass crashed: a bug in the pass, not in the model (model defects found
+    while optimizing raise their own class). The session warns and runs the model unoptimized."""
+
+
+class OptimizationSkippedWarning(RuntimeWarning):
+    """A session runs its model unoptimized because a graph pass failed. A warning, not a log
+    line, so test suites run with `-W error` fail on it instead of hiding it."""

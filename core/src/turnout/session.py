@@ -19,7 +19,7 @@ import onnx
 
 from . import __version__
 from .dtypes import value_type_string
-from .errors import FallbackError, InvalidArgument
+from .errors import FallbackError, GraphPassError, InvalidArgument, OptimizationSkippedWarning
 from .executor.build import prepare_graph
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec
@@ -258,10 +258,12 @@ class InferenceSession:
                 ),
                 values=values,
             )
-        except RuntimeError as e:  # a failing pass must not stop the model from running
+        except GraphPassError as e:  # a failing pass must not stop the model from running
             from .optimizer import Level, OptimizationReport
 
-            logger.warning("%s: graph optimization skipped: %s", self._label, e)
+            message = f"{self._label}: graph optimization skipped: {e}"
+            warnings.warn(message, OptimizationSkippedWarning, stacklevel=4)
+            logger.warning("%s", message)
             model, self._optimization_report = self._loaded, OptimizationReport(Level.DISABLE)
             values = {}
         if model is self._loaded:  # not optimized: infer_shapes writes into its model

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ..errors import GraphPassError, TurnoutError
 from . import (  # noqa: F401 - importing registers the passes, in this order
     cleanup,
     conv,
@@ -172,8 +173,10 @@ def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport
     t0 = time.perf_counter()
     try:
         changes = p.fn(g, ctx)
+    except TurnoutError:
+        raise  # a defect of the model (a tensor that cannot be decoded, ...): the user's to fix
     except Exception as e:
-        raise RuntimeError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
+        raise GraphPassError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
     if changes:
         g.refresh_shapes()
     report.results.append(
