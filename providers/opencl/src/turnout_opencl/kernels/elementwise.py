@@ -6,6 +6,10 @@ operands, `{T}` the output's C type, `{zero}`/`{one}` typed literals and `{<attr
 attribute as a typed literal. A single node and a fused group share the generator: a group is
 a list of such expressions over one output index space, with each input read through its own
 broadcast strides (`fusion.py` finds the groups).
+
+NaN goes through as in onnxruntime and onnx.reference: no template uses C's fmin/fmax/clamp,
+which return the other operand for a NaN; `NMAX_F`/`NMIN_F`/`NCLAMP` (comparisons that a NaN
+fails, so it falls through) take their place.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ HELPERS = r"""
     ?fmod((a),(b))+(b):fmod((a),(b)))
 #define NMAX_F(a,b) (((a)>(b)||isnan(a))?(a):(b))
 #define NMIN_F(a,b) (((a)<(b)||isnan(a))?(a):(b))
+#define NCLAMP(v,lo,hi) ((v)<(lo)?(lo):((v)>(hi)?(hi):(v)))
 #define NMAX_I(a,b) (((a)>(b))?(a):(b))
 #define NMIN_I(a,b) (((a)<(b))?(a):(b))
 """
@@ -85,10 +90,10 @@ EW_OPS: dict[str, Op] = {
     "Selu": _op(1, F, "({a}<={zero}?{gamma}*({alpha}*exp({a})-{alpha}):{gamma}*{a})",
                 alpha=1.67326319217681884765625, gamma=1.05070102214813232421875),
     "LeakyRelu": _op(1, F, "({a}<{zero}?{alpha}*{a}:{a})", alpha=0.01),
-    "HardSigmoid": _op(1, F, "fmax({zero},fmin({one},{alpha}*{a}+{beta}))", alpha=0.2, beta=0.5),
-    "HardSwish": _op(1, F, "({a}*fmax({zero},fmin({one},{a}/({one}*6)+{one}/2)))"),
+    "HardSigmoid": _op(1, F, "NCLAMP({alpha}*{a}+{beta},{zero},{one})", alpha=0.2, beta=0.5),
+    "HardSwish": _op(1, F, "({a}*NCLAMP({a}/({one}*6)+{one}/2,{zero},{one}))"),
     "ThresholdedRelu": _op(1, F, "({a}>{alpha}?{a}:{zero})", alpha=1.0),
-    "Celu": _op(1, F, "(fmax({zero},{a})+fmin({zero},{alpha}*(exp({a}/{alpha})-{one})))",
+    "Celu": _op(1, F, "(NMAX_F({a},{zero})+NMIN_F({alpha}*(exp({a}/{alpha})-{one}),{zero}))",
                 alpha=1.0),
     "Mish": _op(1, F, "({a}*tanh(log1p(exp({a}))))"),
     "Gelu": _op(1, F, "GELU", approximate="none"),
