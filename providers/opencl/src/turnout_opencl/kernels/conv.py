@@ -7,13 +7,13 @@ are computed on the host from the runtime shape; the parameters travel in one `l
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
 
 from ..runtime import CTYPES, Runtime, buf
 from .base import FLOATS, ocl_kernel
@@ -94,39 +94,16 @@ __kernel void pool(long n, __global const long* m, __global {T}* out, __global l
 
 
 def _spatial(
-    kn: KernelNode, x_shape: tuple[int, ...], kernel: list[int], ceil: bool, dil_default: int = 1
+    kn: KernelNode, x_shape: tuple[int, ...], kernel: list[int], ceil: bool
 ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
-    """(out sizes, strides, pads begin, pads end, dilations) for the spatial dims."""
-    sp = list(x_shape[2:])
-    r = len(sp)
-    strides = list(kn.attr("strides", [1] * r))
-    dil = list(kn.attr("dilations", [dil_default] * r))
-    pads = list(kn.attr("pads", [0] * (2 * r)))
-    auto = kn.attr("auto_pad", "NOTSET")
-    if isinstance(auto, bytes):
-        auto = auto.decode()
-    pb, pe = pads[:r], pads[r:]
-    out = []
-    for i in range(r):
-        ek = dil[i] * (kernel[i] - 1) + 1
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-sp[i] // strides[i])
-            total = max((o - 1) * strides[i] + ek - sp[i], 0)
-            small = total // 2
-            pb[i], pe[i] = (
-                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
-            )
-        elif auto == "VALID":
-            pb[i] = pe[i] = 0
-            o = (sp[i] - ek) // strides[i] + 1
-        else:
-            span = sp[i] + pb[i] + pe[i] - ek
-            o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
-            if ceil and (o - 1) * strides[i] >= sp[i] + pb[i]:
-                o -= 1
-        if o < 0:
-            raise InvalidArgument(f"{kn.name}: kernel larger than the padded input")
-        out.append(o)
+    """(out sizes, strides, pads begin, pads end, dilations) for the spatial dims.
+
+    The CPU provider's geometry (`conv_geometry`, `spatial_attrs`), not a copy of it: both
+    providers agree on every auto_pad and raise the same InvalidArgument for a window that
+    does not fit (a kernel larger than the padded input), where a copy gave a 0-size output.
+    """
+    strides, dil = spatial_attrs(kn, len(x_shape) - 2, kernel)
+    pb, pe, out = conv_geometry(kn, x_shape[2:], kernel, strides, dil, ceil)
     return out, strides, pb, pe, dil
 
 
@@ -148,6 +125,10 @@ def conv(kn: KernelNode, rt: Runtime) -> KernelFn:
         if xs[1] != ws[1] * group or ws[0] % group:
             raise InvalidArgument(f"{kn.name}: channels {xs[1]} do not match weight {ws}")
         kern = list(ks_attr) if ks_attr is not None else list(ws[2:])
+        if tuple(kern) != ws[2:]:
+            raise InvalidArgument(f"{kn.name}: kernel_shape {kern} does not match W {ws}")
+        if b is not None and tuple(b.shape) != (ws[0],):
+            raise InvalidArgument(f"{kn.name}: bias shape {tuple(b.shape)} must be ({ws[0]},)")
         o, st, pb, _pe, dil = _spatial(kn, xs, kern, False)
         out = rt.empty((xs[0], ws[0], *o), dt)
         meta = (
@@ -243,5 +224,3 @@ ocl_kernel("MaxPool", 1, dtypes=FLOATS, supports=_pool_supports)(
 ocl_kernel("AveragePool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 1, False))
 ocl_kernel("GlobalMaxPool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 0, True))
 ocl_kernel("GlobalAveragePool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 1, True))
-
-_ = math

@@ -463,6 +463,9 @@ def gather_elements(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 
 # ---------------------------------------------------------------------------- Pad
+# As the CPU provider and onnxruntime: negative pads crop first, then the positive pads are
+# added around the cropped input (edge/reflect/wrap read the cropped input, not the original).
+# meta: out shape | cropped dims | positive begin pads | input strides | crop starts
 _PAD_SRC = """
 __kernel void pad(long n, int rank, __global const long* m, __global {T}* out,
                   __global const {T}* x, {T} value) {{
@@ -478,12 +481,36 @@ __kernel void pad(long n, int rank, __global const long* m, __global {T}* out,
       if (D == 1) k = 0;
       else {{ long p = 2 * (D - 1); k = k % p; if (k < 0) k += p; if (k >= D) k = p - k; }}
     }} else {{ k = k % D; if (k < 0) k += D; }}
-    off += k * m[3 * rank + d];
+    off += (k + m[4 * rank + d]) * m[3 * rank + d];
   }}
   out[gid] = outside ? value : x[off];
 }}
 """
 _PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "wrap": 3}
+
+
+def _pad_plan(
+    name: str, shape: tuple[int, ...], pads: list[int], mode: str
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(output shape, cropped dims, positive begin pads, crop starts) of a full-rank `pads`;
+    raises InvalidArgument where the CPU provider's `pad_array` (and onnxruntime) refuses."""
+    r = len(shape)
+    before, after = pads[:r], pads[r:]
+    starts = tuple(max(-b, 0) for b in before)
+    dims = tuple(d - s - max(-e, 0) for d, s, e in zip(shape, starts, after))
+    if any(d < 0 for d in dims):
+        raise InvalidArgument(f"{name}: pads {pads} crop more than the input shape {shape}")
+    grow = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    if mode != "constant" and any(b or e for b, e in grow):
+        if math.prod(dims) == 0:
+            raise InvalidArgument(f"{name}: cannot {mode}-pad an empty tensor")
+        if mode == "reflect" and any((b or e) and d < 2 for d, (b, e) in zip(dims, grow)):
+            raise InvalidArgument(
+                f"{name}: reflect padding needs at least 2 elements on padded axes, "
+                f"shape {dims} after cropping"
+            )
+    out = tuple(d + b + e for d, (b, e) in zip(dims, grow))
+    return out, dims, tuple(b for b, _ in grow), starts
 
 
 def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
@@ -496,6 +523,7 @@ def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
 
     def run(x: Any, pads: Any = None, value: Any = None, axes: Any = None) -> tuple[Any]:
         r = len(x.shape)
+        val: Any
         if attrs:
             p = list(kn.attr("pads" if kn.since_version >= 2 else "paddings"))
             val = float(kn.attr("value", 0.0))
@@ -508,21 +536,21 @@ def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
             )
         if axes is not None:
             ax = [norm_axis(a, r) for a in host_ints(axes)]
+            if len(p) != 2 * len(ax):
+                raise InvalidArgument(
+                    f"{kn.name}: pads has {len(p)} entries, expected {2 * len(ax)}"
+                )
             full = [0] * (2 * r)
             for i, a in enumerate(ax):
                 full[a], full[a + r] = p[i], p[i + len(ax)]
             p = full
         if len(p) != 2 * r:
             raise InvalidArgument(f"{kn.name}: pads {p} do not fit rank {r}")
-        shape = tuple(x.shape[d] + p[d] + p[d + r] for d in range(r))
-        if any(s < 0 for s in shape):
-            raise InvalidArgument(f"{kn.name}: pads {p} make a negative dimension")
+        shape, dims, begin, starts = _pad_plan(kn.name, tuple(x.shape), p, mode)
         out = rt.empty(shape, x.dtype)
         n = math.prod(shape)
         if n:
-            if math.prod(x.shape) == 0 and mode != "constant":
-                raise InvalidArgument(f"{kn.name}: cannot {mode}-pad an empty tensor")
-            meta = rt.meta(shape + tuple(x.shape) + tuple(p[:r]) + c_strides(tuple(x.shape)))
+            meta = rt.meta(shape + dims + begin + c_strides(tuple(x.shape)) + starts)
             xb = buf(x) if x.size else buf(out)
             v = np.array(val).astype(dt)
             v = v.view(np.uint16) if dt in HALFS else v
