@@ -111,7 +111,16 @@ def _lift(vals: list[int], fill: int) -> list[int]:
     return [fill] * (3 - len(vals)) + vals
 
 
-@ocl_kernel("Conv", 1, dtypes=FLOATS)
+def _rank_supports(kn: KernelNode, rt: Runtime) -> str | None:
+    """Decline more than 3 spatial dims when the input rank is known at session creation (the
+    kernel lifts everything to 3); a rank below 3 is an error the run reports, as on CPU."""
+    x = kn.inputs[0]
+    if x is not None and x.shape is not None and len(x.shape) > 5:
+        return f"{kn.op_type}: the OpenCL kernel handles 1-3 spatial dims, not {len(x.shape) - 2}"
+    return None
+
+
+@ocl_kernel("Conv", 1, dtypes=FLOATS, supports=_rank_supports)
 def conv(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
     (k, _) = rt.build("#define MODE 0\n" + _CONV_SRC.format(T=CTYPES[dt]), "conv", "pool")
@@ -120,8 +129,10 @@ def conv(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, w: Any, b: Any = None) -> tuple[Any]:
         xs, ws = tuple(x.shape), tuple(w.shape)
-        if len(xs) < 3 or len(xs) > 5 or len(ws) != len(xs):
-            raise InvalidArgument(f"{kn.name}: Conv input {xs} / weight {ws} ranks unsupported")
+        if len(xs) < 3 or len(ws) != len(xs):
+            raise InvalidArgument(f"{kn.name}: X {xs} and W {ws} must be N-D with N >= 3")
+        if len(xs) > 5:  # declined at session creation when the rank is known then
+            raise InvalidArgument(f"{kn.name}: the OpenCL Conv handles 1-3 spatial dims, X is {xs}")
         if xs[1] != ws[1] * group or ws[0] % group:
             raise InvalidArgument(f"{kn.name}: channels {xs[1]} do not match weight {ws}")
         kern = list(ks_attr) if ks_attr is not None else list(ws[2:])
@@ -168,8 +179,10 @@ def _pool(kn: KernelNode, rt: Runtime, mode: int, is_global: bool) -> KernelFn:
 
     def run(x: Any) -> tuple[Any, ...]:
         xs = tuple(x.shape)
-        if len(xs) < 3 or len(xs) > 5:
-            raise InvalidArgument(f"{kn.name}: pooling input rank {len(xs)} unsupported")
+        if len(xs) < 3:
+            raise InvalidArgument(f"{kn.name}: pooling input {xs} must be N-D with N >= 3")
+        if len(xs) > 5:  # declined at session creation when the rank is known then
+            raise InvalidArgument(f"{kn.name}: OpenCL pooling handles 1-3 spatial dims, X is {xs}")
         if is_global:
             kern = list(xs[2:])
             o, st, pb, pe, dil = (
@@ -212,15 +225,12 @@ def _pool(kn: KernelNode, rt: Runtime, mode: int, is_global: bool) -> KernelFn:
     return run
 
 
-def _pool_supports(kn: KernelNode, rt: Runtime) -> str | None:
-    if kn.op_type == "MaxPool" and len(kn.outputs) > 1 and kn.outputs[1] is not None:
-        return None
-    return None
-
-
-ocl_kernel("MaxPool", 1, dtypes=FLOATS, supports=_pool_supports)(
-    lambda kn, rt: _pool(kn, rt, 0, False)
-)
-ocl_kernel("AveragePool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 1, False))
-ocl_kernel("GlobalMaxPool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 0, True))
-ocl_kernel("GlobalAveragePool", 1, dtypes=FLOATS)(lambda kn, rt: _pool(kn, rt, 1, True))
+for _op, _mode, _global in (
+    ("MaxPool", 0, False),
+    ("AveragePool", 1, False),
+    ("GlobalMaxPool", 0, True),
+    ("GlobalAveragePool", 1, True),
+):
+    ocl_kernel(_op, 1, dtypes=FLOATS, supports=_rank_supports)(
+        lambda kn, rt, m=_mode, g=_global: _pool(kn, rt, m, g)
+    )

@@ -25,7 +25,8 @@ __kernel void layernorm(long n, long len, __global const long* m, __global {T}* 
                         __global {T}* mean_out, __global {T}* inv_out,
                         __global const {T}* x, __global const {T}* s, __global const {T}* b,
                         int hasb, int want_stats, {T} eps, long s_stride0, long s_stride1,
-                        long s_split, long per_row) {{
+                        long s_split, long b_stride0, long b_stride1, long b_split,
+                        long per_row) {{
   long row = get_global_id(0);
   if (row >= n) return;
   __global const {T}* p = x + row * len;
@@ -39,7 +40,7 @@ __kernel void layernorm(long n, long len, __global const long* m, __global {T}* 
   for (long j = 0; j < len; ++j) {{
     long si = per_row ? row % per_row : (j / s_split) * s_stride0 + (j % s_split) * s_stride1;
     {A} v = (p[j] - mu) * inv * s[si];
-    if (hasb) v += b[si];
+    if (hasb) v += b[per_row ? si : (j / b_split) * b_stride0 + (j % b_split) * b_stride1];
     y[row * len + j] = ({T})v;
   }}
   if (want_stats) {{ mean_out[row] = ({T})mu; inv_out[row] = ({T})inv; }}
@@ -67,12 +68,92 @@ __kernel void batchnorm(long n, long C, long inner, __global {T}* y, __global co
 """
 
 
+def _index_form(scale: tuple[int, ...], tail: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(s0, s1, split) such that element j of a normalized row reads the broadcast `scale` at
+    (j // split) * s0 + (j % split) * s1, or None when no such form exists.
+
+    Size-1 dims do not move the index; what is left is runs of dims where the scale varies
+    (V) or is broadcast (B). Scalar (B), full (V), varying over trailing dims (B V) and over
+    leading dims (V B: a per-channel scale with axis=-3) have the form; B V B and V B V
+    would need a second split, which the kernel does not take.
+    """
+    runs: list[list[Any]] = []  # [broadcast?, elements]
+    for d, st in zip(tail, bcast_strides(scale, tail)):
+        if d != 1:
+            if runs and runs[-1][0] == (st == 0):
+                runs[-1][1] *= d
+            else:
+                runs.append([st == 0, d])
+    kinds = [b for b, _ in runs]
+    full = max(math.prod(tail), 1)
+    if kinds in ([], [True]):
+        return 0, 0, full
+    if kinds == [False]:
+        return 0, 1, full
+    if kinds == [True, False]:
+        return 0, 1, int(runs[1][1])  # j % inner
+    if kinds == [False, True]:
+        return 1, 0, int(runs[1][1])  # j // broadcast block
+    return None
+
+
+def _fits(scale: tuple[int, ...], tail: tuple[int, ...]) -> bool:
+    """Whether `scale` broadcasts to exactly `tail` (no dims of its own beyond it)."""
+    if len(scale) > len(tail):
+        return False
+    try:
+        return tuple(np.broadcast_shapes(scale, tail)) == tail
+    except ValueError:
+        return False
+
+
+def _row_index(
+    kn: KernelNode, what: str, scale: tuple[int, ...], tail: tuple[int, ...]
+) -> tuple[int, int, int]:
+    """`_index_form` of a scale or bias at run time; InvalidArgument when it does not fit.
+    A pattern without the form is declined in get_capability when shapes are known then."""
+    if not _fits(scale, tail):
+        raise InvalidArgument(f"{kn.name}: {what} {scale} does not fit {tail}")
+    form = _index_form(scale, tail)
+    if form is None:
+        raise InvalidArgument(
+            f"{kn.name}: {what} {scale} broadcast over {tail} is not supported by the OpenCL "
+            "kernel (and its shapes were unknown at session creation)"
+        )
+    return form
+
+
+def _norm_supports(kn: KernelNode, rt: Runtime) -> str | None:
+    """Decline a scale/bias whose broadcast over the normalized dims has no `_index_form`,
+    when the shapes are known at session creation (else the run checks them)."""
+    x = kn.inputs[0]
+    if x is None or x.shape is None:
+        return None
+    rank = len(x.shape)
+    axis = int(kn.attr("axis", -1))
+    if not -rank <= axis < rank:
+        return None  # the run raises InvalidArgument, as the CPU provider does
+    # an unknown dim of x counts as > 1: the form only gets simpler if it turns out to be 1
+    tail = tuple(d if isinstance(d, int) else 2 for d in x.shape[axis % rank :])
+    for i, what in ((1, "scale"), (2, "bias")):
+        info = kn.inputs[i] if i < len(kn.inputs) else None
+        if info is None or info.shape is None or not all(isinstance(d, int) for d in info.shape):
+            continue
+        shape = tuple(int(d) for d in info.shape)
+        if _fits(shape, tail) and _index_form(shape, tail) is None:
+            return (
+                f"{kn.op_type}: a {what} of shape {shape} broadcast over the normalized dims "
+                f"{tuple(x.shape[axis % rank :])} is not supported by the OpenCL kernel"
+            )
+    return None
+
+
 def _program(rt: Runtime, dt: np.dtype[Any]) -> Any:
     A = "double" if dt == np.float64 else "float"
     return rt.build(_LN_SRC.format(T=CTYPES[dt], A=A), "layernorm", "batchnorm", "rmsnorm")[:2]
 
 
-@ocl_kernel("RMSNormalization", 23, dtypes=FLOATS)
+@ocl_kernel("RMSNormalization", 23, dtypes=FLOATS, supports=_norm_supports)
 def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
     A = "double" if dt == np.float64 else "float"
@@ -84,13 +165,7 @@ def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
         shape = tuple(x.shape)
         axis = norm_axis(axis_attr, len(shape))
         tail = shape[axis:]
-        try:
-            if len(scale.shape) > len(tail):
-                raise ValueError
-            np.broadcast_shapes(tuple(scale.shape), tail)
-        except ValueError:
-            raise InvalidArgument(f"{kn.name}: scale {scale.shape} does not fit {tail}") from None
-        s0, s1, split = _two_strides(tail, bcast_strides(tuple(scale.shape), tail))
+        s0, s1, split = _row_index(kn, "scale", tuple(scale.shape), tail)
         y = rt.empty(shape, dt)
         length = math.prod(tail)
         if y.size:
@@ -111,7 +186,7 @@ def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("LayerNormalization", 17, dtypes=FLOATS)
+@ocl_kernel("LayerNormalization", 17, dtypes=FLOATS, supports=_norm_supports)
 def layer_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
     k, _ = _program(rt, dt)
@@ -126,15 +201,10 @@ def layer_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
         tail = shape[axis:]
         length = math.prod(tail)
         rows = math.prod(shape[:axis])
-        try:
-            np.broadcast_shapes(tuple(scale.shape), tail)
-        except ValueError:
-            raise InvalidArgument(f"{kn.name}: scale {scale.shape} does not fit {tail}") from None
-        st = bcast_strides(tuple(scale.shape), tail)
-        if bias is not None and bcast_strides(tuple(bias.shape), tail) != st:
-            raise InvalidArgument(f"{kn.name}: bias {bias.shape} differs from scale {scale.shape}")
-        # scale index = sum over tail dims; supported when it collapses to two strides
-        s0, s1, split = _two_strides(tail, st)
+        s0, s1, split = _row_index(kn, "scale", tuple(scale.shape), tail)
+        b0, b1, bsplit = (
+            _row_index(kn, "bias", tuple(bias.shape), tail) if bias is not None else (0, 0, 1)
+        )
         y = rt.empty(shape, dt)
         stat_shape = shape[:axis] + (1,) * len(tail)
         mean = rt.empty(stat_shape, dt)
@@ -156,30 +226,14 @@ def layer_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
             np.int64(s0),
             np.int64(s1),
             np.int64(split),
+            np.int64(b0),
+            np.int64(b1),
+            np.int64(bsplit),
             np.int64(0),
         )
         return (y, mean, inv)[: len(outs)]
 
     return run
-
-
-def _two_strides(tail: tuple[int, ...], st: tuple[int, ...]) -> tuple[int, int, int]:
-    """(outer stride, inner stride, split) so that index j maps to (j // split)*s0 +
-    (j % split)*s1: exact for a scale that is full, scalar, or broadcast on a prefix/suffix."""
-    full = math.prod(tail)
-    if all(s == 0 for s in st):
-        return 0, 0, max(full, 1)
-    from ..runtime import c_strides
-
-    if st == c_strides(tail):
-        return 0, 1, max(full, 1)
-    # broadcast over a leading block: scale varies only over trailing dims
-    k = 0
-    while k < len(st) and st[k] == 0:
-        k += 1
-    if st[k:] == c_strides(tail[k:]):
-        return 0, 1, max(math.prod(tail[k:]), 1)  # index j % inner
-    raise InvalidArgument(f"scale strides {st} over {tail} are not supported")
 
 
 def _bn_supports(kn: KernelNode, rt: Runtime) -> str | None:
@@ -247,6 +301,9 @@ def instance_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
             np.int64(0),
             np.int64(0),
             np.int64(max(length, 1)),
+            np.int64(0),
+            np.int64(0),
+            np.int64(1),
             np.int64(c),
         )
         return (y,)

@@ -159,7 +159,7 @@ def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> Any:
 
     def apply(x: Any, roi: Any, scales: Any, sizes: Any) -> tuple[Any]:
         shape = tuple(x.shape)
-        if not 0 < len(shape) <= _MAX_RANK:
+        if not 0 < len(shape) <= _MAX_RANK:  # above: declined when known at session creation
             raise InvalidArgument(f"{kn.name}: rank {len(shape)} is not supported")
         key = (
             shape,
@@ -214,6 +214,9 @@ def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> Any:
 
 
 def _supports(kn: KernelNode, rt: Runtime) -> str | None:
+    x = kn.inputs[0]
+    if x is not None and x.shape is not None and len(x.shape) > _MAX_RANK:
+        return f"{kn.op_type}: the OpenCL kernel takes rank <= {_MAX_RANK}, not {len(x.shape)}"
     mode = _s(kn.attr("mode"), "nearest")
     if kn.op_type == "Upsample" and mode == "bilinear":
         mode = "linear"
