@@ -3,8 +3,9 @@
 The reduced axes are made one contiguous block (a transpose copy only when they are not
 adjacent), so the kernel reads memory in order: for each `pre` (in parallel) it accumulates
 `red` rows of `post` contiguous values. Floats accumulate in float64, ints in 64 bits; the
-result is cast to the input dtype. An empty reduction runs turnout's numpy kernel (its
-identity-element rules are spelled out there).
+result is cast to the input dtype. `noop_with_empty_axes` with no axes reduces over none (each
+element alone: a (1, 1, size) view), so ReduceSumSquare still squares. An empty reduction runs
+turnout's numpy kernel (its identity-element rules are spelled out there).
 """
 
 from __future__ import annotations
@@ -137,9 +138,8 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     def run(x: Any, axes: Any = None) -> tuple[Any, ...]:
         ax = attr_axes if not axes_input else (None if axes is None else axes.tolist())
         if not ax:
-            if noop and axes_input:
-                return (x,)
-            ax = list(range(x.ndim))
+            # no-op: a reduction over no axes, which keeps the elementwise part (x*x, |x|, ...)
+            ax = [] if noop and axes_input else list(range(x.ndim))
         if x.size == 0:
             return fallback(x, axes) if axes_input else fallback(x)
         return (reduce(x, ax),)

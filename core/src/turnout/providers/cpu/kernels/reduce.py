@@ -1,7 +1,9 @@
 """Reduction kernels: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, CumSum, TopK.
 
 Reduce* take `axes` as an attribute up to a version (ReduceSum 13, the others 18) and as an
-optional input after, where `noop_with_empty_axes` decides what no axes means. Half-precision
+optional input after, where `noop_with_empty_axes` decides what no axes means: reduce over all
+axes, or over none, which still applies the op's elementwise part (ReduceSumSquare gives x*x,
+ReduceL2 |x|, ReduceLogSum log(x)), as onnxruntime and onnx.reference do. Half-precision
 inputs accumulate in float32 and are cast back. Before opset 13 the softmax family flattens the
 input to 2-D at `axis`; from 13 it works along the one axis.
 """
@@ -140,9 +142,8 @@ def _reduce_factory(
             if axes_input:
                 ax = None if axes is None or axes.size == 0 else axes.reshape(-1).tolist()
             if not ax:
-                if noop:
-                    return (x,)
-                norm: Axes = None
+                # no-op: a reduction over no axes (each element alone), not a pass-through
+                norm: Axes = () if noop else None
             else:
                 norm = _norm_axes(name, ax, x.ndim)
             r = fn(x, norm, keep)
@@ -163,6 +164,22 @@ for _op, (_input_since, _fn) in _REDUCE.items():
 # ArgMax / ArgMin
 
 
+def _arg_with_nan(x: Array, a: int, keep: bool, last: bool, big: bool) -> Any:
+    """onnxruntime's scan: start at index 0 and move to a strictly better value (or an equal
+    one with select_last_index). NaN compares false both ways, so it is chosen only at index 0;
+    numpy's argmax would pick the first NaN anywhere."""
+    nan = np.isnan(x)
+    xs = np.where(nan, -np.inf if big else np.inf, x)
+    best = (np.max if big else np.min)(xs, axis=a, keepdims=True)
+    hit = ~nan & (xs == best)
+    if last:
+        idx = (x.shape[a] - 1) - np.argmax(np.flip(hit, a), axis=a, keepdims=True)
+    else:
+        idx = np.argmax(hit, axis=a, keepdims=True)
+    idx = np.where(np.take(nan, [0], axis=a), 0, idx)
+    return idx if keep else np.squeeze(idx, axis=a)
+
+
 def _arg_factory(op: str, fn: Callable[..., Array]) -> Callable[[KernelNode], KernelFn]:
     def factory(node: KernelNode) -> KernelFn:
         name = node.name
@@ -177,7 +194,9 @@ def _arg_factory(op: str, fn: Callable[..., Array]) -> Callable[[KernelNode], Ke
             n = x.shape[a]
             if n == 0:
                 raise InvalidArgument(f"{name}: {op} over an empty axis {axis}")
-            if last:
+            if x.dtype.kind in "fV" and np.isnan(x).any():
+                idx = _arg_with_nan(x, a, keep, last, big=op == "ArgMax")
+            elif last:
                 idx = (n - 1) - fn(np.flip(x, a), axis=a, keepdims=keep)
             else:
                 idx = fn(x, axis=a, keepdims=keep)
