@@ -11,7 +11,8 @@ provider's `conv_geometry`/`spatial_attrs`, shared with Conv and the numpy pools
 
 AveragePool divides by the number of taps inside the input, or (count_include_pad) inside the
 explicitly padded input: taps that a ceil_mode window puts past the end padding never count,
-as in the numpy kernel and onnxruntime.
+as in the numpy kernel and onnxruntime. MaxPool treats NaN as the numpy kernel does (see
+`_max_pool` there: onnxruntime's first-tap-then-strictly-greater rule).
 
 MaxPool with an Indices output and 3-D pools run on the numpy kernel (declined here).
 """
@@ -38,11 +39,17 @@ def _max_pool(
 ) -> None:  # pragma: no cover - compiled by numba
     # Per output row: a column pass (max of the kh input rows, full width) into a row buffer
     # padded with `low`, a stride-1 sliding max of the kw taps over it, then every sw-th value.
-    # All three are plain contiguous loops (vectorized); np.maximum propagates NaN.
+    # All three are plain contiguous loops (vectorized). NaN as onnxruntime (and the numpy
+    # kernel): the max skips NaN (`v > a or a != a` is fmax), then a window whose first tap
+    # inside the input is NaN gives NaN.
     nc, h, w = x.shape
     oh_n, ow_n = y.shape[1], y.shape[2]
     n1 = (ow_n - 1) * sw + 1  # window starts (padded coordinates) at stride 1
     blen = max(pw + w, n1 + (kw - 1) * dw)
+    first_w = np.empty(ow_n, np.int64)  # each window's first column inside the input
+    for ow in range(ow_n):
+        w0 = ow * sw - pw
+        first_w[ow] = min(w0 + ((-w0 + dw - 1) // dw) * dw if w0 < 0 else w0, w - 1)
     for p in prange(nc):
         buf = np.empty(blen, x.dtype)
         s1 = np.empty(n1, x.dtype)
@@ -61,7 +68,9 @@ def _max_pool(
                 for i in range(ilo + 1, ihi):
                     xr = x[p, h0 + i * dh]
                     for c in range(w):
-                        mid[c] = np.maximum(mid[c], xr[c])
+                        a = mid[c]
+                        v = xr[c]
+                        mid[c] = v if (v > a or a != a) else a
             else:
                 for c in range(w):
                     mid[c] = low
@@ -70,10 +79,18 @@ def _max_pool(
             for j in range(1, kw):
                 tap = buf[j * dw : j * dw + n1]
                 for c in range(n1):
-                    s1[c] = np.maximum(s1[c], tap[c])
+                    a = s1[c]
+                    v = tap[c]
+                    s1[c] = v if (v > a or a != a) else a
             yr = y[p, oh]
             for ow in range(ow_n):
                 yr[ow] = picks[ow]
+            if ilo < ihi:
+                xf = x[p, h0 + ilo * dh]
+                for ow in range(ow_n):
+                    v = xf[first_w[ow]]
+                    if v != v:
+                        yr[ow] = v
 
 
 def _avg_pool(

@@ -44,22 +44,50 @@ def _lowest(dt: np.dtype[Any]) -> Any:
     return -np.inf
 
 
+def _first_in_window(
+    x: np.ndarray, strides: list[int], dilations: list[int], pb: list[int], out: list[int]
+) -> np.ndarray:
+    """Each window's first tap inside the input (row-major order): (N, C, *out)."""
+    first = []
+    for s, d, b, o, n in zip(strides, dilations, pb, out, x.shape[2:]):
+        start = np.arange(o) * s - b
+        skip = np.where(start < 0, -(start // d), 0)  # taps in the begin padding
+        first.append(np.minimum(start + skip * d, n - 1))
+    taps = (Ellipsis, *np.ix_(*first))
+    return x[taps]
+
+
 def _max_pool(
     node: KernelNode, storage_order: int, x: np.ndarray, want_indices: bool
 ) -> tuple[Any, ...]:
+    """onnxruntime's max: a window starts from its first tap inside the input and takes a later
+    tap only when it is strictly greater. So NaN wins only as that first tap (later NaNs never
+    compare greater), and of equal maxima the first is indexed. onnxruntime's own loop does
+    this for Indices, dilations and non-float32 types; its float32 MLAS path (no Indices)
+    follows SIMD operand order instead (1-D ignores NaN), so Y here does not depend on whether
+    Indices is asked for."""
     kernel, strides, dilations, pb, pe, out, eff = _setup(node, x)
     xp = pad_spatial(x, pb, pe, out, eff, strides, _lowest(x.dtype))
     slices = window_slices(kernel, strides, dilations, out)
-    y = xp[slices[0]].copy()
-    best = np.zeros(y.shape, np.int64) if want_indices else None
-    for ki, sl in enumerate(slices[1:], 1):
-        v = xp[sl]
-        if best is not None:
-            take = v > y
-            best[take] = ki
-        np.maximum(y, v, out=y)
-    if best is None:
+    if not want_indices:
+        y = xp[slices[0]].copy()
+        nan = x.dtype.kind in "fV"
+        for sl in slices[1:]:
+            (np.fmax if nan else np.maximum)(y, xp[sl], out=y)  # fmax skips NaN
+        if nan and x.size:
+            first = _first_in_window(x, strides, dilations, pb, out)
+            y = np.where(np.isnan(first), first, y)
         return (y, None)
+    inside = pad_spatial(np.ones((1, 1, *x.shape[2:]), bool), pb, pe, out, eff, strides, False)
+    y = np.full(xp[slices[0]].shape, _lowest(x.dtype), x.dtype)
+    seen = np.zeros(inside[slices[0]].shape, bool)
+    best = np.zeros(y.shape, np.int64)
+    for ki, sl in enumerate(slices):
+        v, valid = xp[sl], inside[sl]
+        take = valid & (~seen | (v > y))
+        np.copyto(y, v, where=take)
+        best[take] = ki
+        seen = seen | valid
     # Offsets -> input coordinates -> flat index into the unpadded input.
     nd = x.ndim - 2
     offs = np.unravel_index(best, kernel)
