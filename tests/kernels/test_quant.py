@@ -50,7 +50,6 @@ def test_official(case):
     check_official_case(case)
 
 
-RNG = np.random.default_rng(7)
 QTYPES = {
     "UINT8": np.uint8,
     "INT8": np.int8,
@@ -61,7 +60,7 @@ QTYPES = {
 }
 
 
-def _params(kind: str, shape, axis: int, block: int, qtype):
+def _params(rng: np.random.Generator, kind: str, shape, axis: int, block: int, qtype):
     """Random scale and zero point for per-tensor / per-axis / blocked quantization."""
     if kind == "tensor":
         pshape: tuple[int, ...] = ()
@@ -69,9 +68,9 @@ def _params(kind: str, shape, axis: int, block: int, qtype):
         pshape = (shape[axis],)
     else:
         pshape = tuple(-(-d // block) if i == axis else d for i, d in enumerate(shape))
-    scale = RNG.uniform(0.02, 0.5, pshape).astype(np.float32)
+    scale = rng.uniform(0.02, 0.5, pshape).astype(np.float32)
     info = ml_dtypes.iinfo(qtype)
-    zp = RNG.integers(int(info.min), int(info.max) + 1, pshape).astype(np.int64).astype(qtype)
+    zp = rng.integers(int(info.min), int(info.max) + 1, pshape).astype(np.int64).astype(qtype)
     return scale, zp
 
 
@@ -80,11 +79,11 @@ GRAN = [("tensor", 1, 0), ("axis", 1, 0), ("axis", -1, 0), ("blocked", 1, 2), ("
 
 @pytest.mark.parametrize("kind,axis,block", GRAN)
 @pytest.mark.parametrize("qname", list(QTYPES))
-def test_quantize_against_onnxruntime(qname, kind, axis, block):
+def test_quantize_against_onnxruntime(qname, kind, axis, block, rng):
     shape = (2, 4, 5)
-    x = (RNG.normal(0, 4, shape) * 8).astype(np.float32)
+    x = (rng.normal(0, 4, shape) * 8).astype(np.float32)
     x.flat[:6] = [0.5, 1.5, 2.5, -0.5, -1.5, 1e9]  # ties round to even; saturation
-    scale, zp = _params(kind, shape, axis, block, QTYPES[qname])
+    scale, zp = _params(rng, kind, shape, axis, block, QTYPES[qname])
     if kind == "tensor":
         scale = np.float32(1.0) + scale
     attrs = {"axis": axis, "block_size": block} if block else {"axis": axis}
@@ -108,8 +107,8 @@ def test_quantize_against_onnxruntime(qname, kind, axis, block):
 
 
 @pytest.mark.parametrize("saturate", [0, 1])
-def test_quantize_float8_against_onnxruntime(saturate):
-    x = np.concatenate([RNG.normal(0, 100, 40), [1e5, -1e5, np.inf, -np.inf, 0]]).astype(np.float32)
+def test_quantize_float8_against_onnxruntime(saturate, rng):
+    x = np.concatenate([rng.normal(0, 100, 40), [1e5, -1e5, np.inf, -np.inf, 0]]).astype(np.float32)
     scale = np.float32(0.5)
     zp = np.zeros((), ml_dtypes.float8_e4m3fn)
     node = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], saturate=saturate)
@@ -121,8 +120,8 @@ def test_quantize_float8_against_onnxruntime(saturate):
     np.testing.assert_array_equal(g[~np.isnan(g)], w[~np.isnan(w)])
 
 
-def test_quantize_float16_input_and_output_dtype():
-    x = RNG.normal(0, 10, (3, 8)).astype(np.float16)
+def test_quantize_float16_input_and_output_dtype(rng):
+    x = rng.normal(0, 10, (3, 8)).astype(np.float16)
     scale = np.float16(0.25)
     node = helper.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=T.INT8)
     want = run_ort(node, [x, scale], 21)[0]
@@ -135,8 +134,8 @@ def test_quantize_float16_input_and_output_dtype():
     np.testing.assert_array_equal(back, run_ort(dq, [got, scale], 21)[0])
 
 
-def test_quantize_opset10_per_tensor():
-    x = RNG.normal(0, 10, (3, 8)).astype(np.float32)
+def test_quantize_opset10_per_tensor(rng):
+    x = rng.normal(0, 10, (3, 8)).astype(np.float32)
     node = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"])
     ins = [x, np.float32(0.3), np.uint8(100)]
     np.testing.assert_array_equal(run_own_kernel(node, ins, 10)[0], run_ort(node, ins, 10)[0])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -11,9 +13,7 @@ from turnout.testing import (
     NodeCase,
     check_official_case,
     iter_node_cases,
-    run_onnxruntime,
     run_own_kernel,
-    run_reference,
 )
 
 REDUCE = [
@@ -31,32 +31,11 @@ REDUCE = [
 OPS = set(REDUCE) | {"ArgMax", "ArgMin", "Softmax", "LogSoftmax", "Hardmax", "CumSum", "TopK"}
 
 CASES = list(iter_node_cases(OPS))
-RNG = np.random.default_rng(1)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_official_node_case(case: NodeCase) -> None:
     check_official_case(case)
-
-
-def _compare(want, got, rtol, atol):  # type: ignore[no-untyped-def]
-    assert len(want) == len(got)
-    for w, g in zip(want, got):
-        assert isinstance(g, np.ndarray)
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
-
-
-def _check(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-untyped-def]
-    with np.errstate(all="ignore"):
-        want = run_reference(node, inputs, opset)
-    _compare(want, run_own_kernel(node, inputs, opset), rtol, atol)
-
-
-def _check_ort(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no-untyped-def]
-    """Compare with onnxruntime where onnx.reference is known wrong."""
-    want = run_onnxruntime(node, inputs, opset)
-    _compare(want, run_own_kernel(node, inputs, opset), rtol, atol)
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,45 +45,51 @@ def _check_ort(node, inputs, opset=21, rtol=1e-5, atol=1e-6):  # type: ignore[no
 AXES = [None, [1], [-1], [0, 2], [2, 0, 1]]
 
 
-def _reduce_input(op: str, dtype: type, shape=(3, 4, 5)):  # type: ignore[no-untyped-def]
+def _reduce_input(
+    rng: np.random.Generator, op: str, dtype: Any, shape: tuple[int, ...] = (3, 4, 5)
+) -> np.ndarray:
     if np.dtype(dtype).kind in "iu":
-        return RNG.integers(1, 4, shape).astype(dtype)
-    x = RNG.standard_normal(shape).astype(dtype)
+        return rng.integers(1, 4, shape).astype(dtype)
+    x = rng.standard_normal(shape).astype(dtype)
     return np.abs(x) + dtype(0.5) if op == "ReduceLogSum" else x
 
 
 @pytest.mark.parametrize("op", REDUCE)
 @pytest.mark.parametrize("axes", AXES, ids=str)
 @pytest.mark.parametrize("keepdims", [0, 1])
-def test_reduce_axes_input(op: str, axes: list[int] | None, keepdims: int) -> None:
-    x = _reduce_input(op, np.float32)
+def test_reduce_axes_input(
+    op: str, axes: list[int] | None, keepdims: int, rng: np.random.Generator, check: Any
+) -> None:
+    x = _reduce_input(rng, op, np.float32)
     opset = 13 if op == "ReduceSum" else 18
     if axes is None:
         node = helper.make_node(op, ["x"], ["y"], keepdims=keepdims)
-        _check(node, [x], opset)
+        check(node, [x], opset)
     else:
         node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
-        _check(node, [x, np.array(axes, np.int64)], opset)
+        check(node, [x, np.array(axes, np.int64)], opset)
 
 
 @pytest.mark.parametrize("op", REDUCE)
 @pytest.mark.parametrize("axes", AXES, ids=str)
-def test_reduce_axes_attribute(op: str, axes: list[int] | None) -> None:
-    x = _reduce_input(op, np.float64)
+def test_reduce_axes_attribute(
+    op: str, axes: list[int] | None, rng: np.random.Generator, check: Any
+) -> None:
+    x = _reduce_input(rng, op, np.float64)
     kw = {} if axes is None else {"axes": axes}
-    _check(helper.make_node(op, ["x"], ["y"], keepdims=0, **kw), [x], 11)
+    check(helper.make_node(op, ["x"], ["y"], keepdims=0, **kw), [x], 11)
 
 
 @pytest.mark.parametrize("op", REDUCE)
-def test_reduce_noop_with_empty_axes(op: str) -> None:
-    x = _reduce_input(op, np.float32)
+def test_reduce_noop_with_empty_axes(op: str, rng: np.random.Generator, check: Any) -> None:
+    x = _reduce_input(rng, op, np.float32)
     opset = 13 if op == "ReduceSum" else 18
     node = helper.make_node(op, ["x", "axes"], ["y"], noop_with_empty_axes=1)
     got = run_own_kernel(node, [x, np.array([], np.int64)], opset)[0]
     # a no-op passes the data through untouched (ORT does the same for every Reduce op)
     np.testing.assert_array_equal(got, x)
     node = helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=0)
-    _check(node, [x], opset)
+    check(node, [x], opset)
 
 
 @pytest.mark.parametrize(
@@ -123,13 +108,14 @@ def test_reduce_noop_with_empty_axes(op: str) -> None:
         ("ReduceLogSumExp", np.float16),
     ],
 )
-def test_reduce_dtypes(op: str, dtype: type) -> None:
-    x = RNG.random((4, 6)) < 0.5 if dtype is np.bool_ else _reduce_input(op, dtype, (4, 6))
+def test_reduce_dtypes(op: str, dtype: type, rng: np.random.Generator, check: Any) -> None:
+    x = rng.random((4, 6)) < 0.5 if dtype is np.bool_ else _reduce_input(rng, op, dtype, (4, 6))
     opset = 13 if op == "ReduceSum" else 20
     node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
     # onnx.reference promotes ReduceSumSquare of int32 to int64; ONNX keeps T, as ORT does
-    check = _check_ort if op == "ReduceSumSquare" else _check
-    check(node, [x, np.array([1], np.int64)], opset, rtol=2e-3 if dtype == np.float16 else 1e-6)
+    (check.ort if op == "ReduceSumSquare" else check)(
+        node, [x, np.array([1], np.int64)], opset, rtol=2e-3 if dtype == np.float16 else 1e-6
+    )
 
 
 @pytest.mark.parametrize("op", REDUCE)
@@ -175,10 +161,12 @@ def test_reduce_logsumexp_stable() -> None:
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("keepdims", [0, 1])
 @pytest.mark.parametrize("last", [0, 1])
-def test_arg_ties(op: str, axis: int, keepdims: int, last: int) -> None:
-    x = RNG.integers(0, 3, (4, 5, 3)).astype(np.float32)  # many ties
+def test_arg_ties(
+    op: str, axis: int, keepdims: int, last: int, rng: np.random.Generator, check: Any
+) -> None:
+    x = rng.integers(0, 3, (4, 5, 3)).astype(np.float32)  # many ties
     node = helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=keepdims, select_last_index=last)
-    _check(node, [x], 13)
+    check(node, [x], 13)
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,26 +176,28 @@ def test_arg_ties(op: str, axis: int, keepdims: int, last: int) -> None:
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
 @pytest.mark.parametrize("axis", [None, 0, 1, 2, -1, -3])
 @pytest.mark.parametrize("opset", [11, 13])
-def test_softmax_family(op: str, axis: int | None, opset: int) -> None:
-    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+def test_softmax_family(
+    op: str, axis: int | None, opset: int, rng: np.random.Generator, check: Any
+) -> None:
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     if op == "Hardmax":
         x = np.round(x)  # ties: the first maximum wins
     kw = {} if axis is None else {"axis": axis}
     node = helper.make_node(op, ["x"], ["y"], **kw)
     # onnx.reference does not flatten to 2-D before opset 13, so check those with onnxruntime
-    (_check_ort if opset < 13 else _check)(node, [x], opset)
+    (check.ort if opset < 13 else check)(node, [x], opset)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
-def test_softmax_dtypes_and_extremes(dtype: type) -> None:
-    x = RNG.standard_normal((3, 6)).astype(dtype)
+def test_softmax_dtypes_and_extremes(dtype: type, rng: np.random.Generator, check: Any) -> None:
+    x = rng.standard_normal((3, 6)).astype(dtype)
     x[0, 0] = 1000 if dtype == np.float64 else 60000
     x[1, :] = -np.inf
     x[1, 2] = 0
     rtol = 2e-3 if dtype == np.float16 else 1e-7
-    _check(helper.make_node("Softmax", ["x"], ["y"]), [x], 13, rtol=rtol)
+    check(helper.make_node("Softmax", ["x"], ["y"]), [x], 13, rtol=rtol)
     # onnx.reference takes log(softmax), which underflows to -inf; ORT keeps x - max - log(sum)
-    _check_ort(helper.make_node("LogSoftmax", ["x"], ["y"]), [x], 13, rtol=rtol)
+    check.ort(helper.make_node("LogSoftmax", ["x"], ["y"]), [x], 13, rtol=rtol)
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,25 +208,29 @@ def test_softmax_dtypes_and_extremes(dtype: type) -> None:
 @pytest.mark.parametrize("reverse", [0, 1])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.float64])
-def test_cumsum(exclusive: int, reverse: int, axis: int, dtype: type) -> None:
-    x = (RNG.standard_normal((3, 4, 2)) * 5).astype(dtype)
+def test_cumsum(
+    exclusive: int, reverse: int, axis: int, dtype: type, rng: np.random.Generator, check: Any
+) -> None:
+    x = (rng.standard_normal((3, 4, 2)) * 5).astype(dtype)
     node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
-    _check(node, [x, np.array(axis, np.int32)], 14)
+    check(node, [x, np.array(axis, np.int32)], 14)
 
 
 @pytest.mark.parametrize("largest", [0, 1])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("k", [0, 1, 3, 5])
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8])
-def test_topk_ties_by_index(largest: int, axis: int, k: int, dtype: type) -> None:
-    x = RNG.integers(0, 4, (5, 6, 7)).astype(dtype)  # many ties
+def test_topk_ties_by_index(
+    largest: int, axis: int, k: int, dtype: type, rng: np.random.Generator, check: Any
+) -> None:
+    x = rng.integers(0, 4, (5, 6, 7)).astype(dtype)  # many ties
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
-    _check_ort(node, [x, np.array([k], np.int64)], 11)
+    check.ort(node, [x, np.array([k], np.int64)], 11)
 
 
-def test_topk_k_attribute_opset1() -> None:
-    x = RNG.standard_normal((3, 8)).astype(np.float32)
-    _check(helper.make_node("TopK", ["x"], ["v", "i"], k=3), [x], 1)
+def test_topk_k_attribute_opset1(rng: np.random.Generator, check: Any) -> None:
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    check(helper.make_node("TopK", ["x"], ["v", "i"], k=3), [x], 1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,17 +7,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from turnout.errors import InvalidArgument
-from turnout.testing import (
-    assert_outputs_close,
-    check_official_case,
-    iter_node_cases,
-    run_onnxruntime,
-    run_own_kernel,
-    run_reference,
-)
+from turnout.testing import check_official_case, iter_node_cases, run_own_kernel
 
 SEQ_OPS = {
     "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase",
@@ -32,7 +25,8 @@ STRING_OPS = {
 }
 CASES = list(iter_node_cases(SEQ_OPS | STRING_OPS))
 
-rng = np.random.default_rng(2)
+# sequence and string kernels move data; TfIdf's weighted counts are held to 1e-6
+pytestmark = pytest.mark.kernel_check(rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -40,34 +34,13 @@ def test_official_node_case(case: Any) -> None:
     check_official_case(case)
 
 
-def node(op: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> Any:
-    return helper.make_node(op, inputs, [f"y{i}" for i in range(n_out)], name=f"my_{op}", **attrs)
-
-
-def check(n: Any, inputs: list[Any], opset: int = 21) -> list[Any]:
-    got = run_own_kernel(n, inputs, opset)
-    expected = run_reference(n, inputs, opset)
-    # onnx.reference sometimes returns numpy str arrays; ONNX strings are object arrays
-    expected = [e.astype(object) if isinstance(e, np.ndarray) and e.dtype.kind == "U" else e
-                for e in expected]  # fmt: skip
-    assert_outputs_close(expected, got, 1e-6, 1e-6)
-    for e, g in zip(expected, got):
-        if isinstance(e, list):
-            assert isinstance(g, list) and [x.dtype for x in e] == [x.dtype for x in g]
-        else:
-            assert g.dtype == e.dtype
-    return got
-
-
-def check_ort(n: Any, inputs: list[Any], opset: int) -> None:
-    got = run_own_kernel(n, inputs, opset)
-    expected = run_onnxruntime(n, inputs, opset)
-    assert_outputs_close(expected, got, 1e-6, 1e-6)
-    assert all(g.dtype == object for g in got)
-
-
-def seq(n: int) -> list[np.ndarray]:
+def seq(rng: np.random.Generator, n: int) -> list[np.ndarray]:
     return [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(n)]
+
+
+def plain_seq(n: int) -> list[np.ndarray]:
+    """A sequence for parametrize lists (built at import: no random draws)."""
+    return [np.full((2, 3), i, np.float32) for i in range(n)]
 
 
 def i64(v: int) -> np.ndarray:
@@ -78,8 +51,8 @@ def i64(v: int) -> np.ndarray:
 # Sequences
 
 
-def test_construct_length_empty() -> None:
-    a, b = seq(2)
+def test_construct_length_empty(rng: np.random.Generator, node: Any, check: Any) -> None:
+    a, b = seq(rng, 2)
     check(node("SequenceConstruct", ["a", "b"]), [a, b])
     check(node("SequenceLength", ["s"]), [[a, b, a]])
     (empty,) = run_own_kernel(node("SequenceEmpty", [], dtype=TensorProto.INT32), [])
@@ -87,8 +60,10 @@ def test_construct_length_empty() -> None:
 
 
 @pytest.mark.parametrize("pos", [None, 0, 2, 3, -1, -3])
-def test_insert_at_erase_do_not_mutate(pos: int | None) -> None:
-    s = seq(3)
+def test_insert_at_erase_do_not_mutate(
+    pos: int | None, rng: np.random.Generator, node: Any, check: Any
+) -> None:
+    s = seq(rng, 3)
     before = list(s)
     x = np.ones((2, 3), np.float32)
     ins = ["s", "x"] if pos is None else ["s", "x", "p"]
@@ -115,7 +90,9 @@ def test_insert_at_erase_do_not_mutate(pos: int | None) -> None:
         (np.array([1, 3], np.int64), -1, 0),
     ],
 )
-def test_split_to_sequence(split: Any, axis: int, keepdims: int) -> None:
+def test_split_to_sequence(
+    split: Any, axis: int, keepdims: int, rng: np.random.Generator, node: Any, check: Any
+) -> None:
     x = rng.standard_normal((3, 4)).astype(np.float32)
     ins = ["x"] if split is None else ["x", "s"]
     feeds = [x] if split is None else [x, split]
@@ -123,25 +100,27 @@ def test_split_to_sequence(split: Any, axis: int, keepdims: int) -> None:
 
 
 @pytest.mark.parametrize("axis,new_axis", [(0, 0), (-1, 0), (0, 1), (2, 1), (-3, 1)])
-def test_concat_from_sequence(axis: int, new_axis: int) -> None:
-    check(node("ConcatFromSequence", ["s"], axis=axis, new_axis=new_axis), [seq(3)])
+def test_concat_from_sequence(
+    axis: int, new_axis: int, rng: np.random.Generator, node: Any, check: Any
+) -> None:
+    check(node("ConcatFromSequence", ["s"], axis=axis, new_axis=new_axis), [seq(rng, 3)])
 
 
-@pytest.mark.parametrize(
-    "n,inputs",
-    [
-        (node("SequenceAt", ["s", "p"]), [seq(2), i64(2)]),
-        (node("SequenceAt", ["s", "p"]), [seq(2), i64(-3)]),
-        (node("SequenceInsert", ["s", "x", "p"]), [seq(2), seq(1)[0], i64(3)]),
-        (node("SequenceErase", ["s", "p"]), [seq(2), i64(5)]),
-        (node("SplitToSequence", ["x", "s"]), [np.zeros(5, np.float32), np.array([2, 2])]),
-        (node("ConcatFromSequence", ["s"], axis=2), [seq(2)]),
-    ],
-    ids=lambda v: v.op_type if hasattr(v, "op_type") else "",
-)
-def test_bad_sequence_inputs(n: Any, inputs: list[Any]) -> None:
-    with pytest.raises(InvalidArgument, match=f"^{n.name}: "):
-        run_own_kernel(n, inputs)
+BAD_INPUTS = [  # (op, input names, node() keywords, inputs)
+    ("SequenceAt", ["s", "p"], {}, [plain_seq(2), i64(2)]),
+    ("SequenceAt", ["s", "p"], {}, [plain_seq(2), i64(-3)]),
+    ("SequenceInsert", ["s", "x", "p"], {}, [plain_seq(2), plain_seq(1)[0], i64(3)]),
+    ("SequenceErase", ["s", "p"], {}, [plain_seq(2), i64(5)]),
+    ("SplitToSequence", ["x", "s"], {}, [np.zeros(5, np.float32), np.array([2, 2])]),
+    ("ConcatFromSequence", ["s"], {"axis": 2}, [plain_seq(2)]),
+]
+
+
+@pytest.mark.parametrize("op,names,kw,inputs", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_sequence_inputs(
+    op: str, names: list[str], kw: dict[str, Any], inputs: list[Any], node: Any, check: Any
+) -> None:
+    check.rejects(node(op, names, **kw), inputs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,7 +131,7 @@ def strings(*v: str) -> np.ndarray:
     return np.array(v, dtype=object)
 
 
-def test_string_concat_broadcasts() -> None:
+def test_string_concat_broadcasts(node: Any, check: Any) -> None:
     x = strings("a", "bé", "").reshape(3, 1)
     y = strings("x", "yz")
     check(node("StringConcat", ["x", "y"]), [x, y], 20)
@@ -162,12 +141,12 @@ def test_string_concat_broadcasts() -> None:
     "attrs", [{}, {"delimiter": ","}, {"delimiter": ",", "maxsplit": 1}, {"maxsplit": 1},
               {"delimiter": "ab"}]
 )  # fmt: skip
-def test_string_split(attrs: dict[str, Any]) -> None:
+def test_string_split(attrs: dict[str, Any], node: Any, check: Any) -> None:
     x = strings("a,b,,c", "  hello  world x ", "", "abXabYab", "one").reshape(5, 1)
     check(node("StringSplit", ["x"], 2, **attrs), [x], 20)
 
 
-def test_regex_full_match() -> None:
+def test_regex_full_match(node: Any, check: Any) -> None:
     x = strings("www.google.com", "google.com", "www.x.org", "").reshape(2, 2)
     check(node("RegexFullMatch", ["x"], pattern=r"www\.[\w.-]+\.\bcom\b"), [x], 20)
     with pytest.raises(InvalidArgument, match="my_RegexFullMatch"):
@@ -177,7 +156,9 @@ def test_regex_full_match() -> None:
 @pytest.mark.parametrize("action", ["NONE", "LOWER", "UPPER"])
 @pytest.mark.parametrize("case_sensitive", [0, 1])
 @pytest.mark.parametrize("shape", [(6,), (1, 6)])
-def test_string_normalizer(action: str, case_sensitive: int, shape: tuple[int, ...]) -> None:
+def test_string_normalizer(
+    action: str, case_sensitive: int, shape: tuple[int, ...], node: Any, check: Any
+) -> None:
     """Against onnxruntime: onnx.reference ignores is_case_sensitive=0 when action is NONE."""
     x = strings("Monday", "tuesday", "monday", "THE", "the", "x").reshape(shape)
     n = node(
@@ -188,14 +169,16 @@ def test_string_normalizer(action: str, case_sensitive: int, shape: tuple[int, .
         stopwords=["monday", "The"],
         locale="C",  # ORT's default en_US.UTF-8 may be missing on the test machine
     )
-    check_ort(n, [x], 10)
+    check.ort(n, [x], 10)
     all_gone = node("StringNormalizer", ["x"], stopwords=["a"], is_case_sensitive=0, locale="C")
-    check_ort(all_gone, [strings("A", "a").reshape((2,) if len(shape) == 1 else (1, 2))], 10)
+    check.ort(all_gone, [strings("A", "a").reshape((2,) if len(shape) == 1 else (1, 2))], 10)
 
 
 @pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
 @pytest.mark.parametrize("lo,hi,skip", [(1, 1, 0), (1, 3, 2), (2, 2, 1), (2, 3, 0)])
-def test_tfidf_vectorizer(mode: str, lo: int, hi: int, skip: int) -> None:
+def test_tfidf_vectorizer(
+    mode: str, lo: int, hi: int, skip: int, rng: np.random.Generator, node: Any, check: Any
+) -> None:
     pool = [1, 2, 3, 4, 1, 2, 2, 3, 3, 1, 1, 2, 3, 4, 4, 1]  # 4 unigrams, 3 bigrams, 2 trigrams
     attrs = dict(
         mode=mode, min_gram_length=lo, max_gram_length=hi, max_skip_count=skip,
