@@ -128,6 +128,7 @@ def _statuses(report: dict[str, Any]) -> dict[str, str]:
 CASES = "^test_(abs|ceil|floor|neg|relu|sqrt|tanh)$"
 
 
+@pytest.mark.slow
 def test_runner_classifies_and_keeps_going(provider: _Factory, tmp_path: Path) -> None:
     junit, md = tmp_path / "junit.xml", tmp_path / "report.md"
     rc, report = _conformance(
@@ -159,6 +160,7 @@ def test_runner_classifies_and_keeps_going(provider: _Factory, tmp_path: Path) -
     assert f"| {NAME} | 7 | 6 | 3 | 1 | 1 | 1 | 1 | 0 | 0 |" in text
 
 
+@pytest.mark.slow
 def test_parallel_workers_and_fallback_mode(provider: _Factory, tmp_path: Path) -> None:
     rc, report = _conformance(
         tmp_path, "^test_(abs|ceil|sqrt|tanh)", "-j", "2", "--mode", "fallback"
@@ -169,6 +171,7 @@ def test_parallel_workers_and_fallback_mode(provider: _Factory, tmp_path: Path) 
     assert rc == 0
 
 
+@pytest.mark.slow
 def test_expected_failures_xfail_and_stale_entries(provider: _Factory, tmp_path: Path) -> None:
     provider._expected = {"test_rel.*": "Relu returns its input on purpose"}
     rc, report = _conformance(tmp_path, "^test_(abs|relu)$")
@@ -188,11 +191,13 @@ def test_expected_failure_matching() -> None:
     assert ex.match("x", "light") == ("light/x", "kind")
 
 
+@pytest.mark.slow
 def test_unknown_provider_and_no_cases(tmp_path: Path) -> None:
     assert main(["conformance", "--provider", "no-such-ep", "-k", "^test_abs$"]) == 2
     assert main(["conformance", "--provider", "cpu", "-k", "^nothing$", "--kinds", "light"]) == 2
 
 
+@pytest.mark.slow
 def test_cpu_light_model_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     rc = main(
@@ -241,6 +246,7 @@ turnout.register_provider(F())
 """
 
 
+@pytest.mark.slow
 def test_pytest_plugin(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text(textwrap.dedent(PLUGIN_CONFTEST))
@@ -260,6 +266,7 @@ def test_pytest_plugin(tmp_path: Path) -> None:
     assert proc.returncode == 1
 
 
+@pytest.mark.slow
 def test_compare_finds_a_planted_wrong_kernel(provider: _Factory) -> None:
     from onnx.backend.test.loader import DATA_DIR
 
@@ -316,6 +323,7 @@ def test_commands_without_the_package(
     assert "pip install ./conformance" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_forked_workers_can_use_a_device_runtime(tmp_path: Path) -> None:
     """The parent must not initialize OpenCL before forking: workers would hang in it."""
     from turnout_conformance.cli import probe_out_of_process

@@ -45,6 +45,7 @@ def _node_cases() -> list[Any]:
     return [pytest.param(c, id=c.name) for c in _all_node_cases()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _node_cases())
 def test_node_case_same_at_every_level(case: Any) -> None:
     # a model the optimizer leaves unchanged runs identically; run the changed ones
@@ -88,6 +89,7 @@ ZOO = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_zoo_model_same_at_every_level(name: str) -> None:
     build, feeds = ZOO[name]
@@ -97,6 +99,7 @@ def test_zoo_model_same_at_every_level(name: str) -> None:
 LIGHT = sorted(glob.glob(os.path.join(DATA_DIR, "light", "light_*.onnx")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", LIGHT, ids=[os.path.basename(p)[6:-5] for p in LIGHT])
 def test_light_model_same_at_every_level(path: str) -> None:
     shape_of = _session(path, Level.DISABLE).get_inputs()

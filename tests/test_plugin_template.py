@@ -188,6 +188,7 @@ def _run(args: list[str | Path], cwd: Path, timeout: int) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_rendered_provider_installs_is_discovered_and_runs_its_kernels(tmp_path: Path) -> None:
     pytest.importorskip("pip", reason="pip is needed to install the rendered package")
     package = render_provider("acme_npu", tmp_path)

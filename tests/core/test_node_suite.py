@@ -27,6 +27,7 @@ def _params() -> list[Any]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _params())
 def test_node_case(case: Any) -> None:
     rep = TurnoutBackend.prepare(case.model)
