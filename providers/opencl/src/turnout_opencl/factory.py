@@ -136,7 +136,7 @@ class OpenCLProviderFactory(ProviderFactory):
             return Availability(False, reason=str(e))
         if not platforms:
             return Availability(False, reason="no OpenCL ICD or platform found")
-        entries = []
+        entries: list[DeviceEntry] = []
         for pi, p in enumerate(platforms):
             for di, d in enumerate(_devices_of(p, "all")):
                 entries.append(

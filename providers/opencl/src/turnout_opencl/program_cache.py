@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyopencl as cl
 
@@ -80,7 +80,8 @@ class ProgramCache:
         self.builds += 1
         prg = cl.Program(raw)
         try:
-            (data,) = raw.get_info(cl.program_info.BINARIES)
+            binaries = cast("list[bytes]", raw.get_info(cl.program_info.BINARIES))  # per device
+            (data,) = binaries
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(bytes(data))

@@ -109,7 +109,7 @@ class KernelSpec:
             i not in self.host_inputs and info is not None and info.dtype in HALFS
             for i, info in enumerate(kn.inputs)
         ]
-        narrow_out = [
+        narrow_out: list[np.dtype[Any] | None] = [
             info.dtype
             if j not in self.host_outputs and info is not None and info.dtype in HALFS
             else None
@@ -122,10 +122,10 @@ class KernelSpec:
                 for k, x in enumerate(xs)
             ]
             outs = inner(*ys)
-            return tuple(
-                rt.narrow(o, narrow_out[j]) if o is not None and narrow_out[j] is not None else o
-                for j, o in enumerate(outs)
-            )
+            return tuple(_narrow(o, narrow_out[j]) for j, o in enumerate(outs))
+
+        def _narrow(o: Any, dt: np.dtype[Any] | None) -> Any:
+            return o if o is None or dt is None else rt.narrow(o, dt)
 
         return run
 
@@ -207,13 +207,15 @@ def ocl_kernel(
 def dtype_in(kn: KernelNode, i: int) -> np.dtype[Any]:
     info = kn.inputs[i]
     assert info is not None and info.dtype is not None
-    return info.dtype
+    dt: np.dtype[Any] = info.dtype
+    return dt
 
 
 def dtype_out(kn: KernelNode, j: int = 0) -> np.dtype[Any]:
     info = kn.outputs[j]
     assert info is not None and info.dtype is not None
-    return info.dtype
+    dt: np.dtype[Any] = info.dtype
+    return dt
 
 
 def norm_axis(axis: int, rank: int, what: str = "axis") -> int:

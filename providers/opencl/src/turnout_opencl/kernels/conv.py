@@ -7,6 +7,7 @@ are computed on the host from the runtime shape; the parameters travel in one `l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -225,12 +226,17 @@ def _pool(kn: KernelNode, rt: Runtime, mode: int, is_global: bool) -> KernelFn:
     return run
 
 
+def _pool_builder(mode: int, is_global: bool) -> Callable[[KernelNode, Runtime], KernelFn]:
+    def build(kn: KernelNode, rt: Runtime) -> KernelFn:
+        return _pool(kn, rt, mode, is_global)
+
+    return build
+
+
 for _op, _mode, _global in (
     ("MaxPool", 0, False),
     ("AveragePool", 1, False),
     ("GlobalMaxPool", 0, True),
     ("GlobalAveragePool", 1, True),
 ):
-    ocl_kernel(_op, 1, dtypes=FLOATS, supports=_rank_supports)(
-        lambda kn, rt, m=_mode, g=_global: _pool(kn, rt, m, g)
-    )
+    ocl_kernel(_op, 1, dtypes=FLOATS, supports=_rank_supports)(_pool_builder(_mode, _global))

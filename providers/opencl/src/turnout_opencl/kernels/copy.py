@@ -59,12 +59,12 @@ class Copier:
         n = math.prod(shape)
         if n == 0:
             return
-        shape, dstrides, sstrides = _collapse(shape, dstrides, sstrides)
-        meta = self.rt.meta(tuple(shape) + tuple(dstrides) + tuple(sstrides))
+        dims, ds, ss = _collapse(shape, dstrides, sstrides)
+        meta = self.rt.meta(tuple(dims) + tuple(ds) + tuple(ss))
         self.rt.launch(
             self.kernel,
             n,
-            np.int32(len(shape)),
+            np.int32(len(dims)),
             meta,
             buf(dst),
             np.int64(doff),

@@ -168,7 +168,7 @@ def _render(st: EwStep, rt: Runtime) -> str:
     T = CTYPES[st.out_type]
     a_t = st.arg_types[0] if st.arg_types else st.out_type
     kind = _kind(a_t if st.op not in ("Where",) else st.arg_types[1])
-    tmpl = getattr(op, kind)
+    tmpl: str | None = getattr(op, kind)
     if tmpl is None and kind == "u":
         tmpl = op.i
     if tmpl is None:
@@ -219,8 +219,8 @@ def _render(st: EwStep, rt: Runtime) -> str:
         bad = f"({a[1]}<0||{a[1]}>={bits})" if kind != "u" else f"({a[1]}>={bits})"
         if st.attrs.get("direction", "LEFT") == "LEFT":
             return f"({bad}?{vals['zero']}:({ct})(({ut}){a[0]}<<{a[1]}))"
-        neg = f"({a[0]}<0?({ct})-1:{vals['zero']})" if kind != "u" else vals["zero"]
-        return f"({bad}?{neg}:({a[0]}>>{a[1]}))"
+        fill = f"({a[0]}<0?({ct})-1:{vals['zero']})" if kind != "u" else vals["zero"]
+        return f"({bad}?{fill}:({a[0]}>>{a[1]}))"
     if tmpl == "CAST":
         if st.out_type == np.bool_:
             return f"({a[0]}!=0)"
@@ -230,7 +230,7 @@ def _render(st: EwStep, rt: Runtime) -> str:
         if st.since < 11:
             lo = lit(st.attrs.get("min", -math.inf if kind == "f" else 0), ct)
             hi = lit(st.attrs.get("max", math.inf if kind == "f" else 0), ct)
-        e = a[0]
+        e = a[0] or ""
         if lo is not None:
             e = f"({e}<{lo}?{lo}:{e})"
         if hi is not None:
@@ -325,17 +325,18 @@ def compile_ew(
             body.append(f"{CTYPES[t]} v{k} = x{k}[i{k}];")
     deps: dict[str, set[int]] = {x: {k} for k, (x, _) in enumerate(inputs)}
     for s, (op, attrs, ins, out, out_t, since) in enumerate(steps):
+        first = ins[0] if ins else None
+        if first is None:
+            raise InvalidArgument(f"{op}: its first input is required")
         args = [var[x] if x else None for x in ins]
-        if op == "Clip":
-            pass
-        else:
+        if op != "Clip":  # Clip keeps absent bounds as None, in position
             args = [a for a in args if a is not None]
-        if op in ("Cast", "CastLike") and out_t == F16 and comp[ins[0]] == np.float64:
-            comp[out] = comp[ins[0]]
+        if op in ("Cast", "CastLike") and out_t == F16 and comp[first] == np.float64:
+            comp[out] = comp[first]
         ct_out = comp[out]
         st = EwStep(op, attrs, args, [comp[x] for x in ins if x], out, ct_out, since)
         if op == "Clip":
-            st.arg_types = [comp[ins[0]]]
+            st.arg_types = [comp[first]]
         name_v = f"t{s}"
         expr = f"({CTYPES[ct_out]})({_render(st, rt)})"
         if out_t in HALFS and ct_out == F32:  # each op rounds to its 16-bit type, as ONNX does

@@ -12,6 +12,7 @@ of its axes' taps. Integer data is computed in double and rounded, nearest mode 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -140,7 +141,10 @@ def _identity(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.arange(n, dtype=np.int64)[:, None], np.ones((n, 1)), np.zeros(n, bool)
 
 
-def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> Any:
+_Apply = Callable[[Any, Any, Any, Any], tuple[Any]]  # (x, roi, scales, sizes) -> (y,)
+
+
+def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> _Apply:
     dt = np.dtype(kn.inputs[0].dtype)
     T = CTYPES[dt]
     A = "double" if (dt == np.float64 or (dt.kind in "iu" and rt.fp64)) else "float"
