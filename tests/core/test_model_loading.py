@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.errors import InvalidGraph, InvalidProtobuf, NoSuchFile
+from turnout.errors import Fail, InvalidGraph, InvalidProtobuf, NoSuchFile
 
 
 def _add_model(weight: np.ndarray) -> onnx.ModelProto:
@@ -269,21 +269,21 @@ def test_short_raw_data_names_the_tensor() -> None:
     untyped = onnx.ModelProto()
     untyped.ParseFromString(_with_initializer(t))
     untyped.graph.output[0].ClearField("type")  # the checker then checks node by node only
-    with pytest.raises(InvalidGraph, match=r"cannot decode tensor 'w'"):
+    with pytest.raises(Fail, match=r"cannot decode tensor 'w'"):
         turnout.InferenceSession(untyped.SerializeToString())
 
 
 def test_unknown_data_type_names_the_tensor() -> None:
     t = numpy_helper.from_array(np.zeros(4, np.float32), "w")
     t.data_type = 999  # once a bare KeyError: 999
-    with pytest.raises(InvalidGraph, match=r"tensor 'w' has unknown data type 999"):
+    with pytest.raises(Fail, match=r"tensor 'w' has unknown data type 999"):
         turnout.InferenceSession(_with_initializer(t))
 
 
 def test_typed_data_of_the_wrong_count_names_the_tensor() -> None:
     t = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
     del t.float_data[2:]
-    with pytest.raises(InvalidGraph, match=r"tensor 'w' of shape \[4\] needs 4 values"):
+    with pytest.raises(Fail, match=r"tensor 'w' of shape \[4\] needs 4 values"):
         turnout.InferenceSession(_with_initializer(t))
 
 
@@ -299,3 +299,22 @@ def test_constant_with_a_sparse_value_runs() -> None:
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     (y,) = turnout.InferenceSession(model.SerializeToString()).run(None, {})
     np.testing.assert_array_equal(y, [5, 0, 6])
+
+
+def test_ir3_model_with_weights_outside_the_graph_inputs_runs() -> None:
+    """onnxruntime runs IR 3 models whose initializers are not graph inputs (its own test
+    models are such); the checker alone would refuse them."""
+    w = np.arange(4, dtype=np.float32)
+    model = _add_model(w)
+    model.ir_version = 3
+    (y,) = turnout.InferenceSession(model.SerializeToString()).run(
+        None, {"x": np.ones(4, np.float32)}
+    )
+    np.testing.assert_array_equal(y, w + 1)
+
+
+def test_a_model_without_ir_version_is_refused_as_onnxruntime_does() -> None:
+    model = _add_model(np.zeros(4, np.float32))
+    model.ClearField("ir_version")
+    with pytest.raises(Fail, match="no ir_version"):
+        turnout.InferenceSession(model.SerializeToString())

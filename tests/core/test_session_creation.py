@@ -218,3 +218,106 @@ def _unoptimized() -> turnout.SessionOptions:
     opts = turnout.SessionOptions()
     opts.graph_optimization_level = turnout.GraphOptimizationLevel.ORT_DISABLE_ALL
     return opts
+
+
+BOMB_SCRIPT = """
+import resource, sys
+import numpy as np
+from onnx import TensorProto as T, helper, numpy_helper
+import turnout
+
+kind, n = sys.argv[1], int(sys.argv[2])
+const = lambda name, v: numpy_helper.from_array(np.array(v), name)
+if kind == "ConstantOfShape":
+    nodes, inits = [helper.make_node("ConstantOfShape", ["s"], ["c"])], [const("s", [n])]
+elif kind == "Range":
+    nodes = [helper.make_node("Range", ["a", "b", "d"], ["c"])]
+    inits = [const("a", np.float32(0)), const("b", np.float32(n)), const("d", np.float32(1))]
+else:  # Expand, Tile
+    nodes = [helper.make_node(kind, ["one", "s"], ["c"])]
+    inits = [const("one", np.ones(1, np.float32)), const("s", [n])]
+nodes.append(helper.make_node("Add", ["c", "x"], ["y"]))
+graph = helper.make_graph(
+    nodes, kind, [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+    [helper.make_tensor_value_info("y", T.FLOAT, None)], inits,
+)
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+turnout.InferenceSession(model.SerializeToString())
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+@pytest.mark.parametrize("kind", ["ConstantOfShape", "Expand", "Tile", "Range"])
+def test_a_tiny_model_of_a_huge_constant_loads_without_materializing_it(kind: str) -> None:
+    """A ~100-byte model whose constant would hold 2**26 floats (256 MB): session creation
+    once took 58 s and 10 GB (onnx's data propagation walked every element, constant folding
+    evaluated it). Creation must not grow memory by anything near the tensor's size."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", BOMB_SCRIPT, kind, str(2**26)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    grown_mb = int(done.stdout.split()[-1])
+    assert grown_mb < 128, f"session creation grew the process by {grown_mb} MB"
+
+
+def test_max_tensor_elements_refuses_at_load_naming_the_node() -> None:
+    shape = numpy_helper.from_array(np.array([2**20, 2**20], np.int64), "s")
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["c"], name="huge")],
+        "g",
+        [],
+        [helper.make_tensor_value_info("c", F, None)],
+        [shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(
+        InvalidGraph,
+        match=r"node 'huge' \(ConstantOfShape\) produces 'c' with "
+        r"1099511627776 elements, over the limit of 4294967296",
+    ):
+        turnout.InferenceSession(model.SerializeToString())
+    opts = turnout.SessionOptions()
+    opts.add_session_config_entry("session.turnout.max_tensor_elements", str(2**40))
+    sess = turnout.InferenceSession(model.SerializeToString(), sess_options=opts)
+    assert sess.get_outputs()[0].name == "c"
+
+
+def test_resource_limit_entries_must_be_positive_integers() -> None:
+    opts = turnout.SessionOptions()
+    for bad in ("0", "-5", "many"):
+        with pytest.raises(turnout.errors.InvalidArgument, match="fold_max_total_bytes"):
+            opts.add_session_config_entry("session.turnout.fold_max_total_bytes", bad)
+
+
+def test_folding_keeps_no_more_bytes_than_the_budget() -> None:
+    """Each folded constant is small, together they are over the budget: the rest stay nodes."""
+    nodes, outputs = [], []
+    for i in range(4):
+        value = helper.make_tensor("v", F, [1], [float(i)])
+        nodes.append(helper.make_node("ConstantOfShape", [f"s{i}"], [f"c{i}"], value=value))
+        nodes.append(helper.make_node("Add", [f"c{i}", "x"], [f"y{i}"]))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", F, [1000]))
+    inits = [numpy_helper.from_array(np.array([1000], np.int64), f"s{i}") for i in range(4)]
+    x = helper.make_tensor_value_info("x", F, [1])
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], outputs, inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    folded, _ = optimize(model, Level.BASIC)
+    assert [n.op_type for n in folded.graph.node] == ["Add"] * 4  # the default budget fits all
+    from turnout.options import ResourceLimits
+
+    budget = ResourceLimits(fold_max_total_bytes=2 * 4000)
+    kept, _ = optimize(model, Level.BASIC, limits=budget)
+    assert sorted(n.op_type for n in kept.graph.node) == ["Add"] * 4 + ["ConstantOfShape"] * 2
+    got = turnout.InferenceSession(kept).run(None, {"x": np.ones(1, np.float32)})
+    for i, out in enumerate(got):
+        np.testing.assert_array_equal(out, np.full(1000, i + 1, np.float32))

@@ -18,8 +18,10 @@ from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import ExternalDataInfo
 
 from .dtypes import np_dtype
-from .errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
+from .errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
+from .shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
 from .tensors import all_tensors, check_tensor
+from .validate import check_types
 
 __all__ = ["ModelSource", "infer_shapes", "light_copy", "load_model", "model_label"]
 
@@ -83,6 +85,7 @@ def load_model(source: ModelSource, custom_domains: frozenset[str] = frozenset()
         except Exception as e:
             raise InvalidGraph(f"{label}: cannot expand model-local functions: {e}") from e
     _check_graph(model, label)
+    check_types(model, label)
     return model
 
 
@@ -177,8 +180,14 @@ def _check_graph(model: ModelProto, label: str) -> None:
     checker refuses them, so such models get the per-node check instead. The checker sees a
     light copy (`_check_copy`): it looks at a raw tensor's presence, never at its bytes.
     """
+    if not model.HasField("ir_version"):
+        raise Fail(f"{label}: the model has no ir_version")  # onnxruntime: Fail, too
+    checked = _check_copy(model)
+    # IR 0-3 required every initializer to be a graph input, and onnxruntime runs old models
+    # that break that rule: they are checked as IR 4, which dropped it
+    checked.ir_version = max(model.ir_version, 4)
     try:
-        onnx.checker.check_model(_check_copy(model))
+        onnx.checker.check_model(checked)
         return
     except onnx.checker.ValidationError as e:
         message = str(e)
@@ -189,7 +198,7 @@ def _check_graph(model: ModelProto, label: str) -> None:
             return
         raise InvalidGraph(f"{label}: invalid graph: {e}") from e
     ctx = onnx.checker.C.CheckerContext()
-    ctx.ir_version = model.ir_version
+    ctx.ir_version = checked.ir_version
     ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
     for node in model.graph.node:
         try:
@@ -301,7 +310,9 @@ def _check_copy(model: ModelProto) -> ModelProto:
     return light_copy(model, stub)
 
 
-def infer_shapes(model: ModelProto) -> ModelProto:
+def infer_shapes(
+    model: ModelProto, shape_data_max_elements: int = SHAPE_DATA_MAX_ELEMENTS
+) -> ModelProto:
     """Shape/type inference where onnx can do it; a model it cannot infer still runs.
 
     Inference runs on a light copy: initializers over `_SMALL_ELEMENTS` elements become typed
@@ -321,7 +332,7 @@ def infer_shapes(model: ModelProto) -> ModelProto:
     light = light_copy(model, keep_small)
     light.graph.input.extend(big)
     try:
-        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+        inferred = infer_with_bounded_data_prop(light, shape_data_max_elements)
     except Exception:
         return model
     g, ig = model.graph, inferred.graph

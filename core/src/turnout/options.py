@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import InvalidArgument
@@ -11,6 +12,7 @@ __all__ = [
     "ExecutionMode",
     "ExecutionOrder",
     "GraphOptimizationLevel",
+    "ResourceLimits",
     "RunOptions",
     "SessionOptions",
 ]
@@ -36,6 +38,50 @@ class ExecutionOrder(enum.IntEnum):
 
 
 FALLBACK_POLICIES = ("allow", "warn", "error")
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """What loading a model may cost, so a tiny file cannot make session creation take minutes
+    or gigabytes. Each is a session config entry `session.turnout.<field name>`.
+
+    - `max_tensor_elements`: a value whose inferred static shape holds more elements is refused
+      at load (InvalidGraph naming the node), before anything allocates it.
+    - `fold_max_elements`: the largest tensor constant folding may create (bigger ones are
+      computed at run time, like any other node).
+    - `fold_max_total_bytes`: all tensors that constant folding keeps, together.
+    - `shape_data_max_elements`: the largest value onnx's data propagation may read while
+      inferring shapes (shape tensors are small; see `turnout.shape_inference`).
+    """
+
+    max_tensor_elements: int = 1 << 32
+    fold_max_elements: int = 1 << 20
+    fold_max_total_bytes: int = 1 << 28
+    shape_data_max_elements: int = 4096
+
+    @staticmethod
+    def from_config(config: dict[str, str]) -> ResourceLimits:
+        values = {}
+        for f in fields(ResourceLimits):
+            key = f"session.turnout.{f.name}"
+            if key in config:
+                values[f.name] = _positive_int(key, config[key])
+        return ResourceLimits(**values)
+
+
+def _positive_int(key: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise InvalidArgument(
+            f"session config entry {key!r} must be a positive integer, not {value!r}"
+        )
+    return number
+
+
+LIMIT_KEYS = frozenset(f"session.turnout.{f.name}" for f in fields(ResourceLimits))
 
 
 class SessionOptions:
@@ -78,12 +124,19 @@ class SessionOptions:
     def add_session_config_entry(self, key: str, value: str) -> None:
         if key == "session.fallback" and value not in FALLBACK_POLICIES:
             raise InvalidArgument(f"session.fallback must be one of {FALLBACK_POLICIES}")
+        if key in LIMIT_KEYS:
+            _positive_int(key, str(value))
         self._config[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
         if key not in self._config:
             raise InvalidArgument(f"SessionOptions config entry {key!r} is not set")
         return self._config[key]
+
+    @property
+    def resource_limits(self) -> ResourceLimits:
+        """The load-time resource limits, from the `session.turnout.*` config entries."""
+        return ResourceLimits.from_config(self._config)
 
     def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
         self._free_dims_by_name[name] = int(value)

@@ -31,6 +31,7 @@ from .partition import PartitionReport
 from .plugins import graph_passes, registry
 from .profiling import Profiler
 from .provider import Availability, ExecutionProvider
+from .shape_inference import refuse_oversized_values
 from .values import OrtValue
 
 __all__ = [
@@ -253,9 +254,7 @@ class InferenceSession:
                 supports=_fused_op_support(instances, self._loaded),
                 extra_passes=graph_passes(),
                 keep_initializers=opts._initializers,
-                fold_max_elements=int(
-                    opts._config.get("session.turnout.fold_max_elements", 1 << 20)
-                ),
+                limits=opts.resource_limits,
                 values=values,
             )
         except GraphPassError as e:  # a failing pass must not stop the model from running
@@ -269,7 +268,9 @@ class InferenceSession:
         if model is self._loaded:  # not optimized: infer_shapes writes into its model
             model = onnx.ModelProto()
             model.CopyFrom(self._loaded)
-        self._model = infer_shapes(model)
+        limits = opts.resource_limits
+        self._model = infer_shapes(model, limits.shape_data_max_elements)
+        refuse_oversized_values(self._model, limits.max_tensor_elements, self._label)
         opsets = {
             ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
         }

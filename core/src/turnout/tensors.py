@@ -2,7 +2,7 @@
 
 A model file is untrusted input: a tensor may claim an unknown data type, negative dims, more
 bytes than it holds, or data in a file. `decode_tensor` refuses each of these with an
-`InvalidGraph` that names the tensor, instead of numpy's bare reshape or KeyError, and it never
+`Fail` that names the tensor, instead of numpy's bare reshape or KeyError, and it never
 reads a file (the loader resolves external data, inside the model's folder, before anything
 decodes).
 """
@@ -17,7 +17,7 @@ import numpy as np
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, numpy_helper
 
 from .dtypes import np_dtype
-from .errors import InvalidGraph
+from .errors import Fail
 
 __all__ = ["all_tensors", "check_tensor", "decode_tensor"]
 
@@ -31,7 +31,7 @@ _FIXED_WIDTH = frozenset({
 })  # fmt: skip
 
 # the typed repeated field that holds each element type's values when raw_data is not used
-_TYPED_FIELD = {
+_TYPED_FIELD: dict[int, str] = {
     TensorProto.FLOAT: "float_data",
     TensorProto.COMPLEX64: "float_data",
     TensorProto.DOUBLE: "double_data",
@@ -41,7 +41,7 @@ _TYPED_FIELD = {
     TensorProto.UINT64: "uint64_data",
     TensorProto.STRING: "string_data",
 }
-_PER_ELEMENT = {TensorProto.COMPLEX64: 2, TensorProto.COMPLEX128: 2}
+_PER_ELEMENT: dict[int, int] = {TensorProto.COMPLEX64: 2, TensorProto.COMPLEX128: 2}
 
 
 def all_tensors(model: ModelProto) -> Iterator[TensorProto]:
@@ -88,16 +88,16 @@ def check_tensor(t: TensorProto, where: str) -> None:
     """
     name = repr(t.name) if t.name else "(unnamed)"
     if t.data_location == TensorProto.EXTERNAL:
-        raise InvalidGraph(
+        raise Fail(
             f"{where}: tensor {name} has unresolved external data; load the model from its "
             "file path so it can be read from the model's folder"
         )
     try:
         np_dtype(t.data_type)
     except (KeyError, ValueError):
-        raise InvalidGraph(f"{where}: tensor {name} has unknown data type {t.data_type}") from None
+        raise Fail(f"{where}: tensor {name} has unknown data type {t.data_type}") from None
     if any(d < 0 for d in t.dims):
-        raise InvalidGraph(f"{where}: tensor {name} has a negative dim in {list(t.dims)}")
+        raise Fail(f"{where}: tensor {name} has a negative dim in {list(t.dims)}")
     if t.HasField("raw_data"):
         return  # its length is checked where it is decoded: reading it here would copy it
     count = math.prod(t.dims)
@@ -107,7 +107,7 @@ def check_tensor(t: TensorProto, where: str) -> None:
     held = len(getattr(t, field))
     want = count * _PER_ELEMENT.get(t.data_type, 1)
     if held != want:
-        raise InvalidGraph(
+        raise Fail(
             f"{where}: tensor {name} of shape {list(t.dims)} needs {want} values in "
             f"{field}, holds {held}"
         )
@@ -120,4 +120,4 @@ def decode_tensor(t: TensorProto, where: str) -> np.ndarray[Any, Any]:
         return numpy_helper.to_array(t)
     except Exception as e:  # numpy/onnx decoding errors carry no tensor name
         name = repr(t.name) if t.name else "(unnamed)"
-        raise InvalidGraph(f"{where}: cannot decode tensor {name}: {e}") from e
+        raise Fail(f"{where}: cannot decode tensor {name}: {e}") from e

@@ -16,6 +16,7 @@ a name and a level; `PASSES` lists the built-in ones, `ORDER` the order they run
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections import Counter
@@ -26,6 +27,7 @@ import numpy as np
 import onnx
 
 from ..errors import GraphPassError, TurnoutError
+from ..options import ResourceLimits
 from . import (  # noqa: F401 - importing registers the passes, in this order
     cleanup,
     conv,
@@ -123,10 +125,14 @@ def optimize(
     supports: SupportsFn | None = None,
     extra_passes: Iterable[Any] = (),
     keep_initializers: Iterable[str] = (),
-    fold_max_elements: int = 1 << 20,
+    fold_max_elements: int | None = None,
+    limits: ResourceLimits | None = None,
     values: dict[str, np.ndarray] | None = None,
 ) -> tuple[onnx.ModelProto, OptimizationReport]:
     """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
+
+    `limits` bounds what folding and shape inference may materialize (`fold_max_elements`
+    overrides its field of that name).
 
     `keep_initializers` names initializers that must stay as they are (overridden at run time).
     `values`, when given, receives the initializers of the returned model that the optimizer
@@ -143,8 +149,19 @@ def optimize(
 
     # the working copy leaves the initializers out: commit() writes back those still used
     out = light_copy(model, lambda t: None)
-    g = OptGraph(out, keep_initializers, initializers=model.graph.initializer)
-    ctx = PassContext(fold_max_elements=int(fold_max_elements))
+    limits = limits or ResourceLimits()
+    if fold_max_elements is not None:
+        limits = dataclasses.replace(limits, fold_max_elements=int(fold_max_elements))
+    g = OptGraph(
+        out,
+        keep_initializers,
+        initializers=model.graph.initializer,
+        shape_data_max_elements=limits.shape_data_max_elements,
+    )
+    ctx = PassContext(
+        fold_max_elements=limits.fold_max_elements,
+        fold_max_total_bytes=limits.fold_max_total_bytes,
+    )
     if supports is not None:
         ctx.supports = supports
     chosen = passes_for(lvl, [as_pass(p) for p in extra_passes])

@@ -56,7 +56,9 @@ class PassContext:
     """What a pass may consult besides the graph: which fused ops the owners can run, limits."""
 
     supports: SupportsFn = _always
-    fold_max_elements: int = 1 << 20
+    fold_max_elements: int = 1 << 20  # the largest tensor constant folding may create
+    fold_max_total_bytes: int = 1 << 28  # all tensors that folding keeps, together
+    folded_bytes: int = 0  # what folding has kept so far in this run
 
     def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:
         return self.supports(domain, op_type, tuple(replaced))

@@ -8,6 +8,8 @@ cannot blow the model up.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import NodeProto, helper, numpy_helper
 
@@ -36,6 +38,8 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
         tps = [g.types.get(o) for o in n.output if o]
         if any(tp is None or tp.WhichOneof("value") != "tensor_type" for tp in tps):
             continue
+        if not all(_small(g, o, ctx.fold_max_elements) for o in n.output if o):
+            continue  # evaluating it would materialize a tensor of unknown or excessive size
         folded.append(n)
         known.update(o for o in n.output if o)
     if not folded:
@@ -57,6 +61,8 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
             if any(o in kept_outputs and values[o].size > ctx.fold_max_elements for o in n.output)
         ]
         if not too_big:
+            too_big = _over_budget(folded, kept_outputs, values, ctx)
+        if not too_big:
             break
         drop = {id(n) for n in too_big}
         folded = [n for n in folded if id(n) not in drop]
@@ -66,7 +72,26 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
     g.remove(*folded)
     for o in kept_outputs:
         g.inits[o] = values[o]
+        ctx.folded_bytes += values[o].nbytes
     return len(in_set)
+
+
+def _small(g: OptGraph, name: str, limit: int) -> bool:
+    """Whether value `name` has a static shape of at most `limit` elements."""
+    dims = _static_dims(g, name)
+    return dims is not None and None not in dims and math.prod(dims) <= limit  # type: ignore[arg-type]
+
+
+def _over_budget(
+    folded: list[NodeProto], kept: set[str], values: dict[str, np.ndarray], ctx: PassContext
+) -> list[NodeProto]:
+    """The node keeping the largest result, while the kept results exceed the session's
+    budget of folded bytes (`fold_max_total_bytes`); none when they fit."""
+    sizes = {o: values[o].nbytes for o in kept}
+    if ctx.folded_bytes + sum(sizes.values()) <= ctx.fold_max_total_bytes:
+        return []
+    biggest = max(sizes, key=sizes.__getitem__)
+    return [n for n in folded if biggest in n.output]
 
 
 def _evaluate(g: OptGraph, nodes: list[NodeProto]) -> dict[str, np.ndarray] | None:

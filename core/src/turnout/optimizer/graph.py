@@ -17,6 +17,7 @@ import onnx
 from onnx import NodeProto, helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
 
+from ..shape_inference import SHAPE_DATA_MAX_ELEMENTS
 from ..tensors import decode_tensor
 
 __all__ = ["OptGraph", "attr", "Dim"]
@@ -83,10 +84,13 @@ class OptGraph:
         model: onnx.ModelProto,
         keep_inits: Iterable[str] = (),
         initializers: Iterable[onnx.TensorProto] | None = None,
+        shape_data_max_elements: int = SHAPE_DATA_MAX_ELEMENTS,
     ) -> None:
         """`initializers` (read, never changed) stand for the model's own when given: the
-        optimizer works on a copy without them, and `commit()` writes them in."""
+        optimizer works on a copy without them, and `commit()` writes them in.
+        `shape_data_max_elements` bounds onnx's data propagation (`turnout.shape_inference`)."""
         self.model = model
+        self.shape_data_max_elements = shape_data_max_elements
         g = model.graph
         self.opsets = {
             ("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import

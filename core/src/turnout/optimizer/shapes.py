@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import helper, numpy_helper
 
+from ..shape_inference import infer_with_bounded_data_prop
+
 if TYPE_CHECKING:
     from .graph import OptGraph
 
@@ -56,7 +58,7 @@ def infer_types(g: OptGraph) -> dict[str, onnx.TypeProto]:
     graph.output.extend(m.graph.output)
     tmp = helper.make_model(graph, opset_imports=list(m.opset_import), ir_version=m.ir_version)
     try:
-        inferred = onnx.shape_inference.infer_shapes(tmp, strict_mode=False, data_prop=True)
+        inferred = infer_with_bounded_data_prop(tmp, g.shape_data_max_elements)
     except Exception:
         inferred = tmp
     out: dict[str, onnx.TypeProto] = {}

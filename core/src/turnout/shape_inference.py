@@ -1,0 +1,123 @@
+"""onnx shape inference with data propagation, without letting it materialize huge tensors.
+
+Data propagation is what learns a Reshape's output shape from a Shape -> Gather -> Concat chain,
+so turnout wants it. But onnx's data propagators (Add, Cast, Size, Gather, ...) walk every
+element of their inputs, whatever their size: a 97-byte `ConstantOfShape([2**24]) -> Add` took
+10 s and 2.6 GB. Shape data is small, so the data-propagating pass here runs on a copy of the
+graph without the data-propagating nodes that touch a value not known to be small; their
+outputs come in as typed inputs, with the types a first pass without data propagation found.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import onnx
+from onnx import ModelProto, ValueInfoProto
+
+from .errors import InvalidGraph
+
+__all__ = ["SHAPE_DATA_MAX_ELEMENTS", "infer_with_bounded_data_prop", "refuse_oversized_values"]
+
+# the largest value data propagation may read: shape tensors have one element per dim
+SHAPE_DATA_MAX_ELEMENTS = 4096
+
+
+def infer_with_bounded_data_prop(
+    model: ModelProto, max_elements: int = SHAPE_DATA_MAX_ELEMENTS
+) -> ModelProto:
+    """The model with onnx's inferred types (strict_mode off), data propagation bounded.
+
+    Raises what onnx raises; the callers decide whether a model it cannot infer still runs.
+    """
+    plain = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+    sizes = _static_sizes(plain)
+    opsets = {_domain(o.domain): o.version for o in model.opset_import}
+    cut = {
+        i
+        for i, n in enumerate(model.graph.node)
+        if n.op_type != "Shape"  # reads only its input's shape
+        and _propagates_data(_domain(n.domain), n.op_type, opsets.get(_domain(n.domain), 0))
+        and any(
+            x and (sizes.get(x) is None or sizes[x] > max_elements)  # type: ignore[operator]
+            for x in (*n.input, *n.output)
+        )
+    }
+    if not cut:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    return _infer_around(model, plain, cut)
+
+
+def _infer_around(model: ModelProto, plain: ModelProto, cut: set[int]) -> ModelProto:
+    """Data-propagating inference over `model` less the nodes in `cut`, merged with `plain`."""
+    known = {vi.name: vi for vi in (*plain.graph.value_info, *plain.graph.output)}
+    cut_outputs = [o for i in cut for o in model.graph.node[i].output if o]
+    light = ModelProto()
+    light.CopyFrom(model)  # the light copy the callers made: no big initializer bytes
+    del light.graph.node[:]
+    light.graph.node.extend(n for i, n in enumerate(model.graph.node) if i not in cut)
+    light.graph.input.extend(known[o] for o in cut_outputs if o in known)
+    inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    out = ModelProto()
+    out.CopyFrom(plain)
+    types: dict[str, ValueInfoProto] = {vi.name: vi for vi in inferred.graph.value_info}
+    types.update((vi.name, vi) for vi in inferred.graph.output)
+    types.update((o, known[o]) for o in cut_outputs if o in known)
+    del out.graph.value_info[:]  # in the order of the first pass, then what only the second found
+    out.graph.value_info.extend(types.get(vi.name, vi) for vi in plain.graph.value_info)
+    first = {vi.name for vi in plain.graph.value_info}
+    out.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in first)
+    for o in out.graph.output:
+        if o.name in types:
+            o.CopyFrom(types[o.name])
+    del out.graph.node[:]
+    inferred_nodes = iter(inferred.graph.node)
+    for i, n in enumerate(plain.graph.node):
+        out.graph.node.append(n if i in cut else next(inferred_nodes))
+    return out
+
+
+def _static_sizes(model: ModelProto) -> dict[str, int | None]:
+    """Element count of every typed tensor value of the top graph; None where not static."""
+    g = model.graph
+    out: dict[str, int | None] = {}
+    for vi in (*g.input, *g.value_info, *g.output):
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            out[vi.name] = None
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        out[vi.name] = None if None in dims else math.prod(dims)  # type: ignore[arg-type]
+    for t in g.initializer:
+        out[t.name] = math.prod(t.dims)
+    return out
+
+
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+@cache
+def _propagates_data(domain: str, op_type: str, version: int) -> bool:
+    """Whether onnx's schema of this op, at this opset, has a data-propagation function."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return False
+    return bool(schema.has_data_propagation_function)
+
+
+def refuse_oversized_values(model: ModelProto, max_elements: int, label: str) -> None:
+    """Refuse a model whose inferred static shapes hold a tensor over `max_elements` elements,
+    naming the node that would produce it, before anything tries to allocate it."""
+    sizes = _static_sizes(model)
+    for n in model.graph.node:
+        for o in n.output:
+            size = sizes.get(o)
+            if size is not None and size > max_elements:
+                raise InvalidGraph(
+                    f"{label}: node {n.name or n.op_type!r} ({n.op_type}) produces {o!r} with "
+                    f"{size} elements, over the limit of {max_elements} "
+                    "(session config entry session.turnout.max_tensor_elements)"
+                )
