@@ -31,10 +31,18 @@ from types import ModuleType
 from typing import Any
 
 import numba
+from numba.core.typing.templates import Signature
 
 from turnout.logs import logger
 
-__all__ = ["cache_dir", "cache_key", "jit", "load_source"]
+__all__ = ["NUMBA_CONFIG", "Sig", "cache_dir", "cache_key", "jit", "load_source"]
+
+Sig = str | Signature
+"""A signature to compile: numba's text form or a `types.void(...)` object."""
+
+# numba sets its options (CACHE_DIR, NUMBA_NUM_THREADS...) from the environment at import, by
+# assigning module globals in a function: they exist at run time but not for a type checker.
+NUMBA_CONFIG: Any = numba.config
 
 _PRELUDE = (
     "from __future__ import annotations\nimport math\nimport numpy as np\n"
@@ -76,12 +84,12 @@ def cache_dir() -> Path:
 @contextlib.contextmanager
 def _numba_cache_at(path: Path) -> Iterator[None]:
     """numba reads its cache location when a dispatcher enables caching: set it just then."""
-    old = numba.config.CACHE_DIR
-    numba.config.CACHE_DIR = str(path)
+    old = NUMBA_CONFIG.CACHE_DIR
+    NUMBA_CONFIG.CACHE_DIR = str(path)
     try:
         yield
     finally:
-        numba.config.CACHE_DIR = old
+        NUMBA_CONFIG.CACHE_DIR = old
 
 
 _WRITABLE: set[Path] = set()  # directories a probe file was written to in this process
@@ -105,7 +113,7 @@ def _writable(path: Path) -> bool:
 
 
 def jit(
-    pyfunc: Callable[..., Any], sigs: Sequence[str], *, parallel: bool = False
+    pyfunc: Callable[..., Any], sigs: Sequence[Sig], *, parallel: bool = False
 ) -> Callable[..., Any]:
     """A numba dispatcher for `pyfunc` with `sigs` compiled now (loaded from cache if there).
 
@@ -143,7 +151,7 @@ def jit(
         return disp  # type: ignore[no-any-return]
 
 
-def _compile(disp: Any, sig: str, root: Path | None) -> None:
+def _compile(disp: Any, sig: Sig, root: Path | None) -> None:
     try:
         disp.compile(sig)
     except Exception as e:

@@ -38,12 +38,12 @@ class NumbaProviderFactory(ProviderFactory):
             import numba
         except Exception as e:  # the exact reason numba cannot import
             return Availability(False, reason=f"numba cannot be imported: {type(e).__name__}: {e}")
-        from .cache import cache_dir
+        from .cache import NUMBA_CONFIG, cache_dir
 
         meta = {
             "numba": numba.__version__,
             "cpu": ll.get_host_cpu_name(),
-            "threads": str(numba.config.NUMBA_NUM_THREADS),
+            "threads": str(NUMBA_CONFIG.NUMBA_NUM_THREADS),
             "cache_dir": str(cache_dir()),
         }
         defaults = {"intra_op_num_threads": 0, "fuse": True}

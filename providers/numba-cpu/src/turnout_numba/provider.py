@@ -36,6 +36,7 @@ from turnout.providers.cpu.registry import CPU_KERNELS
 
 from . import cache
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
+from .cache import NUMBA_CONFIG
 from .codegen import EW_OPS, compile_group
 from .fusion import GraphIndex, find_groups, group_outputs
 from .registry import BuildContext, lookup
@@ -52,7 +53,7 @@ class NumbaExecutionProvider(ExecutionProvider):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         threads = int(self.options.get("intra_op_num_threads", 0) or 0)
-        self.threads = min(threads, numba.config.NUMBA_NUM_THREADS) if threads > 0 else 0
+        self.threads = min(threads, NUMBA_CONFIG.NUMBA_NUM_THREADS) if threads > 0 else 0
         self.fuse = bool(self.options.get("fuse", True))
         self.ctx = BuildContext(parallel=self.threads != 1)
         self._run_state = threading.local()  # saved thread counts of the run on this thread

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from numba import prange, types
+from numpy.typing import DTypeLike
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
@@ -30,7 +31,12 @@ __all__: list[str] = []
 
 # rounding modes of the row kernel: none (the compute dtype), float16, bfloat16
 _R_NONE, _R_F16, _R_BF16 = 0, 1, 2
-_SOFTMAX_PRECISION = {1: np.float32, 10: np.float16, 11: np.float64, 16: "bfloat16"}
+_SOFTMAX_PRECISION: dict[int, DTypeLike] = {
+    1: np.float32,
+    10: np.float16,
+    11: np.float64,
+    16: "bfloat16",
+}
 
 
 def _attn_rows(
@@ -44,7 +50,7 @@ def _attn_rows(
     p: Any,
     qk: Any,
 ) -> None:  # pragma: no cover - compiled by numba
-    def _rnd(v, mode):  # an inner function: compiled (inlined) with the kernel
+    def _rnd(v: float, mode: int) -> float:  # an inner function: compiled (inlined) with the kernel
         """Round a float64 value to float16 or bfloat16 precision (nearest), kept as float64."""
         if mode == 0 or not np.isfinite(v):
             return v

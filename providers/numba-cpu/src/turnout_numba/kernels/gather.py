@@ -21,8 +21,16 @@ from ..registry import BuildContext, numba_kernel
 __all__: list[str] = []
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_NB_UINT = {1: types.uint8, 2: types.uint16, 4: types.uint32, 8: types.uint64}
-_NB_IDX = {np.dtype(np.int32): types.int32, np.dtype(np.int64): types.int64}
+_NB_UINT: dict[int, types.Integer[Any]] = {
+    1: types.uint8,
+    2: types.uint16,
+    4: types.uint32,
+    8: types.uint64,
+}
+_NB_IDX: dict[np.dtype[Any], types.Integer[Any]] = {
+    np.dtype(np.int32): types.int32,
+    np.dtype(np.int64): types.int64,
+}
 
 
 def _normalize(idx: Any, n: Any, out: Any) -> int:  # pragma: no cover - compiled by numba

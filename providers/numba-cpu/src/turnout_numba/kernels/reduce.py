@@ -45,8 +45,8 @@ _AXES_INPUT = {op: (13 if op == "ReduceSum" else 18) for op in [*_KINDS, "Reduce
 
 def _acc_dtype(kind: str, dt: np.dtype[Any]) -> str:
     if kind in ("ReduceMax", "ReduceMin"):
-        return dt.name
-    return {"f": "float64", "i": "int64", "u": "uint64"}[dt.kind]
+        return str(dt.name)
+    return {"f": "float64", "i": "int64", "u": "uint64"}[str(dt.kind)]
 
 
 def _source(op: str, acc: str, out: str) -> str:
@@ -141,7 +141,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             # no-op: a reduction over no axes, which keeps the elementwise part (x*x, |x|, ...)
             ax = [] if noop and axes_input else list(range(x.ndim))
         if x.size == 0:
-            return fallback(x, axes) if axes_input else fallback(x)
+            return tuple(fallback(x, axes) if axes_input else fallback(x))
         return (reduce(x, ax),)
 
     return run
