@@ -702,3 +702,52 @@ def test_one_session_many_threads() -> None:
         th.join(30)
     assert not any(th.is_alive() for th in threads)
     assert failures == []
+
+
+VIEW_OPS = {
+    "Identity": ([], {}),
+    "Reshape": (["shape"], {}),
+    "Flatten": ([], {"axis": 1}),
+    "Transpose": ([], {"perm": [1, 0]}),
+    "Slice": (["starts", "ends"], {}),
+    "Squeeze": ([], {}),
+    "Split": ([], {"axis": 1, "num_outputs": 1}),
+}
+
+
+@pytest.mark.parametrize("provider", ["CPUExecutionProvider", "NumbaExecutionProvider"])
+@pytest.mark.parametrize("op", sorted(VIEW_OPS))
+def test_outputs_never_share_memory_with_the_feeds(op: str, provider: str) -> None:
+    """Writing to an output must not change the caller's input (once it did for view ops)."""
+    extra, attrs = VIEW_OPS[op]
+    consts = {
+        "shape": np.array([2, 2], np.int64),
+        "starts": np.array([0], np.int64),
+        "ends": np.array([2], np.int64),
+    }
+    node = helper.make_node(op, ["x", *extra], ["y", "y2"] if op == "Identity" else ["y"], **attrs)
+    inits = [onnx.numpy_helper.from_array(consts[n], n) for n in extra]
+    outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output]
+    if op == "Identity":  # two outputs: one value, two names
+        node = helper.make_node("Identity", ["x"], ["y"])
+        second = helper.make_node("Identity", ["x"], ["y2"])
+        nodes = [node, second]
+    else:
+        nodes = [node]
+    graph = helper.make_graph(
+        nodes,
+        "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    sess = ort_t.InferenceSession(model.SerializeToString(), providers=[provider])
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    outs = sess.run(None, {"x": x})
+    for out in outs:
+        assert out.flags.writeable
+        out[...] = -1
+    np.testing.assert_array_equal(x, np.arange(4, dtype=np.float32).reshape(2, 2))
+    if len(outs) == 2:
+        assert not np.shares_memory(outs[0], outs[1])

@@ -420,9 +420,11 @@ class InferenceSession:
         ro = run_options if run_options is not None else NO_TERMINATE
         if ro.terminate:
             raise RunTerminated("run terminated by RunOptions.terminate")
-        for p in self._providers:
-            p.on_run_start()
+        started: list[ExecutionProvider] = []
         try:
+            for p in self._providers:  # a provider may lock its device until on_run_end
+                p.on_run_start()
+                started.append(p)
             with np.errstate(all="ignore"):
                 if self._profiler is not None:
                     t0 = time.perf_counter_ns()
@@ -433,11 +435,11 @@ class InferenceSession:
                 else:
                     outs = plan.run(*args, ro)
         finally:
-            for p in self._providers:
+            for p in reversed(started):
                 p.on_run_end()
         if pick is not None:
             outs = tuple(outs[i] for i in pick)
-        return [_finalize(v) for v in outs]
+        return _owned_outputs(outs, args)
 
     def run(
         self,
@@ -569,6 +571,31 @@ def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
         if _POOL is None:
             _POOL = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="turnout-async")
         return _POOL
+
+
+def _owned_outputs(outs: Sequence[Any], feeds: Sequence[Any]) -> list[Any]:
+    """Outputs the caller may write to without changing anything else: an output that is a
+    view of a feed (Identity, Reshape, Transpose, Slice, ... return views) or of an earlier
+    output is copied, as onnxruntime returns fresh buffers."""
+    taken = {id(_memory_owner(a)) for a in feeds if isinstance(a, np.ndarray)}
+    result = []
+    for v in outs:
+        v = _finalize(v)
+        if isinstance(v, np.ndarray):
+            owner = id(_memory_owner(v))
+            if owner in taken:
+                v = v.copy()
+            else:
+                taken.add(owner)
+        result.append(v)
+    return result
+
+
+def _memory_owner(a: np.ndarray) -> np.ndarray:
+    """The array at the root of `a`'s chain of views."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 def _finalize(v: Any) -> Any:
