@@ -318,3 +318,12 @@ def test_a_model_without_ir_version_is_refused_as_onnxruntime_does() -> None:
     model.ClearField("ir_version")
     with pytest.raises(Fail, match="no ir_version"):
         turnout.InferenceSession(model.SerializeToString())
+
+
+def test_an_output_declared_with_an_empty_type_loads_as_in_onnxruntime() -> None:
+    model = _add_model(np.zeros(4, np.float32))
+    model.graph.output[0].type.CopyFrom(onnx.TypeProto())
+    (y,) = turnout.InferenceSession(model.SerializeToString()).run(
+        None, {"x": np.ones(4, np.float32)}
+    )
+    np.testing.assert_array_equal(y, np.ones(4, np.float32))

@@ -421,23 +421,8 @@ def test_refused_feeds_as_onnxruntime(case: str) -> None:
     _assert_same(model, _feeding(value), ("a",))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="numpy scalars still run as 0-d arrays: turnout.backend and the conformance runner "
-    "pass them to run(); once they np.asarray them (as onnxruntime.backend does), feeds.py "
-    "can refuse them as onnxruntime's session does",
-)
 def test_numpy_scalar_feed_refused_as_onnxruntime() -> None:
     _assert_same(_identity(F, []), _feeding(np.float32(1.5)), ("a",))
-
-
-def test_numpy_scalar_feed_keeps_its_dtype() -> None:
-    """Until then a numpy scalar is a 0-d array of its own dtype, never cast to the input's."""
-    sess = turnout.InferenceSession(_identity(F, []).SerializeToString())
-    (got,) = sess.run(None, {"a": np.float32(1.5)})
-    assert got.dtype == np.float32 and got.shape == ()
-    with pytest.raises(InvalidArgument, match="'a'"):
-        sess.run(None, {"a": np.float64(1.5)})
 
 
 ACCEPTED_FEEDS = {

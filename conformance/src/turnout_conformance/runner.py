@@ -108,7 +108,8 @@ def _feeds(sess: Any, inputs: Any) -> dict[str, Any]:
             a.name: np.zeros([d if isinstance(d, int) else 1 for d in a.shape], np.float32)
             for a in args
         }
-    return {a.name: v for a, v in zip(args, inputs)}
+    # numpy scalars become 0-d arrays, as onnxruntime's backend runner passes them
+    return {a.name: np.asarray(v) if isinstance(v, np.generic) else v for a, v in zip(args, inputs)}
 
 
 def _declines(message: str) -> str:

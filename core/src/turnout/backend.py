@@ -30,6 +30,8 @@ class TurnoutBackendRep(BackendRep):
             feeds = dict(zip(names, inputs))
         else:
             feeds = {names[0]: inputs}
+        # as onnxruntime's backend: numpy scalars become 0-d arrays (its session refuses them)
+        feeds = {k: np.asarray(v) if isinstance(v, np.generic) else v for k, v in feeds.items()}
         outs = self.session.run(None, feeds)
         out_names = [o.name for o in self.session.get_outputs()]
         return namedtupledict("Outputs", out_names)(*outs)

@@ -65,13 +65,9 @@ class InputSpec:
         if not isinstance(value, np.ndarray):
             if isinstance(value, list):
                 value = self._from_list(value)
-            elif isinstance(value, np.generic):
-                # onnxruntime's session refuses these, but its onnx backend passes them as 0-d
-                # arrays, and turnout.backend and the conformance runner still rely on that here
-                value = np.asarray(value)
             elif isinstance(value, SparseTensor):
                 value = value.to_dense()
-            else:  # onnxruntime refuses Python scalars, strings and tuples
+            else:  # onnxruntime refuses Python and numpy scalars, strings and tuples
                 raise InvalidArgument(
                     f"input {self.name!r}: expected a numpy array or a list ({self.type_name}), "
                     f"got {type(value).__name__}"

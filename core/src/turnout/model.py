@@ -209,6 +209,7 @@ def _check_graph(model: ModelProto, label: str) -> None:
 
 
 _UNTYPED_VALUE_INFO = (
+    "Unrecognized type value case",  # `type {}`: onnxruntime loads it
     "Field 'type' of 'value_info' is required",
     "Field 'shape' of 'type' is required",
     "Field 'elem_type' of 'type' is required",

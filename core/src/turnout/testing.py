@@ -225,8 +225,16 @@ def iter_node_cases(op_types: set[str] | frozenset[str], domain: str = "") -> It
 
 
 def normalize_values(values: Sequence[Any]) -> list[Any]:
-    """Test data as runtime values: the onnx cases hold TensorProtos for some dtypes."""
-    return [numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
+    """Test data as runtime values: the onnx cases hold TensorProtos for some dtypes, and numpy
+    scalars that onnxruntime's backend passes as 0-d arrays (its session refuses scalars)."""
+    return [
+        numpy_helper.to_array(v)
+        if isinstance(v, onnx.TensorProto)
+        else np.asarray(v)
+        if isinstance(v, np.generic)
+        else v
+        for v in values
+    ]
 
 
 @dataclass(frozen=True)

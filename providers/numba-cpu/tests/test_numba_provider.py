@@ -62,7 +62,7 @@ def _model(nodes: list[Any], inputs: dict[str, tuple[int, list[int]]], outputs: 
         nodes,
         "g",
         [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 

@@ -32,7 +32,7 @@ def _model(
         nodes,
         "g",
         [helper.make_tensor_value_info(k, t, s) for k, (t, s) in inputs.items()],
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
         [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()],
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
