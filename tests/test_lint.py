@@ -1,4 +1,5 @@
-"""Code quality gates that CI enforces: ruff (lint + format) on the repo, mypy strict on core."""
+"""Code quality gates that CI enforces: ruff (lint + format) on the repo, mypy strict on every
+package (core, conformance, the providers, the plugin template: the root pyproject's `files`)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_ruff_check_and_format() -> None:
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
 
 
-def test_mypy_strict_on_core() -> None:
+def test_mypy_strict_on_every_package() -> None:
     pytest.importorskip("mypy", reason="mypy is not installed (pip install mypy)")
     result = _run(sys.executable, "-m", "mypy")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
