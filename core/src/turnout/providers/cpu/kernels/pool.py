@@ -74,9 +74,11 @@ def _max_pool(
         nan = x.dtype.kind in "fV"
         for sl in slices[1:]:
             (np.fmax if nan else np.maximum)(y, xp[sl], out=y)  # fmax skips NaN
-        if nan and x.size:
+        if nan and x.size and np.isnan(x.max()):  # max propagates NaN: a cheap test for one
             first = _first_in_window(x, strides, dilations, pb, out)
-            y = np.where(np.isnan(first), first, y)
+            starts_nan = np.isnan(first)
+            if starts_nan.any():
+                np.copyto(y, first, where=starts_nan)
         return (y, None)
     inside = pad_spatial(np.ones((1, 1, *x.shape[2:]), bool), pb, pe, out, eff, strides, False)
     y = np.full(xp[slices[0]].shape, _lowest(x.dtype), x.dtype)
