@@ -200,13 +200,13 @@ def test_sparse_external_data_cannot_escape_the_model_folder(
     (tmp_path / "secret.bin").write_bytes(secret)
     monkeypatch.chdir(tmp_path)
     escaping = _sparse_model(tmp_path, "../secret.bin", secret)
-    with pytest.raises(InvalidGraph, match="escapes the model.s folder"):
+    with pytest.raises(InvalidGraph, match=r"escapes the model.s folder"):
         turnout.InferenceSession(str(escaping))
     beside_cwd = tmp_path / "other"
     beside_cwd.mkdir()
     missing = _sparse_model(beside_cwd, "secret.bin", b"")
     (missing.parent / "values.bin").unlink()
-    with pytest.raises(NoSuchFile, match="secret.bin"):
+    with pytest.raises(NoSuchFile, match=r"secret\.bin"):
         turnout.InferenceSession(str(missing))
 
 

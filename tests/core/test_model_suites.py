@@ -69,9 +69,10 @@ LIGHT_MODELS = sorted(
 ILL_CONDITIONED = {
     "squeezenet": (
         "its constant weights drive the pooled logits to 2.69e9, where float32 values are 256 "
-        "apart; mathematically equal channels come out of sgemm up to 768 apart depending on the "
-        "BLAS build's summation order, and Softmax turns a 256 gap into exp(-256), so the output is "
-        "the uniform 0.001 of the expected file only where the BLAS rounds every channel alike"
+        "apart; mathematically equal channels come out of sgemm up to 768 apart depending on "
+        "the BLAS build's summation order, and Softmax turns a 256 gap into exp(-256), so the "
+        "output is the uniform 0.001 of the expected file only where the BLAS rounds every "
+        "channel alike"
     ),
 }
 
@@ -91,6 +92,7 @@ LIGHT_EXPECTED_FAILURES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     [
