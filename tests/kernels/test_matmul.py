@@ -79,9 +79,6 @@ SHAPES = [
     "dtype", [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint32]
 )
 @pytest.mark.parametrize("sa,sb", SHAPES)
-# MatMul of two 1-D float16 vectors returns a numpy scalar, not a 0-d array (kernels/matmul.py
-# rounds the widened product without np.asarray): taken until the kernel is fixed
-@pytest.mark.kernel_check(scalars_ok=True)
 def test_matmul_against_reference(dtype, sa, sb, rng, check):
     a, b = _rand(rng, sa, dtype), _rand(rng, sb, dtype)
     node = helper.make_node("MatMul", ["a", "b"], ["y"])

@@ -48,7 +48,7 @@ def matmul(node: KernelNode) -> KernelFn:
             raise InvalidArgument(f"{name}: MatMul inputs must have rank >= 1")
         w = _widen(dt)
         if w != dt:
-            return (_matmul(name, a.astype(w), b.astype(w)).astype(dt),)
+            return (np.asarray(_matmul(name, a.astype(w), b.astype(w))).astype(dt),)
         return (np.asarray(_matmul(name, a, b)),)
 
     return run
