@@ -16,7 +16,7 @@ from .generate import FuzzCase, Generator
 from .known import KNOWN, match_known
 from .pool import Pool
 
-__all__ = ["findings", "run_campaign", "summarize"]
+__all__ = ["findings", "rejudge", "run_campaign", "summarize"]
 
 
 def run_campaign(
@@ -37,17 +37,23 @@ def run_campaign(
             seeds=list(case.seeds),
             mutations=list(case.mutations),
         )
-        explained = match_known(rec, "ort")
-        if explained is not None:
-            rec["known"] = explained.reason
-        if rec.get("vs_cpu") in FINDINGS:
-            explained_cpu = match_known(rec, "cpu")
-            if explained_cpu is not None:
-                rec["known_cpu"] = explained_cpu.reason
-        records.append(rec)
+        records.append(rejudge(rec))
         if on_record is not None:
             on_record(case, rec)
     return records
+
+
+def rejudge(rec: dict[str, Any]) -> dict[str, Any]:
+    """`rec` with the reviewed known difference that explains it, if any (`known`, `known_cpu`)."""
+    rec.pop("known", None)
+    rec.pop("known_cpu", None)
+    explained = match_known(rec, "ort") if rec["outcome"] in FINDINGS else None
+    if explained is not None:
+        rec["known"] = explained.reason
+    explained_cpu = match_known(rec, "cpu") if rec.get("vs_cpu") in FINDINGS else None
+    if explained_cpu is not None:
+        rec["known_cpu"] = explained_cpu.reason
+    return rec
 
 
 def findings(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ __all__ = [
     "CPU",
     "FINDINGS",
     "OUTCOMES",
+    "PROVIDERS",
     "Ran",
     "compare_outputs",
     "execute",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 CPU = "CPUExecutionProvider"
+PROVIDERS = {"cpu": CPU, "numba": "NumbaExecutionProvider", "opencl": "OpenCLExecutionProvider"}
+"""Short names the command line and the tests use."""
 OUTCOMES = (
     "crash",
     "hang",

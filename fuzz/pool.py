@@ -40,8 +40,16 @@ def _limit_memory(megabytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _worker_main(conn: mpc.Connection, memory_mb: int, fault_log: str, threads: int) -> None:
+def _worker_main(
+    conn: mpc.Connection,
+    inherited: list[mpc.Connection],
+    memory_mb: int,
+    fault_log: str,
+    threads: int,
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    for c in inherited:  # the parent's ends: held here, they would keep workers from seeing EOF
+        c.close()
     for var in _THREAD_VARS:  # the machine is shared: one thread per worker unless asked
         os.environ.setdefault(var, str(threads))
     log = open(fault_log, "w")  # noqa: SIM115 - open for the life of the process
@@ -96,6 +104,9 @@ class Pool:
         self.threads = threads
         self._ctx: Any = mp.get_context("fork")
         self._workers: list[_Worker] = []
+        # Import turnout's session code once, here: every worker forked later runs this same
+        # code, even one restarted while the source on disk is being edited.
+        import turnout.session  # noqa: F401
 
     def __enter__(self) -> Pool:
         return self
@@ -107,9 +118,10 @@ class Pool:
         parent, child = self._ctx.Pipe(duplex=True)
         fd, fault_log = tempfile.mkstemp(prefix="turnout-fuzz-", suffix=".log")
         os.close(fd)
+        limits = (self.memory_mb, fault_log, self.threads)
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child, self.memory_mb, fault_log, self.threads),
+            args=(child, [parent, *(w.conn for w in self._workers)], *limits),
             daemon=True,
         )
         with warnings.catch_warnings():

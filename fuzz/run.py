@@ -15,17 +15,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `fuzz` as a package
 
-from fuzz.campaign import findings, run_campaign, summarize
-from fuzz.execute import FINDINGS
+from fuzz.campaign import findings, rejudge, run_campaign, summarize
+from fuzz.execute import FINDINGS, PROVIDERS
 from fuzz.generate import FuzzCase, Generator
 from fuzz.pool import Pool
 from fuzz.seeds import load_seeds
-
-ALIASES = {
-    "cpu": "CPUExecutionProvider",
-    "numba": "NumbaExecutionProvider",
-    "opencl": "OpenCLExecutionProvider",
-}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="JSON report (summary and every finding)")
     p.add_argument("--records", type=Path, help="every record as JSON lines (to re-summarize)")
     p.add_argument("--save", type=Path, help="folder to save each finding's model and inputs")
+    p.add_argument("--summarize", type=Path, help="re-judge a --records file (known list)")
     p.add_argument("--only", type=int, help="run just this case index and print its record")
     p.add_argument("--replay", type=Path, help="run a saved case (x.onnx with x.npz)")
     return p
@@ -49,7 +44,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    providers = [ALIASES.get(p, p) for p in (args.provider or ["cpu"])]
+    providers = [PROVIDERS.get(p, p) for p in (args.provider or ["cpu"])]
+    if args.summarize is not None:
+        lines = args.summarize.read_text().splitlines()
+        return _report(args, [rejudge(json.loads(line)) for line in lines if line], 0.0)
     with Pool(args.jobs, args.timeout, args.memory_mb) as pool:
         missing = sorted(set(providers) - set(pool.providers()))
         if missing:
@@ -76,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                 sink.write(json.dumps(rec, default=str) + "\n")
                 sink.flush()
             n = sum(counts.values())
-            if args.save is not None and rec["outcome"] in FINDINGS | {"bare-exception"}:
+            finding = rec["outcome"] in FINDINGS or rec.get("vs_cpu") in FINDINGS
+            if args.save is not None and finding:
                 case.save(args.save, f"{case.id}-{rec['provider'][:5]}")
             if n % 500 == 0:
                 rate = n / (time.monotonic() - t0)
@@ -86,12 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         records = run_campaign(pool, gen, providers, indices, progress)
         if sink is not None:
             sink.close()
+    return _report(args, records, time.monotonic() - t0)
+
+
+def _report(args: argparse.Namespace, records: list[dict[str, Any]], seconds: float) -> int:
     summary = summarize(records)
     report = {
         "seed": args.seed,
         "cases": args.cases,
         "start": args.start,
-        "seconds": round(time.monotonic() - t0, 1),
+        "seconds": round(seconds, 1),
         "summary": summary,
         "findings": findings(records),
     }

@@ -7,7 +7,7 @@ repository root goes on sys.path here.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,6 @@ if str(ROOT) not in sys.path:
 
 from fuzz.pool import Pool  # noqa: E402
 from fuzz.seeds import SeedPool, load_seeds  # noqa: E402
-
-PROVIDERS = {
-    "cpu": "CPUExecutionProvider",
-    "numba": "NumbaExecutionProvider",
-    "opencl": "OpenCLExecutionProvider",
-}
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +37,12 @@ def seed_pool() -> SeedPool:
     return load_seeds()
 
 
-def require(available: set[str], provider: str) -> None:
-    if provider not in available:
-        pytest.skip(f"{provider} is not installed or not usable here")
+@pytest.fixture(scope="session")
+def require(available: set[str]) -> Callable[[str], None]:
+    """`require(provider)` skips the test, saying why, where the provider is missing."""
+
+    def check(provider: str) -> None:
+        if provider not in available:
+            pytest.skip(f"{provider} is not installed or not usable on this machine")
+
+    return check

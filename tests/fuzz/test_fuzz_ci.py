@@ -3,10 +3,12 @@ mismatch. The long campaign is `python fuzz/run.py` (see fuzz/README.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
-from conftest import PROVIDERS, require
 
 from fuzz.campaign import findings, run_campaign
+from fuzz.execute import PROVIDERS
 from fuzz.generate import Generator
 from fuzz.pool import Pool
 from fuzz.seeds import SeedPool
@@ -30,10 +32,10 @@ def _explain(found: list[dict[str, object]], provider: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_seeded_campaign(
-    name: str, fuzz_pool: Pool, available: set[str], seed_pool: SeedPool
+    name: str, fuzz_pool: Pool, require: Callable[[str], None], seed_pool: SeedPool
 ) -> None:
     provider = PROVIDERS[name]
-    require(available, provider)
+    require(provider)
     gen = Generator(seed_pool, SEED)
     records = run_campaign(fuzz_pool, gen, [provider], range(CASES[name]))
     assert len(records) == CASES[name]
