@@ -751,3 +751,26 @@ def test_outputs_never_share_memory_with_the_feeds(op: str, provider: str) -> No
     np.testing.assert_array_equal(x, np.arange(4, dtype=np.float32).reshape(2, 2))
     if len(outs) == 2:
         assert not np.shares_memory(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("model", ["small_classifier", "tiny_cnn"])
+def test_one_cpu_session_from_8_threads_matches_single_thread_runs(model: str) -> None:
+    """Run for run, bit for bit, what one thread gets (8 x 1000 in benchmarks/thread_stress.py)."""
+    from importlib.resources import files
+
+    from turnout.concurrency import run_from_threads
+    from turnout.models import zoo
+
+    if model == "tiny_cnn":
+        data, name, shape = (
+            files("turnout.models").joinpath("tiny_cnn.onnx").read_bytes(),
+            "image",
+            (2, 1, 28, 28),
+        )
+    else:
+        data, name, shape = zoo.small_classifier().SerializeToString(), "x", (3, 32)
+    sess = ort_t.InferenceSession(data, providers=CPU)
+    rng = np.random.default_rng(3)
+    feeds = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(8)]
+    result = run_from_threads(sess, feeds, threads=8, runs=200)
+    assert result.clean, result

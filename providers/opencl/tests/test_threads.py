@@ -1,7 +1,7 @@
 """One OpenCL session shared by many threads: no crash, and every output equal to the
 single-thread result.
 
-The threads run in a subprocess (`scripts/thread_stress.py`), so a crash inside the OpenCL
+The threads run in a subprocess (`benchmarks/thread_stress.py`), so a crash inside the OpenCL
 runtime (a segfault, a `free(): invalid size` abort) fails the test instead of killing pytest.
 A tiny `sys.setswitchinterval` makes Python switch threads often, which turns a rare race into
 a frequent one: before runs were serialized, 8 x 200 runs gave ~300 wrong outputs this way.
@@ -21,12 +21,12 @@ from turnout_opencl.factory import OpenCLProviderFactory
 
 AVAIL = OpenCLProviderFactory().probe()
 pytestmark = pytest.mark.skipif(not AVAIL.ok, reason=f"no OpenCL device: {AVAIL.reason}")
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "thread_stress.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "thread_stress.py"
 
 
 def _stress(*args: str, timeout: float) -> dict[str, object]:
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, str(SCRIPT), "--provider", "opencl", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -41,14 +41,16 @@ def _stress(*args: str, timeout: float) -> dict[str, object]:
 
 
 def _check(res: dict[str, object]) -> None:
+    assert res["placed"] == {"OpenCLExecutionProvider": 4}, res  # nothing fell back to CPU
     assert res["errors"] == 0, f"runs raised: {res['first_error']} ({res})"
     assert res["mismatches"] == 0, f"outputs differ from the single-thread run: {res}"
 
 
-def test_threads_share_one_session_with_frequent_switches():
-    _check(_stress("--threads", "8", "--runs", "150", "--switch-interval", "1e-5", timeout=120))
+def test_threads_share_one_session_with_frequent_switches() -> None:
+    switchy = ("--runs", "150", "--switch-interval", "1e-5")
+    _check(_stress("--model", "small_classifier", *switchy, timeout=120))
 
 
 @pytest.mark.slow
-def test_threads_share_one_session_8x1000():
-    _check(_stress("--threads", "8", "--runs", "1000", timeout=600))
+def test_threads_share_one_session_8x1000() -> None:
+    _check(_stress("--model", "small_classifier", "--runs", "1000", timeout=600))

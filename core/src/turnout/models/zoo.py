@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["bert_like", "mlp", "resnet18_like", "tiny_ops_chain"]
+__all__ = ["bert_like", "mlp", "resnet18_like", "small_classifier", "tiny_ops_chain"]
 
 F = TensorProto.FLOAT
 
@@ -78,6 +78,24 @@ def mlp(batch: int = 64, seed: int = 0) -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", F, [batch, 784])],
         [helper.make_tensor_value_info("logits", F, [batch, 10])],
         13,
+    )
+
+
+def small_classifier(width: int = 32, seed: int = 0) -> onnx.ModelProto:
+    """MatMul -> Add -> Relu -> MatMul -> Softmax over a symbolic batch: small and fast, with
+    kernels of several families and a group that providers fuse (thread-safety checks)."""
+    b = _Builder(seed)
+    h = b.op(
+        "Relu", [b.op("Add", [b.op("MatMul", ["x", b.weight(width, width)]), b.weight(width)])]
+    )
+    b.nodes.append(
+        helper.make_node("Softmax", [b.op("MatMul", [h, b.weight(width, width)])], ["y"], axis=-1)
+    )
+    return b.model(
+        "small_classifier",
+        [helper.make_tensor_value_info("x", F, ["n", width])],
+        [helper.make_tensor_value_info("y", F, ["n", width])],
+        18,
     )
 
 
