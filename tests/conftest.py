@@ -1,8 +1,8 @@
 """Fixtures the tests share: seeded random data and the kernel-versus-reference check.
 
-`rng` is seeded from the test's node id, so a test draws the same data whatever ran before it
-(a `-k` selection, `-x`, another order or worker). Data that parametrize lists need at import
-comes from a generator of its own with a fixed seed, never from one that tests draw from.
+`rng` (in the repository's root conftest, for every test tree) is seeded from the test's node
+id. Data that parametrize lists need at import comes from a generator of its own with a fixed
+seed, never from one that tests draw from.
 
 `node` builds a node and `check` runs it with turnout's own CPU kernel and holds the outputs to
 onnx.reference (`check(...)`) or to onnxruntime (`check.ort(...)`, where onnx.reference is
@@ -15,7 +15,6 @@ These fixtures serve `tests/` only; what providers' tests share belongs in `turn
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,17 +35,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "kernel_check(rtol=1e-5, atol=1e-6, scalars_ok=False): defaults of the `check` fixture",
     )
-
-
-def stable_seed(key: str) -> int:
-    """A seed that depends on `key` alone (`hash()` of a str is salted per process)."""
-    return zlib.crc32(key.encode())
-
-
-@pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    """A generator seeded from this test's node id (its path, name and parameters)."""
-    return np.random.default_rng(stable_seed(request.node.nodeid))
 
 
 def make_node(op: str, inputs: list[str], n_out: int = 1, **attrs: Any) -> onnx.NodeProto:

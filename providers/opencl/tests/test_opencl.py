@@ -157,7 +157,6 @@ def test_float32_official_cases_are_all_claimed():
 
 
 # --------------------------------------------------------------------------- randomized checks
-RNG = np.random.default_rng(0)
 
 
 @pytest.mark.parametrize(
@@ -181,15 +180,15 @@ RNG = np.random.default_rng(0)
         ("LayerNormalization", [(2, 3, 8), (8,), (8,)], {"axis": -1}),
     ],
 )
-def test_random_vs_reference(op, shapes, attrs):
+def test_random_vs_reference(op, shapes, attrs, rng):
     if op == "ReduceMean":
         attrs = dict(attrs)
         axes = attrs.pop("axes")
         names = ["x", "axes"]
-        inputs = [RNG.standard_normal(shapes[0]).astype(np.float32), np.array(axes, np.int64)]
+        inputs = [rng.standard_normal(shapes[0]).astype(np.float32), np.array(axes, np.int64)]
     else:
         names = [f"x{i}" for i in range(len(shapes))]
-        inputs = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+        inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     node = h.make_node(op, names, ["y"], **attrs)
     expected = run_reference(node, inputs, 18)
     from turnout.testing import one_node_model
@@ -201,7 +200,7 @@ def test_random_vs_reference(op, shapes, attrs):
     assert_outputs_close(expected, got, 1e-4, 1e-5)
 
 
-def test_fused_group_is_one_kernel_and_matches_numpy():
+def test_fused_group_is_one_kernel_and_matches_numpy(rng):
     m = _model(
         [
             h.make_node("Mul", ["x", "y"], ["a"]),
@@ -216,13 +215,13 @@ def test_fused_group_is_one_kernel_and_matches_numpy():
     rep = sess.partition_report()
     assert {a.source for a in rep.assignments} == {"fused"}
     assert len({a.group for a in rep.assignments}) == 1
-    x = RNG.standard_normal((4, 5)).astype(np.float32)
-    y = RNG.standard_normal(5).astype(np.float32)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    y = rng.standard_normal(5).astype(np.float32)
     want = np.abs(1 / (1 + np.exp(-(x * y))) - x)
     np.testing.assert_allclose(sess.run(None, {"x": x, "y": y})[0], want, rtol=1e-5)
 
 
-def test_copies_only_at_partition_boundaries():
+def test_copies_only_at_partition_boundaries(rng):
     m = _model(
         [
             h.make_node("Relu", ["x"], ["a"]),
@@ -236,8 +235,8 @@ def test_copies_only_at_partition_boundaries():
     sess = _session(m)
     copies = sess.partition_report().copies
     assert sorted(c["value"] for c in copies) == ["w", "x", "z"]  # Shape's output stays on host
-    x = RNG.standard_normal((3, 4)).astype(np.float32)
-    w = RNG.standard_normal((4, 2)).astype(np.float32)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 2)).astype(np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x, "w": w})[0], np.maximum(x, 0) @ w, rtol=1e-5)
 
 
