@@ -79,7 +79,8 @@ def summarize(records: Sequence[dict[str, Any]], examples: int = 3) -> dict[str,
                 by_op[op][r["outcome"]] += 1
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in findings(rs):
-            key = f"{r['outcome']}|{r.get('vs_cpu', '')}|{','.join(sorted(set(r['ops'])))}"
+            vs = f"{r.get('vs_cpu', '')}|{r.get('vs_reference', '')}"
+            key = f"{r['outcome']}|{vs}|{','.join(sorted(set(r['ops'])))}"
             groups[key].append(r)
         used = Counter(r["known"] for r in rs if "known" in r)
         used.update(r["known_cpu"] for r in rs if "known_cpu" in r)
@@ -93,6 +94,9 @@ def summarize(records: Sequence[dict[str, Any]], examples: int = 3) -> dict[str,
                 "none": sum(1 for r in rs if not r.get("placed")),
             },
             "chains": dict(Counter(len(r["ops"]) for r in rs)),
+            "mismatch_vs_reference": dict(
+                Counter(r["vs_reference"] for r in rs if "vs_reference" in r).most_common()
+            ),
             "wrapped_bare": dict(
                 Counter(r["wrapped"] for r in rs if r.get("wrapped")).most_common()
             ),

@@ -11,7 +11,9 @@ is blamed on the right one. Outcome classes (against onnxruntime, else onnx.refe
   the oracle did; MemoryError counts as typed, resource exhaustion is not a bug);
 - `crash` and `hang` are decided by the pool, never here.
 
-A non-CPU provider is also classified against turnout's CPU provider (`vs_cpu`).
+A non-CPU provider is also classified against turnout's CPU provider (`vs_cpu`). A mismatch
+with onnxruntime is also classified against onnx.reference (`vs_reference`): `ok` there means
+onnxruntime is the odd one out, which is where most reviewed differences come from.
 """
 
 from __future__ import annotations
@@ -247,4 +249,10 @@ def execute(case: FuzzCase, provider: str, stage: Callable[[str], None] = print)
     if cpu is not None:
         vs, d = classify(got, cpu, "cpu", case)
         rec.update(vs_cpu=vs, vs_cpu_detail=d.detail)
+    if outcome == "mismatch" and name == "ort":  # the tie-breaker, only where it is needed
+        stage("reference")
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            ref = run_reference(case)
+        rec["vs_reference"] = classify(got, ref, "reference", case)[0]
     return rec

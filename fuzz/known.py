@@ -88,7 +88,65 @@ KNOWN: Sequence[Known] = (
         "the node test's own inputs, unmutated: turnout gives the test's expected output, ORT "
         "scatters differently",
     ),
+    Known(
+        "MaxPool",
+        "mismatch",
+        "auto_pad SAME_* with dilations: ORT's output size is not the spec's ceil(in/stride); "
+        "onnx.reference agrees with turnout",
+        detail="shape",
+        mutation="auto_pad|dilations",
+    ),
+    Known(
+        "LpPool",
+        "mismatch",
+        "auto_pad SAME_* with dilations: ORT's output size is not the spec's ceil(in/stride); "
+        "onnx.reference agrees with turnout",
+        detail="shape",
+        mutation="auto_pad|dilations",
+    ),
+    Known(
+        "ReduceLogSumExp",
+        "mismatch",
+        "float16: ORT sums exp(x) without the max-shift and overflows to inf; onnx.reference "
+        "agrees with turnout",
+        dtype="float16",
+    ),
+    Known(
+        "ReduceMean",
+        "mismatch",
+        "mean over an empty axis: 0/0 is NaN in onnx.reference and turnout, ORT returns 0",
+        mutation="shrink:0",
+    ),
+    Known(
+        "Resize",
+        "mismatch",
+        "integer outputs of linear/cubic Resize: ORT rounds the interpolated value differently; "
+        "onnx.reference agrees with turnout",
+        dtype="u?int.*",
+    ),
+    Known(
+        "Attention",
+        "mismatch",
+        "float16: ORT keeps float32 inside; float16 logits of |x| ~ 100 amplify rounding in exp",
+        dtype="float16",
+    ),
+    Known(
+        "Attention",
+        "mismatch",
+        "float16: ORT keeps float32 inside; float16 logits of |x| ~ 100 amplify rounding in exp",
+        against="cpu",
+        dtype="float16",
+    ),
     # ---- undefined inputs: every runtime returns something different
+    Known(
+        "GridSample",
+        "mismatch",
+        "NaN or 1e30 sampling coordinates: the pixel they round to is undefined",
+        mutation=_SPECIALS,
+    ),
+    Known("ReduceL1", "mismatch", "integer overflow (|INT64_MIN|)", dtype="u?int.*"),
+    Known("ReduceL2", "mismatch", "integer overflow of x*x", dtype="u?int.*"),
+    Known("ReduceSumSquare", "mismatch", "integer overflow of x*x", dtype="u?int.*"),
     Known("Dropout", "mismatch", "training-mode Dropout is random by definition"),
     Known("Dropout", "mismatch", "training-mode Dropout is random by definition", against="cpu"),
     Known("Celu", "mismatch", "alpha = 0 divides by zero: x/alpha is undefined", mutation="alpha"),
@@ -166,6 +224,17 @@ KNOWN: Sequence[Known] = (
         "mismatch",
         "inf input: the max-shift gives inf - inf = NaN in one order, inf in another",
         mutation=_SPECIALS,
+    ),
+    *(
+        Known(
+            op,
+            "mismatch",
+            "NaN in a max/min reduction: numpy and onnx.reference propagate it, ORT may drop it "
+            "(the MaxPool NaN fix in progress decides turnout's rule; revisit then)",
+            detail=_NAN,
+            mutation=_SPECIALS,
+        )
+        for op in ("ReduceMax", "ReduceMin", "GlobalMaxPool", "ScatterND", "ScatterElements")
     ),
     # ---- open bugs fixed elsewhere right now (issue tracker), kept so CI stays green meanwhile
     Known("MaxPool", "mismatch", "MaxPool NaN handling (being fixed)", detail=_NAN, kind="bug"),
