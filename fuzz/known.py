@@ -280,6 +280,34 @@ KNOWN: Sequence[Known] = (
         providers=("OpenCLExecutionProvider",),
         kind="bug",
     ),
+    *(
+        Known(
+            "LayerNormalization",
+            "mismatch",
+            "corpus opencl_layernorm_float64_mean: Mean/InvStdDev come out float64",
+            against=against,
+            detail="dtype float64 vs float32",
+            providers=("OpenCLExecutionProvider",),
+            kind="bug",
+        )
+        for against in ("ort", "cpu")
+    ),
+    Known(
+        "Attention",
+        "mismatch",
+        "corpus opencl_attention_float32_v_float64_qk: V read with Q's dtype",
+        against="cpu",
+        providers=("OpenCLExecutionProvider",),
+        kind="bug",
+    ),
+    Known(
+        "InstanceNormalization",
+        "crash",
+        "corpus opencl_instancenorm_empty_scale: scale length unchecked, segfault",
+        detail="^in OpenCLExecutionProvider",
+        providers=("OpenCLExecutionProvider",),
+        kind="bug",
+    ),
     Known(
         "Softplus",
         "mismatch",
