@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout import validate
-from turnout.errors import InvalidArgument
+from turnout.errors import Fail, InvalidArgument
 from turnout.model import load_model
 
 F, I64, STR = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
@@ -366,9 +366,37 @@ def test_type_checks_infer_on_a_light_copy_without_data_propagation(
 
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
     validate.check_types(model, "m")
-    ((copy, kwargs),) = seen
-    assert kwargs.get("data_prop") is False
-    assert not copy.graph.initializer and copy.ByteSize() < 1024
+    assert [kwargs.get("strict_mode") for _, kwargs in seen] == [False, True]  # types, shapes
+    for copy, kwargs in seen:
+        assert kwargs.get("data_prop") is False
+        assert not copy.graph.initializer and copy.ByteSize() < 1024
+
+
+@pytest.mark.parametrize(
+    "node, w_shape",
+    [("Add", (3,)), ("MatMul", (3, 5))],
+    ids=["add-2-vs-3", "matmul-inner-dims"],
+)
+def test_incompatible_shapes_refused_as_onnxruntime(node: str, w_shape: tuple[int, ...]) -> None:
+    """onnxruntime refuses a node whose own shape inference fails (Fail, naming the op)."""
+    w = numpy_helper.from_array(np.zeros(w_shape, np.float32), "w")
+    a_shape = [2] if node == "Add" else [2, 4]
+    model = _model(
+        [helper.make_node(node, ["a", "w"], ["c"], name="bad")],
+        [vi("a", F, a_shape)],
+        [helper.make_empty_tensor_value_info("c")],
+        inits=[w],
+    )
+    _assert_same(model, _load)
+    with pytest.raises(Fail, match=rf"op_type:{node}, node name: bad.*Incompatible dimensions"):
+        turnout.InferenceSession(model.SerializeToString())
+
+
+def test_a_declared_output_shape_that_disagrees_loads_as_in_onnxruntime() -> None:
+    model = _model(
+        [helper.make_node("Relu", ["a"], ["c"])], [vi("a", F, [2, 4])], [vi("c", F, [3, 4])]
+    )
+    _assert_same(model, _load)
 
 
 def test_the_loader_runs_the_type_checks() -> None:

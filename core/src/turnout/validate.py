@@ -49,7 +49,34 @@ def check_types(model: ModelProto, label: str) -> None:
             raise Fail(f"{label}: graph input {vi.name!r} has no type")
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     checker = _Checker(label, opsets)
-    checker.graph(g, _inferred(model, opsets).graph, {}, None)
+    light = _light(model, opsets)
+    checker.graph(g, _inferred(light).graph, {}, None)
+    _check_shapes(light, label)
+
+
+def _check_shapes(light: ModelProto, label: str) -> None:
+    """Refuse a node whose own shape inference fails (incompatible dims for Add, MatMul, ...),
+    as onnxruntime does while it resolves the graph. The declared types of node outputs are
+    already gone from `light`, so a declared shape that disagrees is not an error (onnxruntime
+    merges those leniently)."""
+    try:
+        onnx.shape_inference.infer_shapes(light, strict_mode=True, data_prop=False)
+    except onnx.shape_inference.InferenceError as e:
+        _, _, errors = str(e).partition("Inference error(s): ")
+        own = [line for line in errors.splitlines() if _node_own_error(line)]
+        if own:
+            raise Fail(f"{label}: shape inference: {own[0]}") from None
+
+
+def _node_own_error(line: str) -> bool:
+    """Whether one line of onnx's inference errors is a node's own failure: not one inside a
+    function op's body (onnx's expansion, which onnxruntime does not run), and not a node that
+    failed only because an earlier one left its input untyped."""
+    return (
+        line.startswith("(op_type:")
+        and "Inference error(s)" not in line
+        and "expected to have type but instead is null" not in line
+    )
 
 
 def _has_type(vi: ValueInfoProto) -> bool:
@@ -57,10 +84,10 @@ def _has_type(vi: ValueInfoProto) -> bool:
 
 
 # ------------------------------------------------------------------ inference
-def _inferred(model: ModelProto, opsets: dict[str, int]) -> ModelProto:
-    """onnx shape inference on a copy whose big initializers are typed inputs (no bytes) and
-    whose node outputs carry no declared types where onnx knows the node, so that what a node
-    produces is seen apart from what the model says it produces."""
+def _light(model: ModelProto, opsets: dict[str, int]) -> ModelProto:
+    """A copy for inference whose big initializers are typed inputs (no bytes) and whose node
+    outputs carry no declared types where onnx knows the node, so that what a node produces is
+    seen apart from what the model says it produces."""
     from .model import light_copy  # model.py calls check_types: import it when called
 
     declared = {vi.name for vi in model.graph.input}
@@ -82,6 +109,10 @@ def _inferred(model: ModelProto, opsets: dict[str, int]) -> ModelProto:
         for d in t.dims:
             shape.dim.add().dim_value = d
     _strip_inferable(light.graph, opsets)
+    return light
+
+
+def _inferred(light: ModelProto) -> ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=False)
     except Exception:  # a model onnx cannot infer is checked on its declared types only
