@@ -20,6 +20,7 @@ from onnx.external_data_helper import ExternalDataInfo
 from .dtypes import np_dtype
 from .errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
 from .shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
+from .structure import check_structure, normalize
 from .tensors import all_tensors, check_tensor
 from .validate import check_types
 
@@ -78,6 +79,8 @@ def load_model(source: ModelSource, custom_domains: frozenset[str] = frozenset()
     _load_external_data(model, base_dir, label)
     for tensor in all_tensors(model):
         check_tensor(tensor, label)
+    normalize(model)
+    check_structure(model, label)
     _check_opsets(model, label, custom_domains)
     if model.functions:
         try:
@@ -186,6 +189,7 @@ def _check_graph(model: ModelProto, label: str) -> None:
     # IR 0-3 required every initializer to be a graph input, and onnxruntime runs old models
     # that break that rule: they are checked as IR 4, which dropped it
     checked.ir_version = max(model.ir_version, 4)
+    checked.graph.name = checked.graph.name or "graph"  # onnxruntime loads unnamed graphs
     try:
         onnx.checker.check_model(checked)
         return

@@ -1,0 +1,140 @@
+"""The graph's structure as onnxruntime judges it, before onnx.checker sees the model.
+
+onnx.checker is stricter than onnxruntime in places (nodes out of topological order, the
+domain spelled "ai.onnx", an empty graph name) and gives other exception classes where both
+refuse. `normalize` makes the first kind loadable, as onnxruntime does; `check_structure`
+refuses the second kind with onnxruntime's class and names what is at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
+
+from .errors import Fail, InvalidArgument
+
+__all__ = ["check_structure", "normalize"]
+
+
+def normalize(model: ModelProto) -> None:
+    """Edit `model` in place: the default domain spelled "" everywhere, and every graph's
+    nodes in topological order (onnxruntime sorts them; the checker refuses them unsorted)."""
+    for op in model.opset_import:
+        if op.domain == "ai.onnx":
+            op.domain = ""
+    for g in _graphs(model.graph):
+        for n in g.node:
+            if n.domain == "ai.onnx":
+                n.domain = ""
+    _toposort(model.graph, set())
+
+
+def check_structure(model: ModelProto, label: str) -> None:
+    """Refuse what onnxruntime refuses about names and wiring, with its exception classes."""
+    if not model.opset_import:
+        raise Fail(f"{label}: the model imports no opset")
+    g = model.graph
+    if not g.output:
+        raise Fail(f"{label}: the graph has no outputs")
+    _check_graph(g, label, set())
+
+
+def _check_graph(g: GraphProto, label: str, outer: set[str]) -> None:
+    defined: set[str] = set()
+
+    def define(name: str, what: str) -> None:
+        if name in defined:
+            raise Fail(f"{label}: duplicate definition of {name!r} ({what})")
+        defined.add(name)
+
+    for vi in g.input:
+        define(vi.name, "a graph input")
+    inits = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
+    defined |= inits  # an initializer may also be a graph input (an overridable one)
+    names: set[str] = set()
+    for n in g.node:
+        if n.name:
+            if n.name in names:
+                raise Fail(f"{label}: two nodes are named {n.name!r}")
+            names.add(n.name)
+        for o in n.output:
+            if o:
+                define(o, f"an output of node {n.name or n.op_type!r}")
+    visible = defined | outer
+    for n in g.node:
+        for x in n.input:
+            if x and x not in visible:
+                raise InvalidArgument(
+                    f"{label}: input {x!r} of node {n.name or n.op_type!r} is not a graph "
+                    "input, initializer, or output of a previous node"
+                )
+        for sub in _subgraphs(n):
+            _check_graph(sub, label, visible)
+    for o in g.output:
+        if o.name not in visible:
+            raise Fail(f"{label}: graph output {o.name!r} is not produced by any node")
+
+
+def _toposort(g: GraphProto, outer: set[str]) -> None:
+    """Order `g`'s nodes so each comes after the producers of its inputs (its subgraphs'
+    outer references included); a node whose inputs never appear keeps its place at the end,
+    for the checks to name it."""
+    available = outer | {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    available |= {s.values.name for s in g.sparse_initializer}
+    nodes = list(g.node)
+    needs = [set(_reads(n)) - {""} for n in nodes]
+    pending = list(range(len(nodes)))
+    order: list[int] = []
+    progress = True
+    while pending and progress:
+        progress = False
+        rest = []
+        for i in pending:
+            if needs[i] <= available:
+                order.append(i)
+                available.update(o for o in nodes[i].output if o)
+                progress = True
+            else:
+                rest.append(i)
+        pending = rest
+    order.extend(pending)
+    if order != sorted(order):
+        copies = [NodeProto() for _ in order]
+        for c, i in zip(copies, order):
+            c.CopyFrom(nodes[i])
+        del g.node[:]
+        g.node.extend(copies)
+    inner = available
+    for n in g.node:
+        for sub in _subgraphs(n):
+            _toposort(sub, inner)
+
+
+def _reads(n: NodeProto) -> Iterator[str]:
+    """Names node `n` reads: its inputs and what its subgraphs take from outer scopes."""
+    yield from n.input
+    for sub in _subgraphs(n):
+        yield from _outer_reads(sub)
+
+
+def _outer_reads(g: GraphProto) -> set[str]:
+    local = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    local |= {o for n in g.node for o in n.output}
+    reads = {x for n in g.node for x in _reads(n)}
+    return reads - local - {""}
+
+
+def _subgraphs(n: NodeProto) -> Iterable[GraphProto]:
+    for a in n.attribute:
+        if a.type == AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _graphs(g: GraphProto) -> Iterator[GraphProto]:
+    yield g
+    for n in g.node:
+        for sub in _subgraphs(n):
+            yield from _graphs(sub)

@@ -1,0 +1,339 @@
+"""Edge-case models side by side with onnxruntime: what it loads and runs, turnout loads and
+runs with the same outputs; what it refuses, turnout refuses with the same exception class.
+
+onnx.checker is stricter than onnxruntime in places (unsorted nodes, the domain spelled
+"ai.onnx", an empty graph name, IR 3 initializers outside the graph inputs); onnxruntime is the
+anchor. The corpus is built here, so it needs no files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import turnout
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these cases")
+
+F = TensorProto.FLOAT
+vi = helper.make_tensor_value_info
+X = vi("x", F, [2, 2])
+W = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+XV = np.arange(4, dtype=np.float32).reshape(2, 2)
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    inits: list[onnx.TensorProto] | None = None,
+    opset: int = 17,
+    ir: int = 8,
+) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits or [])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = ir
+    return m
+
+
+def _relu(**kw: Any) -> onnx.ModelProto:
+    return _model([helper.make_node("Relu", ["x"], ["y"])], [X], [vi("y", F, [2, 2])], **kw)
+
+
+def _edited(model: onnx.ModelProto, edit: Callable[[onnx.ModelProto], Any]) -> onnx.ModelProto:
+    edit(model)
+    return model
+
+
+def _sparse_constant() -> onnx.ModelProto:
+    values = numpy_helper.from_array(np.array([5, 6], np.float32), "v")
+    indices = numpy_helper.from_array(np.array([0, 3], np.int64), "i")
+    sparse = helper.make_sparse_tensor(values, indices, [2, 2])
+    nodes = [
+        helper.make_node("Constant", [], ["c"], sparse_value=sparse),
+        helper.make_node("Add", ["x", "c"], ["y"]),
+    ]
+    return _model(nodes, [X], [vi("y", F, [2, 2])])
+
+
+def _if_reading_an_outer_initializer() -> onnx.ModelProto:
+    then = helper.make_graph(
+        [helper.make_node("Add", ["w", "w"], ["t"])], "then", [], [vi("t", F, [2, 2])]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["w"], ["e"])], "else", [], [vi("e", F, [2, 2])]
+    )
+    node = helper.make_node("If", ["b"], ["y"], then_branch=then, else_branch=other)
+    return _model([node], [vi("b", TensorProto.BOOL, [])], [vi("y", F, [2, 2])], [W])
+
+
+def _add_w(**kw: Any) -> onnx.ModelProto:
+    return _model(
+        [helper.make_node("Add", ["x", "w"], ["y"])], [X], [vi("y", F, [2, 2])], [W], **kw
+    )
+
+
+UNUSED = numpy_helper.from_array(np.ones(3, np.float32), "unused")
+X_ONLY = {"x": XV}
+
+# name -> (model, feeds)
+CASES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, Any]]] = {
+    **{
+        f"ir{ir}-opset{opset}": ((lambda ir=ir, opset=opset: _add_w(ir=ir, opset=opset)), X_ONLY)
+        for ir in range(3, 12)
+        for opset in (7, 9, 11, 13, 15, 17, 19, 21, 23, 25)
+    },
+    "unused-initializer": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [X], [vi("y", F, [2, 2])], [W, UNUSED]
+        ),
+        X_ONLY,
+    ),
+    "untyped-output": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [X],
+            [helper.make_empty_tensor_value_info("y")],
+        ),
+        X_ONLY,
+    ),
+    "sparse-constant": (_sparse_constant, X_ONLY),
+    "empty-graph-passing-its-input": (lambda: _model([], [X], [vi("x", F, [2, 2])]), X_ONLY),
+    "output-is-an-initializer": (lambda: _model([], [], [vi("w", F, [2, 2])], [W]), {}),
+    "no-nodes-no-outputs": (lambda: _model([], [X], []), X_ONLY),
+    "duplicate-node-names": (
+        lambda: _model(
+            [
+                helper.make_node("Relu", ["x"], ["a"], name="n"),
+                helper.make_node("Neg", ["a"], ["y"], name="n"),
+            ],
+            [X],
+            [vi("y", F, [2, 2])],
+        ),
+        X_ONLY,
+    ),
+    "odd-value-names": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x y/é:0"], ["ü.1 "])],
+            [vi("x y/é:0", F, [2, 2])],
+            [vi("ü.1 ", F, [2, 2])],
+        ),
+        {"x y/é:0": XV},
+    ),
+    "names-that-differ-by-a-space": (
+        lambda: _model([helper.make_node("Relu", ["x"], ["x "])], [X], [vi("x ", F, [2, 2])]),
+        X_ONLY,
+    ),
+    "overridable-initializer-not-fed": (
+        lambda: _model(
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            [X, vi("w", F, [2, 2])],
+            [vi("y", F, [2, 2])],
+            [W],
+        ),
+        X_ONLY,
+    ),
+    "overridable-initializer-fed": (
+        lambda: _model(
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            [X, vi("w", F, [2, 2])],
+            [vi("y", F, [2, 2])],
+            [W],
+        ),
+        {"x": XV, "w": XV},
+    ),
+    "unused-graph-input": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [X, vi("z", F, [3])], [vi("y", F, [2, 2])]
+        ),
+        {"x": XV, "z": np.zeros(3, np.float32)},
+    ),
+    "unused-graph-input-not-fed": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [X, vi("z", F, [3])], [vi("y", F, [2, 2])]
+        ),
+        X_ONLY,
+    ),
+    "output-listed-twice": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [X], [vi("y", F, [2, 2]), vi("y", F, [2, 2])]
+        ),
+        X_ONLY,
+    ),
+    "no-opset-import": (lambda: _edited(_relu(), lambda m: m.ClearField("opset_import")), X_ONLY),
+    "domain-spelled-ai.onnx": (
+        lambda: _edited(
+            _relu(),
+            lambda m: (
+                setattr(m.opset_import[0], "domain", "ai.onnx"),
+                setattr(m.graph.node[0], "domain", "ai.onnx"),
+            ),
+        ),
+        X_ONLY,
+    ),
+    "opset-imported-twice": (
+        lambda: _edited(_relu(), lambda m: m.opset_import.append(helper.make_opsetid("", 13))),
+        X_ONLY,
+    ),
+    "empty-optional-input": (
+        lambda: _model(
+            [helper.make_node("Clip", ["x", "", "m"], ["y"])],
+            [X],
+            [vi("y", F, [2, 2])],
+            [numpy_helper.from_array(np.array(1.5, np.float32), "m")],
+        ),
+        X_ONLY,
+    ),
+    "value-info-disagreeing-with-an-initializer": (
+        lambda: _edited(_add_w(), lambda m: m.graph.value_info.append(vi("w", F, [3]))),
+        X_ONLY,
+    ),
+    "a-node-output-redefines-an-initializer": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["w"]), helper.make_node("Add", ["x", "w"], ["y"])],
+            [X],
+            [vi("y", F, [2, 2])],
+            [W],
+        ),
+        X_ONLY,
+    ),
+    "graph-input-typed-unlike-its-initializer": (
+        lambda: _model(
+            [helper.make_node("Add", ["x", "w"], ["y"])],
+            [X, vi("w", TensorProto.DOUBLE, [2, 2])],
+            [vi("y", F, [2, 2])],
+            [W],
+        ),
+        X_ONLY,
+    ),
+    "zero-size-tensor": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, [0, 2])], [vi("y", F, [0, 2])]
+        ),
+        {"x": np.zeros((0, 2), np.float32)},
+    ),
+    "string-identity": (
+        lambda: _model(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            [vi("x", TensorProto.STRING, [2])],
+            [vi("y", TensorProto.STRING, [2])],
+        ),
+        {"x": np.array(["a", "b"], object)},
+    ),
+    "if-reading-an-outer-initializer": (_if_reading_an_outer_initializer, {"b": np.array(True)}),
+    "empty-graph-name": (lambda: _edited(_relu(), lambda m: setattr(m.graph, "name", "")), X_ONLY),
+    "ir-13-opset-26": (lambda: _relu(ir=13, opset=26), X_ONLY),
+    "an-unused-node-output": (
+        lambda: _model(
+            [
+                helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2),
+                helper.make_node("Relu", ["a"], ["y"]),
+            ],
+            [X],
+            [vi("y", F, [1, 2])],
+            opset=18,
+        ),
+        X_ONLY,
+    ),
+    "a-dead-node": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["unused"])],
+            [X],
+            [vi("y", F, [2, 2])],
+        ),
+        X_ONLY,
+    ),
+    "input-without-a-shape": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, None)], [vi("y", F, None)]
+        ),
+        X_ONLY,
+    ),
+    "dangling-node-input": (
+        lambda: _model([helper.make_node("Relu", ["nope"], ["y"])], [X], [vi("y", F, [2, 2])]),
+        X_ONLY,
+    ),
+    "unknown-op": (
+        lambda: _model([helper.make_node("Frobnicate", ["x"], ["y"])], [X], [vi("y", F, [2, 2])]),
+        X_ONLY,
+    ),
+    "unknown-attribute": (
+        lambda: _model([helper.make_node("Relu", ["x"], ["y"], foo=1)], [X], [vi("y", F, [2, 2])]),
+        X_ONLY,
+    ),
+    "nodes-out-of-order": (
+        lambda: _model(
+            [helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Relu", ["x"], ["a"])],
+            [X],
+            [vi("y", F, [2, 2])],
+        ),
+        X_ONLY,
+    ),
+    "too-many-node-inputs": (
+        lambda: _model([helper.make_node("Relu", ["x", "x"], ["y"])], [X], [vi("y", F, [2, 2])]),
+        X_ONLY,
+    ),
+    "graph-output-nobody-produces": (
+        lambda: _model([helper.make_node("Relu", ["x"], ["y"])], [X], [vi("zz", F, [2, 2])]),
+        X_ONLY,
+    ),
+    "graph-input-listed-twice": (
+        lambda: _model([helper.make_node("Relu", ["x"], ["y"])], [X, X], [vi("y", F, [2, 2])]),
+        X_ONLY,
+    ),
+}
+
+# Where turnout deliberately does more than onnxruntime, with the reason.
+RUNS_WHERE_ORT_HAS_NO_KERNEL = {
+    "opset-1-relu": "onnxruntime has no kernel for Relu-1 (NOT_IMPLEMENTED); turnout runs it",
+}
+
+
+def _outcome(runtime: Any, model: onnx.ModelProto, feeds: dict[str, Any]) -> tuple[str, Any]:
+    """("ok", outputs), ("load", exception) or ("run", exception)."""
+    try:
+        sess = runtime.InferenceSession(
+            model.SerializeToString(), providers=["CPUExecutionProvider"]
+        )
+    except Exception as e:
+        return "load", e
+    try:
+        return "ok", [np.asarray(o) for o in sess.run(None, feeds)]
+    except Exception as e:
+        return "run", e
+
+
+def _same_class(got: BaseException, want: BaseException) -> bool:
+    if type(want).__module__.endswith("onnxruntime_pybind11_state"):
+        return type(got).__name__ == type(want).__name__
+    return isinstance(got, type(want))  # onnxruntime's Python layer raises builtins
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_edge_case_model_as_onnxruntime(case: str) -> None:
+    make, feeds = CASES[case]
+    want = _outcome(ort, make(), feeds)
+    got = _outcome(turnout, make(), feeds)
+    assert got[0] == want[0], (got, want)
+    if want[0] == "ok":
+        assert len(got[1]) == len(want[1])
+        for g, w in zip(got[1], want[1]):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            if w.dtype == object:
+                assert np.array_equal(g, w)
+            else:
+                np.testing.assert_allclose(g, w, rtol=1e-6)
+    else:
+        assert isinstance(got[1], turnout.errors.TurnoutError), got
+        assert _same_class(got[1], want[1]), (got, want)
+
+
+def test_turnout_runs_what_onnxruntime_has_no_kernel_for() -> None:
+    (y,) = turnout.InferenceSession(_relu(opset=1, ir=3).SerializeToString()).run(None, X_ONLY)
+    np.testing.assert_array_equal(y, np.maximum(XV, 0))
+    assert _outcome(ort, _relu(opset=1, ir=3), X_ONLY)[0] == "load", RUNS_WHERE_ORT_HAS_NO_KERNEL
