@@ -21,7 +21,7 @@ from .dtypes import np_dtype
 from .errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
 from .shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
 from .structure import check_structure, normalize
-from .tensors import all_tensors, check_tensor
+from .tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor
 from .validate import check_types
 
 __all__ = ["ModelSource", "infer_shapes", "light_copy", "load_model", "model_label"]
@@ -279,15 +279,6 @@ def _plain_raw(t: TensorProto) -> bool:
     )
 
 
-# types whose raw_data the checker checks by size alone
-_SIZE_CHECKED = frozenset({
-    TensorProto.FLOAT, TensorProto.INT32, TensorProto.UINT32, TensorProto.DOUBLE,
-    TensorProto.INT64, TensorProto.UINT64, TensorProto.COMPLEX64, TensorProto.COMPLEX128,
-    TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT16, TensorProto.UINT16,
-    TensorProto.INT8, TensorProto.UINT8, TensorProto.BOOL,
-})  # fmt: skip
-
-
 def _check_copy(model: ModelProto) -> ModelProto:
     """The model as the checker should see it, without the bytes of big raw initializers.
 
@@ -297,7 +288,7 @@ def _check_copy(model: ModelProto) -> ModelProto:
     """
 
     def stub(t: TensorProto) -> TensorProto:
-        if t.data_type not in _SIZE_CHECKED or any(d <= 0 for d in t.dims):
+        if t.data_type not in FIXED_WIDTH_TYPES or any(d <= 0 for d in t.dims):
             return t
         itemsize = np_dtype(t.data_type).itemsize
         expected = math.prod(t.dims) * itemsize

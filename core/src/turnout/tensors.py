@@ -19,11 +19,11 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, numpy_help
 from .dtypes import np_dtype
 from .errors import Fail
 
-__all__ = ["all_tensors", "check_tensor", "decode_tensor"]
+__all__ = ["FIXED_WIDTH_TYPES", "all_tensors", "check_tensor", "decode_tensor"]
 
 # element types whose raw_data is exactly prod(dims) * itemsize bytes (sub-byte and string
 # types are packed or variable-length, and numpy_helper checks those itself)
-_FIXED_WIDTH = frozenset({
+FIXED_WIDTH_TYPES = frozenset({
     TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16,
     TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL,
     TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.UINT32, TensorProto.UINT64,
@@ -101,7 +101,7 @@ def check_tensor(t: TensorProto, where: str) -> None:
     if t.HasField("raw_data"):
         return  # its length is checked where it is decoded: reading it here would copy it
     count = math.prod(t.dims)
-    if t.data_type not in _FIXED_WIDTH and t.data_type not in _TYPED_FIELD:
+    if t.data_type not in FIXED_WIDTH_TYPES and t.data_type not in _TYPED_FIELD:
         return  # packed sub-byte or float8 values: numpy_helper checks their count
     field = _TYPED_FIELD.get(t.data_type, "int32_data")
     held = len(getattr(t, field))
