@@ -407,26 +407,6 @@ KNOWN: Sequence[Known] = (
     ),
     # ---- open bugs with a corpus entry (tests/fuzz/corpus/index.json)
     Known(
-        "SoftmaxCrossEntropyLoss",
-        "mismatch",
-        "corpus sce_large_logits: log(softmax) overflows where log-softmax does not",
-        kind="bug",
-    ),
-    Known(
-        "SoftmaxCrossEntropyLoss",
-        "mismatch",
-        "corpus sce_large_logits: log(softmax) overflows where log-softmax does not",
-        against="cpu",
-        kind="bug",
-    ),
-    Known(
-        "GridSample",
-        "mismatch",
-        "corpus gridsample_cubic_far_outside: out-of-image taps read clamped pixels",
-        detail=_NAN,
-        kind="bug",
-    ),
-    Known(
         "Softplus",
         "mismatch",
         "corpus opencl_softplus_large: log(1 + exp(x)) overflows",

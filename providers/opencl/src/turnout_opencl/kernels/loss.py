@@ -33,17 +33,18 @@ __kernel void loss_elems(long n, long C, long D, __global {T}* l, __global {T}* 
   __global const {T}* px = x + b * C * D + d;
   long t = (long)target[gid];
   bad[gid] = 0;
-  {T} mx = -INFINITY, s = 0;
-  if (softmax) {{
+  {T} mx = -INFINITY, ls = 0;
+  if (softmax) {{  /* log-softmax as (x - max) - log(sum(exp(x - max))): never log(0) */
+    {T} s = 0;
     for (long c = 0; c < C; ++c) mx = fmax(mx, px[c * D]);
     for (long c = 0; c < C; ++c) s += exp(px[c * D] - mx);
+    ls = log(s);
     if (want_logp)
-      for (long c = 0; c < C; ++c)
-        logp[b * C * D + c * D + d] = log(exp(px[c * D] - mx) / s);
+      for (long c = 0; c < C; ++c) logp[b * C * D + c * D + d] = (px[c * D] - mx) - ls;
   }}
   if (has_ignore && t == ignore) {{ l[gid] = 0; w[gid] = 0; return; }}
   if (t < 0 || t >= C) {{ bad[gid] = 1; l[gid] = 0; w[gid] = 0; return; }}
-  {T} lp = softmax ? log(exp(px[t * D] - mx) / s) : px[t * D];
+  {T} lp = softmax ? (px[t * D] - mx) - ls : px[t * D];
   {T} wt = has_w ? weight[t] : ({T})1;
   l[gid] = -lp * wt;
   w[gid] = wt;

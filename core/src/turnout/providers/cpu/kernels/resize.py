@@ -8,6 +8,7 @@ gathers each interpolation corner for all output points at once.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -343,7 +344,7 @@ def grid_sample(node: KernelNode) -> KernelFn:
         dims = x.shape[2:]
         ct = compute_dtype(x.dtype)
         g = grid.astype(ct, copy=False)
-        taps_w: list[list[tuple[np.ndarray, np.ndarray]]] = []
+        taps_w: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = []
         for a, d in enumerate(dims):
             v = g[..., r - 1 - a]  # grid's last axis lists (x, y, z): reversed spatial order
             pos = (v + 1) / 2 * (d - 1) if align else ((v + 1) * d - 1) / 2
@@ -371,20 +372,25 @@ def grid_sample(node: KernelNode) -> KernelFn:
                     taps.append((base.astype(np.int64) + o, w.astype(ct)))
             fixed = []
             for idx, w in taps:
-                if padding == "zeros":
-                    w = np.where((idx < 0) | (idx >= d), ct.type(0), w)
+                inside: np.ndarray | None = None
+                if padding == "zeros":  # a tap outside reads the padding 0, not 0 * pixel
+                    inside = (idx >= 0) & (idx < d)
                 elif padding == "reflection":
                     idx = np.trunc(_reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
-                fixed.append((np.clip(idx, 0, d - 1), w))
+                fixed.append((np.clip(idx, 0, d - 1), w, inside))
             taps_w.append(fixed)
         bidx = np.arange(n).reshape((n,) + (1,) * r)
         xf = x.astype(ct, copy=False)
         y = np.zeros((n, *grid.shape[1:-1], c), ct)
         for combo in itertools.product(*taps_w):
             w = combo[0][1]
-            for _, wi in combo[1:]:
+            for _, wi, _ in combo[1:]:
                 w = w * wi
-            y += _gather(xf, bidx, [i for i, _ in combo]) * w[..., None]
+            v = _gather(xf, bidx, [i for i, _, _ in combo]) * w[..., None]
+            masks = [m for _, _, m in combo if m is not None]
+            if masks:
+                v = np.where(functools.reduce(np.logical_and, masks)[..., None], v, ct.type(0))
+            y += v
         return (np.moveaxis(y, -1, 1).astype(x.dtype, copy=False),)
 
     return run

@@ -1,0 +1,93 @@
+"""SoftmaxCrossEntropyLoss: a stable log-softmax over the class axis, then the weighted gather.
+
+onnx.reference (which ran this op before) takes log(softmax(x)), which underflows to log(0) =
+-inf for a class far below the row's maximum (logits 1000 and -1000); onnxruntime computes
+x - max - log(sum(exp(x - max))), and so does this kernel. Everything else follows the ONNX
+reference: the input is viewed as (N, C, D), `ignore_index` targets weigh 0, "mean" with a weight
+input or an `ignore_index` divides by the sum of the gathered weights. A target in [-C, 0) counts
+from the end (onnxruntime gathers with GatherElements, the reference indexes with it); one
+outside [-C, C) that is not `ignore_index` raises InvalidArgument, as onnxruntime refuses it.
+Half-precision inputs compute in float32 and round once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ....errors import InvalidArgument
+from ....provider import KernelFn, KernelNode
+from ..registry import cpu_kernel
+
+__all__: list[str] = []
+
+Array = np.ndarray[Any, Any]
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+def _supports(kn: KernelNode) -> str | None:
+    red = kn.attr("reduction", "mean")
+    return None if red in _REDUCTIONS else f"reduction {red!r} is not one of {_REDUCTIONS}"
+
+
+@cpu_kernel("SoftmaxCrossEntropyLoss", since=12, supports=_supports)
+def softmax_cross_entropy_loss(kn: KernelNode) -> KernelFn:
+    name = kn.name
+    red = kn.attr("reduction", "mean")
+    ignore = kn.attr("ignore_index", None)
+    outs = kn.node.outputs
+    want_logp = len(outs) > 1 and bool(outs[1])
+
+    def run(x: Array, target: Array, weight: Array | None = None) -> tuple[Any, ...]:
+        if x.ndim < 2:
+            raise InvalidArgument(f"{name}: input must have rank >= 2, got shape {x.shape}")
+        n, c = x.shape[0], x.shape[1]
+        if target.shape != (n, *x.shape[2:]):
+            raise InvalidArgument(
+                f"{name}: target shape {target.shape} does not fit input shape {x.shape}"
+            )
+        if weight is not None and weight.shape != (c,):
+            raise InvalidArgument(f"{name}: weight shape {weight.shape} is not ({c},)")
+        ct = np.promote_types(x.dtype, np.float32)
+        x3 = x.astype(ct, copy=False).reshape(n, c, -1)
+        t2 = target.astype(np.int64, copy=False).reshape(n, -1)
+        if x3.size:
+            s = x3 - np.max(x3, axis=1, keepdims=True)
+            logp = s - np.log(np.sum(np.exp(s), axis=1, keepdims=True))
+        else:
+            logp = x3.copy()
+        ignored = t2 == ignore if ignore is not None else np.zeros(t2.shape, bool)
+        # negative targets count from the end, as onnxruntime's GatherElements and the
+        # reference's indexing do
+        t_eff = np.where(t2 < 0, t2 + c, t2)
+        bad = ~ignored & ((t_eff < 0) | (t_eff >= c))
+        if bad.any():
+            raise InvalidArgument(
+                f"{name}: target {int(t2[bad][0])} out of range for {c} classes"
+                + (f" (ignore_index {ignore})" if ignore is not None else "")
+            )
+        t_safe = np.where(ignored, 0, t_eff)
+        picked = np.take_along_axis(logp, t_safe[:, None, :], axis=1)[:, 0, :]
+        loss = np.where(ignored, ct.type(0), -picked)
+        gw: Array | None = None
+        if weight is not None:
+            gw = np.where(ignored, ct.type(0), weight.astype(ct)[t_safe])
+        elif ignore is not None:
+            gw = (~ignored).astype(ct)
+        if gw is not None:
+            loss = loss * gw
+        if red == "none":
+            out = loss.reshape(target.shape)
+        elif red == "sum":
+            out = np.sum(loss)
+        elif gw is not None:
+            out = np.sum(loss) / np.sum(gw)
+        else:
+            out = np.mean(loss)
+        res: list[Any] = [np.asarray(out).astype(x.dtype)]
+        if len(outs) > 1:
+            res.append(logp.reshape(x.shape).astype(x.dtype) if want_logp else None)
+        return tuple(res)
+
+    return run

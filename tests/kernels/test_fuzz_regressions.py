@@ -1,0 +1,155 @@
+"""Kernel bugs the fuzzer found (issue 11), each held to onnxruntime on every provider that runs it.
+
+The corpus replays (tests/fuzz/corpus) hold the exact fuzzed models; these tests hold the fixed
+behaviour around them:
+
+- SoftmaxCrossEntropyLoss (CPU, OpenCL) took log(softmax(x)): logits 1000 and -1000 gave
+  log(0) = -inf, a loss of inf where onnxruntime gives 3500. Now a stable log-softmax.
+- GridSample cubic with zeros padding (CPU, and numba through it) multiplied the zero weight of a
+  tap outside the image by the clamped pixel it read: a NaN pixel made NaN of a sample at
+  (-100, -100), onnxruntime gives 0. Taps outside now contribute nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from turnout.errors import InvalidArgument
+from turnout.testing import (
+    check_official_case,
+    iter_node_cases,
+    one_node_model,
+    provider_session,
+    run_onnxruntime,
+    run_own_kernel,
+)
+
+NUMBA = "NumbaExecutionProvider"
+OPENCL = "OpenCLExecutionProvider"
+
+
+def _opencl_reason() -> str | None:
+    if importlib.util.find_spec("turnout_opencl") is None:
+        return "turnout-opencl is not installed"
+    from turnout_opencl.factory import OpenCLProviderFactory
+
+    avail = OpenCLProviderFactory().probe()
+    return None if avail.ok else f"no OpenCL device: {avail.reason}"
+
+
+_OCL_REASON = _opencl_reason()
+_NUMBA_PARAM = pytest.param(
+    NUMBA,
+    marks=pytest.mark.skipif(
+        importlib.util.find_spec("turnout_numba") is None, reason="turnout-numba is not installed"
+    ),
+)
+_OPENCL_PARAM = pytest.param(
+    OPENCL, marks=pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+)
+ALL = ["cpu", _NUMBA_PARAM, _OPENCL_PARAM]
+
+
+def _run(provider: str, node: onnx.NodeProto, inputs: Sequence[Any], opset: int = 21) -> list[Any]:
+    """The node's outputs from turnout's own CPU kernel, or from a session on `provider` alone
+    (fallback "error": a node the provider declines fails the test)."""
+    if provider == "cpu":
+        return run_own_kernel(node, inputs, opset)
+    sess = provider_session(one_node_model(node, inputs, opset), provider)
+    feeds = {n: v for n, v in zip(node.input, inputs) if n}
+    with np.errstate(all="ignore"):
+        return list(sess.run(None, feeds))
+
+
+def _assert_same(want: Sequence[Any], got: Sequence[Any], rtol: float = 1e-5) -> None:
+    """Same count, dtypes and shapes; values close, NaN and inf exactly where expected."""
+    assert len(got) == len(want)
+    for i, (w, g) in enumerate(zip(want, got)):
+        g = np.asarray(g)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), (
+            f"output {i}: {g.dtype}{g.shape}, expected {w.dtype}{w.shape}"
+        )
+        np.testing.assert_allclose(
+            g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-6, err_msg=f"out {i}"
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# SoftmaxCrossEntropyLoss: a stable log-softmax
+
+SCE_CASES = list(iter_node_cases({"SoftmaxCrossEntropyLoss"}))
+
+
+@pytest.mark.parametrize("case", SCE_CASES, ids=[c.name for c in SCE_CASES])
+def test_sce_official(case: Any) -> None:
+    """The CPU provider's own kernel (it ran on onnx.reference before) passes the node tests."""
+    check_official_case(case)
+
+
+@pytest.mark.parametrize("provider", ALL)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sce_large_logits(provider: str, reduction: str, dtype: type) -> None:
+    x = np.array([[1000, -1000], [0, 5000]], dtype)
+    y = np.array([1, 0], np.int64)
+    node = helper.make_node(
+        "SoftmaxCrossEntropyLoss", ["x", "y"], ["loss", "logp"], reduction=reduction
+    )
+    want = run_onnxruntime(node, [x, y])
+    assert np.isfinite(want[0]).all() and np.isfinite(want[1]).all()
+    _assert_same(want, _run(provider, node, [x, y]))
+
+
+@pytest.mark.parametrize("provider", ALL)
+@pytest.mark.parametrize("ignore", [None, 0, -1])
+def test_sce_weighted_ignore_large_logits(provider: str, ignore: int | None) -> None:
+    """Weights, ignore_index and a (N, C, D) input with logits far apart."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 4, 2)) * 400).astype(np.float32)
+    y = np.array([[0, 3], [1 if ignore is None else ignore, 2], [1, 0]], np.int64)
+    w = np.array([0.5, 1.0, 2.0, 1.5], np.float32)
+    attrs = {} if ignore is None else {"ignore_index": ignore}
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "y", "w"], ["loss"], **attrs)
+    want = run_onnxruntime(node, [x, y, w])
+    assert np.isfinite(want[0]).all()
+    _assert_same(want, _run(provider, node, [x, y, w]), rtol=1e-4)
+
+
+def test_sce_negative_target_counts_from_end() -> None:
+    """onnxruntime gathers a target in [-C, 0) from the end (and refuses one >= C)."""
+    x = np.array([[1.0, 2.0, 30.0], [0.5, -3.0, 2.0]], np.float32)
+    y = np.array([0, -1], np.int64)
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "y"], ["loss"], reduction="none")
+    _assert_same(run_onnxruntime(node, [x, y]), run_own_kernel(node, [x, y]))
+    with pytest.raises(InvalidArgument):
+        run_own_kernel(node, [x, np.array([0, 3], np.int64)])
+
+
+# ------------------------------------------------------------------------------------------
+# GridSample with zeros padding: taps outside the image contribute nothing
+
+
+@pytest.mark.parametrize("provider", ["cpu", _NUMBA_PARAM])
+@pytest.mark.parametrize("mode", ["cubic", "linear", "nearest"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_gridsample_zeros_padding_ignores_pixels_outside(
+    provider: str, mode: str, align: int
+) -> None:
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 0] = np.nan  # read by every clamped tap at the top-left corner
+    grid = np.array(
+        [[[[-100.0, -100.0], [-1.6, -1.6], [-1.2, -1.0], [0.3, -0.2], [100.0, 0.5]]]], np.float32
+    )
+    node = helper.make_node(
+        "GridSample", ["x", "g"], ["y"], mode=mode, padding_mode="zeros", align_corners=align
+    )
+    want = run_onnxruntime(node, [x, grid], 20)
+    assert want[0][0, 0, 0, 0] == 0
+    _assert_same(want, _run(provider, node, [x, grid], 20))
