@@ -1,10 +1,31 @@
 """turnout: an ONNX runtime whose execution providers are plugins.
 
-`import turnout as onnxruntime` runs onnxruntime user code unchanged for the API listed here.
+It mirrors onnxruntime's public Python API. To run an unchanged onnxruntime application on
+turnout, call `turnout.install_as_onnxruntime()` before it imports onnxruntime, or start it with
+`python -m turnout.as_onnxruntime script.py args` (see docs/drop-in.md).
 """
+
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
+from . import backend, capi
+from .capi import onnxruntime_validation
+from .capi.onnxruntime_pybind11_state import copy_tensors, has_collective_ops
+from .environment import (
+    ORT_API_VERSION,
+    ArenaExtendStrategy,
+    OrtArenaCfg,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
+    disable_telemetry_events,
+    enable_telemetry_events,
+    set_default_logger_callback,
+    set_global_thread_pool_sizes,
+    set_seed,
+)
 from .errors import (
     EngineError,
     EPFail,
@@ -31,6 +52,12 @@ from .options import (
     RunOptions,
     SessionOptions,
 )
+from .ort_enums import (
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtMemoryInfoDeviceType,
+    OrtSparseFormat,
+)
 from .plugins import register_provider
 from .session import (
     InferenceSession,
@@ -42,9 +69,23 @@ from .session import (
     get_device,
     get_version_string,
 )
-from .values import OrtDevice, OrtMemoryInfo, OrtValue, SparseTensor
+from .values import (
+    OrtAllocatorType,
+    OrtDevice,
+    OrtMemoryInfo,
+    OrtMemType,
+    OrtValue,
+    SparseTensor,
+)
+
+version = __version__
+package_name = "turnout"
+cuda_version = ""  # as onnxruntime's CPU package: CUDA lives in providers (turnout-cupy)
+import_capi_exception = None  # onnxruntime's: the native module's import error, None when fine
 
 __all__ = [
+    "ORT_API_VERSION",
+    "ArenaExtendStrategy",
     "EPFail",
     "EngineError",
     "ExecutionMode",
@@ -63,8 +104,15 @@ __all__ = [
     "NoSuchFile",
     "NodeArg",
     "NotImplemented",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
     "OrtDevice",
+    "OrtDeviceMemoryType",
+    "OrtDeviceVendorId",
+    "OrtMemType",
     "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType",
+    "OrtSparseFormat",
     "OrtValue",
     "RunOptions",
     "RuntimeException",
@@ -72,13 +120,71 @@ __all__ = [
     "SparseTensor",
     "TurnoutError",
     "__version__",
+    "backend",
+    "capi",
+    "copy_tensors",
+    "create_and_register_allocator",
+    "create_and_register_allocator_v2",
+    "cuda_version",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
     "get_all_providers",
     "get_available_providers",
     "get_build_info",
     "get_device",
     "get_version_string",
+    "has_collective_ops",
     "hookimpl",
+    "import_capi_exception",
+    "install_as_onnxruntime",
+    "onnxruntime_validation",
+    "package_name",
+    "preload_dlls",
+    "print_debug_info",
     "register_provider",
+    "set_default_logger_callback",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
+    "set_global_thread_pool_sizes",
+    "set_seed",
+    "version",
 ]
+
+
+def install_as_onnxruntime() -> None:
+    """Make `import onnxruntime` (and its submodules) load turnout in this process.
+
+    Call it before the application imports onnxruntime. `onnxruntime.__version__` then reads
+    as `ORT_API_VERSION`; `turnout.__version__` stays turnout's own.
+    """
+    from .as_onnxruntime import install
+
+    install()
+
+
+def preload_dlls(
+    cuda: bool = True, cudnn: bool = True, msvc: bool = True, directory: str | None = None
+) -> None:
+    """Nothing to preload: turnout loads no native libraries of its own (device providers load
+    theirs when they probe). Accepted so applications that call it run."""
+
+
+def print_debug_info() -> None:
+    """Print turnout's version, the mirrored onnxruntime API version and the providers."""
+    print(f"turnout {__version__} (onnxruntime API {ORT_API_VERSION})")
+    print(f"available providers: {get_available_providers()}")
+    print(f"all providers: {get_all_providers()}")
+
+
+def __getattr__(name: str) -> Any:
+    """`datasets` on first use; classes the object-API work is adding, once they exist."""
+    if name == "datasets":
+        from . import datasets
+
+        return datasets
+    from .capi.onnxruntime_pybind11_state import resolve_pending
+
+    try:
+        return resolve_pending(name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

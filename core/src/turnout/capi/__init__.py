@@ -1,3 +1,16 @@
-"""Module paths of `onnxruntime.capi`, so imports written for onnxruntime resolve in turnout."""
+"""`onnxruntime.capi`: the module paths of onnxruntime's Python API, so imports written for
+onnxruntime resolve in turnout."""
 
-__all__: list[str] = []
+from . import (
+    build_and_package_info,
+    onnxruntime_inference_collection,
+    onnxruntime_pybind11_state,
+    onnxruntime_validation,
+)
+
+__all__ = [
+    "build_and_package_info",
+    "onnxruntime_inference_collection",
+    "onnxruntime_pybind11_state",
+    "onnxruntime_validation",
+]

@@ -1,7 +1,36 @@
-"""`onnxruntime.capi.onnxruntime_pybind11_state`: onnxruntime's exception classes, same names."""
+"""`onnxruntime.capi.onnxruntime_pybind11_state`: the names of onnxruntime's native module.
+
+In onnxruntime this module holds the whole native API (sessions, options, values, exceptions,
+enums, environment functions). Here each name is turnout's own object: the session classes are
+turnout's `InferenceSession`, `SessionOptions`, ... so code that imports them from here gets the
+same classes as `import turnout`.
+
+A few classes are still being added by the object-API work (issue 12); they resolve on first
+access from whichever module of `_PENDING_HOMES` defines them, and are absent until then.
+"""
 
 from __future__ import annotations
 
+import importlib
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx.defs
+
+from .. import logs
+from ..environment import (
+    ArenaExtendStrategy,
+    OrtArenaCfg,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
+    disable_telemetry_events,
+    enable_telemetry_events,
+    set_default_logger_callback,
+    set_global_thread_pool_sizes,
+    set_seed,
+)
 from ..errors import (
     EngineError,
     EPFail,
@@ -15,17 +44,214 @@ from ..errors import (
     NotImplemented,
     RuntimeException,
 )
+from ..options import (
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    RunOptions,
+    SessionOptions,
+)
+from ..ort_enums import OrtDeviceMemoryType, OrtMemoryInfoDeviceType, OrtSparseFormat
+from ..session import (
+    InferenceSession,
+    ModelMetadata,
+    NodeArg,
+    get_all_providers,
+    get_available_providers,
+    get_build_info,
+    get_device,
+    get_version_string,
+)
+from ..values import OrtAllocatorType, OrtDevice, OrtMemoryInfo, OrtMemType, OrtValue, SparseTensor
 
 __all__ = [
+    "ArenaExtendStrategy",
     "EPFail",
     "EngineError",
+    "ExecutionMode",
+    "ExecutionOrder",
     "Fail",
+    "GraphOptimizationLevel",
+    "InferenceSession",
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
     "ModelLoaded",
+    "ModelMetadata",
     "NoModel",
     "NoSuchFile",
+    "NodeArg",
     "NotImplemented",
+    "OrtAllocatorType",
+    "OrtArenaCfg",
+    "OrtDevice",
+    "OrtDeviceMemoryType",
+    "OrtMemType",
+    "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType",
+    "OrtSparseFormat",
+    "OrtValue",
+    "RunOptions",
     "RuntimeException",
+    "SessionObjectInitializer",
+    "SessionOptions",
+    "SparseTensor",
+    "copy_tensors",
+    "create_and_register_allocator",
+    "create_and_register_allocator_v2",
+    "disable_telemetry_events",
+    "enable_telemetry_events",
+    "get_all_operator_schema",
+    "get_all_opkernel_def",
+    "get_all_providers",
+    "get_available_providers",
+    "get_build_info",
+    "get_default_session_options",
+    "get_device",
+    "get_session_initializer",
+    "get_version_string",
+    "has_collective_ops",
+    "kNextPowerOfTwo",
+    "kSameAsRequested",
+    "opkernel",
+    "schemadef",
+    "set_default_logger_callback",
+    "set_default_logger_severity",
+    "set_default_logger_verbosity",
+    "set_global_thread_pool_sizes",
+    "set_seed",
 ]
+
+kNextPowerOfTwo = ArenaExtendStrategy.kNextPowerOfTwo
+kSameAsRequested = ArenaExtendStrategy.kSameAsRequested
+
+# Names the object-API work adds (classes) and exception classes that turnout.errors may add.
+PENDING = frozenset(
+    {
+        "AdapterFormat",
+        "LoraAdapter",
+        "OrtValueVector",
+        "SessionIOBinding",
+        "SparseBlockSparseView",
+        "SparseCooView",
+        "SparseCsrView",
+        "DeviceReset",
+        "ModelLoadCanceled",
+        "NotFound",
+    }
+)
+_PENDING_HOMES = (
+    "turnout.errors",
+    "turnout.values",
+    "turnout.io_binding",
+    "turnout.session",
+    "turnout.options",
+    "turnout.lora",
+)
+
+
+def resolve_pending(name: str) -> Any:
+    """A pending name from the module that defines it; AttributeError while none does."""
+    if name in PENDING:
+        for home in _PENDING_HOMES:
+            try:
+                module = importlib.import_module(home)
+            except ImportError:
+                continue
+            if name in vars(module):
+                return vars(module)[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    return resolve_pending(name)
+
+
+def set_default_logger_severity(level: int) -> None:
+    """onnxruntime's severity: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal."""
+    logs.set_severity(level)
+
+
+def set_default_logger_verbosity(level: int) -> None:
+    logs.set_verbosity(level)
+
+
+def has_collective_ops() -> bool:
+    """False: turnout has no collective (multi-process communication) ops, as a CPU build."""
+    return False
+
+
+def copy_tensors(src: Sequence[OrtValue], dst: Sequence[OrtValue], stream: Any = None) -> None:
+    """Copy each tensor of `src` into the matching tensor of `dst`, in place. Shapes and element
+    types must match. `stream` is accepted for onnxruntime's signature; copies are synchronous."""
+    if len(src) != len(dst):
+        raise InvalidArgument(
+            f"copy_tensors: {len(src)} sources but {len(dst)} destinations; they must pair up"
+        )
+    for i, (s, d) in enumerate(zip(src, dst)):
+        if s.shape() != d.shape() or s.element_type() != d.element_type():
+            raise InvalidArgument(
+                f"copy_tensors: pair {i}: source {s.data_type()}{s.shape()} does not match "
+                f"destination {d.data_type()}{d.shape()}"
+            )
+    for s, d in zip(src, dst):
+        d.update_inplace(s.numpy())
+
+
+@dataclass(frozen=True)
+class SessionObjectInitializer:
+    """onnxruntime's default-argument marker for a session's options and logging."""
+
+
+def get_default_session_options() -> SessionOptions:
+    return SessionOptions()
+
+
+def get_session_initializer() -> SessionObjectInitializer:
+    return SessionObjectInitializer()
+
+
+def get_all_operator_schema() -> list[onnx.defs.OpSchema]:
+    """Every operator schema turnout knows: onnx's, in all versions (plus registered domains)."""
+    return list(onnx.defs.get_all_schemas_with_history())
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    """A kernel the CPU provider registers: op, domain, opset range and type constraints."""
+
+    op_name: str
+    domain: str
+    provider: str
+    version_range: tuple[int, int]
+    type_constraints: dict[str, list[str]]
+
+
+_OPEN_END = 2**31 - 1  # onnxruntime's "no upper opset bound"
+
+
+def get_all_opkernel_def() -> list[KernelDef]:
+    """The CPU provider's own kernels (ops it runs through onnx.reference have none)."""
+    from ..dtypes import type_string
+    from ..providers.cpu.registry import CPU_KERNELS
+
+    out = []
+    for domain, op in CPU_KERNELS.ops():
+        seen: list[Any] = []
+        for version in range(1, onnx.defs.onnx_opset_version() + 1):
+            d = CPU_KERNELS.lookup(domain, op, version)
+            if d is not None and all(d is not s for s in seen):
+                seen.append(d)
+        for i, d in enumerate(seen):
+            end = d.until if d.until is not None else _OPEN_END
+            if d.until is None and i + 1 < len(seen):
+                end = seen[i + 1].since - 1
+            types_ = {k: sorted(type_string(t) for t in v) for k, v in (d.dtypes or {}).items()}
+            out.append(KernelDef(op, domain, CPU_KERNELS.provider_name, (d.since, end), types_))
+    return out
+
+
+opkernel = types.ModuleType(f"{__name__}.opkernel", "Kernel definitions (`KernelDef`).")
+setattr(opkernel, "KernelDef", KernelDef)  # noqa: B010 - a module object built at import
+schemadef = types.ModuleType(f"{__name__}.schemadef", "Operator schemas (`OpSchema`).")
+setattr(schemadef, "OpSchema", onnx.defs.OpSchema)  # noqa: B010
