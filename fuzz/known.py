@@ -406,13 +406,6 @@ KNOWN: Sequence[Known] = (
         for against in ("ort", "cpu")
     ),
     # ---- open bugs with a corpus entry (tests/fuzz/corpus/index.json)
-    Known(
-        "Softplus",
-        "mismatch",
-        "corpus opencl_softplus_large: log(1 + exp(x)) overflows",
-        providers=("OpenCLExecutionProvider",),
-        kind="bug",
-    ),
     *(
         Known(
             "LayerNormalization",
@@ -447,14 +440,6 @@ KNOWN: Sequence[Known] = (
         "crash",
         "corpus opencl_instancenorm_empty_scale: scale length unchecked, segfault",
         detail="^in OpenCLExecutionProvider",
-        providers=("OpenCLExecutionProvider",),
-        kind="bug",
-    ),
-    Known(
-        "Softplus",
-        "mismatch",
-        "corpus opencl_softplus_large: log(1 + exp(x)) overflows",
-        against="cpu",
         providers=("OpenCLExecutionProvider",),
         kind="bug",
     ),

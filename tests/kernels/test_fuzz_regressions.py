@@ -153,3 +153,18 @@ def test_gridsample_zeros_padding_ignores_pixels_outside(
     want = run_onnxruntime(node, [x, grid], 20)
     assert want[0][0, 0, 0, 0] == 0
     _assert_same(want, _run(provider, node, [x, grid], 20))
+
+
+# ------------------------------------------------------------------------------------------
+# OpenCL Softplus: max(x, 0) + log1p(exp(-|x|)), as the CPU provider
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+def test_opencl_softplus_large(dtype: type) -> None:
+    x = np.array([100, -100, 0, 1e-3, 20, -20, 60000, -np.inf, np.inf, np.nan], dtype)
+    node = helper.make_node("Softplus", ["x"], ["y"])
+    # onnxruntime has Softplus for float32 only: the CPU provider is the reference otherwise
+    want = run_onnxruntime(node, [x]) if dtype == np.float32 else run_own_kernel(node, [x])
+    assert want[0][0] == 100
+    _assert_same(want, _run(OPENCL, node, [x]), rtol=1e-3 if dtype == np.float16 else 1e-5)

@@ -84,7 +84,7 @@ EW_OPS: dict[str, Op] = {
     "Ceil": _op(1, F, "ceil({a})"), "Floor": _op(1, F, "floor({a})"),
     "Round": _op(1, F, "rint({a})"),
     "Sigmoid": _op(1, F, "({one}/({one}+exp(-{a})))"),
-    "Softplus": _op(1, F, "log(exp({a})+{one})"),
+    "Softplus": _op(1, F, "(fmax({a},{zero})+log1p(exp(-fabs({a}))))"),  # no exp overflow
     "Softsign": _op(1, F, "({a}/({one}+fabs({a})))"),
     "Elu": _op(1, F, "({a}<{zero}?{alpha}*(exp({a})-{one}):{a})", alpha=1.0),
     "Selu": _op(1, F, "({a}<={zero}?{gamma}*({alpha}*exp({a})-{alpha}):{gamma}*{a})",
