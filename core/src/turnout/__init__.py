@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import importlib
 from typing import Any
 
 from . import backend, capi
@@ -179,9 +180,7 @@ def print_debug_info() -> None:
 def __getattr__(name: str) -> Any:
     """`datasets` on first use; classes the object-API work is adding, once they exist."""
     if name == "datasets":
-        from . import datasets
-
-        return datasets
+        return importlib.import_module(f"{__name__}.datasets")
     from .capi.onnxruntime_pybind11_state import resolve_pending
 
     try:

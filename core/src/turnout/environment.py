@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import errors
 from .errors import Fail, InvalidArgument
 from .values import OrtAllocatorType, OrtMemoryInfo
 
@@ -258,7 +259,7 @@ def create_and_register_allocator_v2(
     factory = registry.find(provider_type)
     if factory is None:
         installed = sorted(f.name for f in registry.all())
-        raise NotImplementedError(
+        raise errors.NotImplemented(
             f"{provider_type} is not implemented in create_and_register_allocator_v2 "
             f"(installed providers: {installed})"
         )
