@@ -5,14 +5,17 @@ A case that kills its worker (segfault, abort, the memory limit hit in native co
 run goes on. Workers announce each runtime before they run it, so a crash or hang names the
 runtime it happened in (turnout's provider, turnout's CPU provider, or the oracle).
 
-Workers are forked (Linux): the parent must not initialise a device runtime (OpenCL, numba's
-thread pool) before starting them. Per-case process spawn would cost more than most cases.
+Workers are forked from a fork server (Linux), a process that only imports turnout and the
+fuzzer: forking the caller itself is unsafe once it has threads (a pytest run that had already
+run threaded tests deadlocked a forked worker on the import lock), and per-case process spawn
+would cost more than most cases.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -20,7 +23,6 @@ import resource
 import signal
 import tempfile
 import time
-import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -41,21 +43,16 @@ def _limit_memory(megabytes: int) -> None:
 
 
 def _worker_main(
-    conn: mpc.Connection,
-    inherited: list[mpc.Connection],
-    memory_mb: int,
-    fault_log: str,
-    threads: int,
+    conn: mpc.Connection, memory_mb: int, fault_log: str, threads: int, execute_path: str
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    for c in inherited:  # the parent's ends: held here, they would keep workers from seeing EOF
-        c.close()
     for var in _THREAD_VARS:  # the machine is shared: one thread per worker unless asked
         os.environ.setdefault(var, str(threads))
     log = open(fault_log, "w")  # noqa: SIM115 - open for the life of the process
     faulthandler.enable(file=log)
     _limit_memory(memory_mb)
-    from .execute import execute
+    module, _, name = execute_path.partition(":")
+    execute = getattr(importlib.import_module(module), name)
 
     def stage(name: str) -> None:
         conn.send(("stage", name))
@@ -96,17 +93,24 @@ class Pool:
     """`jobs` workers; `run(tasks)` yields (case, provider, record) as results arrive."""
 
     def __init__(
-        self, jobs: int = 1, timeout: float = 30.0, memory_mb: int = 4096, threads: int = 1
+        self,
+        jobs: int = 1,
+        timeout: float = 30.0,
+        memory_mb: int = 4096,
+        threads: int = 1,
+        execute: str = "fuzz.execute:execute",
     ) -> None:
+        """`execute` names the function a worker runs for each case ("module:function")."""
         self.jobs = max(1, jobs)
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.threads = threads
-        self._ctx: Any = mp.get_context("fork")
+        self.execute = execute
+        self._ctx: Any = mp.get_context("forkserver")
+        # the server imports these once: every worker forked later runs this same code, even
+        # one restarted while the source on disk is being edited
+        self._ctx.set_forkserver_preload([execute.partition(":")[0], "turnout.session"])
         self._workers: list[_Worker] = []
-        # Import turnout's session code once, here: every worker forked later runs this same
-        # code, even one restarted while the source on disk is being edited.
-        import turnout.session  # noqa: F401
 
     def __enter__(self) -> Pool:
         return self
@@ -120,13 +124,9 @@ class Pool:
         os.close(fd)
         limits = (self.memory_mb, fault_log, self.threads)
         proc = self._ctx.Process(
-            target=_worker_main,
-            args=(child, [parent, *(w.conn for w in self._workers)], *limits),
-            daemon=True,
+            target=_worker_main, args=(child, *limits, self.execute), daemon=True
         )
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", ".*fork", DeprecationWarning)
-            proc.start()
+        proc.start()
         child.close()
         return _Worker(proc, parent, fault_log)
 

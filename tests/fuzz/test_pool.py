@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import time
-from typing import Any
-
-import numpy as np
-import pytest
-
-import fuzz.execute
 from fuzz.generate import FuzzCase
 from fuzz.pool import Pool
 
 
-def _fake_execute(case: FuzzCase, provider: str, stage: Any) -> dict[str, Any]:
-    stage(provider)
-    if provider == "abort":
-        os.abort()
-    if provider == "hang":
-        time.sleep(60)
-    if provider == "memory":
-        np.ones(2**34, np.uint8)  # 16 GiB: over the worker's address-space limit
-    return {"outcome": "ok", "pid": os.getpid()}
-
-
-def test_crash_hang_and_memory_are_recorded_and_the_run_goes_on(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(fuzz.execute, "execute", _fake_execute)  # forked workers inherit it
+def test_crash_hang_and_memory_are_recorded_and_the_run_goes_on() -> None:
     case = FuzzCase("c", b"", {}, ())
     tasks = [(case, p) for p in ("ok", "abort", "ok", "hang", "memory", "ok")]
-    with Pool(jobs=1, timeout=3.0, memory_mb=2048) as pool:
+    fake = "fuzz.fakes:misbehaving_execute"
+    with Pool(jobs=1, timeout=3.0, memory_mb=2048, execute=fake) as pool:
         got = [(p, rec) for _, p, rec in pool.run(tasks)]
     outcomes = [rec["outcome"] for _, rec in got]
     assert outcomes[:4] == ["ok", "crash", "ok", "hang"]
