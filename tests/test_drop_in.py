@@ -157,11 +157,6 @@ def _dropout_model() -> bytes:
     return model.SerializeToString()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CPU Dropout kernel draws from np.random.RandomState(), not "
-    "turnout.environment.random_state() (a one-line change in kernels/random.py, for the lead)",
-)
 def test_set_seed_makes_dropout_repeat_across_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(environment, "_seed", None)
     turnout.set_seed(3)

@@ -161,7 +161,6 @@ PENDING_MEMBERS: dict[str, str] = {
         ],
         _OBJ,
     ),
-    **dict.fromkeys(["DeviceReset", "ModelLoadCanceled", "NotFound"], _ERR),
     **dict.fromkeys(
         [
             "InferenceSession.create_ortvalue_from_shape_and_type",

@@ -7,6 +7,7 @@ and, where it helps callers, from the matching builtin (ValueError, FileNotFound
 from __future__ import annotations
 
 __all__ = [
+    "DeviceReset",
     "EPFail",
     "EngineError",
     "FallbackError",
@@ -15,9 +16,11 @@ __all__ = [
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
+    "ModelLoadCanceled",
     "ModelLoaded",
     "NoModel",
     "NoSuchFile",
+    "NotFound",
     "NotImplemented",
     "OptimizationSkippedWarning",
     "RuntimeException",
@@ -63,6 +66,18 @@ class ModelLoaded(TurnoutError):
 
 class NotImplemented(TurnoutError, NotImplementedError):
     """No provider implements an op, type or feature (ORT status NOT_IMPLEMENTED)."""
+
+
+class NotFound(TurnoutError, LookupError):
+    """A named thing (an allocator, an adapter, a tuning result) is not there (ORT NOT_FOUND)."""
+
+
+class DeviceReset(TurnoutError):
+    """A device was reset under a running session (ORT status EP_FAIL's device-lost form)."""
+
+
+class ModelLoadCanceled(TurnoutError):
+    """Loading stopped because `SessionOptions.set_load_cancellation_flag(True)` was called."""
 
 
 class InvalidGraph(TurnoutError, ValueError):

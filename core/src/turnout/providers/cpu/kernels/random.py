@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ....environment import random_state
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
@@ -27,8 +28,8 @@ def dropout(node: KernelNode) -> KernelFn:
     v = node.since_version
     seed = node.attr("seed")
     # A seeded node draws the same mask on every run (as the ONNX tests expect); an unseeded
-    # one draws a fresh mask each run.
-    session_rng = np.random.RandomState()
+    # one draws a fresh mask each run, from a generator that `turnout.set_seed` seeds.
+    session_rng = random_state()
     ratio_attr = float(node.attr("ratio", 0.5))
     training_attr = v < 7 and not node.attr("is_test", 0)
     n_out = len(node.node.outputs)
