@@ -406,18 +406,6 @@ KNOWN: Sequence[Known] = (
         for against in ("ort", "cpu")
     ),
     # ---- open bugs with a corpus entry (tests/fuzz/corpus/index.json)
-    *(
-        Known(
-            "LayerNormalization",
-            "mismatch",
-            "corpus opencl_layernorm_float64_mean: Mean/InvStdDev come out float64",
-            against=against,
-            detail="dtype float64 vs float32",
-            providers=("OpenCLExecutionProvider",),
-            kind="bug",
-        )
-        for against in ("ort", "cpu")
-    ),
     Known(
         "Attention",
         "mismatch",
@@ -433,14 +421,6 @@ KNOWN: Sequence[Known] = (
         against="cpu",
         providers=("OpenCLExecutionProvider",),
         dtype="u?int.*",
-        kind="bug",
-    ),
-    Known(
-        "InstanceNormalization",
-        "crash",
-        "corpus opencl_instancenorm_empty_scale: scale length unchecked, segfault",
-        detail="^in OpenCLExecutionProvider",
-        providers=("OpenCLExecutionProvider",),
         kind="bug",
     ),
 )

@@ -21,7 +21,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
+from turnout.errors import Fail, InvalidArgument
 from turnout.testing import (
     check_official_case,
     iter_node_cases,
@@ -168,3 +168,112 @@ def test_opencl_softplus_large(dtype: type) -> None:
     want = run_onnxruntime(node, [x]) if dtype == np.float32 else run_own_kernel(node, [x])
     assert want[0][0] == 100
     _assert_same(want, _run(OPENCL, node, [x]), rtol=1e-3 if dtype == np.float16 else 1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# OpenCL norms: LayerNormalization's Mean/InvStdDev dtype, parameter sizes checked
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("stash", [None, 1])
+def test_opencl_layernorm_stats_dtype(dtype: type, stash: int | None) -> None:
+    """Mean and InvStdDev come out float32 (stash_type=1) whatever the input's float type."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 4)).astype(dtype)
+    w = rng.standard_normal(4).astype(dtype)
+    b = rng.standard_normal(4).astype(dtype)
+    attrs = {} if stash is None else {"stash_type": stash}
+    node = helper.make_node("LayerNormalization", ["x", "w", "b"], ["y", "m", "i"], **attrs)
+    want = run_onnxruntime(node, [x, w, b])
+    assert want[1].dtype == want[2].dtype == np.float32
+    _assert_same(want, _run(OPENCL, node, [x, w, b]), rtol=1e-2 if dtype == np.float16 else 1e-5)
+
+
+def _unknown_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every graph input's shape unknown: nothing can be declined up front."""
+    for vi in model.graph.input:
+        vi.type.tensor_type.ClearField("shape")
+    return model
+
+
+def _raises_like_cpu(node: onnx.NodeProto, inputs: Sequence[Any], opset: int = 21) -> None:
+    """With shapes known at session creation the model is refused at load (shape inference) or
+    the OpenCL provider declines the node and the CPU provider raises; with shapes unknown the
+    OpenCL run raises the same InvalidArgument."""
+    from turnout import InferenceSession
+
+    feeds = {n: v for n, v in zip(node.input, inputs) if n}
+    model = one_node_model(node, inputs, opset)
+    with pytest.raises(InvalidArgument):
+        run_own_kernel(node, inputs, opset)
+    try:
+        sess = InferenceSession(
+            model.SerializeToString(), providers=[OPENCL, "CPUExecutionProvider"]
+        )
+    except Fail:
+        pass
+    else:
+        with pytest.raises(InvalidArgument):
+            sess.run(None, feeds)
+    sess = provider_session(_unknown_shapes(model), OPENCL)
+    with pytest.raises(InvalidArgument):
+        sess.run(None, feeds)
+
+
+_X3 = np.ones((1, 3, 2), np.float32)
+_C3 = np.ones(3, np.float32)
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize(
+    "x,s,b",
+    [
+        (_X3, np.ones(0, np.float32), np.ones(0, np.float32)),  # the corpus crash
+        (_X3, np.ones(2, np.float32), _C3),
+        (_X3, _C3, np.ones(1, np.float32)),
+        (_X3, np.ones((3, 2), np.float32), _C3),
+        (np.ones((2, 3), np.float32), _C3, _C3),  # rank 2: the CPU provider wants 3
+    ],
+    ids=["empty", "short-scale", "short-bias", "2d-scale", "rank-2"],
+)
+def test_opencl_instancenorm_checks_parameters(x: Any, s: Any, b: Any) -> None:
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])
+    _raises_like_cpu(node, [x, s, b])
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize("bad", range(4))
+@pytest.mark.parametrize("size", [0, 2])
+def test_opencl_batchnorm_checks_parameters(bad: int, size: int) -> None:
+    params = [np.ones(3, np.float32) for _ in range(4)]
+    params[bad] = np.ones(size, np.float32)
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])
+    _raises_like_cpu(node, [np.ones((2, 3, 2), np.float32), *params])
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize("op", ["LayerNormalization", "RMSNormalization"])
+@pytest.mark.parametrize("size", [0, 3])
+def test_opencl_row_norms_check_scale(op: str, size: int) -> None:
+    """(These checked their scale already: kept so that they go on doing it.)"""
+    node = helper.make_node(op, ["x", "s"], ["y"])
+    _raises_like_cpu(node, [np.ones((2, 4), np.float32), np.ones(size, np.float32)], 23)
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize("op", ["InstanceNormalization", "BatchNormalization"])
+def test_opencl_channel_norms_still_run(op: str) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    params = [rng.standard_normal(3).astype(np.float32) for _ in range(2)]
+    names = ["x", "s", "b"]
+    if op == "BatchNormalization":
+        params += [rng.standard_normal(3).astype(np.float32), rng.random(3).astype(np.float32)]
+        names += ["m", "v"]
+    node = helper.make_node(op, names, ["y"])
+    want = run_onnxruntime(node, [x, *params])
+    _assert_same(want, _run(OPENCL, node, [x, *params]), rtol=1e-4)
+    model = _unknown_shapes(one_node_model(node, [x, *params]))
+    got = provider_session(model, OPENCL).run(None, dict(zip(names, [x, *params])))
+    _assert_same(want, got, rtol=1e-4)

@@ -3,6 +3,12 @@ InstanceNormalization.
 
 One work item normalizes one row (LayerNorm: the trailing dims from `axis`; InstanceNorm: one
 (n, c) plane) with a two-pass mean/variance in the accumulation type; BatchNorm is per element.
+LayerNormalization writes Mean and InvStdDev in their declared type (float32 by stash_type=1,
+also for a float64 input, as onnxruntime and the CPU provider do).
+
+Every parameter a kernel indexes is checked against the input first (declined at session
+creation when the shapes are known then, InvalidArgument in the run otherwise): a kernel never
+reads past a buffer (an empty InstanceNormalization scale crashed the process).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ __all__: list[str] = []
 
 _LN_SRC = """
 __kernel void layernorm(long n, long len, __global const long* m, __global {T}* y,
-                        __global {T}* mean_out, __global {T}* inv_out,
+                        __global {M}* mean_out, __global {V}* inv_out,
                         __global const {T}* x, __global const {T}* s, __global const {T}* b,
                         int hasb, int want_stats, {T} eps, long s_stride0, long s_stride1,
                         long s_split, long b_stride0, long b_stride1, long b_split,
@@ -43,7 +49,7 @@ __kernel void layernorm(long n, long len, __global const long* m, __global {T}* 
     if (hasb) v += b[per_row ? si : (j / b_split) * b_stride0 + (j % b_split) * b_stride1];
     y[row * len + j] = ({T})v;
   }}
-  if (want_stats) {{ mean_out[row] = ({T})mu; inv_out[row] = ({T})inv; }}
+  if (want_stats) {{ mean_out[row] = ({M})mu; inv_out[row] = ({V})inv; }}
 }}
 __kernel void rmsnorm(long n, long len, __global {T}* y, __global const {T}* x,
                       __global const {T}* s, {T} eps, long s0, long s1, long split) {{
@@ -148,16 +154,72 @@ def _norm_supports(kn: KernelNode, rt: Runtime) -> str | None:
     return None
 
 
-def _program(rt: Runtime, dt: np.dtype[Any]) -> Any:
+def _src(dt: np.dtype[Any], stats: tuple[np.dtype[Any], np.dtype[Any]] | None = None) -> str:
+    """The program for input dtype `dt`; LayerNorm's Mean/InvStdDev in `stats` (default `dt`)."""
+    m, v = stats or (dt, dt)
     A = "double" if dt == np.float64 else "float"
-    return rt.build(_LN_SRC.format(T=CTYPES[dt], A=A), "layernorm", "batchnorm", "rmsnorm")[:2]
+    return _LN_SRC.format(T=CTYPES[dt], A=A, M=CTYPES[m], V=CTYPES[v])
+
+
+def _program(rt: Runtime, dt: np.dtype[Any], stats: Any = None) -> Any:
+    return rt.build(_src(dt, stats), "layernorm", "batchnorm", "rmsnorm")[:2]
+
+
+_STATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def _stat_dtypes(kn: KernelNode) -> tuple[np.dtype[Any], np.dtype[Any]]:
+    """LayerNorm's Mean and InvStdDev dtypes: as declared (inferred), else float32 (the
+    stash_type=1 default; float16/bfloat16 ones read as float32 here and are narrowed after)."""
+    out: list[np.dtype[Any]] = []
+    for j in (1, 2):
+        info = kn.outputs[j] if j < len(kn.outputs) else None
+        dt = info.dtype if info is not None and info.dtype is not None else None
+        out.append(np.dtype(dt) if dt is not None else np.dtype(np.float32))
+    return out[0], out[1]
+
+
+def _ln_supports(kn: KernelNode, rt: Runtime) -> str | None:
+    for what, dt in zip(("Mean", "InvStdDev"), _stat_dtypes(kn)):
+        if dt not in _STATS:
+            return f"LayerNormalization {what} as {dt} is not supported by the OpenCL kernel"
+    return _norm_supports(kn, rt)
+
+
+def _per_channel(kn: KernelNode, what: str, p: Any, c: int) -> None:
+    """InvalidArgument unless the parameter `p` holds exactly one value per channel."""
+    if tuple(p.shape) != (c,):
+        raise InvalidArgument(f"{kn.name}: {what} has shape {tuple(p.shape)}, expected ({c},)")
+
+
+def _channel_supports(kn: KernelNode, names: tuple[str, ...], min_rank: int) -> str | None:
+    """Decline, when the shapes are known at session creation, an input of rank below
+    `min_rank` or a parameter (inputs 1...) that is not (C,): the CPU provider then raises
+    InvalidArgument or (a (C, D1, ...) BatchNormalization parameter) computes it."""
+    x = kn.inputs[0]
+    if x is None or x.shape is None:
+        return None
+    if len(x.shape) < min_rank:
+        return f"{kn.op_type} on rank {len(x.shape)}: the CPU provider checks it"
+    c = x.shape[1]
+    for i, what in enumerate(names, start=1):
+        info = kn.inputs[i] if i < len(kn.inputs) else None
+        if info is None or info.shape is None:
+            continue
+        if len(info.shape) != 1 or (
+            isinstance(c, int) and isinstance(info.shape[0], int) and info.shape[0] != c
+        ):
+            return (
+                f"{kn.op_type}: {what} of shape {tuple(info.shape)} is not one value per "
+                f"channel ({c}): the CPU provider checks it"
+            )
+    return None
 
 
 @ocl_kernel("RMSNormalization", 23, dtypes=FLOATS, supports=_norm_supports)
 def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
-    A = "double" if dt == np.float64 else "float"
-    (k,) = rt.build(_LN_SRC.format(T=CTYPES[dt], A=A), "rmsnorm")
+    (k,) = rt.build(_src(dt), "rmsnorm")
     axis_attr = int(kn.attr("axis", -1))
     eps = dt.type(kn.attr("epsilon", 1e-5))
 
@@ -186,10 +248,11 @@ def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("LayerNormalization", 17, dtypes=FLOATS, supports=_norm_supports)
+@ocl_kernel("LayerNormalization", 17, dtypes=FLOATS, supports=_ln_supports)
 def layer_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
-    k, _ = _program(rt, dt)
+    mdt, vdt = _stat_dtypes(kn)
+    k, _ = _program(rt, dt, (mdt, vdt))
     axis_attr = int(kn.attr("axis", -1))
     eps = dt.type(kn.attr("epsilon", 1e-5))
     outs = kn.node.outputs
@@ -207,8 +270,8 @@ def layer_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
         )
         y = rt.empty(shape, dt)
         stat_shape = shape[:axis] + (1,) * len(tail)
-        mean = rt.empty(stat_shape, dt)
-        inv = rt.empty(stat_shape, dt)
+        mean = rt.empty(stat_shape, mdt)
+        inv = rt.empty(stat_shape, vdt)
         rt.launch(
             k,
             rows,
@@ -241,7 +304,7 @@ def _bn_supports(kn: KernelNode, rt: Runtime) -> str | None:
         return "BatchNormalization in training mode (running statistics) is not implemented"
     if kn.since_version < 9 and kn.attr("spatial", 1) == 0:
         return "BatchNormalization with spatial=0 is not implemented"
-    return None
+    return _channel_supports(kn, ("scale", "B", "mean", "var"), 2)
 
 
 @ocl_kernel("BatchNormalization", 1, dtypes=FLOATS, supports=_bn_supports)
@@ -252,7 +315,11 @@ def batch_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, s: Any, b: Any, mean: Any, var: Any) -> tuple[Any, ...]:
         shape = tuple(x.shape)
-        c = shape[1] if len(shape) > 1 else 1
+        if len(shape) < 2:
+            raise InvalidArgument(f"{kn.name}: input must be at least 2-D, got {shape}")
+        c = shape[1]
+        for what, p in (("scale", s), ("B", b), ("mean", mean), ("var", var)):
+            _per_channel(kn, what, p, c)
         y = rt.empty(shape, dt)
         rt.launch(
             k,
@@ -272,7 +339,11 @@ def batch_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-@ocl_kernel("InstanceNormalization", 6, dtypes=FLOATS)
+def _in_supports(kn: KernelNode, rt: Runtime) -> str | None:
+    return _channel_supports(kn, ("scale", "B"), 3)
+
+
+@ocl_kernel("InstanceNormalization", 6, dtypes=FLOATS, supports=_in_supports)
 def instance_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
     k, _ = _program(rt, dt)
@@ -280,7 +351,11 @@ def instance_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, s: Any, b: Any) -> tuple[Any]:
         shape = tuple(x.shape)
+        if len(shape) < 3:
+            raise InvalidArgument(f"{kn.name}: input must be at least 3-D, got {shape}")
         n, c = shape[0], shape[1]
+        _per_channel(kn, "scale", s, c)
+        _per_channel(kn, "B", b, c)
         length = math.prod(shape[2:])
         y = rt.empty(shape, dt)
         # rows are (n, c) planes: the scale index is row % C

@@ -25,12 +25,16 @@ def _stash_dtype(node: KernelNode, x: np.ndarray) -> np.dtype[Any]:
     return np.dtype(np.float32)
 
 
-def _channel_param(p: np.ndarray, x: np.ndarray, name: str, what: str) -> np.ndarray:
-    """A per-channel (C,) parameter shaped to broadcast over (N, C, ...); (C, D1, ...) as is."""
+def _channel_param(
+    p: np.ndarray, x: np.ndarray, name: str, what: str, per_element: bool = False
+) -> np.ndarray:
+    """A per-channel (C,) parameter shaped to broadcast over (N, C, ...); (C, D1, ...) as is
+    where `per_element` (spatial=0 in BatchNormalization < 9). onnxruntime refuses any other
+    shape with InvalidArgument."""
     c = x.shape[1]
     if p.shape == (c,):
         return p.reshape((c,) + (1,) * (x.ndim - 2))
-    if p.shape == x.shape[1:]:  # spatial=0 in BatchNormalization < 9
+    if per_element and p.shape == x.shape[1:]:
         return p
     raise InvalidArgument(f"{name}: {what} has shape {p.shape}, expected ({c},)")
 
@@ -46,6 +50,7 @@ def batch_normalization(node: KernelNode) -> KernelFn:
         training = n_out > 1
     else:
         training = not node.attr("is_test", 0) and n_out > 1
+    per_element = node.since_version < 9 and not node.attr("spatial", 1)
 
     def run(
         x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray
@@ -55,7 +60,7 @@ def batch_normalization(node: KernelNode) -> KernelFn:
         ct = compute_dtype(x.dtype)
         xf = x.astype(ct, copy=False)
         p = [
-            _channel_param(np.asarray(v).astype(ct), x, node.name, w)
+            _channel_param(np.asarray(v).astype(ct), x, node.name, w, per_element)
             for v, w in ((scale, "scale"), (bias, "B"), (mean, "mean"), (var, "var"))
         ]
         if training:
