@@ -407,14 +407,6 @@ KNOWN: Sequence[Known] = (
     ),
     # ---- open bugs with a corpus entry (tests/fuzz/corpus/index.json)
     Known(
-        "Attention",
-        "mismatch",
-        "corpus opencl_attention_float32_v_float64_qk: V read with Q's dtype",
-        against="cpu",
-        providers=("OpenCLExecutionProvider",),
-        kind="bug",
-    ),
-    Known(
         "Resize",
         "mismatch",
         "corpus opencl_resize_int_extrapolation: integer Resize ignores extrapolation_value",

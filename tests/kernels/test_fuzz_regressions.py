@@ -277,3 +277,40 @@ def test_opencl_channel_norms_still_run(op: str) -> None:
     model = _unknown_shapes(one_node_model(node, [x, *params]))
     got = provider_session(model, OPENCL).run(None, dict(zip(names, [x, *params])))
     _assert_same(want, got, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------
+# OpenCL Attention: V (and the value cache) in its own float type
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize(("qk", "v"), [(np.float64, np.float32), (np.float32, np.float64)])
+@pytest.mark.parametrize("past", [False, True])
+@pytest.mark.parametrize("rank", [3, 4])
+def test_opencl_attention_mixed_float_types(qk: type, v: type, past: bool, rank: int) -> None:
+    """onnxruntime has no kernel for T1 != T2: the CPU provider (onnx.reference) is the
+    reference, and the same model with V cast to Q's type gives (nearly) the same values."""
+    from turnout.testing import cpu_session
+
+    rng = np.random.default_rng(6)
+    heads = {"q_num_heads": 2, "kv_num_heads": 2} if rank == 3 else {}
+    shape = (1, 3, 8) if rank == 3 else (1, 2, 3, 4)
+    q, k = (rng.standard_normal(shape).astype(qk) for _ in range(2))
+    vals = [q, k, rng.standard_normal(shape).astype(v)]
+    names = ["q", "k", "v"]
+    outs = ["y"]
+    if past:
+        vals += [
+            rng.standard_normal((1, 2, 2, 4)).astype(qk),
+            rng.standard_normal((1, 2, 2, 4)).astype(v),
+        ]
+        names += ["", "pk", "pv"]
+        outs += ["present_k", "present_v"]
+    node = helper.make_node("Attention", names, outs, **heads)
+    inputs = vals[:3] + ([None, *vals[3:]] if past else [])
+    model = one_node_model(node, inputs, 23)
+    feeds = {n: x for n, x in zip(names, inputs) if n}
+    want = cpu_session(model).run(None, feeds)
+    assert [w.dtype for w in want] == [np.dtype(qk), np.dtype(qk), np.dtype(v)][: len(outs)]
+    got = provider_session(model, OPENCL).run(None, feeds)
+    _assert_same(want, got, rtol=1e-4)

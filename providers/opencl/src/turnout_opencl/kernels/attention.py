@@ -6,7 +6,8 @@ scores with softcap and the combined bias (attention mask, causal frontier, slid
 non-pad key lengths), the softmax (into a scratch row), the optional `qk_matmul_output` and
 the output row `P @ V`. Semantics follow the ONNX reference: scale applied as sqrt(scale) to
 both Q and K, fully masked rows (bias all -inf) give zeros, grouped-query heads share a KV
-head (`h // (q_heads / kv_heads)`).
+head (`h // (q_heads / kv_heads)`). V and the value cache keep their own float type (T2 in the
+schema, which may differ from Q's T1); accumulation is in double when either is float64.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ __all__: list[str] = []
 #    past left right mode has_mask causal has_nonpad want_qk
 _SRC = """
 __kernel void attention(long n, __global const long* m, __global {T}* Y, __global {T}* QK,
-                        __global const {T}* Q, __global const {T}* K, __global const {T}* V,
+                        __global const {T}* Q, __global const {T}* K, __global const {VT}* V,
                         __global const {MT}* mask, __global const long* nonpad,
                         __global {A}* P, {T} sq, {A} softcap) {{
   long gid = get_global_id(0);
@@ -39,7 +40,7 @@ __kernel void attention(long n, __global const long* m, __global {T}* Y, __globa
   long hk = h / (Hq / Hkv);
   __global const {T}* q = Q + b * m[6] + h * m[7] + i * m[8];
   __global const {T}* kk = K + (b * Hkv + hk) * L * D;
-  __global const {T}* vv = V + (b * Hkv + hk) * L * Dv;
+  __global const {VT}* vv = V + (b * Hkv + hk) * L * Dv;
   __global {A}* p = P + gid * L;
   long Mlen = m[18], left = m[20], right = m[21], mode = m[22];
   int has_mask = m[23], causal = m[24], has_np = m[25], want_qk = m[26];
@@ -99,14 +100,16 @@ def _supports(kn: KernelNode, rt: Runtime) -> str | None:
 @ocl_kernel("Attention", 23, dtypes=FLOATS, supports=_supports)
 def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
+    v_info = kn.inputs[2]
+    vdt = np.dtype(v_info.dtype) if v_info is not None and v_info.dtype is not None else dt
     T = CTYPES[dt]
-    A = "double" if dt == np.float64 else "float"
+    A = "double" if np.float64 in (dt, vdt) else "float"
     mask_info = kn.inputs[3] if len(kn.inputs) > 3 else None
     mask_bool = mask_info is not None and mask_info.dtype == np.bool_
     MT = "uchar" if mask_bool or mask_info is None else CTYPES[np.dtype(mask_info.dtype)]
-    src = f"#define MASK_BOOL {int(mask_bool)}\n" + _SRC.format(T=T, A=A, MT=MT)
+    src = f"#define MASK_BOOL {int(mask_bool)}\n" + _SRC.format(T=T, VT=CTYPES[vdt], A=A, MT=MT)
     (k,) = rt.build(src, "attention")
-    cp = copier(rt, dt)
+    cp, vcp = copier(rt, dt), copier(rt, vdt)
     qh_attr, kvh_attr = kn.attr("q_num_heads"), kn.attr("kv_num_heads")
     scale_attr = kn.attr("scale")
     softcap = float(kn.attr("softcap", 0.0) or 0.0)
@@ -127,7 +130,9 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
         d = hid // heads
         return (b, heads, s, d), (s * hid, d, hid, 1)
 
-    def cache(x: Any, past: Any, shape4: tuple[int, ...], st4: tuple[int, ...]) -> Any:
+    def cache(
+        x: Any, past: Any, shape4: tuple[int, ...], st4: tuple[int, ...], xdt: np.dtype[Any]
+    ) -> Any:
         b, hh, s, d = shape4
         p = 0 if past is None else past.shape[2]
         if past is not None and (
@@ -135,11 +140,14 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
         ):
             raise InvalidArgument(f"{kn.name}: past cache {past.shape} does not fit {shape4}")
         shape = (b, hh, p + s, d)
-        out = rt.empty(shape, dt)
+        if np.dtype(x.dtype) != xdt or (past is not None and np.dtype(past.dtype) != xdt):
+            raise InvalidArgument(f"{kn.name}: {x.dtype} input where {xdt} was declared")
+        copy = vcp if xdt == vdt else cp
+        out = rt.empty(shape, xdt)
         ost = c_strides(shape)
         if past is not None:
-            cp(out, 0, ost, past, 0, c_strides(tuple(past.shape)), tuple(past.shape))
-        cp(out, p * ost[2], ost, x, 0, st4, shape4)
+            copy(out, 0, ost, past, 0, c_strides(tuple(past.shape)), tuple(past.shape))
+        copy(out, p * ost[2], ost, x, 0, st4, shape4)
         return out
 
     def run(
@@ -164,8 +172,8 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
         if ks[0] != B or vs[:3] != ks[:3] or ks[3] != D or Hkv <= 0 or Hq % Hkv:
             raise InvalidArgument(f"{kn.name}: Q {q.shape}, K {kx.shape}, V {vx.shape} differ")
         Dv = vs[3]
-        pk = cache(kx, past_k, ks, kst)
-        pv = cache(vx, past_v, vs, vst)
+        pk = cache(kx, past_k, ks, kst, dt)
+        pv = cache(vx, past_v, vs, vst, vdt)
         L = pk.shape[2]
         scale = scale_attr if scale_attr is not None else 1 / math.sqrt(D)
         sq = dt.type(math.sqrt(scale))
