@@ -406,15 +406,6 @@ KNOWN: Sequence[Known] = (
         for against in ("ort", "cpu")
     ),
     # ---- open bugs with a corpus entry (tests/fuzz/corpus/index.json)
-    Known(
-        "Resize",
-        "mismatch",
-        "corpus opencl_resize_int_extrapolation: integer Resize ignores extrapolation_value",
-        against="cpu",
-        providers=("OpenCLExecutionProvider",),
-        dtype="u?int.*",
-        kind="bug",
-    ),
 )
 
 

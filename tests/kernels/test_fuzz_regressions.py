@@ -314,3 +314,52 @@ def test_opencl_attention_mixed_float_types(qk: type, v: type, past: bool, rank:
     assert [w.dtype for w in want] == [np.dtype(qk), np.dtype(qk), np.dtype(v)][: len(outs)]
     got = provider_session(model, OPENCL).run(None, feeds)
     _assert_same(want, got, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------
+# Resize tf_crop_and_resize on integers: extrapolation_value rounded and saturated
+
+
+def _crop_resize(dtype: type, mode: str, value: float) -> tuple[onnx.NodeProto, list[Any]]:
+    x = np.arange(4, dtype=dtype).reshape(1, 1, 2, 2)
+    roi = np.array([0, 0, -0.5, -0.5, 1, 1, 1.5, 1.5], np.float32)
+    node = helper.make_node(
+        "Resize",
+        ["x", "roi", "", "sizes"],
+        ["y"],
+        mode=mode,
+        coordinate_transformation_mode="tf_crop_and_resize",
+        extrapolation_value=value,
+    )
+    return node, [x, roi, None, np.array([1, 1, 3, 3], np.int64)]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int8])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("value", [10.0, 10.7, -3.5, 2.5, 1e30, -1e30])
+def test_cpu_resize_int_extrapolation(dtype: type, mode: str, value: float) -> None:
+    """onnx.reference rounds half to even and saturates (onnxruntime ignores the roi for
+    integers); the CPU provider's nearest mode truncated (10.7 gave 10, 1e30 raised)."""
+    from turnout.testing import run_reference
+
+    node, inputs = _crop_resize(dtype, mode, value)
+    want = run_reference(node, inputs, 19)
+    _assert_same(want, run_own_kernel(node, inputs, 19))
+
+
+@pytest.mark.skipif(_OCL_REASON is not None, reason=str(_OCL_REASON))
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int64, np.uint64, np.float32])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("value", [10.0, 10.7, -3.5, 1e30, -1e30, float("nan")])
+def test_opencl_resize_int_extrapolation(dtype: type, mode: str, value: float) -> None:
+    """OpenCL wrote 0 into integer outputs outside the roi; it now agrees with the CPU provider
+    (64-bit saturation and NaN, which gives 0 in an integer output, included)."""
+    from turnout.testing import cpu_session
+
+    node, inputs = _crop_resize(dtype, mode, value)
+    model = one_node_model(node, inputs, 19)
+    feeds = {"x": inputs[0], "roi": inputs[1], "sizes": inputs[3]}
+    want = cpu_session(model).run(None, feeds)
+    got = provider_session(model, OPENCL).run(None, feeds)
+    assert got[0].dtype == want[0].dtype
+    np.testing.assert_array_equal(got[0], want[0])

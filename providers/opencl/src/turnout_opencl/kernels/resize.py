@@ -25,6 +25,7 @@ from turnout.providers.cpu.kernels.resize import (  # the shared coordinate defi
     _cubic,
     _nearest_index,
     _source_coords,
+    extrapolation_fill,
     resize_targets,
 )
 
@@ -144,6 +145,13 @@ def _identity(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _Apply = Callable[[Any, Any, Any, Any], tuple[Any]]  # (x, roi, scales, sizes) -> (y,)
 
 
+def _int_lit(v: int, ctype: str) -> str:
+    """An exact C literal of the integer `v` (INT64_MIN and values above LONG_MAX included)."""
+    if v < 0:
+        return f"(({ctype})(-{-v - 1}L - 1))"
+    return f"(({ctype}){v}UL)"
+
+
 def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> _Apply:
     dt = np.dtype(kn.inputs[0].dtype)
     T = CTYPES[dt]
@@ -154,7 +162,8 @@ def _build(kn: KernelNode, rt: Runtime, tables: _Tables) -> _Apply:
         finish = f"(({T})clamp(rint(v), ({A}){info.min}, ({A}){info.max}))"
     else:
         finish = f"(({T})(v))"
-    extrap = lit(float(kn.attr("extrapolation_value", 0.0)), T) if dt.kind == "f" else "0"
+    fill = extrapolation_fill(float(kn.attr("extrapolation_value", 0.0)), dt)
+    extrap = lit(fill, T) if dt.kind == "f" else _int_lit(int(fill), T)
     src = (
         f"#define NEAREST {int(tables.mode == 'nearest')}\n#define EXTRAP {extrap}\n"
         f"#define FINISH(v) {finish}\n" + _SRC.format(T=T, A=A, R=_MAX_RANK)

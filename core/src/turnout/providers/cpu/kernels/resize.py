@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,6 +141,19 @@ def resize_targets(
     return axes, sc, sz, rois
 
 
+def extrapolation_fill(value: float, dtype: np.dtype[Any]) -> float | int:
+    """The value tf_crop_and_resize writes outside the roi into a `dtype` output: integers
+    take `value` rounded half to even and saturated (an exact Python int), as onnx.reference
+    does (NaN gives 0); floats take it as it is. (Shared with the OpenCL provider.)"""
+    if dtype.kind not in "iu":
+        return value
+    if math.isnan(value):
+        return 0
+    info = np.iinfo(dtype)
+    r = float(np.rint(value))
+    return info.min if r < info.min else info.max if r > info.max else int(r)
+
+
 class _Resampler:
     """Resize's attributes, decoded once; `__call__` resizes given scales or sizes per axis."""
 
@@ -179,21 +193,33 @@ class _Resampler:
             self.name, self.axes, self.policy, self.coord, x.shape, roi, scales, sizes
         )
         out = x
+        fill = extrapolation_fill(self.extrapolation, x.dtype)
         if self.mode == "nearest":
             for a, s, o, rr in zip(axes, sc, sz, rois):
-                out = self._nearest_axis(out, a, s, o, rr)
+                out = self._nearest_axis(out, a, s, o, rr, fill)
             return out
         ct = np.dtype(np.float64) if x.dtype.kind in "iu" else compute_dtype(x.dtype)
         out = x.astype(ct)
         for a, s, o, rr in zip(axes, sc, sz, rois):
-            out = self._filter_axis(out, a, s, o, rr)
+            out = self._filter_axis(out, a, s, o, rr, fill)
         if x.dtype.kind in "iu":
             info = np.iinfo(x.dtype)
-            return np.clip(np.rint(out), info.min, info.max).astype(x.dtype)
+            r = np.rint(out)
+            # float(info.max) of a 64-bit type rounds up to 2**63 or 2**64, which does not cast:
+            # clip below it and saturate explicitly
+            hi = np.nextafter(float(info.max), 0.0) if x.dtype.itemsize == 8 else info.max
+            y = np.clip(r, info.min, hi).astype(x.dtype)
+            return np.where(r >= float(info.max), x.dtype.type(info.max), y)
         return out.astype(x.dtype)
 
     def _nearest_axis(
-        self, x: np.ndarray, axis: int, scale: float, out_len: int, roi: tuple[float, float] | None
+        self,
+        x: np.ndarray,
+        axis: int,
+        scale: float,
+        out_len: int,
+        roi: tuple[float, float] | None,
+        fill: float | int,
     ) -> np.ndarray:
         n = x.shape[axis]
         if n == out_len and scale == 1.0 and roi is None:
@@ -202,19 +228,27 @@ class _Resampler:
         idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))
         y = np.take(x, idx, axis=axis)
         if roi is not None:
-            y = self._extrapolate(y, axis, src, n)
+            y = self._extrapolate(y, axis, src, n, fill)
         return y
 
-    def _extrapolate(self, y: np.ndarray, axis: int, src: np.ndarray, n: int) -> np.ndarray:
+    def _extrapolate(
+        self, y: np.ndarray, axis: int, src: np.ndarray, n: int, fill: float | int
+    ) -> np.ndarray:
         outside = (src < 0) | (src > n - 1)
         if not outside.any():
             return y
         shape = [1] * y.ndim
         shape[axis] = -1
-        return np.where(outside.reshape(shape), y.dtype.type(self.extrapolation), y)
+        return np.where(outside.reshape(shape), y.dtype.type(fill), y)
 
     def _filter_axis(
-        self, x: np.ndarray, axis: int, scale: float, out_len: int, roi: tuple[float, float] | None
+        self,
+        x: np.ndarray,
+        axis: int,
+        scale: float,
+        out_len: int,
+        roi: tuple[float, float] | None,
+        fill: float | int,
     ) -> np.ndarray:
         n = x.shape[axis]
         if n == out_len and scale == 1.0 and roi is None:
@@ -246,7 +280,7 @@ class _Resampler:
         for t in range(1, idx.shape[1]):
             y += np.take(x, idx[:, t], axis=axis) * w[:, t].reshape(shape)
         if roi is not None:
-            y = self._extrapolate(y, axis, src, n)
+            y = self._extrapolate(y, axis, src, n, fill)
         return y
 
 
