@@ -19,7 +19,16 @@ from .errors import InvalidArgument
 from .ir import ValueInfo
 from .values import OrtValue, SparseTensor, to_ort_type_string
 
-__all__ = ["InputSpec", "shape_text"]
+__all__ = ["InputSpec", "ort_invalid_argument", "shape_text"]
+
+# onnxruntime's C++ errors read "[ONNXRuntimeError] : <code> : <NAME> : <text>"; applications parse
+# that text, so the feed errors below give it verbatim and add turnout's detail on a line after it.
+ORT_INVALID_ARGUMENT = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
+
+
+def ort_invalid_argument(text: str, detail: str = "") -> InvalidArgument:
+    """InvalidArgument whose first line is onnxruntime's message `text`; `detail` follows."""
+    return InvalidArgument(ORT_INVALID_ARGUMENT + text + (f"\n{detail}" if detail else ""))
 
 
 def shape_text(shape: tuple[Any, ...] | None) -> str:
@@ -68,32 +77,60 @@ class InputSpec:
             elif isinstance(value, SparseTensor):
                 value = value.to_dense()
             else:  # onnxruntime refuses Python and numpy scalars, strings and tuples
-                raise InvalidArgument(
-                    f"input {self.name!r}: expected a numpy array or a list ({self.type_name}), "
-                    f"got {type(value).__name__}"
-                )
+                raise InvalidArgument(self._not_an_array(value))
         if dt is not None and value.dtype != dt:
             if dt == np.dtype(object) and value.dtype.kind in "US":
                 value = value.astype(object)
             else:
                 got = to_ort_type_string(value)
-                raise InvalidArgument(
-                    f"input {self.name!r}: unexpected data type {got}, expected {self.type_name}"
+                raise ort_invalid_argument(
+                    f"Unexpected input data type. Actual: ({got}) , expected: ({self.type_name})",
+                    self._detail(value),
                 )
         shape = self.shape
         if shape is not None:
             if value.ndim != len(shape):
-                raise InvalidArgument(
-                    f"input {self.name!r}: got shape {tuple(value.shape)} (rank {value.ndim}), "
-                    f"expected rank {len(shape)} {shape_text(shape)}"
+                raise ort_invalid_argument(
+                    f"Invalid rank for input: {self.name} Got: {value.ndim} Expected: "
+                    f"{len(shape)} Please fix either the inputs/outputs or the model.",
+                    self._detail(value),
                 )
             for got_d, want in zip(value.shape, shape):
                 if isinstance(want, int) and got_d != want:  # a declared 0 is checked too
-                    raise InvalidArgument(
-                        f"input {self.name!r}: got shape {tuple(value.shape)}, "
-                        f"expected {shape_text(shape)}"
-                    )
+                    raise self._bad_dims(value)
         return value  # type: ignore[no-any-return]
+
+    def _detail(self, value: np.ndarray) -> str:
+        return (
+            f"input {self.name!r}: got {to_ort_type_string(value)} of shape "
+            f"{tuple(value.shape)}, the model declares {self.type_name} {shape_text(self.shape)}"
+        )
+
+    def _bad_dims(self, value: np.ndarray) -> InvalidArgument:
+        assert self.shape is not None
+        lines = [
+            f" index: {i} Got: {got_d} Expected: {want}"
+            for i, (got_d, want) in enumerate(zip(value.shape, self.shape))
+            if isinstance(want, int) and got_d != want
+        ]
+        return ort_invalid_argument(
+            f"Got invalid dimensions for input: {self.name} for the following indices\n"
+            + "\n".join(lines)
+            + "\n Please fix either the inputs/outputs or the model.",
+            self._detail(value),
+        )
+
+    def _not_an_array(self, value: Any) -> str:
+        """onnxruntime's text for a feed that is no array: a RuntimeError there, and
+        InvalidArgument (a RuntimeError too) here."""
+        if isinstance(value, (str, bytes, tuple)):
+            text = (
+                "Input must be a list of dictionaries or a single numpy array for input "
+                f"'{self.name}'."
+            )
+        else:
+            text = f"Unable to handle object of type {type(value)}"
+        return f"{text}\ninput {self.name!r}: expected a numpy array or a list ({self.type_name})"
 
     def _from_list(self, value: list[Any]) -> np.ndarray:
         """A (nested) list as an array of the declared type, as onnxruntime converts it: numpy's

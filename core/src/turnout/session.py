@@ -22,7 +22,7 @@ from .dtypes import value_type_string
 from .errors import FallbackError, GraphPassError, InvalidArgument, OptimizationSkippedWarning
 from .executor.build import prepare_graph
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
-from .feeds import InputSpec
+from .feeds import InputSpec, ort_invalid_argument
 from .ir import Graph, ValueInfo
 from .logs import logger
 from .model import ModelSource, infer_shapes, load_model, model_label
@@ -173,6 +173,7 @@ class InferenceSession:
         inits = set(g.initializers)
         self._required = [i for i in g.inputs if i.name not in inits]
         self._overridable = [i for i in g.inputs if i.name in inits]
+        self._required_names = [i.name for i in self._required if i.kind != "optional"]
         self._specs = {i.name: InputSpec(i) for i in g.inputs}
         self._input_order = [i.name for i in g.inputs]
         self._output_names = [o.name for o in g.outputs]
@@ -354,12 +355,16 @@ class InferenceSession:
             raise InvalidArgument(
                 f"input_feed must be a dict of input name -> value, not {type(input_feed).__name__}"
             )
+        for name in self._required_names:  # onnxruntime checks these first
+            if name not in input_feed:
+                raise self._missing_inputs(input_feed)
         specs = self._specs
         for name in input_feed:
             if name not in specs:
-                raise InvalidArgument(
-                    f"{self._label}: invalid input name {name!r}; model inputs: "
-                    + ", ".join(self._input_order)
+                raise ort_invalid_argument(
+                    f"Invalid input name: {name}",
+                    f"{self._label}: input {name!r} is not one of the model's inputs "
+                    + ", ".join(map(repr, self._input_order)),
                 )
         args = []
         for name in self._input_order:
@@ -372,12 +377,15 @@ class InferenceSession:
             elif name in self._graph.initializers:
                 args.append(self._overrides.get(name, self._graph.initializers[name]))
             else:
-                spec = specs[name]
-                raise InvalidArgument(
-                    f"{self._label}: required input {name!r} ({spec.type_name}) is missing; "
-                    f"model inputs: {', '.join(i.name for i in self._required)}"
-                )
+                args.append(None)  # an optional-typed input: onnxruntime requires none
         return args
+
+    def _missing_inputs(self, input_feed: dict[str, Any]) -> InvalidArgument:
+        """onnxruntime's missing-input error, verbatim: applications parse its two lists."""
+        missing = [n for n in self._required_names if n not in input_feed]
+        return InvalidArgument(
+            f"Required inputs ({missing}) are missing from input feed ({list(input_feed)})."
+        )
 
     def _plan_keeping_on_device(self, names: frozenset[str]) -> Plan:
         """The plan variant whose outputs `names` stay on their device (IO binding)."""
@@ -399,9 +407,10 @@ class InferenceSession:
         names = list(output_names)
         for n in names:
             if n not in self._output_names:
-                raise InvalidArgument(
-                    f"{self._label}: invalid output name {n!r}; model outputs: "
-                    + ", ".join(self._output_names)
+                raise ort_invalid_argument(
+                    f"Invalid output name:{n}",
+                    f"{self._label}: output {n!r} is not one of the model's outputs "
+                    + ", ".join(map(repr, self._output_names)),
                 )
         picks = [self._output_names.index(n) for n in names]
         if run_options is not None and run_options.only_execute_path_to_fetches:
