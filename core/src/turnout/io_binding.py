@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import InvalidArgument
-from .values import OrtValue, _check_device
+from .values import OrtDevice, OrtValue, OrtValueVector, _check_device
 
 if TYPE_CHECKING:
     from .options import RunOptions
     from .session import InferenceSession
 
-__all__ = ["IOBinding"]
+__all__ = ["IOBinding", "SessionIOBinding"]
 
 
 class IOBinding:
@@ -122,6 +122,10 @@ class IOBinding:
     def get_outputs(self) -> list[OrtValue]:
         return list(self._results)
 
+    def get_outputs_as_ortvaluevector(self) -> OrtValueVector:
+        """The outputs of the last run as an OrtValueVector (the same values as get_outputs)."""
+        return OrtValueVector(self._results)
+
     def copy_outputs_to_cpu(self) -> list[Any]:
         out = []
         for v in self._results:
@@ -130,3 +134,42 @@ class IOBinding:
             else:
                 out.append(v._value)
         return out
+
+
+_DEVICE_KINDS = {0: "cpu", 1: "cuda", 2: "fpga", 3: "npu", 4: "dml"}
+
+
+class SessionIOBinding(IOBinding):
+    """onnxruntime's native binding class (`capi._pybind_state.SessionIOBinding`): the same
+    binding, with its overloads that take an `OrtDevice`, and `get_outputs()` returning an
+    OrtValueVector. `onnxruntime.IOBinding` is the Python wrapper over it; here both share
+    one implementation."""
+
+    def __init__(self, session: InferenceSession) -> None:
+        super().__init__(session)
+
+    def bind_input(self, name: str, *args: Any) -> None:
+        """`bind_input(name, array)` or `bind_input(name, ort_device, element_type, shape,
+        buffer_ptr)` (raw pointers are refused, as in IOBinding.bind_input)."""
+        if len(args) == 1:
+            self.bind_cpu_input(name, args[0])
+            return
+        device, element_type, shape, ptr = args
+        super().bind_input(name, _kind(device), device.device_id(), element_type, shape, ptr)
+
+    def bind_output(self, name: str, *args: Any) -> None:
+        """`bind_output(name, ort_device)` or `bind_output(name, ort_device, element_type,
+        shape, buffer_ptr)`."""
+        device = args[0] if args else OrtDevice(0, 0, 0)
+        rest = args[1:]
+        ptr = rest[2] if len(rest) == 3 else None
+        super().bind_output(name, _kind(device), device.device_id(), buffer_ptr=ptr)
+
+    def get_outputs(self) -> OrtValueVector:  # type: ignore[override]
+        return OrtValueVector(self._results)
+
+
+def _kind(device: Any) -> str:
+    if isinstance(device, OrtDevice):
+        return _DEVICE_KINDS.get(device.device_type(), "unknown")
+    return str(device)

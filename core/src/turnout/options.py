@@ -108,6 +108,11 @@ class SessionOptions:
         self._free_dims_by_name: dict[str, int] = {}
         self._free_dims_by_denotation: dict[str, int] = {}
         self._initializers: dict[str, Any] = {}
+        self._external_initializers: dict[str, Any] = {}
+        self._external_files: dict[str, memoryview] = {}
+        self._providers: list[tuple[str, dict[str, str]]] = []
+        self._cancel_load = False
+        self.use_per_session_threads = True
 
     @property
     def fallback(self) -> str:
@@ -148,6 +153,52 @@ class SessionOptions:
         """Replace the model's initializer `name` with `value` (an OrtValue or numpy array)."""
         self._initializers[name] = value
 
+    def add_external_initializers(self, names: list[str], values: list[Any]) -> None:
+        """Data for initializers the model stores as external data, by initializer name (the
+        model's files for them are not read). OrtValues or numpy arrays, kept by reference."""
+        if len(names) != len(values):
+            raise InvalidArgument(
+                "add_external_initializers: expecting names and ortvalues lists to have equal "
+                f"length, got {len(names)} names and {len(values)} values"
+            )
+        for name, value in zip(names, values):
+            self._external_initializers[str(name)] = value
+
+    def add_external_initializers_from_files_in_memory(
+        self, names: list[str], buffers: list[Any], lengths: list[int]
+    ) -> None:
+        """The contents of the model's external-data files, by the file name the model's
+        tensors give as their location: those tensors read from here, not from disk. The first
+        `length` bytes of each buffer are used (no copy)."""
+        if not len(names) == len(buffers) == len(lengths):
+            raise InvalidArgument(
+                "add_external_initializers_from_files_in_memory: names, buffers and lengths "
+                "must have the same length"
+            )
+        for name, buffer, length in zip(names, buffers, lengths):
+            view = memoryview(buffer).cast("B")
+            n = int(length)
+            if not 0 <= n <= len(view):
+                raise InvalidArgument(
+                    f"external file {name!r}: length {n} exceeds its buffer of {len(view)} bytes"
+                )
+            self._external_files[str(name)] = view[:n]
+
+    def add_provider(self, provider_name: str, provider_options: dict[str, str]) -> None:
+        """Append a provider that sessions created without a `providers` list will use."""
+        self._providers.append(
+            (str(provider_name), {str(k): str(v) for k, v in provider_options.items()})
+        )
+
+    def has_providers(self) -> bool:
+        """Whether `add_provider` configured providers for sessions made with these options."""
+        return bool(self._providers)
+
+    def set_load_cancellation_flag(self, value: bool) -> None:
+        """Ask a session being created with these options (on another thread, or later) to stop
+        loading: it raises ModelLoadCanceled at the next stage boundary."""
+        self._cancel_load = bool(value)
+
     def register_custom_ops_library(self, path: str) -> None:
         raise InvalidArgument(
             f"custom op libraries are native onnxruntime plugins; turnout loads custom ops from "
@@ -166,6 +217,18 @@ class RunOptions:
         self.only_execute_path_to_fetches = False
         self.synchronize_execution_providers = True
         self._config: dict[str, str] = {}
+        self._adapters: list[Any] = []
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Activate a `LoraAdapter` for runs with these options: its parameters are fed as the
+        inputs of their names (see `turnout.lora`)."""
+        from .lora import LoraAdapter
+
+        if not isinstance(adapter, LoraAdapter):
+            raise TypeError(
+                f"add_active_adapter(): expected a LoraAdapter, got {type(adapter).__name__}"
+            )
+        self._adapters.append(adapter)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)

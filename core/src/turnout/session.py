@@ -12,6 +12,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,15 @@ import onnx
 
 from . import __version__
 from .dtypes import value_type_string
-from .errors import FallbackError, GraphPassError, InvalidArgument, OptimizationSkippedWarning
+from .errors import (
+    EPFail,
+    Fail,
+    FallbackError,
+    GraphPassError,
+    InvalidArgument,
+    ModelLoadCanceled,
+    OptimizationSkippedWarning,
+)
 from .executor.build import prepare_graph
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec, ort_invalid_argument
@@ -32,7 +41,7 @@ from .plugins import graph_passes, registry
 from .profiling import Profiler
 from .provider import Availability, ExecutionProvider
 from .shape_inference import refuse_oversized_values
-from .values import OrtValue
+from .values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 
 __all__ = [
     "InferenceSession",
@@ -147,6 +156,8 @@ class InferenceSession:
     ) -> None:
         t0 = time.perf_counter_ns()
         self._sess_options = sess_options or SessionOptions()
+        self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
+        self._check_canceled()
         self._label = model_label(path_or_bytes)
         self._model_path = (
             os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
@@ -155,10 +166,14 @@ class InferenceSession:
         self._profiler: Profiler | None = None
         if self._sess_options.enable_profiling:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
-        model = load_model(path_or_bytes)
+        model = load_model(_with_external_data(path_or_bytes, self._sess_options, self._label))
+        self._check_canceled()
         _override_free_dims(model, self._sess_options)
         self._loaded = model  # optimized per provider list in _set_providers
+        if providers is None and self._sess_options.has_providers():
+            providers = list(self._sess_options._providers)
         self._set_providers(providers, provider_options)
+        self._check_canceled()
         if self._sess_options.optimized_model_filepath:
             _save_optimized(self._model, self._sess_options)
         if self._profiler is not None:
@@ -167,6 +182,13 @@ class InferenceSession:
             )
 
     # ------------------------------------------------------------------ setup
+    def _check_canceled(self) -> None:
+        if self._sess_options._cancel_load:
+            raise ModelLoadCanceled(
+                "[ONNXRuntimeError] : 12 : MODEL_LOAD_CANCELED : session creation of "
+                f"{self._label} canceled by SessionOptions.set_load_cancellation_flag(True)"
+            )
+
     def _init_io(self) -> None:
         g = self._graph
         opts = self._sess_options
@@ -350,7 +372,7 @@ class InferenceSession:
         return self._reports[""]
 
     # ------------------------------------------------------------------ running
-    def _prepare_feeds(self, input_feed: dict[str, Any]) -> list[Any]:
+    def _prepare_feeds(self, input_feed: dict[str, Any], adapters: Any = None) -> list[Any]:
         if not isinstance(input_feed, dict):
             raise InvalidArgument(
                 f"input_feed must be a dict of input name -> value, not {type(input_feed).__name__}"
@@ -358,6 +380,10 @@ class InferenceSession:
         for name in self._required_names:  # onnxruntime checks these first
             if name not in input_feed:
                 raise self._missing_inputs(input_feed)
+        if adapters:  # active LoRA adapters feed their parameters (turnout.lora)
+            from .lora import adapter_feeds
+
+            input_feed = adapter_feeds(adapters, input_feed)
         specs = self._specs
         for name in input_feed:
             if name not in specs:
@@ -424,7 +450,8 @@ class InferenceSession:
         run_options: RunOptions | None,
         device_outputs: frozenset[str] = frozenset(),
     ) -> list[Any]:
-        args = self._prepare_feeds(input_feed)
+        adapters = run_options._adapters if run_options is not None else None
+        args = self._prepare_feeds(input_feed, adapters)
         plan, pick = self._select_plan(output_names, run_options, device_outputs)
         ro = run_options if run_options is not None else NO_TERMINATE
         if ro.terminate:
@@ -457,7 +484,103 @@ class InferenceSession:
         run_options: RunOptions | None = None,
     ) -> list[Any]:
         """Run the model: outputs in `output_names` order (all outputs when None or empty)."""
-        return self._execute(output_names, input_feed, run_options)
+        try:
+            return self._execute(output_names, input_feed, run_options)
+        except EPFail:
+            if not self._fall_back_to_cpu():
+                raise
+            return self._execute(output_names, input_feed, run_options)
+
+    def _fall_back_to_cpu(self) -> bool:
+        """onnxruntime's run-time fallback: after a provider failure, rebuild the session on
+        the CPU provider alone and retry once (when enabled and another provider was in use)."""
+        if not self._enable_fallback or self.get_providers() == [CPU_PROVIDER]:
+            return False
+        warnings.warn(
+            f"{self._label}: a provider failed; falling back to {CPU_PROVIDER} and retrying",
+            UserWarning,
+            stacklevel=3,
+        )
+        self.set_providers([CPU_PROVIDER])
+        self._enable_fallback = False  # only once, as in onnxruntime
+        return True
+
+    def disable_fallback(self) -> None:
+        """A provider failure in run() raises instead of retrying on CPU."""
+        self._enable_fallback = False
+
+    def enable_fallback(self) -> None:
+        """A provider failure in run() rebuilds the session on CPU and retries once."""
+        self._enable_fallback = True
+
+    def run_with_ortvaluevector(
+        self,
+        run_options: RunOptions | None,
+        feed_names: Sequence[str],
+        feeds: OrtValueVector,
+        fetch_names: Sequence[str],
+        fetches: OrtValueVector,
+        fetch_devices: Sequence[OrtDevice],
+    ) -> None:
+        """Run with OrtValueVectors: `fetches` receives the outputs of `fetch_names` (its
+        previous contents are replaced). Output devices other than the host are not kept."""
+        if len(feed_names) != len(feeds):
+            raise InvalidArgument(
+                f"run_with_ortvaluevector: {len(feed_names)} feed names for {len(feeds)} feeds"
+            )
+        feed = dict(zip(feed_names, feeds))
+        outs = self._execute(list(fetch_names), feed, run_options)
+        fetches._items[:] = [OrtValue._wrap(v) for v in outs]
+
+    def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Where each input (as get_inputs lists them) is read from: host memory."""
+        return [CPU_MEMORY_INFO for _ in self._required]
+
+    def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Where each output is written: host memory (run() returns host arrays)."""
+        return [CPU_MEMORY_INFO for _ in self._graph.outputs]
+
+    def create_ortvalue_from_shape_and_type(
+        self,
+        shape: Sequence[int],
+        element_type: Any,
+        device_type: str,
+        device_id: int = 0,
+        vendor_id: int = -1,
+    ) -> OrtValue:
+        """A zero-filled tensor on a device this session uses; a device no provider of the
+        session serves raises Fail, as onnxruntime finds no session allocator for it."""
+        device = OrtDevice.make(device_type, device_id, vendor_id)
+        kind = "cpu" if device.device_type() == 0 else device_type
+        served = {"cpu"} | {str(getattr(p, "device_type", "cpu")) for p in self._providers}
+        if kind not in served:
+            raise Fail(
+                f"No session allocator found for device {device_type}:{device_id} (this session "
+                f"runs on {', '.join(sorted(served))})"
+            )
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, kind, device_id)
+
+    def get_tuning_results(self) -> list[dict[str, Any]]:
+        """Tuned kernel choices per provider (onnxruntime's TunableOp); none here."""
+        return []
+
+    def set_tuning_results(
+        self, results: list[dict[str, Any]], *, error_on_invalid: bool = False
+    ) -> None:
+        """No provider of turnout tunes kernels: results are ignored, or refused with
+        `error_on_invalid` (as onnxruntime's CPU provider refuses them)."""
+        if error_on_invalid and results:
+            ep = results[0].get("ep", "?") if isinstance(results[0], dict) else "?"
+            raise Fail(f"Invalid TuningResults (index=0). {ep} does not support TunableOp.")
+
+    def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
+        """Options that change providers' behaviour between runs; none of turnout's take any."""
+        if not options:
+            raise InvalidArgument("No options were provided")
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Nothing to release: no turnout provider captures graphs (a no-op, as in onnxruntime
+        for providers without graph capture)."""
 
     def run_with_ort_values(
         self,
@@ -507,6 +630,58 @@ class InferenceSession:
 
     def get_profiling_start_time_ns(self) -> int:
         return self._profiler.start_wall_ns if self._profiler is not None else 0
+
+
+def _with_external_data(source: ModelSource, opts: SessionOptions, label: str) -> ModelSource:
+    """The model with its external-data tensors taken from the session options: tensors named by
+    `add_external_initializers`, then files given by `add_external_initializers_from_files_in_
+    memory` (by the location the tensor names). Other external tensors load as usual."""
+    by_name, files = opts._external_initializers, opts._external_files
+    if not by_name and not files:
+        return source
+    from .model import _load_external_data
+    from .tensors import all_tensors
+
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        base_dir = None
+    elif isinstance(source, (str, os.PathLike)):
+        model = onnx.load(os.fspath(source), load_external_data=False)
+        base_dir = Path(os.fspath(source)).resolve().parent
+    else:
+        model = onnx.ModelProto()
+        model.ParseFromString(bytes(source))
+        base_dir = None
+    inits = {t.name: t for t in model.graph.initializer}
+    for name, value in by_name.items():
+        tensor = inits.get(name)
+        if tensor is None:
+            raise Fail(f"Failed to find existing initializer with name {name}.")
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            raise Fail(f"Trying to replace non-external initializer {name!r} with external data")
+        arr = value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
+        replacement = onnx.numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        tensor.CopyFrom(replacement)
+    for tensor in all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL or not files:
+            continue
+        info = onnx.external_data_helper.ExternalDataInfo(tensor)
+        data = files.get(info.location)
+        if data is None:
+            raise Fail(f"External file: {info.location} not found from the table user provided.")
+        offset = int(info.offset or 0)
+        length = int(info.length) if info.length else len(data) - offset
+        if offset < 0 or length < 0 or offset + length > len(data):
+            raise Fail(
+                f"External initializer: {tensor.name} offset: {offset} size to read: {length} "
+                f"given file_length: {len(data)} are out of bounds or can not be read in full."
+            )
+        tensor.raw_data = bytes(data[offset : offset + length])
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+    _load_external_data(model, base_dir, label)  # what the options did not provide
+    return model
 
 
 def _fused_op_support(

@@ -17,8 +17,15 @@ from typing import Any
 import numpy as np
 from onnx import SparseTensorProto, TensorProto
 
+from . import errors
 from .dtypes import ELEM_TYPE_NAMES, elem_type_of, np_dtype, type_string
 from .errors import InvalidArgument
+from .ort_enums import (
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtMemoryInfoDeviceType,
+    OrtSparseFormat,
+)
 from .tensors import decode_tensor
 
 __all__ = [
@@ -27,6 +34,10 @@ __all__ = [
     "OrtMemType",
     "OrtMemoryInfo",
     "OrtValue",
+    "OrtValueVector",
+    "SparseBlockSparseView",
+    "SparseCooView",
+    "SparseCsrView",
     "SparseTensor",
     "to_ort_type_string",
 ]
@@ -63,8 +74,38 @@ class OrtDevice:
     gpu = cuda
 
     @staticmethod
+    def fpga() -> int:
+        return 2
+
+    @staticmethod
+    def npu() -> int:
+        return 3
+
+    cann = npu
+
+    @staticmethod
+    def dml() -> int:
+        return 4
+
+    @staticmethod
+    def webgpu() -> int:
+        return 1
+
+    @staticmethod
     def default_memory() -> int:
         return 0
+
+    @staticmethod
+    def make(ort_device_name: str, device_id: int, vendor_id: int = -1) -> OrtDevice:
+        """An OrtDevice from a name ("cpu", "cuda", "gpu", "npu", "dml", "cann", "webgpu"); the
+        vendor defaults to the one the name implies (NVIDIA for "cuda"), as in onnxruntime."""
+        codes = {"cpu": 0, "cuda": 1, "gpu": 1, "webgpu": 1, "npu": 3, "cann": 3, "dml": 4}
+        if ort_device_name not in codes:
+            # onnxruntime raises a bare Exception here; InvalidArgument is one too
+            raise InvalidArgument(f"Unsupported device type: {ort_device_name}")
+        if vendor_id < 0:
+            vendor_id = _NAMED_VENDORS.get(ort_device_name, 0)
+        return OrtDevice(codes[ort_device_name], 0, int(device_id), int(vendor_id))
 
     def device_type(self) -> int:
         return self._type
@@ -80,9 +121,18 @@ class OrtDevice:
 
     mem_type = memory_type  # the names onnxruntime's pybind class uses
     vendor_id = device_vendor_id
+    device_mem_type = memory_type  # and the name its Python wrapper uses
 
     def __repr__(self) -> str:
         return f"OrtDevice(device_type={self._type}, memory_type={self._mem}, device_id={self._id})"
+
+
+_NAMED_VENDORS = {
+    "cuda": OrtDeviceVendorId.NVIDIA,
+    "dml": OrtDeviceVendorId.MICROSOFT,
+    "cann": OrtDeviceVendorId.HUAWEI,
+    "webgpu": OrtDeviceVendorId.NONE,
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +143,33 @@ class OrtMemoryInfo:
     allocator_type: OrtAllocatorType = OrtAllocatorType.ORT_ARENA_ALLOCATOR
     device_id: int = 0
     mem_type: OrtMemType = OrtMemType.DEFAULT
+    device_mem_type: OrtDeviceMemoryType = OrtDeviceMemoryType.DEFAULT
+    device_vendor_id: int = 0
+    device_type: OrtMemoryInfoDeviceType = OrtMemoryInfoDeviceType.CPU
+
+    @staticmethod
+    def create_v2(
+        name: str,
+        device_type: OrtMemoryInfoDeviceType,
+        vendor_id: int,
+        device_id: int,
+        mem_type: OrtDeviceMemoryType,
+        alignment: int,
+        allocator_type: OrtAllocatorType,
+    ) -> OrtMemoryInfo:
+        """onnxruntime's CreateMemoryInfo_V2 argument order; `alignment` is not kept."""
+        return OrtMemoryInfo(
+            name,
+            OrtAllocatorType(allocator_type),
+            int(device_id),
+            OrtMemType.DEFAULT,
+            OrtDeviceMemoryType(mem_type),
+            int(vendor_id),
+            OrtMemoryInfoDeviceType(device_type),
+        )
+
+
+CPU_MEMORY_INFO = OrtMemoryInfo("Cpu")
 
 
 _DEVICE_NAMES = {0: "cpu", 1: "cuda", 2: "fpga", 3: "npu"}
@@ -124,15 +201,62 @@ def _as_host_array(obj: Any) -> np.ndarray:
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
+class SparseCooView:
+    """COO indices of a sparse tensor: [NNZ] linear positions or [NNZ, rank] coordinates."""
+
+    __slots__ = ("_indices",)
+
+    def __init__(self, indices: np.ndarray) -> None:
+        self._indices = indices
+
+    def indices(self) -> np.ndarray:
+        return self._indices
+
+
+class SparseCsrView:
+    """CSR indices of a 2-D sparse tensor: `inner()` column per value, `outer()` row starts."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, inner: np.ndarray, outer: np.ndarray) -> None:
+        self._inner, self._outer = inner, outer
+
+    def inner(self) -> np.ndarray:
+        return self._inner
+
+    def outer(self) -> np.ndarray:
+        return self._outer
+
+
+class SparseBlockSparseView:
+    """Block-sparse indices: int32 [2, num_blocks], the (block row, block column) of each block."""
+
+    __slots__ = ("_indices",)
+
+    def __init__(self, indices: np.ndarray) -> None:
+        self._indices = indices
+
+    def indices(self) -> np.ndarray:
+        return self._indices
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v: np.ndarray = a.view()
+    v.flags.writeable = False
+    return v
+
+
 class SparseTensor:
-    """A COO sparse tensor as ONNX defines it.
+    """A sparse tensor in COO (ONNX's form), CSR or block-sparse format, with onnxruntime's API.
 
-    `indices` is int64, either [NNZ] (positions in the row-major flattened dense tensor) or
-    [NNZ, rank] (one coordinate row per value). Method names follow onnxruntime's SparseTensor
-    (`values()`, `dense_shape()`, `as_coo_view().indices()`); `dtype` and `shape` are properties.
+    COO: `indices` is int64, [NNZ] (positions in the row-major flattened dense tensor) or
+    [NNZ, rank]. CSR (`sparse_csr_from_numpy`): a 2-D tensor's values row by row, `inner` the
+    column of each, `outer` where each row starts (rows + 1 entries). Block-sparse
+    (`sparse_blocksparse_from_numpy`): values [num_blocks, block_rows, block_cols] placed at the
+    block coordinates of int32 indices [2, num_blocks]. `format()` says which; the matching
+    `as_*_view()` gives the indices and the others raise, as in onnxruntime. `dtype` and `shape`
+    are properties; `values()` and the indices are read-only views.
     """
-
-    format = "coo"
 
     def __init__(self, values: Any, indices: Any, dense_shape: Sequence[int]):
         vals = _as_host_array(values)
@@ -148,6 +272,8 @@ class SparseTensor:
         if idx.size and (np.any(idx < 0) or np.any(idx >= bound)):
             raise InvalidArgument(f"sparse tensor: an index is out of range for shape {shape}")
         self._values, self._indices, self._shape = vals, idx, shape
+        self._format = OrtSparseFormat.ORT_SPARSE_COO
+        self._extra: tuple[np.ndarray, ...] = ()
 
     @staticmethod
     def from_proto(proto: SparseTensorProto) -> SparseTensor:
@@ -168,17 +294,108 @@ class SparseTensor:
     def sparse_coo_from_numpy(
         dense_shape: Sequence[int], values: Any, coo_indices: Any, ort_device: OrtDevice
     ) -> SparseTensor:
-        kind = _DEVICE_NAMES.get(ort_device.device_type(), "unknown")
-        _check_device(kind, ort_device.device_id())
+        _check_ort_device(ort_device)
         return SparseTensor(values, coo_indices, dense_shape)
+
+    @staticmethod
+    def sparse_csr_from_numpy(
+        dense_shape: Sequence[int],
+        values: Any,
+        inner_indices: Any,
+        outer_indices: Any,
+        ort_device: OrtDevice,
+    ) -> SparseTensor:
+        """A 2-D CSR sparse tensor (the arrays are kept, not copied, when already int64)."""
+        _check_ort_device(ort_device)
+        shape = tuple(int(d) for d in dense_shape)
+        vals = _as_host_array(values)
+        inner = np.asarray(inner_indices, dtype=np.int64)
+        outer = np.asarray(outer_indices, dtype=np.int64)
+        ok = (
+            len(shape) == 2
+            and vals.ndim == 1
+            and inner.shape == vals.shape
+            and outer.shape == (shape[0] + 1,)
+        )
+        if ok and vals.size:
+            ok = bool(
+                outer[0] == 0
+                and outer[-1] == vals.size
+                and np.all(np.diff(outer) >= 0)
+                and inner.min() >= 0
+                and inner.max() < shape[1]
+            )
+        elif ok:
+            ok = not np.any(outer)
+        if not ok:
+            raise InvalidArgument(
+                f"sparse_csr_from_numpy: dense_shape must be 2-D, inner indices one per value "
+                f"within the columns and outer indices rows + 1 row starts from 0 to NNZ; got "
+                f"shape {list(shape)}, values {vals.shape}, inner {inner.shape}, "
+                f"outer {outer.shape}"
+            )
+        return SparseTensor._of_format(OrtSparseFormat.ORT_SPARSE_CSRC, vals, shape, inner, outer)
+
+    @staticmethod
+    def sparse_blocksparse_from_numpy(
+        dense_shape: Sequence[int], values: Any, block_indices: Any, ort_device: OrtDevice
+    ) -> SparseTensor:
+        """A 2-D block-sparse tensor: values [num_blocks, block_rows, block_cols], int32
+        indices [2, num_blocks] (block row, block column). onnxruntime builds these only in C++."""
+        _check_ort_device(ort_device)
+        shape = tuple(int(d) for d in dense_shape)
+        vals = _as_host_array(values)
+        idx = np.asarray(block_indices, dtype=np.int32)
+        ok = len(shape) == 2 and vals.ndim == 3 and idx.shape == (2, vals.shape[0])
+        if ok and vals.shape[0]:
+            bh, bw = vals.shape[1:]
+            ok = bool(
+                bh > 0
+                and bw > 0
+                and shape[0] % bh == 0
+                and shape[1] % bw == 0
+                and idx.min() >= 0
+                and np.all(idx[0] < shape[0] // bh)
+                and np.all(idx[1] < shape[1] // bw)
+            )
+        if not ok:
+            raise InvalidArgument(
+                "sparse_blocksparse_from_numpy: need a 2-D dense_shape divisible into blocks, "
+                "values [num_blocks, block_rows, block_cols] and indices [2, num_blocks] in range; "
+                f"got shape {list(shape)}, values {vals.shape}, indices {idx.shape}"
+            )
+        return SparseTensor._of_format(OrtSparseFormat.ORT_SPARSE_BLOCK_SPARSE, vals, shape, idx)
+
+    @staticmethod
+    def _of_format(
+        fmt: OrtSparseFormat, values: np.ndarray, shape: tuple[int, ...], *indices: np.ndarray
+    ) -> SparseTensor:
+        st = SparseTensor.__new__(SparseTensor)
+        st._values, st._shape, st._format, st._extra = values, shape, fmt, indices
+        st._indices = indices[0]
+        return st
 
     def to_dense(self) -> np.ndarray:
         out = _zeros(self._shape, self.dtype)
-        if self._indices.ndim == 1:
+        if self._format == OrtSparseFormat.ORT_SPARSE_CSRC:
+            inner, outer = self._extra
+            rows = np.repeat(np.arange(self._shape[0]), np.diff(outer))
+            out[rows, inner] = self._values
+        elif self._format == OrtSparseFormat.ORT_SPARSE_BLOCK_SPARSE:
+            bh, bw = self._values.shape[1:]
+            for block, (r, c) in zip(self._values, self._extra[0].T):
+                out[r * bh : (r + 1) * bh, c * bw : (c + 1) * bw] = block
+        elif self._indices.ndim == 1:
             out.reshape(-1)[self._indices] = self._values
         else:
             out[tuple(self._indices.T)] = self._values
         return out
+
+    def to_coo(self) -> SparseTensor:
+        """This tensor in COO form (itself when it is COO), for kernels that take COO only."""
+        if self._format == OrtSparseFormat.ORT_SPARSE_COO:
+            return self
+        return SparseTensor.from_dense(self.to_dense())
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -188,15 +405,39 @@ class SparseTensor:
     def shape(self) -> tuple[int, ...]:
         return self._shape
 
+    @property
+    def format(self) -> _FormatName:
+        """`format()` is onnxruntime's OrtSparseFormat; `format` itself still compares equal to
+        turnout's earlier string attribute ("coo", "csr", "blocksparse")."""
+        return _FormatName(self._format)
+
     def values(self) -> np.ndarray:
-        return self._values
+        return _readonly(self._values)
 
     def indices(self) -> np.ndarray:
-        return self._indices
+        """The COO indices (turnout's shortcut for `as_coo_view().indices()`)."""
+        return self.as_coo_view().indices()
 
-    def as_coo_view(self) -> SparseTensor:
-        """ORT returns a view object with `indices()`; this class is its own COO view."""
-        return self
+    def as_coo_view(self) -> SparseCooView:
+        if self._format != OrtSparseFormat.ORT_SPARSE_COO:
+            raise RuntimeError("This sparse tensor does not contain COO format")
+        return SparseCooView(_readonly(self._indices))
+
+    def as_csrc_view(self) -> SparseCsrView:
+        if self._format != OrtSparseFormat.ORT_SPARSE_CSRC:
+            raise RuntimeError("This sparse tensor does not contain CSR(C) format")
+        return SparseCsrView(_readonly(self._extra[0]), _readonly(self._extra[1]))
+
+    def as_blocksparse_view(self) -> SparseBlockSparseView:
+        if self._format != OrtSparseFormat.ORT_SPARSE_BLOCK_SPARSE:
+            raise RuntimeError("This sparse tensor does not contain BlockSparse format")
+        return SparseBlockSparseView(_readonly(self._extra[0]))
+
+    def to_cuda(self, ort_device: OrtDevice) -> SparseTensor:
+        raise errors.NotImplemented(
+            "SparseTensor.to_cuda: sparse tensors live on the host in turnout (as in "
+            "onnxruntime's CPU build, where CUDA is not available)"
+        )
 
     def dense_shape(self) -> list[int]:
         return list(self._shape)
@@ -208,7 +449,36 @@ class SparseTensor:
         return "cpu"
 
     def __repr__(self) -> str:
-        return f"SparseTensor({self.data_type()}, shape={self._shape}, nnz={self._values.shape[0]})"
+        return (
+            f"SparseTensor({self.data_type()}, {self._format.name}, shape={self._shape}, "
+            f"nnz={self._values.shape[0]})"
+        )
+
+
+_FORMAT_NAMES = {
+    OrtSparseFormat.ORT_SPARSE_COO: "coo",
+    OrtSparseFormat.ORT_SPARSE_CSRC: "csr",
+    OrtSparseFormat.ORT_SPARSE_BLOCK_SPARSE: "blocksparse",
+}
+
+
+class _FormatName(str):
+    """A sparse format's short name that, called, gives onnxruntime's OrtSparseFormat."""
+
+    _fmt: OrtSparseFormat
+
+    def __new__(cls, fmt: OrtSparseFormat) -> _FormatName:
+        obj = super().__new__(cls, _FORMAT_NAMES[fmt])
+        obj._fmt = fmt
+        return obj
+
+    def __call__(self) -> OrtSparseFormat:
+        return self._fmt
+
+
+def _check_ort_device(ort_device: OrtDevice) -> None:
+    kind = _DEVICE_NAMES.get(ort_device.device_type(), "unknown")
+    _check_device(kind, ort_device.device_id())
 
 
 # Map keys and values are bare Python scalars; maps hold float (ZipMap), not double.
@@ -374,8 +644,136 @@ class OrtValue:
             )
         np.copyto(dst, src)
 
+    # -- DLPack (zero-copy with numpy and any DLPack consumer) -----------------------------------
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        """A DLPack capsule sharing this tensor's memory (numpy's export for host tensors, the
+        device buffer's own for device values that have one)."""
+        if self._device != "cpu" and hasattr(self._v, "__dlpack__"):
+            return self._v.__dlpack__(stream=stream, **kwargs)
+        arr = self._tensor("__dlpack__")
+        if not arr.flags.writeable and "max_version" not in kwargs:
+            kwargs["max_version"] = (1, 0)  # only versioned DLPack can say "read-only"
+        return arr.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device type, device id): (1, 0) for host memory (kDLCPU)."""
+        if self._device != "cpu" and hasattr(self._v, "__dlpack_device__"):
+            return tuple(self._v.__dlpack_device__())
+        return (1, 0)
+
+    @classmethod
+    def from_dlpack(cls, data: Any, /) -> OrtValue:
+        """An OrtValue sharing the memory of a DLPack producer (an object with `__dlpack__`, or
+        a raw capsule). Host memory only: a device tensor raises InvalidArgument."""
+        source = data if hasattr(data, "__dlpack__") else _Capsule(data)
+        try:
+            arr = np.from_dlpack(source)
+        except (BufferError, RuntimeError, TypeError) as e:
+            raise InvalidArgument(f"from_dlpack: cannot import this tensor: {e}") from e
+        return cls(arr)
+
     def __repr__(self) -> str:
         return f"OrtValue({self.data_type()}, device={self._device!r})"
+
+
+class _Capsule:
+    """A raw DLPack capsule presented as a producer so numpy can import it (host memory)."""
+
+    __slots__ = ("capsule",)
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+class OrtValueVector:
+    """A list of OrtValues, as onnxruntime's `OrtValueVector` (the in/out type of
+    `InferenceSession.run_with_ortvaluevector` and `IOBinding.get_outputs_as_ortvaluevector`)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, values: Sequence[OrtValue] = ()) -> None:
+        self._items: list[OrtValue] = list(values)
+
+    def push_back(self, value: Any) -> None:
+        """Append an OrtValue, or a DLPack capsule/producer (imported without a copy)."""
+        self._items.append(value if isinstance(value, OrtValue) else OrtValue.from_dlpack(value))
+
+    def push_back_batch(
+        self,
+        tensors: Sequence[Any],
+        data_ptrs: Sequence[int],
+        element_types: Sequence[Any],
+        shapes: Sequence[Sequence[int]],
+        devices: Sequence[Any],
+    ) -> None:
+        """Append tensors given by host data pointer, element type and shape (no copy); each
+        `tensors[i]` is the object owning that memory and is kept alive with the value."""
+        import ctypes
+
+        for owner, ptr, etype, shape, device in zip(
+            tensors, data_ptrs, element_types, shapes, devices
+        ):
+            if isinstance(device, OrtDevice) and device.device_type() != 0:
+                raise InvalidArgument("push_back_batch: only host (cpu) memory is supported")
+            dt = _element_dtype(etype)
+            dims = tuple(int(d) for d in shape)
+            nbytes = math.prod(dims) * dt.itemsize
+            if nbytes:
+                raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(int(ptr)))
+                arr = raw.view(dt).reshape(dims)
+            else:
+                arr = np.zeros(dims, dt)
+            self._items.append(OrtValue(_Owned(arr, owner).array))
+
+    def reserve(self, n: int) -> None:
+        """Nothing to do: a Python list grows as needed."""
+
+    def shrink_to_fit(self) -> None:
+        """Nothing to do: a Python list grows as needed."""
+
+    def element_type_at(self, idx: int) -> int:
+        return self._items[idx].element_type()
+
+    def dlpack_at(self, idx: int) -> Any:
+        return self._items[idx].__dlpack__()
+
+    def to_dlpacks(self, to_tensor: Any = None) -> list[Any]:
+        """DLPack capsules of every value, or `to_tensor(capsule)` of each when given."""
+        capsules = [v.__dlpack__() for v in self._items]
+        return capsules if to_tensor is None else [to_tensor(c) for c in capsules]
+
+    def __getitem__(self, idx: int) -> OrtValue:
+        return self._items[idx]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Any:
+        return iter(self._items)
+
+    def __repr__(self) -> str:
+        return f"OrtValueVector({self._items!r})"
+
+
+class _Owned:
+    """Keeps the owner of foreign memory alive as long as the array viewing it."""
+
+    def __init__(self, array: np.ndarray, owner: Any) -> None:
+        import weakref
+
+        self.array = array
+        weakref.finalize(array, lambda o: None, owner)  # holds `owner` until `array` goes
+
+
+def _element_dtype(etype: Any) -> np.dtype[Any]:
+    is_code = isinstance(etype, (int, np.integer)) and not isinstance(etype, bool)
+    return _np_dtype_or_raise(int(etype)) if is_code else np.dtype(etype)
 
 
 def _np_dtype_or_raise(code: int) -> np.dtype[Any]:
