@@ -157,8 +157,8 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         self._sess_options = sess_options or SessionOptions()
         self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
-        self._check_canceled()
         self._label = model_label(path_or_bytes)
+        self._check_canceled()
         self._model_path = (
             os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         )

@@ -99,7 +99,7 @@ class OrtDevice:
     def make(ort_device_name: str, device_id: int, vendor_id: int = -1) -> OrtDevice:
         """An OrtDevice from a name ("cpu", "cuda", "gpu", "npu", "dml", "cann", "webgpu"); the
         vendor defaults to the one the name implies (NVIDIA for "cuda"), as in onnxruntime."""
-        codes = {"cpu": 0, "cuda": 1, "gpu": 1, "webgpu": 1, "npu": 3, "cann": 3, "dml": 4}
+        codes = {"cpu": 0, "cuda": 1, "gpu": 1, "webgpu": 1, "npu": 3, "cann": 3, "dml": 1}
         if ort_device_name not in codes:
             # onnxruntime raises a bare Exception here; InvalidArgument is one too
             raise InvalidArgument(f"Unsupported device type: {ort_device_name}")
