@@ -433,6 +433,12 @@ class SparseTensor:
             raise RuntimeError("This sparse tensor does not contain BlockSparse format")
         return SparseBlockSparseView(_readonly(self._extra[0]))
 
+    # the native class's names for the views and the block-sparse factory
+    get_coo_data = as_coo_view
+    get_csrc_data = as_csrc_view
+    get_blocksparse_data = as_blocksparse_view
+    blocksparse_from_numpy = sparse_blocksparse_from_numpy
+
     def to_cuda(self, ort_device: OrtDevice) -> SparseTensor:
         raise errors.NotImplemented(
             "SparseTensor.to_cuda: sparse tensors live on the host in turnout (as in "
@@ -660,6 +666,10 @@ class OrtValue:
         if self._device != "cpu" and hasattr(self._v, "__dlpack_device__"):
             return tuple(self._v.__dlpack_device__())
         return (1, 0)
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule of this tensor (the native class's name for `__dlpack__()`)."""
+        return self.__dlpack__()
 
     @classmethod
     def from_dlpack(cls, data: Any, /) -> OrtValue:
