@@ -78,6 +78,27 @@ def _add_w(**kw: Any) -> onnx.ModelProto:
     )
 
 
+def _loop_passing_a_value_through() -> onnx.ModelProto:
+    """A Loop body whose output is one of its inputs, unchanged (tf2onnx writes these)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["a_in", "w"], ["a_out"]),
+        ],
+        "body",
+        [
+            vi("i", TensorProto.INT64, []),
+            vi("cond_in", TensorProto.BOOL, []),
+            vi("a_in", F, [2]),
+            vi("w", F, [2]),
+        ],
+        [vi("cond_out", TensorProto.BOOL, []), vi("a_out", F, [2]), vi("w", F, [2])],
+    )
+    node = helper.make_node("Loop", ["m", "", "a", "w0"], ["a_final", "w_final"], body=body)
+    inputs = [vi("m", TensorProto.INT64, []), vi("a", F, [2]), vi("w0", F, [2])]
+    return _model([node], inputs, [vi("a_final", F, [2]), vi("w_final", F, [2])])
+
+
 UNUSED = numpy_helper.from_array(np.ones(3, np.float32), "unused")
 X_ONLY = {"x": XV}
 
@@ -282,6 +303,16 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, Any]]] = {
         lambda: _model([helper.make_node("Relu", ["x"], ["y"])], [X], [vi("zz", F, [2, 2])]),
         X_ONLY,
     ),
+    "negative-dims-mean-any-size": (
+        lambda: _model(
+            [helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, [-1, 2])], [vi("y", F, [-1, 2])]
+        ),
+        {"x": np.ones((3, 2), np.float32)},
+    ),
+    "loop-body-passing-a-value-through": (
+        _loop_passing_a_value_through,
+        {"m": np.array(3), "a": np.zeros(2, np.float32), "w0": np.full(2, 2, np.float32)},
+    ),
     "graph-input-listed-twice": (
         lambda: _model([helper.make_node("Relu", ["x"], ["y"])], [X, X], [vi("y", F, [2, 2])]),
         X_ONLY,
@@ -337,3 +368,8 @@ def test_turnout_runs_what_onnxruntime_has_no_kernel_for() -> None:
     (y,) = turnout.InferenceSession(_relu(opset=1, ir=3).SerializeToString()).run(None, X_ONLY)
     np.testing.assert_array_equal(y, np.maximum(XV, 0))
     assert _outcome(ort, _relu(opset=1, ir=3), X_ONLY)[0] == "load", RUNS_WHERE_ORT_HAS_NO_KERNEL
+
+
+def test_a_negative_declared_dim_reads_as_unknown() -> None:
+    model = CASES["negative-dims-mean-any-size"][0]().SerializeToString()
+    assert turnout.InferenceSession(model).get_inputs()[0].shape == [None, 2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto
 
 from .errors import Fail, InvalidArgument
 
@@ -18,8 +18,10 @@ __all__ = ["check_structure", "normalize"]
 
 
 def normalize(model: ModelProto) -> None:
-    """Edit `model` in place: the default domain spelled "" everywhere, and every graph's
-    nodes in topological order (onnxruntime sorts them; the checker refuses them unsorted)."""
+    """Edit `model` in place: the default domain spelled "" everywhere, a negative declared
+    dim read as an unknown one (Paddle exports write -1 for "any"; onnxruntime reads it so),
+    and every graph's nodes in topological order (onnxruntime sorts them; the checker refuses
+    them unsorted)."""
     for op in model.opset_import:
         if op.domain == "ai.onnx":
             op.domain = ""
@@ -27,7 +29,23 @@ def normalize(model: ModelProto) -> None:
         for n in g.node:
             if n.domain == "ai.onnx":
                 n.domain = ""
+        for vi in (*g.input, *g.output, *g.value_info):
+            _unknown_negative_dims(vi.type)
     _toposort(model.graph, set())
+
+
+def _unknown_negative_dims(tp: TypeProto) -> None:
+    kind = tp.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        for d in getattr(tp, kind).shape.dim:
+            if d.HasField("dim_value") and d.dim_value < 0:
+                d.Clear()
+    elif kind == "sequence_type":
+        _unknown_negative_dims(tp.sequence_type.elem_type)
+    elif kind == "optional_type":
+        _unknown_negative_dims(tp.optional_type.elem_type)
+    elif kind == "map_type":
+        _unknown_negative_dims(tp.map_type.value_type)
 
 
 def check_structure(model: ModelProto, label: str) -> None:

@@ -121,22 +121,23 @@ def _inferred(light: ModelProto) -> ModelProto:
 
 def _strip_inferable(g: GraphProto, opsets: dict[str, int]) -> None:
     """Drop the declared types of values made by nodes with an onnx schema, in `g` and in its
-    subgraphs (a copy's: this edits `g`)."""
-    unknown: set[str] = set()
+    subgraphs (a copy's: this edits `g`). A graph output that no node of `g` makes (a Loop
+    body passing an input straight through) keeps its type: onnx could not infer it again."""
+    made: set[str] = set()
     for node in g.node:
-        if _signature(_domain(node), node.op_type, opsets.get(_domain(node), 0)) is None:
-            unknown.update(node.output)
+        if _signature(_domain(node), node.op_type, opsets.get(_domain(node), 0)) is not None:
+            made.update(node.output)
         for a in node.attribute:
             if a.type == AttributeProto.GRAPH:
                 _strip_inferable(a.g, opsets)
             elif a.type == AttributeProto.GRAPHS:
                 for sub in a.graphs:
                     _strip_inferable(sub, opsets)
-    keep = [vi for vi in g.value_info if vi.name in unknown]
+    keep = [vi for vi in g.value_info if vi.name not in made]
     del g.value_info[:]
     g.value_info.extend(keep)
     for vi in g.output:
-        if vi.name not in unknown:
+        if vi.name in made:
             vi.ClearField("type")
 
 
