@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi import _pybind_state as ort_c
 
+import turnout
 from turnout import errors, logs
 from turnout.dtypes import ELEM_TYPE_NAMES, np_dtype, type_string
 from turnout.values import (
@@ -251,7 +252,7 @@ def test_sparse_ort_api_matches_onnxruntime():
     assert sp.dense_shape() == ref.dense_shape() and sp.data_type() == ref.data_type()
     np.testing.assert_array_equal(sp.values(), ref.values())
     np.testing.assert_array_equal(sp.as_coo_view().indices(), ref.as_coo_view().indices())
-    assert sp.format == "coo"
+    assert sp.format() == int(ref.format()) == turnout.OrtSparseFormat.ORT_SPARSE_COO
     v = OrtValue.ort_value_from_sparse_tensor(sp)
     ref_v = ort.OrtValue.ort_value_from_sparse_tensor(ref)
     assert v.data_type() == ref_v.data_type() and v.element_type() == ref_v.element_type()

@@ -43,9 +43,10 @@ from .errors import (
     TurnoutError,
 )
 from .hookspecs import hookimpl
-from .io_binding import IOBinding
+from .io_binding import IOBinding, SessionIOBinding
 from .logs import set_severity as set_default_logger_severity
 from .logs import set_verbosity as set_default_logger_verbosity
+from .lora import AdapterFormat, LoraAdapter
 from .options import (
     ExecutionMode,
     ExecutionOrder,
@@ -86,6 +87,7 @@ import_capi_exception = None  # onnxruntime's: the native module's import error,
 
 __all__ = [
     "ORT_API_VERSION",
+    "AdapterFormat",
     "ArenaExtendStrategy",
     "EPFail",
     "EngineError",
@@ -99,6 +101,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidGraph",
     "InvalidProtobuf",
+    "LoraAdapter",
     "ModelLoaded",
     "ModelMetadata",
     "NoModel",
@@ -117,6 +120,7 @@ __all__ = [
     "OrtValue",
     "RunOptions",
     "RuntimeException",
+    "SessionIOBinding",
     "SessionOptions",
     "SparseTensor",
     "TurnoutError",
@@ -178,12 +182,7 @@ def print_debug_info() -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """`datasets` on first use; classes the object-API work is adding, once they exist."""
+    """`datasets` on first use (it builds its example models when they are missing)."""
     if name == "datasets":
         return importlib.import_module(f"{__name__}.datasets")
-    from .capi.onnxruntime_pybind11_state import resolve_pending
-
-    try:
-        return resolve_pending(name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

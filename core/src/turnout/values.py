@@ -405,11 +405,9 @@ class SparseTensor:
     def shape(self) -> tuple[int, ...]:
         return self._shape
 
-    @property
-    def format(self) -> _FormatName:
-        """`format()` is onnxruntime's OrtSparseFormat; `format` itself still compares equal to
-        turnout's earlier string attribute ("coo", "csr", "blocksparse")."""
-        return _FormatName(self._format)
+    def format(self) -> OrtSparseFormat:
+        """onnxruntime's OrtSparseFormat of this tensor (COO, CSR or block-sparse)."""
+        return self._format
 
     def values(self) -> np.ndarray:
         return _readonly(self._values)
@@ -459,27 +457,6 @@ class SparseTensor:
             f"SparseTensor({self.data_type()}, {self._format.name}, shape={self._shape}, "
             f"nnz={self._values.shape[0]})"
         )
-
-
-_FORMAT_NAMES = {
-    OrtSparseFormat.ORT_SPARSE_COO: "coo",
-    OrtSparseFormat.ORT_SPARSE_CSRC: "csr",
-    OrtSparseFormat.ORT_SPARSE_BLOCK_SPARSE: "blocksparse",
-}
-
-
-class _FormatName(str):
-    """A sparse format's short name that, called, gives onnxruntime's OrtSparseFormat."""
-
-    _fmt: OrtSparseFormat
-
-    def __new__(cls, fmt: OrtSparseFormat) -> _FormatName:
-        obj = super().__new__(cls, _FORMAT_NAMES[fmt])
-        obj._fmt = fmt
-        return obj
-
-    def __call__(self) -> OrtSparseFormat:
-        return self._fmt
 
 
 def _check_ort_device(ort_device: OrtDevice) -> None:

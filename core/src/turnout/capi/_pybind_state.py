@@ -3,13 +3,7 @@ imports its native module here), so `import onnxruntime.capi._pybind_state as C`
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import onnxruntime_pybind11_state as _native
 from .onnxruntime_pybind11_state import *  # noqa: F403 - onnxruntime re-exports them all here
 
 __all__ = list(_native.__all__)
-
-
-def __getattr__(name: str) -> Any:
-    return _native.resolve_pending(name)

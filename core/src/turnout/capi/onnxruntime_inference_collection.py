@@ -8,14 +8,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..io_binding import IOBinding
+from ..lora import AdapterFormat
 from ..options import RunOptions, SessionOptions
 from ..ort_enums import OrtDeviceVendorId
 from ..session import InferenceSession, NodeArg
 from ..values import OrtDevice, OrtValue, SparseTensor
 from . import _pybind_state as C
-from .onnxruntime_pybind11_state import copy_tensors, resolve_pending
+from .onnxruntime_pybind11_state import copy_tensors
 
 __all__ = [
+    "AdapterFormat",
     "C",
     "IOBinding",
     "InferenceSession",
@@ -109,7 +111,3 @@ def check_and_normalize_provider_args(
         names.append(name)
         options.append({str(k): str(v) for k, v in opts.items()})
     return names, options
-
-
-def __getattr__(name: str) -> Any:
-    return resolve_pending(name)

@@ -4,14 +4,10 @@ In onnxruntime this module holds the whole native API (sessions, options, values
 enums, environment functions). Here each name is turnout's own object: the session classes are
 turnout's `InferenceSession`, `SessionOptions`, ... so code that imports them from here gets the
 same classes as `import turnout`.
-
-A few classes are still being added by the object-API work (issue 12); they resolve on first
-access from whichever module of `_PENDING_HOMES` defines them, and are absent until then.
 """
 
 from __future__ import annotations
 
-import importlib
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,18 +28,23 @@ from ..environment import (
     set_seed,
 )
 from ..errors import (
+    DeviceReset,
     EngineError,
     EPFail,
     Fail,
     InvalidArgument,
     InvalidGraph,
     InvalidProtobuf,
+    ModelLoadCanceled,
     ModelLoaded,
     NoModel,
     NoSuchFile,
+    NotFound,
     NotImplemented,
     RuntimeException,
 )
+from ..io_binding import SessionIOBinding
+from ..lora import AdapterFormat, LoraAdapter
 from ..options import (
     ExecutionMode,
     ExecutionOrder,
@@ -62,10 +63,31 @@ from ..session import (
     get_device,
     get_version_string,
 )
-from ..values import OrtAllocatorType, OrtDevice, OrtMemoryInfo, OrtMemType, OrtValue, SparseTensor
+from ..values import (
+    OrtAllocatorType,
+    OrtDevice,
+    OrtMemoryInfo,
+    OrtMemType,
+    OrtValue,
+    OrtValueVector,
+    SparseBlockSparseView,
+    SparseCooView,
+    SparseCsrView,
+    SparseTensor,
+)
 
 __all__ = [
+    "AdapterFormat",
     "ArenaExtendStrategy",
+    "DeviceReset",
+    "LoraAdapter",
+    "ModelLoadCanceled",
+    "NotFound",
+    "OrtValueVector",
+    "SessionIOBinding",
+    "SparseBlockSparseView",
+    "SparseCooView",
+    "SparseCsrView",
     "EPFail",
     "EngineError",
     "ExecutionMode",
@@ -124,47 +146,6 @@ __all__ = [
 
 kNextPowerOfTwo = ArenaExtendStrategy.kNextPowerOfTwo
 kSameAsRequested = ArenaExtendStrategy.kSameAsRequested
-
-# Names the object-API work adds (classes) and exception classes that turnout.errors may add.
-PENDING = frozenset(
-    {
-        "AdapterFormat",
-        "LoraAdapter",
-        "OrtValueVector",
-        "SessionIOBinding",
-        "SparseBlockSparseView",
-        "SparseCooView",
-        "SparseCsrView",
-        "DeviceReset",
-        "ModelLoadCanceled",
-        "NotFound",
-    }
-)
-_PENDING_HOMES = (
-    "turnout.errors",
-    "turnout.values",
-    "turnout.io_binding",
-    "turnout.session",
-    "turnout.options",
-    "turnout.lora",
-)
-
-
-def resolve_pending(name: str) -> Any:
-    """A pending name from the module that defines it; AttributeError while none does."""
-    if name in PENDING:
-        for home in _PENDING_HOMES:
-            try:
-                module = importlib.import_module(home)
-            except ImportError:
-                continue
-            if name in vars(module):
-                return vars(module)[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __getattr__(name: str) -> Any:
-    return resolve_pending(name)
 
 
 def set_default_logger_severity(level: int) -> None:
