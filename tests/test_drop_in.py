@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout import environment, errors
@@ -320,3 +320,56 @@ def test_backend_module_paths() -> None:
     del model.opset_import[:]
     model.opset_import.append(helper.make_opsetid("", 13))
     assert TurnoutBackend.is_opset_supported(model) == (True, "")
+
+
+def _random_model(op: str) -> bytes:
+    """One random op without a seed attribute, fed a (2, 8) float input where it takes one."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    inputs, attrs = (["x"], {}) if op in ("RandomNormalLike", "RandomUniformLike") else ([], {})
+    if op == "RandomNormal" or op == "RandomUniform":
+        attrs = {"shape": [2, 8]}
+    if op in ("Bernoulli", "Multinomial"):
+        inputs = ["p"]
+    if op == "Multinomial":
+        attrs = {"sample_size": 16}  # two runs drawing the same 32 samples: 8**-32
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    graph_inputs = [x] if inputs == ["x"] else []
+    inits = []
+    if op in ("Bernoulli", "Multinomial"):
+        p = np.full((2, 8), 0.5 if op == "Bernoulli" else 0.0, np.float32)  # 8 equal classes
+        inits = [numpy_helper.from_array(p, "p")]
+    y = helper.make_empty_tensor_value_info("y")
+    graph = helper.make_graph([node], "random", graph_inputs, [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Bernoulli",
+        "Multinomial",
+    ],
+)
+def test_set_seed_makes_onnx_reference_random_ops_repeat(
+    op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """They run on onnx.reference, which draws an unseeded op from OS entropy each run."""
+    feeds = {"x": np.ones((2, 8), np.float32)} if op.endswith("Like") else {}
+
+    def two_runs() -> tuple[np.ndarray, np.ndarray]:
+        sess = turnout.InferenceSession(_random_model(op))
+        return sess.run(None, feeds)[0], sess.run(None, feeds)[0]
+
+    monkeypatch.setattr(environment, "_seed", None)
+    turnout.set_seed(11)
+    first = two_runs()
+    turnout.set_seed(11)
+    again = two_runs()
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(*first), "each run must still draw new numbers"

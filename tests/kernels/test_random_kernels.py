@@ -43,3 +43,30 @@ def test_bad_ratio_names_node() -> None:
     node = helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="drop")
     with pytest.raises(InvalidArgument, match="drop"):
         run_own_kernel(node, [np.ones(3, np.float32), np.array(1.5, np.float32), np.array(True)])
+
+
+@pytest.mark.parametrize("dtype", [6, 7])
+def test_multinomial_draws_the_softmax_distribution_as_onnxruntime_does(dtype: int) -> None:
+    """Shape and type as onnxruntime gives them; class frequencies near softmax(logits)."""
+    from onnx import TensorProto, helper
+
+    import turnout
+
+    logits = np.log(np.array([[1, 3, 0.0001], [2, 1, 1]], np.float32))
+    node = helper.make_node("Multinomial", ["x"], ["y"], sample_size=20000, dtype=dtype, seed=3.0)
+    graph = helper.make_graph(
+        [node],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_empty_tensor_value_info("y")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    (got,) = turnout.InferenceSession(model.SerializeToString()).run(None, {"x": logits})
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime gives the shape and type")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"x": logits})
+    assert got.shape == want.shape == (2, 20000) and got.dtype == want.dtype
+    p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    for row in range(2):
+        freq = np.bincount(got[row], minlength=3) / got.shape[1]
+        np.testing.assert_allclose(freq, p[row], atol=0.02)

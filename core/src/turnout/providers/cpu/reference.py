@@ -5,15 +5,20 @@ which nodes run on the slow path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import threading
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 from onnx import TypeProto, helper
 from onnx.reference import ReferenceEvaluator
 
+from ...environment import random_state
 from ...provider import KernelFn, KernelNode
 
 __all__ = ["reference_kernel", "reference_supports"]
@@ -68,15 +73,41 @@ def reference_kernel(kn: KernelNode) -> KernelFn:
     in_names = kn.node.inputs
     out_names = kn.node.outputs
     produced = [o for o in out_names if o]
+    reseed = _reseeder(kn, ev)
 
     def run(*inputs: Any) -> tuple[Any, ...]:
         feeds = {n: v for n, v in zip(in_names, inputs) if n}
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), reseed():
             warnings.simplefilter("ignore")
             got = dict(zip(produced, ev.run(None, feeds)))
         return tuple(_as_value(got.get(o)) if o else None for o in out_names)
 
     return run
+
+
+# onnx.reference draws an unseeded random op from fresh OS entropy on every run
+_RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli"}
+)
+
+
+def _reseeder(kn: KernelNode, ev: ReferenceEvaluator) -> Callable[[], AbstractContextManager[Any]]:
+    """For a random op without a `seed` attribute: a context that seeds each run from the
+    node's own generator, which `turnout.set_seed` seeds (so a seeded process repeats itself,
+    and an unseeded one still draws fresh numbers each run)."""
+    if kn.op_type not in _RANDOM_OPS or kn.domain or kn.attr("seed") is not None:
+        return contextlib.nullcontext
+    op = ev.rt_nodes_[0]
+    rng = random_state()
+    lock = threading.Lock()  # the seed is an attribute of the shared evaluator
+
+    @contextlib.contextmanager
+    def seeded() -> Iterator[None]:
+        with lock:
+            op.seed = float(rng.randint(0, 2**31 - 1))
+            yield
+
+    return seeded
 
 
 def _as_value(v: Any) -> Any:
