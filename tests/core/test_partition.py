@@ -163,11 +163,17 @@ def test_bad_fallback_value() -> None:
         turnout.SessionOptions().fallback = "sometimes"
 
 
-def test_unknown_provider_lists_installed(fake: FakeDeviceProviderFactory) -> None:
-    with pytest.raises(
-        InvalidArgument, match=r"NoSuchExecutionProvider.*installed:.*CPUExecutionProvider"
-    ):
-        turnout.InferenceSession(_alternating(), providers=["NoSuchExecutionProvider"])
+def test_unknown_provider_warns_listing_installed_and_falls_back(
+    fake: FakeDeviceProviderFactory,
+) -> None:
+    """As onnxruntime: a warning and the CPU provider; fallback policy "error" refuses."""
+    with pytest.warns(UserWarning, match=r"NoSuchExecutionProvider.*installed:.*CPUExecut"):
+        sess = turnout.InferenceSession(_alternating(), providers=["NoSuchExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    strict = turnout.SessionOptions()
+    strict.fallback = "error"
+    with pytest.raises(FallbackError, match=r"NoSuchExecutionProvider.*installed:"):
+        turnout.InferenceSession(_alternating(), strict, providers=["NoSuchExecutionProvider"])
 
 
 def test_unknown_provider_option_lists_valid_ones(fake: FakeDeviceProviderFactory) -> None:

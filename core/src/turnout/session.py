@@ -118,7 +118,7 @@ ProviderSpec = str | tuple[str, dict[str, Any]]
 CPU_PROVIDER = "CPUExecutionProvider"
 
 # onnxruntime's provider names: requesting one that turnout has no plugin for is "unavailable"
-# (a warning, as in onnxruntime), while a name nobody knows is a typo (an error).
+# (a warning, as in onnxruntime); so is a name nobody knows, with the installed ones listed.
 ORT_PROVIDER_NAMES = frozenset(
     {
         "CUDAExecutionProvider",
@@ -233,9 +233,9 @@ class InferenceSession:
             factory = registry.find(name)
             if factory is None and name in ORT_PROVIDER_NAMES:
                 avail = Availability(False, reason="no turnout provider for it is installed")
-            elif factory is None:
-                registry.resolve(name)  # raises, listing the installed providers
-                continue
+            elif factory is None:  # onnxruntime warns and falls back too; policy "error" raises
+                installed = ", ".join(f.name for f in registry.all())
+                avail = Availability(False, reason=f"no such provider (installed: {installed})")
             elif factory.name in seen:
                 continue
             else:
