@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx.inliner
-from onnx import ModelProto, TensorProto
+from onnx import ModelProto, TensorProto, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo
 
 from .dtypes import np_dtype
@@ -24,7 +26,14 @@ from .structure import check_structure, normalize
 from .tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor
 from .validate import check_types
 
-__all__ = ["ModelSource", "infer_shapes", "light_copy", "load_model", "model_label"]
+__all__ = [
+    "ModelSource",
+    "SuppliedData",
+    "infer_shapes",
+    "light_copy",
+    "load_model",
+    "model_label",
+]
 
 ModelSource = str | os.PathLike[str] | bytes | ModelProto
 
@@ -55,7 +64,21 @@ def model_label(source: Any) -> str:
     return f"<{type(source).__name__}>"
 
 
-def load_model(source: ModelSource, custom_domains: frozenset[str] = frozenset()) -> ModelProto:
+@dataclass(frozen=True)
+class SuppliedData:
+    """External data the caller hands over instead of files (onnxruntime's
+    `add_external_initializers` and `add_external_initializers_from_files_in_memory`): whole
+    external initializers by name, and in-memory files by the location tensors name."""
+
+    initializers: Mapping[str, np.ndarray] = field(default_factory=dict)
+    files: Mapping[str, bytes | memoryview] = field(default_factory=dict)
+
+
+def load_model(
+    source: ModelSource,
+    custom_domains: frozenset[str] = frozenset(),
+    supplied: SuppliedData | None = None,
+) -> ModelProto:
     """Parse, resolve external data, inline local functions, check opsets and the graph."""
     label = model_label(source)
     base_dir: Path | None = None
@@ -76,7 +99,9 @@ def load_model(source: ModelSource, custom_domains: frozenset[str] = frozenset()
         raise InvalidArgument(
             f"model must be a path, bytes or onnx.ModelProto, not {type(source).__name__}"
         )
-    _load_external_data(model, base_dir, label)
+    if supplied is not None:
+        _replace_initializers(model, supplied.initializers)
+    _load_external_data(model, base_dir, label, supplied.files if supplied else {})
     for tensor in all_tensors(model):
         check_tensor(tensor, label)
     normalize(model)
@@ -103,8 +128,26 @@ def _parse(data: bytes, label: str) -> ModelProto:
     return model
 
 
-def _load_external_data(model: ModelProto, base_dir: Path | None, label: str) -> None:
-    """Read every external tensor (sparse values and indices too) from inside `base_dir`."""
+def _replace_initializers(model: ModelProto, by_name: Mapping[str, np.ndarray]) -> None:
+    """Each named external initializer takes the caller's array instead of its file's bytes."""
+    inits = {t.name: t for t in model.graph.initializer}
+    for name, value in by_name.items():
+        tensor = inits.get(name)
+        if tensor is None:
+            raise Fail(f"Failed to find existing initializer with name {name}.")
+        if tensor.data_location != TensorProto.EXTERNAL:
+            raise Fail(f"Trying to replace non-external initializer {name!r} with external data")
+        tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value), name))
+
+
+def _load_external_data(
+    model: ModelProto,
+    base_dir: Path | None,
+    label: str,
+    files: Mapping[str, bytes | memoryview],
+) -> None:
+    """Read every external tensor (sparse values and indices too) from `files`, the caller's
+    in-memory files, when given, else from inside `base_dir`."""
     for tensor in all_tensors(model):
         if tensor.data_location != TensorProto.EXTERNAL:
             continue
@@ -112,31 +155,41 @@ def _load_external_data(model: ModelProto, base_dir: Path | None, label: str) ->
             info = ExternalDataInfo(tensor)
         except ValueError as e:  # offset/length not a non-negative integer
             raise InvalidGraph(f"{label}: external data of {tensor.name!r}: {e}") from None
-        if base_dir is None:
+        if files:
+            data = files.get(info.location)
+            if data is None:
+                raise Fail(
+                    f"External file: {info.location} not found from the table user provided."
+                )
+            offset, length = _byte_range(info, len(data), tensor.name)
+            tensor.raw_data = bytes(data[offset : offset + length])
+        elif base_dir is None:
             raise InvalidArgument(
                 f"{label}: tensor {tensor.name!r} has external data ({info.location!r}); "
                 "load the model from its file path so the data can be found beside it"
             )
-        target = _safe_location(base_dir, info.location, tensor.name, label)
-        tensor.raw_data = _read_range(target, info, tensor.name, label)
+        else:
+            target = _safe_location(base_dir, info.location, tensor.name, label)
+            offset, length = _byte_range(info, target.stat().st_size, tensor.name)
+            with open(target, "rb") as f:
+                f.seek(offset)
+                tensor.raw_data = f.read(length)
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
 
 
-def _read_range(target: Path, info: ExternalDataInfo, tensor: str, label: str) -> bytes:
-    """The bytes [offset, offset + length) of `target`, checked against the file's size first,
-    so a huge or negative offset or length is an error naming the tensor, never a huge read."""
-    size = target.stat().st_size
+def _byte_range(info: ExternalDataInfo, size: int, tensor: str) -> tuple[int, int]:
+    """(offset, length) of a tensor's bytes in a file or buffer of `size` bytes, checked before
+    anything is read, so a huge or negative range is an error naming the tensor, never a huge
+    read (onnxruntime's class and words)."""
     offset = int(info.offset or 0)
     length = int(info.length) if info.length else size - offset
     if offset < 0 or length < 0 or offset + length > size:
-        raise InvalidGraph(
-            f"{label}: external data of {tensor!r}: offset {offset} + length {length} lies "
-            f"outside {info.location!r} ({size} bytes)"
+        raise Fail(
+            f"External initializer: {tensor} offset: {offset} size to read: {length} given "
+            f"file_length: {size} are out of bounds or can not be read in full."
         )
-    with open(target, "rb") as f:
-        f.seek(offset)
-        return f.read(length)
+    return offset, length
 
 
 def _safe_location(base_dir: Path, location: str, tensor: str, label: str) -> Path:

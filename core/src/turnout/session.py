@@ -12,7 +12,6 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec, ort_invalid_argument
 from .ir import Graph, ValueInfo
 from .logs import logger
-from .model import ModelSource, infer_shapes, load_model, model_label
+from .model import ModelSource, SuppliedData, infer_shapes, load_model, model_label
 from .options import RunOptions, SessionOptions
 from .partition import PartitionReport
 from .plugins import graph_passes, registry
@@ -166,7 +165,7 @@ class InferenceSession:
         self._profiler: Profiler | None = None
         if self._sess_options.enable_profiling:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
-        model = load_model(_with_external_data(path_or_bytes, self._sess_options, self._label))
+        model = load_model(path_or_bytes, supplied=_supplied_data(self._sess_options))
         self._check_canceled()
         _override_free_dims(model, self._sess_options)
         self._loaded = model  # optimized per provider list in _set_providers
@@ -632,56 +631,16 @@ class InferenceSession:
         return self._profiler.start_wall_ns if self._profiler is not None else 0
 
 
-def _with_external_data(source: ModelSource, opts: SessionOptions, label: str) -> ModelSource:
-    """The model with its external-data tensors taken from the session options: tensors named by
-    `add_external_initializers`, then files given by `add_external_initializers_from_files_in_
-    memory` (by the location the tensor names). Other external tensors load as usual."""
+def _supplied_data(opts: SessionOptions) -> SuppliedData | None:
+    """The external data the options hand over instead of files (None when they hold none)."""
     by_name, files = opts._external_initializers, opts._external_files
     if not by_name and not files:
-        return source
-    from .model import _load_external_data
-    from .tensors import all_tensors
-
-    if isinstance(source, onnx.ModelProto):
-        model = onnx.ModelProto()
-        model.CopyFrom(source)
-        base_dir = None
-    elif isinstance(source, (str, os.PathLike)):
-        model = onnx.load(os.fspath(source), load_external_data=False)
-        base_dir = Path(os.fspath(source)).resolve().parent
-    else:
-        model = onnx.ModelProto()
-        model.ParseFromString(bytes(source))
-        base_dir = None
-    inits = {t.name: t for t in model.graph.initializer}
-    for name, value in by_name.items():
-        tensor = inits.get(name)
-        if tensor is None:
-            raise Fail(f"Failed to find existing initializer with name {name}.")
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            raise Fail(f"Trying to replace non-external initializer {name!r} with external data")
-        arr = value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
-        replacement = onnx.numpy_helper.from_array(np.ascontiguousarray(arr), name)
-        tensor.CopyFrom(replacement)
-    for tensor in all_tensors(model):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL or not files:
-            continue
-        info = onnx.external_data_helper.ExternalDataInfo(tensor)
-        data = files.get(info.location)
-        if data is None:
-            raise Fail(f"External file: {info.location} not found from the table user provided.")
-        offset = int(info.offset or 0)
-        length = int(info.length) if info.length else len(data) - offset
-        if offset < 0 or length < 0 or offset + length > len(data):
-            raise Fail(
-                f"External initializer: {tensor.name} offset: {offset} size to read: {length} "
-                f"given file_length: {len(data)} are out of bounds or can not be read in full."
-            )
-        tensor.raw_data = bytes(data[offset : offset + length])
-        tensor.data_location = onnx.TensorProto.DEFAULT
-        del tensor.external_data[:]
-    _load_external_data(model, base_dir, label)  # what the options did not provide
-    return model
+        return None
+    arrays = {
+        name: value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
+        for name, value in by_name.items()
+    }
+    return SuppliedData(arrays, dict(files))
 
 
 def _fused_op_support(
