@@ -8,6 +8,7 @@ refuses the second kind with onnxruntime's class and names what is at fault.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto
@@ -96,37 +97,68 @@ def _check_graph(g: GraphProto, label: str, outer: set[str]) -> None:
 
 def _toposort(g: GraphProto, outer: set[str]) -> None:
     """Order `g`'s nodes so each comes after the producers of its inputs (its subgraphs'
-    outer references included); a node whose inputs never appear keeps its place at the end,
-    for the checks to name it."""
+    outer references included), keeping the given order where it already works (Kahn's
+    algorithm, smallest index first); a node whose inputs never appear goes to the end, for the
+    checks to name it."""
     available = outer | {vi.name for vi in g.input} | {t.name for t in g.initializer}
     available |= {s.values.name for s in g.sparse_initializer}
     nodes = list(g.node)
-    needs = [set(_reads(n)) - {""} for n in nodes]
-    pending = list(range(len(nodes)))
-    order: list[int] = []
-    progress = True
-    while pending and progress:
-        progress = False
-        rest = []
-        for i in pending:
-            if needs[i] <= available:
-                order.append(i)
-                available.update(o for o in nodes[i].output if o)
-                progress = True
-            else:
-                rest.append(i)
-        pending = rest
-    order.extend(pending)
+    reads = [set(_reads(n)) - {""} for n in nodes]
+    if _in_order(nodes, reads, set(available)):
+        order = list(range(len(nodes)))
+    else:
+        order = _kahn(nodes, reads, available)
     if order != sorted(order):
         copies = [NodeProto() for _ in order]
         for c, i in zip(copies, order):
             c.CopyFrom(nodes[i])
         del g.node[:]
         g.node.extend(copies)
-    inner = available
+    inner = available | {o for n in nodes for o in n.output if o}
     for n in g.node:
         for sub in _subgraphs(n):
             _toposort(sub, inner)
+
+
+def _in_order(nodes: list[NodeProto], reads: list[set[str]], available: set[str]) -> bool:
+    """Whether every node already comes after the producers of what it reads (the usual case,
+    checked in one pass)."""
+    for n, need in zip(nodes, reads):
+        if not need <= available:
+            return False
+        available.update(n.output)
+    return True
+
+
+def _kahn(nodes: list[NodeProto], reads: list[set[str]], available: set[str]) -> list[int]:
+    """Node indices in an order where each comes after its producers, smallest index first
+    among the ready ones; nodes that can never be ready (a dangling input) come last."""
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    waiting = [0] * len(nodes)
+    consumers: list[list[int]] = [[] for _ in nodes]
+    blocked: set[int] = set()
+    for i, need in enumerate(reads):
+        for name in need - available:
+            j = producer.get(name)
+            if j is None or j == i:
+                blocked.add(i)
+            else:
+                waiting[i] += 1
+                consumers[j].append(i)
+    ready = [i for i in range(len(nodes)) if not waiting[i] and i not in blocked]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        j = heapq.heappop(ready)
+        order.append(j)
+        available.update(o for o in nodes[j].output if o)
+        for i in consumers[j]:
+            waiting[i] -= 1
+            if not waiting[i] and i not in blocked:
+                heapq.heappush(ready, i)
+    placed = set(order)
+    order.extend(i for i in range(len(nodes)) if i not in placed)
+    return order
 
 
 def _reads(n: NodeProto) -> Iterator[str]:
