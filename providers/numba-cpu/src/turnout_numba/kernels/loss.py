@@ -17,6 +17,7 @@ from numba import prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu.kernels.loss import check_loss_shapes
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array
@@ -121,16 +122,8 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     n_out = len(kn.node.outputs)
 
     def run(x: Any, target: Any, weight: Any = None) -> tuple[Any, ...]:
-        if x.ndim < 2:
-            raise InvalidArgument(f"{name}: input must have rank >= 2, got shape {x.shape}")
+        check_loss_shapes(name, x, target, weight)
         nb, nc = x.shape[0], x.shape[1]
-        if target.shape != (nb, *x.shape[2:]):
-            raise InvalidArgument(
-                f"{name}: target shape {target.shape} does not match input shape {x.shape} "
-                f"(expected {(nb, *x.shape[2:])})"
-            )
-        if weight is not None and weight.shape != (nc,):
-            raise InvalidArgument(f"{name}: weight shape {weight.shape} is not ({nc},)")
         d = int(np.prod(x.shape[2:]))
         x3 = np.ascontiguousarray(x, dtype=c).reshape(nb, nc, d)
         t2 = np.ascontiguousarray(target, dtype=tdt).reshape(nb, d)

@@ -20,10 +20,25 @@ from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
 
-__all__: list[str] = []
+__all__ = ["check_loss_shapes"]
 
 Array = np.ndarray[Any, Any]
 _REDUCTIONS = ("none", "sum", "mean")
+
+
+def check_loss_shapes(name: str, x: Any, target: Any, weight: Any | None) -> None:
+    """The shapes a (softmax) cross-entropy or NLL loss node accepts, the same on every provider:
+    input (N, C, D...), target (N, D...), optional weight (C,)."""
+    if x.ndim < 2:
+        raise InvalidArgument(f"{name}: input must have rank >= 2, got shape {x.shape}")
+    want = (x.shape[0], *x.shape[2:])
+    if target.shape != want:
+        raise InvalidArgument(
+            f"{name}: target shape {target.shape} does not match input shape {x.shape} "
+            f"(expected {want})"
+        )
+    if weight is not None and weight.shape != (x.shape[1],):
+        raise InvalidArgument(f"{name}: weight shape {weight.shape} is not ({x.shape[1]},)")
 
 
 def _supports(kn: KernelNode) -> str | None:
@@ -40,15 +55,8 @@ def softmax_cross_entropy_loss(kn: KernelNode) -> KernelFn:
     want_logp = len(outs) > 1 and bool(outs[1])
 
     def run(x: Array, target: Array, weight: Array | None = None) -> tuple[Any, ...]:
-        if x.ndim < 2:
-            raise InvalidArgument(f"{name}: input must have rank >= 2, got shape {x.shape}")
+        check_loss_shapes(name, x, target, weight)
         n, c = x.shape[0], x.shape[1]
-        if target.shape != (n, *x.shape[2:]):
-            raise InvalidArgument(
-                f"{name}: target shape {target.shape} does not fit input shape {x.shape}"
-            )
-        if weight is not None and weight.shape != (c,):
-            raise InvalidArgument(f"{name}: weight shape {weight.shape} is not ({c},)")
         ct = np.promote_types(x.dtype, np.float32)
         x3 = x.astype(ct, copy=False).reshape(n, c, -1)
         t2 = target.astype(np.int64, copy=False).reshape(n, -1)
