@@ -176,10 +176,12 @@ def _run(
             outs = ReferenceEvaluator(model).run(None, dict(feeds))
             return dict(zip(names, outs)), {}
         from turnout.options import SessionOptions
+        from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
         from turnout.session import InferenceSession
 
         so = SessionOptions()
         so.fallback = "allow"  # what the provider declines runs on CPU; the report says so
+        so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")  # CPU here is the numpy kernels
         sess = InferenceSession(model.SerializeToString(), so, providers=[provider])
         outs = sess.run(None, dict(feeds))
         placed = {a.node: a.provider for a in sess.partition_report().assignments}

@@ -58,10 +58,13 @@ def execute_case(case: Case, provider: str, mode: str) -> tuple[str, str]:
     """Run `case` in this process: ("passed" | "failed" | "unclaimed", message)."""
     from turnout import errors
     from turnout.options import SessionOptions
+    from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
     from turnout.session import InferenceSession
     from turnout.testing import assert_outputs_close
 
     so = SessionOptions()
+    # the CPU provider behind the one under test is the numpy reference, never a host provider
+    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
     if mode == "isolated":
         so.fallback = "error"
         providers = [provider]

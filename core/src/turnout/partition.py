@@ -91,6 +91,15 @@ class PartitionReport:
     declines: dict[str, list[dict[str, str]]]
     copies: list[dict[str, str]] = field(default_factory=list)
     subgraphs: dict[str, PartitionReport] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    """Providers that served the `CPUExecutionProvider` request (placed ahead of its numpy
+    kernels); their nodes count as CPU nodes, not as fallbacks."""
+
+    def mark_hosts(self, hosts: Sequence[str]) -> None:
+        """Record the host providers, in this report and its nested graphs'."""
+        self.hosts = list(hosts)
+        for sub in self.subgraphs.values():
+            sub.mark_hosts(hosts)
 
     @staticmethod
     def from_partition(
@@ -115,17 +124,19 @@ class PartitionReport:
         return out
 
     def fallbacks(self, fallback_provider: str) -> list[tuple[str, str, str]]:
-        """(node, op, reasons) for nodes that landed on `fallback_provider` although other
-        providers were asked first; nested graphs included (their nodes as `outer/inner`)."""
+        """(node, op, reasons) for nodes that landed on `fallback_provider` (or a host provider
+        serving it) although other providers were asked first; nested graphs included (their
+        nodes as `outer/inner`)."""
         out: list[tuple[str, str, str]] = []
-        if self.providers and self.providers[0] != fallback_provider:
+        fallback = {fallback_provider, *self.hosts}
+        if self.providers and self.providers[0] not in fallback:
             for a in self.assignments:
-                if a.provider != fallback_provider:
+                if a.provider not in fallback:
                     continue
                 reasons = [
                     f"{p}: {d['reason']}"
                     for p, ds in self.declines.items()
-                    if p != fallback_provider
+                    if p not in fallback
                     for d in ds
                     if d["node"] == a.node
                 ]
@@ -142,6 +153,7 @@ class PartitionReport:
             "assignments": [asdict(a) for a in self.assignments],
             "declines": self.declines,
             "copies": self.copies,
+            "hosts": self.hosts,
             "subgraphs": {k: v.to_dict() for k, v in self.subgraphs.items()},
         }
 
@@ -161,9 +173,11 @@ class PartitionReport:
         return to_html(self)
 
     def to_text(self, indent: str = "") -> str:
+        serving = f" ({', '.join(self.hosts)} serving CPUExecutionProvider)" if self.hosts else ""
         lines = [
             f"{indent}graph {self.graph!r}: "
             + ", ".join(f"{p}={c}" for p, c in sorted(self.counts().items()))
+            + serving
         ]
         for a in self.assignments:
             how = a.source if a.group is None else f"{a.source} {a.group}"

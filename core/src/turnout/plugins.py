@@ -112,6 +112,12 @@ class ProviderRegistry:
             key=lambda f: -f.default_priority,
         )
 
+    def host_providers(self) -> list[ProviderFactory]:
+        """Available providers that serve `CPUExecutionProvider` requests, by priority (only
+        these are probed: a CPU session never waits on a device probe)."""
+        hosts = [f for f in self.all() if f.serves_cpu_requests]
+        return sorted((f for f in hosts if self.probe(f).ok), key=lambda f: -f.default_priority)
+
     def find(self, name: str) -> ProviderFactory | None:
         """The factory for a canonical name or alias, or None."""
         for f in self.all():

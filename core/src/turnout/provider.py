@@ -410,6 +410,11 @@ class ProviderFactory:
     version: str | None = None
     device_type: str = "cpu"
     """The `Device.type` its values live on; OrtValues for that device type use its transfer."""
+    serves_cpu_requests: bool = False
+    """A host provider: when a session asks for `CPUExecutionProvider` (by name, by default, or
+    as the implicit fallback), turnout places this provider ahead of the numpy kernels, so that
+    applications which hardcode the CPU provider get the fastest host kernels. The session
+    passes it `intra_op_num_threads` from `SessionOptions` when it takes that option."""
 
     def probe(self) -> Availability:
         """Whether this provider can run here; never raises (a failure is a reason)."""

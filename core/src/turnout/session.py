@@ -38,7 +38,8 @@ from .options import RunOptions, SessionOptions
 from .partition import PartitionReport
 from .plugins import graph_passes, registry
 from .profiling import Profiler
-from .provider import Availability, ExecutionProvider
+from .provider import ExecutionProvider
+from .provider_selection import CPU_PROVIDER, ProviderSpec, select_providers
 from .shape_inference import refuse_oversized_values
 from .values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 
@@ -113,35 +114,6 @@ def get_available_providers() -> list[str]:
     return [f.name for f in registry.available()]
 
 
-ProviderSpec = str | tuple[str, dict[str, Any]]
-CPU_PROVIDER = "CPUExecutionProvider"
-
-# onnxruntime's provider names: requesting one that turnout has no plugin for is "unavailable"
-# (a warning, as in onnxruntime); so is a name nobody knows, with the installed ones listed.
-ORT_PROVIDER_NAMES = frozenset(
-    {
-        "CUDAExecutionProvider",
-        "TensorrtExecutionProvider",
-        "ROCMExecutionProvider",
-        "MIGraphXExecutionProvider",
-        "OpenVINOExecutionProvider",
-        "DnnlExecutionProvider",
-        "DmlExecutionProvider",
-        "CoreMLExecutionProvider",
-        "QNNExecutionProvider",
-        "NnapiExecutionProvider",
-        "XnnpackExecutionProvider",
-        "WebGpuExecutionProvider",
-        "AzureExecutionProvider",
-        "ACLExecutionProvider",
-        "ArmNNExecutionProvider",
-        "CANNExecutionProvider",
-        "VitisAIExecutionProvider",
-        "NvTensorRTRTXExecutionProvider",
-    }
-)
-
-
 class InferenceSession:
     """Load a model, place its nodes on providers, and run it (onnxruntime-compatible)."""
 
@@ -156,6 +128,7 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         self._sess_options = sess_options or SessionOptions()
         self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
+        self._numpy_only = False  # set by the run-time fallback: the numpy kernels alone
         self._label = model_label(path_or_bytes)
         self._check_canceled()
         self._model_path = (
@@ -213,53 +186,22 @@ class InferenceSession:
         providers: Sequence[ProviderSpec] | None,
         provider_options: Sequence[dict[str, Any]] | None,
     ) -> None:
-        specs: list[tuple[str, dict[str, Any]]] = []
-        if providers is None:
-            # No accelerator behind the caller's back (as onnxruntime >= 1.9 in GPU builds):
-            # installed providers run only when asked for; get_available_providers() lists them.
-            specs = [(CPU_PROVIDER, {})]
-        else:
-            if provider_options is not None and len(provider_options) != len(providers):
-                raise InvalidArgument("provider_options must have one dict per provider")
-            for i, p in enumerate(providers):
-                name, opts = (p, {}) if isinstance(p, str) else (p[0], dict(p[1]))
-                if provider_options is not None:
-                    opts.update(provider_options[i])
-                specs.append((name, opts))
-        instances: list[ExecutionProvider] = []
-        seen: set[str] = set()
-        for name, opts in specs:
-            factory = registry.find(name)
-            if factory is None and name in ORT_PROVIDER_NAMES:
-                avail = Availability(False, reason="no turnout provider for it is installed")
-            elif factory is None:  # onnxruntime warns and falls back too; policy "error" raises
-                installed = ", ".join(f.name for f in registry.all())
-                avail = Availability(False, reason=f"no such provider (installed: {installed})")
-            elif factory.name in seen:
-                continue
-            else:
-                avail = registry.probe(factory)
-            if factory is None or not avail.ok:
-                message = f"{name} is not available here: {avail.reason}"
-                if self._sess_options.fallback == "error":
-                    raise FallbackError(f"{message} (fallback policy 'error')")
-                # onnxruntime warns and carries on with the remaining providers
-                warnings.warn(f"{message}; continuing without it", UserWarning, stacklevel=3)
-                logger.warning("%s: %s", self._label, message)
-                continue
-            instances.append(factory.create(opts))
-            seen.add(factory.name)
-        if CPU_PROVIDER not in seen:
-            instances.append(registry.resolve(CPU_PROVIDER).create({}))
+        chosen = select_providers(
+            providers, provider_options, self._sess_options, self._label, self._numpy_only
+        )
+        instances = chosen.instances
         self._optimize(instances)
         self._providers = instances
-        self._provider_specs = [(p.name, dict(p.options)) for p in instances]
+        self._selection = chosen
+        self._provider_specs = [
+            (p.name, dict(p.options)) for p in instances if p.name not in chosen.hosts
+        ]
         self._reports: dict[str, PartitionReport] = {}
         self._prepared = prepare_graph(self._graph, instances, self._reports, "", self._overrides)
+        self._reports[""].mark_hosts(chosen.hosts)
         self._plan: Plan = self._prepared.plan()
         self._device_plans: dict[frozenset[str], Plan] = {}
-        requested = providers is not None and any(p.name != CPU_PROVIDER for p in instances)
-        if requested:
+        if providers is not None and chosen.requested != [CPU_PROVIDER]:
             self._apply_fallback_policy()
         logger.info("%s: placed nodes %s", self._label, self.partition_report().counts())
 
@@ -349,7 +291,9 @@ class InferenceSession:
         )
 
     def get_providers(self) -> list[str]:
-        return [p.name for p in self._providers]
+        """The providers asked for (and available), CPU last, as onnxruntime lists them; host
+        providers serving the CPU request show in `partition_report()`, not here."""
+        return list(self._selection.requested)
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {name: {k: str(v) for k, v in opts.items()} for name, opts in self._provider_specs}
@@ -493,13 +437,14 @@ class InferenceSession:
     def _fall_back_to_cpu(self) -> bool:
         """onnxruntime's run-time fallback: after a provider failure, rebuild the session on
         the CPU provider alone and retry once (when enabled and another provider was in use)."""
-        if not self._enable_fallback or self.get_providers() == [CPU_PROVIDER]:
+        if not self._enable_fallback or [p.name for p in self._providers] == [CPU_PROVIDER]:
             return False
         warnings.warn(
             f"{self._label}: a provider failed; falling back to {CPU_PROVIDER} and retrying",
             UserWarning,
             stacklevel=3,
         )
+        self._numpy_only = True  # a host provider may be what failed
         self.set_providers([CPU_PROVIDER])
         self._enable_fallback = False  # only once, as in onnxruntime
         return True

@@ -75,8 +75,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if isinstance(value, np.ndarray) and value.size:
             with np.printoptions(precision=4, suppress=True, threshold=20, edgeitems=5):
                 print(f"  {value}")
-    counts = sess.partition_report().counts()
-    print("providers: " + ", ".join(f"{p} ({n} nodes)" for p, n in counts.items()))
+    report = sess.partition_report()
+    serving = f" ({', '.join(report.hosts)} serving CPUExecutionProvider)" if report.hosts else ""
+    counts = report.counts()
+    print("providers: " + ", ".join(f"{p} ({n} nodes)" for p, n in counts.items()) + serving)
     print(
         f"time: session {t_create * 1000:.1f} ms, first run {times[0] * 1000:.2f} ms"
         + (

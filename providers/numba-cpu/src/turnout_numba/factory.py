@@ -29,6 +29,7 @@ class NumbaProviderFactory(ProviderFactory):
     name = "NumbaExecutionProvider"
     aliases = ("numba",)
     default_priority = 100
+    serves_cpu_requests = True  # CPUExecutionProvider requests run here first (numpy behind)
     option_names = frozenset({"intra_op_num_threads", "fuse"})
     version = __version__
 

@@ -40,6 +40,7 @@ from .cache import NUMBA_CONFIG
 from .codegen import EW_OPS, compile_group
 from .fusion import GraphIndex, find_groups, group_outputs
 from .registry import BuildContext, lookup
+from .threading_layer import choose_layer, run_lock
 
 __all__ = ["NUMBA_SOURCE", "NUMPY_SOURCE", "NumbaExecutionProvider"]
 
@@ -131,9 +132,12 @@ class NumbaExecutionProvider(ExecutionProvider):
 
     # ------------------------------------------------------------------ threads
     def on_run_start(self) -> None:
+        st = self._run_state
+        st.lock = run_lock() if self.ctx.parallel else None
+        if st.lock is not None:  # workqueue: one parallel run at a time in the process
+            st.lock.acquire()
         if not self.threads:
             return
-        st = self._run_state
         st.saved = None
         # serial kernels never use numba's pool, and asking numba for its thread count starts
         # it (10 ms in a 1-thread session's first run); the count is per calling thread
@@ -146,6 +150,10 @@ class NumbaExecutionProvider(ExecutionProvider):
 
     def on_run_end(self) -> None:
         st = self._run_state
+        lock = getattr(st, "lock", None)
+        if lock is not None:
+            st.lock = None
+            lock.release()
         saved = getattr(st, "saved", None)
         if saved is not None:
             numba.set_num_threads(saved)
@@ -171,6 +179,7 @@ def _start_numba_runtime(parallel: bool) -> None:
     thread launch, the imports of the first call) is not paid by the first run() (issue: first
     run within 1.5x steady state). A 1-thread session starts no threads."""
     with _RUNTIME_LOCK:
+        choose_layer()  # before numba launches its threads
         if parallel in _RUNTIME_STARTED:
             return
         if parallel:
