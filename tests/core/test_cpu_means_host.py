@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout import plugins
-from turnout.errors import FallbackError, InvalidArgument
+from turnout.errors import EPFail, FallbackError, InvalidArgument
 from turnout.fake_device import FakeDeviceProviderFactory
 from turnout.provider import (
     Capability,
@@ -33,7 +33,8 @@ CPU = "CPUExecutionProvider"
 
 
 class FakeHostProvider(ExecutionProvider):
-    """Claims Neg and Relu with numpy kernels of its own; declines the rest."""
+    """Claims Neg and Relu with numpy kernels of its own; declines the rest. With the option
+    `fail`, its kernels raise `EPFail` (a provider failure at run time)."""
 
     name = HOST
 
@@ -43,8 +44,15 @@ class FakeHostProvider(ExecutionProvider):
             if node.op_type in ("Neg", "Relu"):
                 fn = np.negative if node.op_type == "Neg" else _relu
 
-                def factory(kn: KernelNode, _fn: Any = fn) -> Any:
-                    return lambda x: (_fn(x),)
+                def factory(
+                    kn: KernelNode, _fn: Any = fn, _fail: bool = "fail" in self.options
+                ) -> Any:
+                    def run(x: np.ndarray) -> tuple[np.ndarray]:
+                        if _fail:
+                            raise EPFail(f"{HOST}: device lost")
+                        return (_fn(x),)
+
+                    return run
 
                 claims.append(Capability((node.name,), KernelDef(node.op_type, "", 1, factory)))
             else:
@@ -61,7 +69,7 @@ class FakeHostFactory(ProviderFactory):
     aliases = ("fakehost",)
     default_priority = 50
     serves_cpu_requests = True
-    option_names = frozenset({"intra_op_num_threads"})
+    option_names = frozenset({"intra_op_num_threads", "fail"})
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         return FakeHostProvider(options)
@@ -196,3 +204,16 @@ def test_installed_numba_serves_cpu_requests() -> None:
     np.testing.assert_allclose(
         sess.run(None, {"x": x})[0], numpy_only.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6
     )
+
+
+def test_run_time_fallback_rebuilds_on_the_numpy_kernels(
+    host: FakeHostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host provider that fails at run time is what the retry must leave out."""
+    monkeypatch.setattr(FakeHostFactory, "_create", lambda self, o: FakeHostProvider({"fail": 1}))
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    assert _placed(sess)["neg"] == HOST
+    with pytest.warns(UserWarning, match="falling back"):
+        (y,) = sess.run(None, {"x": X})
+    np.testing.assert_array_equal(y, np.abs(X))
+    assert set(_placed(sess).values()) == {CPU}
