@@ -512,8 +512,8 @@ def _times(r: dict[str, Any]) -> str:
 
 def _last_error_line(r: dict[str, Any]) -> str:
     """The innermost exception of a failed run (apps often wrap it in their own)."""
-    lines = [ln for ln in r.get("traceback", r["error"]).splitlines() if ln.strip()]
-    return (lines[-1] if lines else r["error"])[:240]
+    lines = [ln for ln in str(r.get("traceback", r["error"])).splitlines() if ln.strip()]
+    return (lines[-1] if lines else str(r["error"]))[:240]
 
 
 def evaluate(app: App, ort: dict[str, Any], trn: dict[str, Any], tol: float) -> Row:

@@ -16,10 +16,15 @@ import numpy as np
 from onnx.backend.test.loader import DATA_DIR
 
 from turnout.models import zoo
-from turnout.options import SessionOptions
+from turnout.options import GraphOptimizationLevel, SessionOptions
 from turnout.session import InferenceSession
 
-LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
+LEVELS = {
+    "disable": GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
 
 
 def main() -> None:
@@ -27,7 +32,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    models = {
+    models: dict[str, tuple[bytes | str, dict[str, np.ndarray]]] = {
         "bert_like(4 layers, seq 128)": (
             zoo.bert_like().SerializeToString(),
             {
