@@ -6,12 +6,13 @@ loaded, because OpenBLAS reads its environment when it is loaded.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["BLAS_OVERRIDES", "blas_overrides_unset", "reexec_clean"]
+__all__ = ["BLAS_OVERRIDES", "blas_overrides_unset", "import_torch", "reexec_clean"]
 
 # Set on some build machines for old OpenBLAS builds; they force slower kernels (numpy's sgemm
 # runs at half speed). A user's machine does not have them, so the benchmark drops them.
@@ -42,3 +43,20 @@ def blas_overrides_unset() -> dict[str, str]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def import_torch() -> None:
+    """Import torch and set it to one thread (`--import-torch`), before numpy, numba or turnout
+    are loaded when called first: applications load torch next to the runtime, and numba's
+    threads must not stall beside torch's OpenMP runtime.
+
+    Raises ImportError, saying what to do, when torch is not installed.
+    """
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError as e:
+        raise ImportError(
+            f"--import-torch needs torch, which cannot be imported here ({e}); install it "
+            "(`pip install torch`) or leave the flag out"
+        ) from e
+    torch.set_num_threads(1)

@@ -1,13 +1,31 @@
-"""`python -m benchmarks [--models a,b] [--threads 1,2] [--repeat N] [--json F] [--markdown F]`."""
+"""`python -m benchmarks [--models a,b] [--threads 1,2] [--repeat N] [--json F] [--markdown F]`.
+
+`--import-torch` is handled here, before the runner (numpy, numba, turnout) is imported; so is
+the child processes' equivalent (their spec's `import_torch`).
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 
-from benchmarks import reexec_clean
+from benchmarks import import_torch, reexec_clean
+
+
+def _wants_torch(argv: list[str]) -> bool:
+    if argv[:1] == ["--child"]:
+        return bool(len(argv) > 1 and json.loads(argv[1]).get("import_torch"))
+    return "--import-torch" in argv
+
 
 if __name__ == "__main__":
     reexec_clean(["-m", "benchmarks", *sys.argv[1:]])  # before numpy is imported
+    if _wants_torch(sys.argv[1:]):
+        try:
+            import_torch()
+        except ImportError as e:
+            print(f"benchmarks: error: {e}", file=sys.stderr)
+            sys.exit(2)
     from benchmarks.runner import main
 
     sys.exit(main())

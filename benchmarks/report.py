@@ -7,7 +7,15 @@ from typing import Any
 
 __all__ = ["to_markdown"]
 
-COLUMNS = ("turnout_cpu", "turnout_numba", "onnxruntime", "reference")
+COLUMNS = ("turnout_cpu", "turnout_cpu_numpy", "turnout_numba", "onnxruntime", "reference")
+SHORT = {
+    "turnout_cpu": "cpu",
+    "turnout_cpu_numpy": "cpu numpy",
+    "turnout_numba": "numba",
+    "onnxruntime": "ort",
+    "reference": "ref",
+}
+TURNOUT = ("turnout_cpu", "turnout_cpu_numpy", "turnout_numba")
 
 
 def _ms(x: float | None) -> str:
@@ -21,11 +29,11 @@ def _ratio(x: float | None) -> str:
 
 
 def _s(x: float | None) -> str:
-    return "—" if x is None else f"{x:.2f}"
+    """Seconds: two decimals, three below 0.1 s (onnxruntime creates small models in ms)."""
+    return "—" if x is None else f"{x:.3f}" if x < 0.1 else f"{x:.2f}"
 
 
 def _parity(cells: list[dict[str, Any]]) -> str:
-    short = {"turnout_cpu": "cpu", "turnout_numba": "numba", "reference": "ref"}
     fails = []
     worst = 0.0
     for c in cells:
@@ -34,7 +42,7 @@ def _parity(cells: list[dict[str, Any]]) -> str:
             continue
         worst = max(worst, p["max_abs"])
         if not p["pass"]:
-            fails.append(f"{short[c['runtime']]} FAIL (abs {p['max_abs']:.1e}, "
+            fails.append(f"{SHORT[c['runtime']]} FAIL (abs {p['max_abs']:.1e}, "
                          f"rel {p['max_rel']:.1e})")  # fmt: skip
     if fails:
         return "; ".join(fails)
@@ -43,10 +51,11 @@ def _parity(cells: list[dict[str, Any]]) -> str:
 
 def _table(report: dict[str, Any]) -> list[str]:
     threads = report["config"]["threads"]
+    ms_cols = [f"{SHORT[rt]} ms" for rt in COLUMNS]
+    ratio_cols = [f"{SHORT[rt]}/ort" for rt in COLUMNS if rt != "onnxruntime"]
     lines = [
-        "| model | threads | turnout cpu ms | numba ms | ort ms | reference ms "
-        "| cpu/ort | numba/ort | ref/ort | parity |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| model | threads | " + " | ".join(ms_cols + ratio_cols) + " | parity |",
+        "|---|---:|" + "---:|" * (len(ms_cols) + len(ratio_cols)) + "---|",
     ]
     for m in report["models"]:
         for th in threads:
@@ -54,24 +63,81 @@ def _table(report: dict[str, Any]) -> list[str]:
             ref = next((c for c in m["cells"] if c["runtime"] == "reference"), None)
             ratios = m["ratios_to_onnxruntime"].get(str(th), {})
             show_ref = th == 1 and ref is not None
-            if ref is not None and th == 1:
-                ref_ms = _ms(ref["median_ms"])
-            else:
-                ref_ms = "skipped" if th == 1 and "reference" in m["skipped"] else "—"
-            row = [
-                m["name"],
-                str(th),
-                _ms(med.get("turnout_cpu", {}).get("median_ms")),
-                _ms(med.get("turnout_numba", {}).get("median_ms")),
-                _ms(med.get("onnxruntime", {}).get("median_ms")),
-                ref_ms,
-                _ratio(ratios.get("turnout_cpu")),
-                _ratio(ratios.get("turnout_numba")),
-                _ratio(ratios.get("reference")) if show_ref else "—",
-                _parity(list(med.values()) + ([ref] if show_ref and th != 1 else [])),
-            ]
+            row = [m["name"], str(th)]
+            for rt in COLUMNS:
+                if rt != "reference":
+                    row.append(_ms(med.get(rt, {}).get("median_ms")))
+                elif show_ref and ref is not None:
+                    row.append(_ms(ref["median_ms"]))
+                else:
+                    row.append("skipped" if th == 1 and "reference" in m["skipped"] else "—")
+            for rt in COLUMNS:
+                if rt != "onnxruntime":
+                    show = rt != "reference" or show_ref
+                    row.append(_ratio(ratios.get(rt)) if show else "—")
+            row.append(_parity(list(med.values())))
             lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def _placement(report: dict[str, Any]) -> list[str]:
+    """Where CPUExecutionProvider's nodes ran, per model (turnout_cpu vs the numpy switch)."""
+    out = []
+    for rt in ("turnout_cpu", "turnout_cpu_numpy"):
+        seen: dict[str, list[str]] = {}
+        for m in report["models"]:
+            c = next((c for c in m["cells"] if c["runtime"] == rt and "placement" in c), None)
+            if c is not None:
+                where = ", ".join(f"{p} {n}" for p, n in c["placement"].items())
+                seen.setdefault(where, []).append(m["name"])
+        if seen:
+            parts = [f"{w} ({len(ms)} models)" if len(seen) > 1 else w for w, ms in seen.items()]
+            out.append(f"{rt} nodes ran on: " + "; ".join(parts) + ".")
+    return out
+
+
+def _creation_tables(report: dict[str, Any]) -> list[str]:
+    from .runner import first_run_ratios
+
+    cfg = report["config"]
+    th = cfg["threads"][0]
+    rts = [rt for rt in COLUMNS if rt != "reference" and rt in cfg["runtimes"]]
+    out = ["", f"Session creation in-process ({th} thread; seconds) and first run in-process "
+           "(x the steady median):", ""]  # fmt: skip
+    out.append("| model | " + " | ".join(f"{SHORT[rt]} create" for rt in rts) + " | "
+               + " | ".join(f"{SHORT[rt]} first" for rt in rts) + " |")  # fmt: skip
+    out.append("|---|" + "---:|" * (2 * len(rts)))
+    for m in report["models"]:
+        ip = m["session_creation"].get("in_process_s", {})
+        create = [_s(ip.get(rt, {}).get(str(th))) for rt in rts]
+        first = [_x(first_run_ratios(m, rt)["in_process"]) for rt in rts]
+        out.append(f"| {m['name']} | " + " | ".join(create + first) + " |")
+    child = [m for m in report["models"] if m["session_creation"].get("warm")]
+    if not child:
+        return out
+    cth = child[0]["session_creation"].get("child_threads")
+    out += ["", f"Session creation in a fresh process ({cth} threads; seconds): turnout cpu with "
+            "a cold cache, then every runtime with that warm cache; first run of the warm "
+            "process (x the steady median):", ""]  # fmt: skip
+    out.append("| model | cpu cold | " + " | ".join(f"{SHORT[rt]} warm" for rt in rts)
+               + " | cpu/ort warm | " + " | ".join(f"{SHORT[rt]} first" for rt in rts)
+               + " |")  # fmt: skip
+    out.append("|---|---:|" + "---:|" * (2 * len(rts) + 1))
+    creation = report["summary"].get("session_creation_ratio_warm", {})
+    for m in child:
+        sc = m["session_creation"]
+        warm = sc["warm"]
+        cells = [_s(sc.get("cold", {}).get("create_s"))]
+        cells += [_s(warm.get(rt, {}).get("create_s")) if warm.get(rt, {}).get("status") == "ok"
+                  else (warm.get(rt, {}).get("status") or "—") for rt in rts]  # fmt: skip
+        cells.append(_ratio(creation.get(m["name"])))
+        cells += [_x(first_run_ratios(m, rt)["warm_child"]) for rt in rts]
+        out.append(f"| {m['name']} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _x(x: float | None) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.2f}x"
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -103,42 +169,33 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"median at the same thread count (lower is better). Parity vs onnxruntime at rtol "
         f"{report['tolerances']['rtol']}, atol {report['tolerances']['atol']}."
     )
-    out += ["", *_table(report), ""]
+    out += ["", *_table(report), "", *_placement(report)]
+    torch = env.get("torch")
+    if torch:
+        out.append(f"torch {torch['version']} imported first ({torch['num_threads']} thread).")
+    out.append("")
     summ = report["summary"]
     out.append("Geometric means of ratios to onnxruntime:")
     out.append("")
-    out.append("| threads | cpu/ort | numba/ort | ref/ort |")
-    out.append("|---:|---:|---:|---:|")
+    rts = [rt for rt in COLUMNS if rt != "onnxruntime"]
+    out.append("| threads | " + " | ".join(f"{SHORT[rt]}/ort" for rt in rts) + " |")
+    out.append("|---:|" + "---:|" * len(rts))
     for th, g in summ["geomean_ratios_to_onnxruntime"].items():
         cols = [
-            f"{g[rt]['geomean']:.2f} ({g[rt]['models']} models)" if rt in g else "—"
-            for rt in ("turnout_cpu", "turnout_numba", "reference")
+            f"{g[rt]['geomean']:.2f} ({g[rt]['models']} models)" if rt in g else "—" for rt in rts
         ]
         out.append(f"| {th} | " + " | ".join(cols) + " |")
-    out += ["", "Targets (issue 5):", ""]
-    for name, t in summ["targets"].items():
-        extra = f", above: {', '.join(t['above'])}" if t.get("above") else ""
-        extra += f", worst: {t['worst']}" if "worst" in t else ""
-        out.append(f"- {'met' if t['met'] else 'NOT met'}: {name}: {t['value']:.2f}{extra}")
-    out += ["", "Session creation (seconds):", ""]
-    out.append("| model | ort | turnout cpu | numba in-process | numba cold (child) "
-               "| numba warm (child) | numba warm first run / steady |")  # fmt: skip
-    out.append("|---|---:|---:|---:|---:|---:|---:|")
-    for m in report["models"]:
-        sc = m["session_creation"]
-        th = cfg["threads"][0]
-        cold = sc.get("turnout_numba_cold", {})
-        warm = sc.get("turnout_numba_warm", {})
-        steady = next((c["median_ms"] for c in m["cells"] if c["runtime"] == "turnout_numba"
-                       and c["threads"] == warm.get("threads")), None)  # fmt: skip
-        first = warm.get("first_run_s")
-        fr = f"{first * 1e3 / steady:.2f}x" if first and steady else "—"
-        out.append(
-            f"| {m['name']} | {_s(sc.get(f'onnxruntime_{th}t_in_process_s'))} "
-            f"| {_s(sc.get(f'turnout_cpu_{th}t_in_process_s'))} "
-            f"| {_s(sc.get(f'turnout_numba_{th}t_in_process_s'))} "
-            f"| {_s(cold.get('create_s'))} | {_s(warm.get('create_s'))} | {fr} |"
-        )
+    for issue in (13, 5):
+        targets = {k: t for k, t in summ["targets"].items() if t.get("issue") == issue}
+        if not targets:
+            continue
+        out += ["", f"Targets (issue {issue}):", ""]
+        for name, t in targets.items():
+            extra = f", above: {', '.join(t['above'])}" if t.get("above") else ""
+            extra += f", worst: {t['worst']}" if "worst" in t else ""
+            extra += f", {t['models']} models" if "models" in t else ""
+            out.append(f"- {'met' if t['met'] else 'NOT met'}: {name}: {t['value']:.2f}{extra}")
+    out += _creation_tables(report)
     if any("memory" in m for m in report["models"]):
         out += ["", "Peak RSS (MiB, child process per runtime; model loaded → peak):", ""]
         out.append("| model | " + " | ".join(COLUMNS) + " |")
@@ -158,12 +215,12 @@ def to_markdown(report: dict[str, Any]) -> str:
         out += ["", "Notes:", "", *notes]
     profiles = [m for m in report["models"] if "profile" in m]
     if profiles:
-        out += ["", "Where the numba session's time goes (turnout profiler, ms per run):", ""]
+        out += ["", "Where the turnout sessions' time goes (turnout profiler, ms per run):", ""]
         for m in profiles:
-            p = m["profile"]
-            top = ", ".join(f"{k} {v:.2f}" for k, v in list(p["top_ops_ms"].items())[:6])
-            out.append(
-                f"- {m['name']} ({p['threads']}t): wall {p['wall_ms']:.2f}, in nodes "
-                f"{p['node_ms']:.2f} over {p['steps_per_run']} steps; {top}"
-            )
+            for rt, p in m["profile"].items():
+                top = ", ".join(f"{k} {v:.2f}" for k, v in list(p["top_ops_ms"].items())[:6])
+                out.append(
+                    f"- {m['name']} {SHORT[rt]} ({p['threads']}t): wall {p['wall_ms']:.2f}, in "
+                    f"nodes {p['node_ms']:.2f} over {p['steps_per_run']} steps; {top}"
+                )
     return "\n".join(out) + "\n"

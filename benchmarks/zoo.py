@@ -1,5 +1,9 @@
 """The benchmark model zoo: the onnx package's nine light models plus the repo's builders.
 
+The application-shaped models of `turnout.models.apps` (issue 13: `vad_like`, `crnn_ocr_like`,
+`yolo_det_like`, `text_cnn_like`) bring their own inputs (`BenchModel.make_feeds`): a VAD fed a
+random int64 for `sr` would run its 8 kHz branch on a 16 kHz chunk; `model_feeds()` picks them.
+
 The light models (`onnx/backend/test/data/light/*.onnx`) ship without weights: every weight is a
 `ConstantOfShape` filled with 0.02. `light_model()` replaces each of those nodes with a seeded
 random initializer so that kernels see real data (and a model of constant weights cannot hide
@@ -21,7 +25,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["LIGHT_MODELS", "MODELS", "BenchModel", "feeds", "get", "light_model", "names"]
+__all__ = [
+    "APP_MODELS",
+    "LIGHT_MODELS",
+    "MODELS",
+    "BenchModel",
+    "feeds",
+    "get",
+    "light_model",
+    "model_feeds",
+    "names",
+]
 
 LIGHT_MODELS = (
     "bvlc_alexnet",
@@ -35,6 +49,10 @@ LIGHT_MODELS = (
     "zfnet512",
 )
 
+# turnout.models.apps builders, by benchmark name (listed here so that this module need not
+# import turnout to list the zoo)
+APP_MODELS = ("vad_like", "crnn_ocr_like", "yolo_det_like", "text_cnn_like")
+
 # symbolic dims of the builders' models, fixed for the benchmark
 DIMS = {"batch": 1, "sequence": 128}
 
@@ -43,7 +61,8 @@ DIMS = {"batch": 1, "sequence": 128}
 class BenchModel:
     name: str
     build: Callable[[], onnx.ModelProto]
-    source: str  # "onnx light model" or "turnout.models.zoo"
+    source: str  # "onnx light model", "turnout.models.zoo" or "turnout.models.apps"
+    make_feeds: Callable[[int], dict[str, np.ndarray]] | None = None  # seed -> inputs
 
 
 def _light_dir() -> str:
@@ -150,6 +169,22 @@ def _builder(name: str, fn: Callable[[Any], onnx.ModelProto]) -> BenchModel:
     return BenchModel(name, build, "turnout.models.zoo")
 
 
+def _app(name: str) -> BenchModel:
+    """An application-shaped builder at its benchmark settings, with its own inputs."""
+
+    def build() -> onnx.ModelProto:
+        from turnout.models.apps import APP_MODELS as apps
+
+        return apps[name].build()
+
+    def make_feeds(seed: int) -> dict[str, np.ndarray]:
+        from turnout.models.apps import APP_MODELS as apps
+
+        return apps[name].feeds(seed)
+
+    return BenchModel(name, build, "turnout.models.apps", make_feeds)
+
+
 MODELS: dict[str, BenchModel] = {
     **{
         n: BenchModel(n, functools.partial(light_model, n), "onnx light model")
@@ -161,6 +196,7 @@ MODELS: dict[str, BenchModel] = {
     ),
     "resnet18_like": _builder("resnet18_like", lambda z: z.resnet18_like(size=224)),
     "tiny_ops_chain": _builder("tiny_ops_chain", lambda z: z.tiny_ops_chain(200)),
+    **{n: _app(n) for n in APP_MODELS},
 }
 
 
@@ -201,9 +237,27 @@ def feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
+def model_feeds(name: str, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """The inputs of zoo model `name`: its own when it brings them, else `feeds(model)`."""
+    bm = get(name)
+    return bm.make_feeds(seed) if bm.make_feeds is not None else feeds(model, seed)
+
+
 def describe(model: onnx.ModelProto) -> dict[str, Any]:
-    """Node count and op histogram (for the JSON report)."""
+    """Node count and op histogram (for the JSON report); `nodes_with_subgraphs` also counts
+    the nodes of If/Loop/Scan bodies."""
     ops: dict[str, int] = {}
     for n in model.graph.node:
         ops[n.op_type] = ops.get(n.op_type, 0) + 1
-    return {"nodes": len(model.graph.node), "ops": dict(sorted(ops.items()))}
+
+    def count(graph: onnx.GraphProto) -> int:
+        return sum(
+            1 + sum(count(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH)
+            for n in graph.node
+        )
+
+    return {
+        "nodes": len(model.graph.node),
+        "nodes_with_subgraphs": count(model.graph),
+        "ops": dict(sorted(ops.items())),
+    }

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import benchmarks  # noqa: E402
 from benchmarks import report, runner, zoo  # noqa: E402
 
 pytest.importorskip("onnxruntime")
@@ -32,6 +35,7 @@ def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             threads=[1, 2],
             repeat=3,
             creation=False,
+            profile=True,
             block_s=0.002,
             settle_s=0.0,
         )
@@ -68,12 +72,17 @@ def test_ratios_come_from_measured_medians(tiny_report: dict[str, Any]) -> None:
         ratios = m["ratios_to_onnxruntime"][th]
         for rt, r in ratios.items():
             assert r == pytest.approx(med[(rt, int(th))] / med[("onnxruntime", int(th))])
-    assert set(m["ratios_to_onnxruntime"]["2"]) == {"turnout_cpu", "turnout_numba"}
+    assert set(m["ratios_to_onnxruntime"]["2"]) == set(runner.TURNOUT)
     summ = tiny_report["summary"]
     g = summ["geomean_ratios_to_onnxruntime"]["1"]["turnout_numba"]
     assert g["geomean"] == pytest.approx(m["ratios_to_onnxruntime"]["1"]["turnout_numba"])
     t = summ["targets"]["numba/ort geomean <= 1.5 (1t)"]
-    assert t["met"] == (t["value"] <= 1.5)
+    assert t["met"] == (t["value"] <= 1.5) and t["issue"] == 5
+    t = summ["targets"]["cpu(host)/ort geomean <= 1.3 (1t)"]
+    assert t["value"] == pytest.approx(m["ratios_to_onnxruntime"]["1"]["turnout_cpu"])
+    assert t["met"] == (t["value"] <= 1.3) and t["issue"] == 13
+    t = summ["targets"]["cpu numpy-only/ort geomean <= 2.0 (2t)"]
+    assert t["value"] == pytest.approx(m["ratios_to_onnxruntime"]["2"]["turnout_cpu_numpy"])
     speedup = med[("reference", 1)] / med[("turnout_numba", 1)]
     assert summ["reference_speedup_1t"] == [pytest.approx(speedup)]
 
@@ -81,10 +90,24 @@ def test_ratios_come_from_measured_medians(tiny_report: dict[str, Any]) -> None:
 def test_markdown(tiny_report: dict[str, Any]) -> None:
     md = report.to_markdown(tiny_report)
     header = next(ln for ln in md.splitlines() if ln.startswith("| model | threads"))
-    assert "numba/ort" in header and "parity" in header
+    for col in ("cpu/ort", "cpu numpy/ort", "numba/ort", "parity"):
+        assert f"| {col} |" in header
     rows = [ln for ln in md.splitlines() if ln.startswith("| tiny_ops_chain(20) |")]
-    assert len(rows) == 2 + 1  # one per thread count, one in the session-creation table
+    assert len(rows) == 2 + 1  # one per thread count, one in the in-process creation table
     assert "Geometric means" in md
+    assert md.index("Targets (issue 13)") < md.index("Targets (issue 5)")
+    assert "turnout_cpu_numpy nodes ran on: CPUExecutionProvider 20." in md
+    for short in ("cpu", "cpu numpy", "numba"):
+        assert f"- tiny_ops_chain(20) {short} (1t): wall " in md
+
+
+def test_profile_is_per_turnout_runtime(tiny_report: dict[str, Any]) -> None:
+    (m,) = tiny_report["models"]
+    assert set(m["profile"]) == set(runner.TURNOUT)
+    numpy_only = m["profile"]["turnout_cpu_numpy"]
+    assert numpy_only["steps_per_run"] == 20
+    assert set(numpy_only["by_provider_ms"]) == {"CPUExecutionProvider"}
+    assert sum(numpy_only["top_ops_ms"].values()) == pytest.approx(numpy_only["node_ms"])
 
 
 def test_parity_detects_differences() -> None:
@@ -127,3 +150,86 @@ def test_cli_options_match_the_runner() -> None:
     runner.add_arguments(ref)
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert options(sub.choices["bench"]) == options(ref)
+
+
+def test_cpu_cells_set_the_numpy_switch_explicitly(tiny_report: dict[str, Any]) -> None:
+    """turnout_cpu asks for the host even where TURNOUT_CPU_NUMPY_ONLY is set (as in these
+    tests); turnout_cpu_numpy asks for the numpy kernels."""
+    model = zoo.get("tiny_ops_chain(3)").build().SerializeToString()
+    for rt, value in (("turnout_cpu", "0"), ("turnout_cpu_numpy", "1")):
+        opts = runner.make_session(rt, model, 2).get_session_options()
+        assert opts.get_session_config_entry(runner.CPU_NUMPY_ONLY_KEY) == value
+        assert opts.intra_op_num_threads == 2
+    (m,) = tiny_report["models"]
+    numpy_cells = [c for c in m["cells"] if c["runtime"] == "turnout_cpu_numpy"]
+    assert all(set(c["placement"]) == {"CPUExecutionProvider"} for c in numpy_cells)
+
+
+def _fake_model(name: str, medians: dict[str, float], creation: dict[str, float],
+                first_cpu_s: float) -> dict[str, Any]:  # fmt: skip
+    """A model entry as bench_model writes it, at 1 and 2 threads, with made-up times."""
+    cells = [{"runtime": rt, "threads": th, "median_ms": ms * th, "first_run_ms": 3 * ms * th}
+             for rt, ms in medians.items() for th in (1, 2)]  # fmt: skip
+    ratios = {str(th): {rt: medians[rt] / medians["onnxruntime"]
+                        for rt in medians if rt != "onnxruntime"} for th in (1, 2)}  # fmt: skip
+    warm = {rt: {"status": "ok", "create_s": s, "first_run_s": None} for rt, s in creation.items()}
+    warm["turnout_cpu"]["first_run_s"] = first_cpu_s
+    return {"name": name, "cells": cells, "ratios_to_onnxruntime": ratios,
+            "session_creation": {"child_threads": 2, "warm": warm}}  # fmt: skip
+
+
+def test_issue_13_targets_arithmetic() -> None:
+    ms = {"turnout_cpu": 1.0, "turnout_cpu_numpy": 3.0, "turnout_numba": 1.0, "onnxruntime": 1.0}
+    a = _fake_model("a", {**ms, "turnout_cpu": 1.2}, {"turnout_cpu": 2.0, "onnxruntime": 0.5},
+                    first_cpu_s=2.4 * 2 * 1.2 / 1e3)  # fmt: skip
+    b = _fake_model("b", {**ms, "turnout_cpu": 2.5}, {"turnout_cpu": 0.2, "onnxruntime": 0.2},
+                    first_cpu_s=1.5 * 2 * 2.5 / 1e3)  # fmt: skip
+    summ = runner.summarize({"models": [a, b]}, [1, 2])
+    t = summ["targets"]
+    g = math.sqrt(1.2 * 2.5)
+    assert t["cpu(host)/ort geomean <= 1.3 (1t)"] == {
+        "value": pytest.approx(g), "met": False, "models": 2, "issue": 13}  # fmt: skip
+    worst = t["no model cpu(host)/ort above 2.0 (1t)"]
+    assert (worst["worst"], worst["above"], worst["met"]) == ("b", ["b"], False)
+    assert t["cpu(host)/ort geomean <= 1.5 (2t)"]["value"] == pytest.approx(g)
+    assert t["cpu numpy-only/ort geomean <= 2.0 (1t)"]["value"] == pytest.approx(3.0)
+    creation = t["session creation cpu(host)/ort, warm cache (child), geomean <= 2.0"]
+    assert creation["value"] == pytest.approx(math.sqrt(4.0 * 1.0)) and creation["met"]
+    first = t["first run <= 2x steady (cpu host, warm-cache child), every model"]
+    assert first["value"] == pytest.approx(2.4) and first["above"] == ["a"]
+    assert runner.first_run_ratios(a, "turnout_cpu") == {
+        "in_process": pytest.approx(3.0), "warm_child": pytest.approx(2.4)}  # fmt: skip
+    assert next(k for k, v in t.items() if v["issue"] == 5) == "numba/ort geomean <= 1.5 (1t)"
+
+
+def test_app_models_are_in_the_zoo_with_their_inputs() -> None:
+    assert set(zoo.APP_MODELS) <= set(zoo.names())
+    bm = zoo.get("vad_like")
+    assert bm.source == "turnout.models.apps"
+    proto = bm.build()
+    feeds = zoo.model_feeds("vad_like", proto, seed=0)
+    assert int(feeds["sr"]) == 16000 and feeds["input"].shape == (1, 512)
+    info = zoo.describe(proto)
+    assert info["nodes"] == 3 and info["nodes_with_subgraphs"] > 200
+    assert list(zoo.model_feeds("mlp", zoo.get("mlp").build())) == ["x"]
+
+
+def test_import_torch_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(ImportError, match="--import-torch needs torch"):
+        benchmarks.import_torch()
+
+
+def test_import_torch_flag_comes_first() -> None:
+    """`python -m benchmarks --import-torch` imports torch before the runner, or exits 2 with
+    the reason; an unknown model then stops it before anything runs."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "benchmarks", "--import-torch", "--models", "no_such_model"]
+    cp = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 2
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        assert "--import-torch needs torch" in cp.stderr
+    else:
+        assert "unknown model" in cp.stderr
