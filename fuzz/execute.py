@@ -78,11 +78,14 @@ def run_turnout(case: FuzzCase, provider: str) -> Ran:
     """Run on `provider` with fallback to CPU allowed, so the partition boundary is exercised."""
     from turnout.errors import TurnoutError
     from turnout.options import SessionOptions
+    from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
     from turnout.session import InferenceSession
 
     so = SessionOptions()
     so.fallback = "allow"
     so.intra_op_num_threads = 1
+    # CPU is the numpy kernels here: the reference, and the fallback behind the provider fuzzed
+    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
     providers = [provider] if provider == CPU else [provider, CPU]
     placed = nodes = 0
     try:
