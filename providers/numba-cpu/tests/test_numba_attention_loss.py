@@ -174,6 +174,21 @@ def test_attention_bad_shapes_raise() -> None:
         _session(model).run(None, {"Q": q, "K": k, "V": k})
 
 
+def test_attention_mixed_value_type_is_declined() -> None:
+    """V of another type than Q/K (onnxruntime refuses the model): the numba kernel, compiled
+    for Q's type, must not take it; the decline names the input."""
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], name="att")
+    q = np.zeros((1, 1, 2, 4), np.float64)
+    v = np.zeros((1, 1, 2, 4), np.float32)
+    so = turnout.SessionOptions()
+    so.fallback = "allow"
+    model = one_node_model(node, [q, q, v], 23).SerializeToString()
+    sess = turnout.InferenceSession(model, so, providers=["NumbaExecutionProvider"])
+    report = sess.partition_report()
+    assert [a.provider for a in report.assignments] == ["CPUExecutionProvider"]
+    assert "V not of Q's type float64" in report.to_text()
+
+
 # ------------------------------------------------------------------------------------------
 # losses
 

@@ -119,6 +119,13 @@ def _applies(kn: KernelNode) -> str | None:
     c = compute_dtype(q.dtype)
     if c is None or c.kind != "f":
         return f"Attention on {q.dtype} is not compiled by numba"
+    mixed = [
+        i.name
+        for i in kn.inputs[1:3]
+        if i is not None and i.dtype is not None and i.dtype != q.dtype
+    ]
+    if mixed:  # onnxruntime refuses the model; the numpy kernel names the input at run time
+        return f"{', '.join(mixed)} not of Q's type {q.dtype}"
     sp = kn.attr("softmax_precision", None)
     if sp is not None and int(sp) not in _SOFTMAX_PRECISION:
         return f"softmax_precision {sp} is not supported"
