@@ -11,14 +11,20 @@ outputs come in as typed inputs, with the types a first pass without data propag
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import cache
 
 import onnx
-from onnx import ModelProto, ValueInfoProto
+from onnx import GraphProto, ModelProto, TypeProto, ValueInfoProto
 
 from .errors import InvalidGraph
 
-__all__ = ["SHAPE_DATA_MAX_ELEMENTS", "infer_with_bounded_data_prop", "refuse_oversized_values"]
+__all__ = [
+    "SHAPE_DATA_MAX_ELEMENTS",
+    "infer_value_types",
+    "infer_with_bounded_data_prop",
+    "refuse_oversized_values",
+]
 
 # the largest value data propagation may read: shape tensors have one element per dim
 SHAPE_DATA_MAX_ELEMENTS = 4096
@@ -47,6 +53,98 @@ def infer_with_bounded_data_prop(
     if not cut:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     return _infer_around(model, plain, cut)
+
+
+def infer_value_types(
+    model: ModelProto,
+    max_elements: int = SHAPE_DATA_MAX_ELEMENTS,
+    prior: Mapping[str, TypeProto] | None = None,
+) -> dict[str, TypeProto]:
+    """The types of the top graph's values (inputs, value_info, outputs) that
+    `infer_with_bounded_data_prop` finds, by name.
+
+    `prior` holds types an earlier inference found for the same names (the optimizer's
+    previous refresh). When it sizes every value a data-propagating node touches, it decides
+    which nodes to leave out, and types their outputs, in place of the plain inference pass:
+    one onnx pass instead of two. Otherwise this is `infer_with_bounded_data_prop`.
+    """
+    cut = _cut_from(model, max_elements, prior) if prior else None
+    if cut is None:
+        return _types_of(infer_with_bounded_data_prop(model, max_elements).graph)
+    if not cut:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return _types_of(inferred.graph)
+    assert prior is not None
+    cut_outputs = {o: prior[o] for i in cut for o in model.graph.node[i].output if o}
+    light = ModelProto()
+    for field in ("ir_version", "opset_import", "producer_name", "domain"):
+        if field == "opset_import":
+            light.opset_import.extend(model.opset_import)
+        elif model.HasField(field):
+            setattr(light, field, getattr(model, field))
+    g, lg = model.graph, light.graph
+    lg.name = g.name
+    lg.node.extend(n for i, n in enumerate(g.node) if i not in cut)
+    lg.input.extend(g.input)
+    lg.input.extend(_value_info(o, tp) for o, tp in cut_outputs.items())
+    lg.output.extend(g.output)
+    lg.initializer.extend(g.initializer)
+    lg.value_info.extend(g.value_info)
+    inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+    types = _types_of(inferred.graph)
+    types.update(cut_outputs)
+    return types
+
+
+def _value_info(name: str, tp: TypeProto) -> ValueInfoProto:
+    vi = ValueInfoProto(name=name)
+    vi.type.CopyFrom(tp)
+    return vi
+
+
+def _types_of(g: GraphProto) -> dict[str, TypeProto]:
+    return {
+        vi.name: vi.type
+        for vi in (*g.input, *g.value_info, *g.output)
+        if vi.type.WhichOneof("value") is not None
+    }
+
+
+def _cut_from(
+    model: ModelProto, max_elements: int, prior: Mapping[str, TypeProto]
+) -> set[int] | None:
+    """The nodes data propagation must leave out, sized from `prior`; None when `prior` does
+    not size a value that decides it (a plain inference pass must size it)."""
+    sizes: dict[str, int | None] = {}
+    for vi in model.graph.input:
+        sizes[vi.name] = _size(vi.type)
+    for t in model.graph.initializer:
+        sizes[t.name] = math.prod(t.dims)
+    opsets = {_domain(o.domain): o.version for o in model.opset_import}
+    cut: set[int] = set()
+    for i, n in enumerate(model.graph.node):
+        domain = _domain(n.domain)
+        if n.op_type == "Shape" or not _propagates_data(domain, n.op_type, opsets.get(domain, 0)):
+            continue
+        for x in (*n.input, *n.output):
+            if not x:
+                continue
+            size = sizes[x] if x in sizes else _size(prior[x]) if x in prior else None
+            if size is None:
+                return None
+            if size > max_elements:
+                cut.add(i)
+        if i in cut and not all(o in prior for o in n.output if o):
+            return None
+    return cut
+
+
+def _size(tp: TypeProto) -> int | None:
+    """The element count of a tensor type with a static shape, else None."""
+    if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim]
+    return None if None in dims else math.prod(dims)  # type: ignore[arg-type]
 
 
 def _infer_around(model: ModelProto, plain: ModelProto, cut: set[int]) -> ModelProto:

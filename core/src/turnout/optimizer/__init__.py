@@ -161,6 +161,7 @@ def optimize(
     ctx = PassContext(
         fold_max_elements=limits.fold_max_elements,
         fold_max_total_bytes=limits.fold_max_total_bytes,
+        max_tensor_elements=limits.max_tensor_elements,
     )
     if supports is not None:
         ctx.supports = supports
@@ -195,7 +196,7 @@ def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport
     except Exception as e:
         raise GraphPassError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
     if changes:
-        g.refresh_shapes()
+        g.mark_changed()
     report.results.append(
         PassResult(p.name, p.level, changes, before, len(g.nodes), (time.perf_counter() - t0) * 1e3)
     )

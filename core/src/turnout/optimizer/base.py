@@ -58,6 +58,7 @@ class PassContext:
     supports: SupportsFn = _always
     fold_max_elements: int = 1 << 20  # the largest tensor constant folding may create
     fold_max_total_bytes: int = 1 << 28  # all tensors that folding keeps, together
+    max_tensor_elements: int = 1 << 32  # the largest tensor a pass may materialize at all
     folded_bytes: int = 0  # what folding has kept so far in this run
 
     def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:

@@ -3,7 +3,10 @@
 Constant folding evaluates every node whose inputs are all constants with turnout's own CPU
 provider (one session over the whole constant subgraph, optimization disabled), and keeps a
 result as an initializer only up to `fold_max_elements` elements, so a tiny ConstantOfShape
-cannot blow the model up.
+cannot blow the model up. Shape and Size of a value whose inferred shape is static count as
+constants, so a Shape -> Gather -> Concat chain folds in one sweep. Constant nodes always fold
+(their data is in the model already), and Constant, ConstantOfShape, Shape and Size are
+computed here directly; only the rest needs the session.
 """
 
 from __future__ import annotations
@@ -30,22 +33,32 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
     """Replace nodes whose inputs are all constants by initializers holding their outputs."""
     known: set[str] = set()
     folded: list[NodeProto] = []
+    values: dict[str, np.ndarray] = {}  # the results computed here, without a session
     for n in g.nodes:
         if not _foldable(n) or any(o in g.protected for o in n.output):
             continue
+        if n.op_type in ("Shape", "Size") and n.input:
+            value = _shape_value(g, n)
+            if value is not None:
+                values[n.output[0]] = value
+                folded.append(n)
+                known.add(n.output[0])
+                continue
         if not all(not x or x in known or g.const(x) is not None for x in n.input):
             continue
         tps = [g.types.get(o) for o in n.output if o]
         if any(tp is None or tp.WhichOneof("value") != "tensor_type" for tp in tps):
             continue
-        if not all(_small(g, o, ctx.fold_max_elements) for o in n.output if o):
+        if n.op_type != "Constant" and not all(
+            _small(g, o, ctx.fold_max_elements) for o in n.output if o
+        ):
             continue  # evaluating it would materialize a tensor of unknown or excessive size
         folded.append(n)
         known.update(o for o in n.output if o)
     if not folded:
         return 0
-    values = _evaluate(g, folded)
-    if values is None:
+    folded = _evaluate_all(g, folded, values)
+    if not folded:
         return 0
     sub_reads = g.subgraph_reads()
     while True:  # shrink the folded set until every kept result is under the size cap
@@ -55,13 +68,15 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
             if id(n) not in in_set:
                 outside_reads.update(n.input)
         kept_outputs = {o for n in folded for o in n.output if o in outside_reads}
+        # what Constant nodes hold is in the model already: neither capped nor charged
+        charged = {o for n in folded if n.op_type != "Constant" for o in n.output} & kept_outputs
         too_big = [
             n
             for n in folded
-            if any(o in kept_outputs and values[o].size > ctx.fold_max_elements for o in n.output)
+            if any(o in charged and values[o].size > ctx.fold_max_elements for o in n.output)
         ]
         if not too_big:
-            too_big = _over_budget(folded, kept_outputs, values, ctx)
+            too_big = _over_budget(folded, charged, values, ctx)
         if not too_big:
             break
         drop = {id(n) for n in too_big}
@@ -72,7 +87,8 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
     g.remove(*folded)
     for o in kept_outputs:
         g.inits[o] = values[o]
-        ctx.folded_bytes += values[o].nbytes
+        if o in charged:
+            ctx.folded_bytes += values[o].nbytes
     return len(in_set)
 
 
@@ -94,14 +110,83 @@ def _over_budget(
     return [n for n in folded if biggest in n.output]
 
 
-def _evaluate(g: OptGraph, nodes: list[NodeProto]) -> dict[str, np.ndarray] | None:
-    """Run `nodes` (all inputs constant) in one session; None when any of them fails."""
+def _evaluate_all(
+    g: OptGraph, folded: list[NodeProto], values: dict[str, np.ndarray]
+) -> list[NodeProto]:
+    """Compute the outputs of `folded` (in order, inputs constant or computed before) into
+    `values`: Constant and ConstantOfShape here, the rest in one session. Returns the nodes
+    that have their values (all of them, or those computed here when the session failed)."""
+    done: list[NodeProto] = []
+    rest: list[NodeProto] = []
+    for n in folded:
+        if n.output[0] in values:  # Shape/Size of a static shape
+            done.append(n)
+            continue
+        value = _direct(g, n, values) if n.op_type in _DIRECT else None
+        if value is None:
+            rest.append(n)
+        else:
+            values[n.output[0]] = value
+            done.append(n)
+    if rest:
+        results = _evaluate(g, rest, values)
+        if results is not None:
+            values.update(results)
+            done = folded
+    return done
+
+
+_DIRECT = frozenset({"Constant", "ConstantOfShape"})
+_CONSTANT_ATTRS: dict[str, type[np.generic]] = {
+    "value_float": np.float32,
+    "value_floats": np.float32,
+    "value_int": np.int64,
+    "value_ints": np.int64,
+}
+
+
+def _direct(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The output of a Constant or ConstantOfShape with constant input, computed as the CPU
+    kernel does; None to leave it to the session (unusual attributes, inputs, failures)."""
+    try:
+        if n.op_type == "Constant":
+            if len(n.attribute) != 1:
+                return None
+            a = n.attribute[0]
+            if a.name == "value":
+                return numpy_helper.to_array(a.t)
+            dtype = _CONSTANT_ATTRS.get(a.name)
+            return None if dtype is None else np.array(helper.get_attribute_value(a), dtype)
+        if len(n.input) != 1 or not n.input[0]:
+            return None
+        shape = values.get(n.input[0])
+        if shape is None:
+            shape = g.const(n.input[0])
+        if shape is None or shape.dtype != np.int64 or shape.ndim != 1 or (shape < 0).any():
+            return None
+        v = attr(n, "value")
+        fill = np.zeros(1, np.float32) if v is None else numpy_helper.to_array(v).ravel()[:1]
+        if fill.size != 1 or fill.dtype == object:
+            return None
+        return np.full([int(d) for d in shape], fill[0], dtype=fill.dtype)
+    except Exception:
+        return None
+
+
+def _evaluate(
+    g: OptGraph, nodes: list[NodeProto], known: dict[str, np.ndarray]
+) -> dict[str, np.ndarray] | None:
+    """Run `nodes` (all inputs constant or in `known`) in one session; None when any of them
+    fails."""
     from ..options import GraphOptimizationLevel, SessionOptions
     from ..session import InferenceSession
 
     produced = {o for n in nodes for o in n.output if o}
     inputs = dict.fromkeys(x for n in nodes for x in n.input if x and x not in produced)
-    inits = [numpy_helper.from_array(g.const(x), x) for x in inputs]  # type: ignore[arg-type]
+    inits = [
+        numpy_helper.from_array(known[x] if x in known else g.const(x), x)  # type: ignore[arg-type]
+        for x in inputs
+    ]
     outputs = [o for n in nodes for o in n.output if o]
     graph = helper.make_graph(
         list(nodes), "fold", [], [helper.make_empty_tensor_value_info(o) for o in outputs], inits
@@ -131,6 +216,23 @@ def _static_dims(g: OptGraph, name: str) -> list[int | None] | None:
     return [d if isinstance(d, int) else None for d in shape]
 
 
+def _shape_value(g: OptGraph, n: NodeProto) -> np.ndarray | None:
+    """The value of a Shape or Size node whose input has a static inferred shape (the picked
+    dims, for Shape's start/end), else None."""
+    dims = _static_dims(g, n.input[0])
+    if dims is None:
+        return None
+    if n.op_type == "Size":
+        if None in dims:
+            return None
+        return np.array(math.prod(dims), np.int64)  # type: ignore[arg-type]
+    r = len(dims)
+    picked = dims[slice(attr(n, "start", 0), attr(n, "end", r))]
+    if None in picked:
+        return None
+    return np.array(picked, np.int64)
+
+
 @graph_pass("fold_shapes", Level.BASIC)
 def fold_shapes(g: OptGraph, ctx: PassContext) -> int:
     """Shape/Size of statically known dims, and Shape->Gather/Slice picking only static dims."""
@@ -141,19 +243,7 @@ def fold_shapes(g: OptGraph, ctx: PassContext) -> int:
             continue
         value: np.ndarray | None = None
         if n.op_type in ("Shape", "Size"):
-            dims = _static_dims(g, n.input[0])
-            if dims is None:
-                continue
-            if n.op_type == "Size":
-                known = [d for d in dims if d is not None]
-                if len(known) == len(dims):
-                    value = np.array(int(np.prod(known, dtype=np.int64)), np.int64)
-            else:
-                r = len(dims)
-                start, end = attr(n, "start", 0), attr(n, "end", r)
-                picked = dims[slice(start, end)]
-                if all(d is not None for d in picked):
-                    value = np.array(picked, np.int64)
+            value = _shape_value(g, n)
         elif n.op_type in ("Gather", "Slice"):
             src = prod.get(n.input[0])
             if src is None or src.op_type != "Shape" or src.domain not in ("", "ai.onnx"):

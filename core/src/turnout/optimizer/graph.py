@@ -53,12 +53,25 @@ def _has_subgraph(node: NodeProto) -> bool:
 
 def _subgraph_reads(node: NodeProto) -> Iterator[str]:
     for a in node.attribute:
-        graphs = [a.g] if a.type == _GRAPH else list(a.graphs)
+        graphs = [a.g] if a.type == _GRAPH else list(a.graphs) if a.type == _GRAPHS else []
         for g in graphs:
             for n in g.node:
                 yield from (x for x in n.input if x)
                 yield from _subgraph_reads(n)
             yield from (o.name for o in g.output)
+
+
+def _nested_names(node: NodeProto) -> Iterator[str]:
+    """Every name a nested graph of `node` defines or reads (at any depth)."""
+    for a in node.attribute:
+        graphs = [a.g] if a.type == _GRAPH else list(a.graphs) if a.type == _GRAPHS else []
+        for g in graphs:
+            yield from (v.name for v in (*g.input, *g.output))
+            yield from (t.name for t in g.initializer)
+            for n in g.node:
+                yield from n.input
+                yield from n.output
+                yield from _nested_names(n)
 
 
 _PLAIN_KINDS = frozenset("biufc")  # numpy kinds from_array stores as plain raw_data
@@ -98,6 +111,7 @@ class OptGraph:
         self.nodes: list[NodeProto] = list(g.node)
         self.inits: dict[str, np.ndarray] = {}  # new or changed initializers
         self._cache: dict[str, np.ndarray] = {}  # decoded original initializers
+        self._protos: dict[str, tuple[np.ndarray, onnx.TensorProto]] = {}  # see small_init_proto
         inits = g.initializer if initializers is None else initializers
         self._init_protos = {t.name: t for t in inits}
         self.input_names = [i.name for i in g.input]
@@ -108,7 +122,9 @@ class OptGraph:
         overridable = set(self.input_names) if model.ir_version >= 4 else set()
         self.non_constant = overridable | set(keep_inits)
         self.protected: set[str] = set(self.output_names)
-        self.types: dict[str, onnx.TypeProto] = {}
+        # inferred types, refreshed when first read after a pass changed the graph
+        self._types: dict[str, onnx.TypeProto] = {}
+        self._stale = True
         self._counter = itertools.count()
         # decoded initializer values of the committed model, by name (see commit())
         self.values: dict[str, np.ndarray] = {}
@@ -119,7 +135,13 @@ class OptGraph:
         for n in self.nodes:
             self._used_names.update(n.output)
             self._used_names.update(n.input)
-        self.refresh_shapes()
+        # whether any node has nested graphs: most models have none, and then the walks that
+        # look for names read by nested graphs are skipped (see `added_nested`)
+        self.nested = False
+        for n in self.nodes:
+            if self.has_subgraph(n):
+                self.nested = True
+                self._used_names.update(_nested_names(n))
 
     # ------------------------------------------------------------------ constants
     def const(self, name: str) -> np.ndarray | None:
@@ -148,6 +170,35 @@ class OptGraph:
             return int(self.inits[name].size)
         proto = self._init_protos.get(name)
         return math.prod(proto.dims) if proto is not None else None
+
+    def small_init_proto(self, name: str, limit: int) -> onnx.TensorProto | None:
+        """Initializer `name` as a TensorProto when it has at most `limit` elements (the
+        original proto, or one made once per new array), else None."""
+        if name not in self.inits:
+            proto = self._init_protos.get(name)
+            if proto is None or proto.data_type == onnx.TensorProto.UNDEFINED:
+                return None
+            if math.prod(proto.dims) > limit:
+                return None
+            return proto
+        v = self.inits[name]
+        if v.size > limit:
+            return None
+        hit = self._protos.get(name)
+        if hit is None or hit[0] is not v:
+            hit = (v, numpy_helper.from_array(v, name))
+            self._protos[name] = hit
+        return hit[1]
+
+    def init_type(self, name: str) -> tuple[int, list[int]] | None:
+        """(elem type, dims) of initializer `name`, without decoding it; None if not one."""
+        if name in self.inits:
+            from ..dtypes import elem_type_of
+
+            v = self.inits[name]
+            return elem_type_of(v.dtype), list(v.shape)
+        proto = self._init_protos.get(name)
+        return (proto.data_type, list(proto.dims)) if proto is not None else None
 
     def is_initializer(self, name: str) -> bool:
         return name in self.inits or name in self._init_protos
@@ -192,10 +243,17 @@ class OptGraph:
         self._nested[id(n)] = (n, found)
         return found
 
+    def added_nested(self, n: NodeProto) -> None:
+        """Record that node `n`, just added, may have nested graphs (an inlined If branch)."""
+        if self.has_subgraph(n):
+            self.nested = True
+            self._used_names.update(_nested_names(n))
+
     def consumers(self) -> dict[str, list[NodeProto]]:
         """Readers of each value, in node order; a node is listed once per way it reads a
         value (as an input, and again when a nested graph of it reads the value too)."""
         out: dict[str, list[NodeProto]] = {}
+        nested = self.nested
         for n in self.nodes:
             for x in n.input:
                 if x:
@@ -204,12 +262,15 @@ class OptGraph:
                         out[x] = [n]
                     elif readers[-1] is not n:  # an input read twice by n counts once
                         readers.append(n)
-            if self.has_subgraph(n):
+            if nested and self.has_subgraph(n):
                 for x in dict.fromkeys(_subgraph_reads(n)):
                     out.setdefault(x, []).append(n)
         return out
 
     def subgraph_reads(self) -> set[str]:
+        """Names read by nested graphs (If/Loop/Scan bodies) of the nodes."""
+        if not self.nested:
+            return set()
         return {x for n in self.nodes if self.has_subgraph(n) for x in _subgraph_reads(n)}
 
     # ------------------------------------------------------------------ shapes
@@ -217,7 +278,29 @@ class OptGraph:
         """Re-run onnx shape inference (with data propagation) over the current graph."""
         from .shapes import infer_types
 
-        self.types = infer_types(self)
+        self._types = infer_types(self)
+        self._stale = False
+
+    def mark_changed(self) -> None:
+        """The graph changed: infer types again when they are next read (passes that never
+        read them, such as dead-node removal, cost no inference)."""
+        self._stale = True
+
+    @property
+    def types(self) -> dict[str, onnx.TypeProto]:
+        """Inferred types by value name (refreshed first if the graph changed since)."""
+        if self._stale:
+            self.refresh_shapes()
+        return self._types
+
+    def known_types(self) -> dict[str, onnx.TypeProto]:
+        """The types of the last inference, without refreshing them: names keep their type
+        across passes unless a pass calls `forget_type`."""
+        return self._types
+
+    def forget_type(self, name: str) -> None:
+        """`name` now stands for another value than when types were last inferred."""
+        self._types.pop(name, None)
 
     def shape(self, name: str) -> tuple[Dim, ...] | None:
         tp = self.types.get(name)
@@ -262,7 +345,7 @@ class OptGraph:
             return False
         prod.output[list(prod.output).index(new)] = old
         self._rename_uses(new, old, skip=prod)
-        self.types.pop(new, None)
+        self.forget_type(new)
         return True
 
     def _rename_uses(self, old: str, new: str, skip: NodeProto | None = None) -> None:
@@ -306,7 +389,7 @@ class OptGraph:
             for n in pending:
                 reads = (
                     itertools.chain(n.input, _subgraph_reads(n))
-                    if self.has_subgraph(n)
+                    if self.nested and self.has_subgraph(n)
                     else n.input
                 )
                 needs = [x for x in reads if x in produced]
@@ -354,7 +437,7 @@ class OptGraph:
             if n.domain in ("", "ai.onnx"):
                 continue
             for o in n.output:
-                tp = self.types.get(o)
+                tp = self._types.get(o)
                 if o and o not in known and tp is not None:
                     vi = onnx.ValueInfoProto(name=o)
                     vi.type.CopyFrom(tp)

@@ -10,7 +10,8 @@ __all__ = ["Matcher"]
 
 
 class Matcher:
-    """Producer and reader maps of `g`, frozen at construction (rebuild after edits)."""
+    """Producer and reader maps of `g`, frozen at construction: rebuild after edits, or make
+    the edits through `replace` and `remove`, which keep the maps current."""
 
     def __init__(self, g: OptGraph) -> None:
         self.g = g
@@ -50,3 +51,48 @@ class Matcher:
         if n.input[1] == name:
             return str(n.input[0])
         return None
+
+    def replace(self, old: str, new: str) -> bool:
+        """`g.replace_value(old, new)`, visiting only the readers these maps list and keeping
+        the maps current, so a pass need not rebuild them after each rewrite."""
+        if old == new:
+            return True
+        if old not in self.outside:
+            moved = self.reads.pop(old, [])
+            _rename(moved, old, new)
+            _merge(self.reads.setdefault(new, []), moved)
+            return True
+        prod = self.prod.get(new)
+        if prod is None or new in self.outside or new in self.g.input_names:
+            return False
+        prod.output[list(prod.output).index(new)] = old
+        readers = [n for n in self.reads.pop(new, []) if n is not prod]
+        _rename(readers, new, old)
+        del self.prod[new]
+        self.prod[old] = prod
+        _merge(self.reads.setdefault(old, []), readers)
+        self.g.forget_type(new)
+        return True
+
+    def remove(self, *nodes: NodeProto) -> None:
+        """`g.remove(*nodes)`, dropping them from these maps too."""
+        self.g.remove(*nodes)
+        ids = {id(n) for n in nodes}
+        for n in nodes:
+            for x in n.input:
+                if x in self.reads:
+                    self.reads[x] = [r for r in self.reads[x] if id(r) not in ids]
+            for o in n.output:
+                if self.prod.get(o) is n:
+                    del self.prod[o]
+
+
+def _rename(nodes: list[NodeProto], old: str, new: str) -> None:
+    for n in nodes:
+        for i, x in enumerate(n.input):
+            if x == old:
+                n.input[i] = new
+
+
+def _merge(into: list[NodeProto], more: list[NodeProto]) -> None:
+    into.extend(n for n in more if not any(n is r for r in into))

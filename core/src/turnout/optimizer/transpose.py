@@ -87,7 +87,7 @@ def push_transposes(g: OptGraph, ctx: PassContext) -> int:
         u.output[0] = mid
         t.input[0] = mid
         t.output[0] = out
-        g.types.pop(mid, None)
+        g.forget_type(mid)
         g.remove(t)
         g.insert_before(after[0], t)
         changes += 1
