@@ -123,3 +123,133 @@ def test_light_resnet50_folds_every_batch_norm_as_onnxruntime_does() -> None:
     want = _ort_run(model, {"gpu_0/data_0": x})
     got = _unoptimized(out, {"gpu_0/data_0": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+
+
+# --- shape computations of static inputs fold -------------------------------------------------
+def _const(name: str, value: Any) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value), name)
+
+
+def _shape_work(x_shape: list[Any]) -> onnx.ModelProto:
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Size -> Cast -> Range, Shape ->
+    ConstantOfShape, a Constant node and a Squeeze of a constant."""
+    one = helper.make_tensor("v", F, [1], [1.0])
+    return _model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),
+            helper.make_node("Unsqueeze", ["d0", "ax0"], ["d0u"]),
+            helper.make_node("Concat", ["d0u", "minus1"], ["shape"], axis=0),
+            helper.make_node("Reshape", ["x", "shape"], ["r"]),
+            helper.make_node("Size", ["x"], ["n"]),
+            helper.make_node("Cast", ["n"], ["nf"], to=F),
+            helper.make_node("Range", ["zero", "nf", "step"], ["rg"]),
+            helper.make_node("Shape", ["r"], ["rs"]),
+            helper.make_node("ConstantOfShape", ["rs"], ["ones"], value=one),
+            helper.make_node("Add", ["r", "ones"], ["y"]),
+            helper.make_node("Constant", [], ["k"], value_floats=[3.0]),
+            helper.make_node("Squeeze", ["k", "ax0"], ["ks"]),
+            helper.make_node("Mul", ["rg", "ks"], ["m"]),
+            helper.make_node("ReduceSum", ["m"], ["z"], keepdims=0),
+        ],
+        [helper.make_tensor_value_info("x", F, x_shape)],
+        [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("z", F, None)],
+        [
+            _const("i0", np.int64(0)),
+            _const("ax0", np.array([0], np.int64)),
+            _const("minus1", np.array([-1], np.int64)),
+            _const("zero", np.float32(0)),
+            _const("step", np.float32(1)),
+        ],
+    )
+
+
+def test_shape_computations_of_static_inputs_fold_at_creation() -> None:
+    model = _shape_work([2, 3, 4])
+    out, rep = optimize(model, Level.BASIC)
+    # everything but the data path: Reshape by a constant shape, the Add, the final reduction
+    assert _ops(out) == ["Reshape", "Add", "ReduceSum"], _ops(out)
+    # the Shape -> ... -> Concat chain and Shape -> ConstantOfShape fold in the first sweep
+    # (Range's size is known once its limit is a constant: the next one)
+    first = next(r for r in rep.results if r.name == "fold_constants")
+    assert first.changes == 10
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})
+
+
+def test_shape_computations_of_dynamic_dims_stay() -> None:
+    model = _shape_work(["batch", 3, 4])
+    out, _ = optimize(model, Level.BASIC)
+    ops = _ops(out)
+    assert {"Shape", "Size", "Range", "ConstantOfShape"} <= set(ops), ops
+    x = np.random.default_rng(4).standard_normal((5, 3, 4)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})
+
+
+# --- no-ops -----------------------------------------------------------------------------------
+def _noops(x_shape: list[Any]) -> onnx.ModelProto:
+    return _model(
+        [
+            helper.make_node("Squeeze", ["x", "ax1"], ["sq"]),
+            helper.make_node("Unsqueeze", ["sq", "ax1"], ["us"]),
+            helper.make_node("Relu", ["us"], ["r"]),
+            helper.make_node("Unsqueeze", ["r", "ax0"], ["u0"]),
+            helper.make_node("Squeeze", ["u0", "ax0"], ["s0"]),
+            helper.make_node("Shape", ["s0"], ["sh"]),
+            helper.make_node("Reshape", ["s0", "sh"], ["rs"]),
+            helper.make_node("Expand", ["rs", "ones"], ["ex"]),
+            helper.make_node("Cast", ["ex"], ["ca"], to=F),
+            helper.make_node("Identity", ["ca"], ["y"]),
+            helper.make_node("Identity", ["x"], ["y2"]),  # input to output: stays
+            helper.make_node("Identity", ["y"], ["y3"]),  # one output to another: stays
+        ],
+        [helper.make_tensor_value_info("x", F, x_shape)],
+        [helper.make_tensor_value_info(n, F, None) for n in ("y", "y2", "y3")],
+        [
+            _const("ax1", np.array([1], np.int64)),
+            _const("ax0", np.array([0], np.int64)),
+            _const("ones", np.array([1, 1], np.int64)),
+        ],
+    )
+
+
+def test_noops_go_with_symbolic_dims_and_graph_outputs_keep_their_names() -> None:
+    model = _noops(["batch", 1, 5])
+    out, _ = optimize(model, Level.BASIC)
+    got = [(n.op_type, list(n.input), list(n.output)) for n in out.graph.node]
+    assert got == [("Relu", ["x"], ["y"]), ("Identity", ["x"], ["y2"]), ("Identity", ["y"], ["y3"])]
+    assert [o.name for o in out.graph.output] == ["y", "y2", "y3"]
+    x = np.random.default_rng(5).standard_normal((3, 1, 5)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})
+
+
+def test_squeeze_of_a_dim_not_known_to_be_one_stays() -> None:
+    model = _noops(["batch", "n", 5])  # Squeeze(axis 1) fails at run time unless n == 1
+    out, _ = optimize(model, Level.BASIC)
+    assert _ops(out)[:2] == ["Squeeze", "Unsqueeze"], _ops(out)
+    x = np.random.default_rng(6).standard_normal((3, 1, 5)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})
+
+
+def test_shape_op_chains_back_to_the_start_go_and_others_stay() -> None:
+    model = _model(
+        [
+            helper.make_node("Reshape", ["x", "flat"], ["f"]),
+            helper.make_node("Unsqueeze", ["f", "ax0"], ["u"]),
+            helper.make_node("Reshape", ["u", "back"], ["b"]),  # x's shape again
+            helper.make_node("Reshape", ["x", "other"], ["o"]),  # a real reshape
+            helper.make_node("Add", ["b", "x"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", F, [2, 6])],
+        [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("o", F, None)],
+        [
+            _const("flat", np.array([12], np.int64)),
+            _const("ax0", np.array([0], np.int64)),
+            _const("back", np.array([2, 6], np.int64)),
+            _const("other", np.array([3, 4], np.int64)),
+        ],
+    )
+    out, _ = optimize(model, Level.BASIC)
+    assert sorted(_ops(out)) == ["Add", "Reshape"]
+    x = np.random.default_rng(7).standard_normal((2, 6)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})

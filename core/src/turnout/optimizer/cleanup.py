@@ -32,12 +32,23 @@ def eliminate_dead_nodes(g: OptGraph, ctx: PassContext) -> int:
     return changes
 
 
-def _is_noop(g: OptGraph, n: NodeProto) -> bool:
+_SHAPE_ONLY = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand")
+_REORDER_FREE = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+
+
+def _is_noop(g: OptGraph, n: NodeProto, prod: dict[str, NodeProto]) -> bool:
     op = n.op_type
     if n.domain not in ("", "ai.onnx") or not n.input or not n.input[0]:
         return False
     if op == "Identity":
         return True
+    if op in ("Reshape", "Expand") and len(n.input) > 1 and _shape_of_itself(prod, n):
+        return True
+    if op == "Expand" and len(n.input) > 1:
+        # Expand by ones (of no more dims than x has) keeps x's shape, symbolic dims too
+        shape, rank = g.const(n.input[1]), _rank(g, n.input[0])
+        if shape is not None and rank is not None and shape.ndim == 1 and len(shape) <= rank:
+            return bool((shape == 1).all()) and g.elem_type(n.input[0]) is not None
     if op == "Dropout":
         if len(n.output) > 1 and n.output[1]:
             return False  # the mask is read
@@ -51,27 +62,106 @@ def _is_noop(g: OptGraph, n: NodeProto) -> bool:
     if op == "Transpose":
         perm = attr(n, "perm")
         return perm is not None and list(perm) == list(range(len(perm)))
-    if op in ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand"):
-        a, b = g.shape(n.input[0]), g.shape(n.output[0])
-        return (
-            a is not None
-            and b is not None
-            and a == b
-            and all(isinstance(d, int) for d in a)
-            and g.elem_type(n.input[0]) is not None
-        )
+    if op in _SHAPE_ONLY:
+        return _same_static_shape(g, n.input[0], n.output[0])
     return False
+
+
+def _same_static_shape(g: OptGraph, a: str, b: str) -> bool:
+    sa, sb = g.shape(a), g.shape(b)
+    return (
+        sa is not None
+        and sa == sb
+        and all(isinstance(d, int) for d in sa)
+        and g.elem_type(a) is not None
+    )
+
+
+def _rank(g: OptGraph, name: str) -> int | None:
+    shape = g.shape(name)
+    return None if shape is None else len(shape)
+
+
+def _shape_of_itself(prod: dict[str, NodeProto], n: NodeProto) -> bool:
+    """Reshape(x, Shape(x)) or Expand(x, Shape(x)): x as it is, whatever its dims."""
+    s = prod.get(n.input[1])
+    return (
+        s is not None
+        and s.op_type == "Shape"
+        and s.domain in ("", "ai.onnx")
+        and n.input[1] in s.output
+        and s.input[0] == n.input[0]
+        and not any(a.name in ("start", "end") for a in s.attribute)
+    )
+
+
+def _axes(g: OptGraph, n: NodeProto, rank: int) -> set[int] | None:
+    """The explicit axes of a Squeeze/Unsqueeze in [0, rank), None if not constant or none."""
+    if len(n.input) > 1 and n.input[1]:
+        value = g.const(n.input[1])
+        axes = None if value is None else [int(a) for a in value.reshape(-1)]
+    else:
+        axes = attr(n, "axes")
+    if not axes or any(not -rank <= a < rank for a in axes):
+        return None
+    found = {a % rank for a in axes}
+    return found if len(found) == len(axes) else None
+
+
+def _undone(g: OptGraph, n: NodeProto, prod: dict[str, NodeProto]) -> str | None:
+    """For Unsqueeze(Squeeze(x)) or Squeeze(Unsqueeze(x)) over the same axes (the squeezed
+    dims of x known to be 1), or a chain of shape-only ops ending in x's static shape: x."""
+    p = prod.get(n.input[0])
+    if p is None or p.domain not in ("", "ai.onnx") or n.input[0] not in p.output:
+        return None
+    x = p.input[0] if p.input else ""
+    if {p.op_type, n.op_type} == {"Squeeze", "Unsqueeze"} and x:
+        wide = n.output[0] if n.op_type == "Unsqueeze" else n.input[0]  # the one with the 1s
+        rank = _rank(g, wide)
+        shape = g.shape(x)
+        if rank is None or shape is None:
+            return None
+        axes, back = _axes(g, p, rank), _axes(g, n, rank)
+        if axes is None or axes != back:
+            return None
+        if p.op_type == "Squeeze" and any(shape[a] != 1 for a in axes):
+            return None  # Squeeze of a dim not known to be 1 would fail at run time
+        return str(x) if g.elem_type(x) is not None else None
+    for _ in range(4):  # Reshape -> Unsqueeze -> ... back to the shape it started from
+        # these keep the elements in order, so the same shape means the same tensor
+        if p is None or p.op_type not in _REORDER_FREE or p.domain not in ("", "ai.onnx"):
+            return None
+        x = p.input[0]
+        if x and _same_static_shape(g, x, n.output[0]):
+            return str(x)
+        p = prod.get(x)
+    return None
 
 
 @graph_pass("eliminate_noops", Level.BASIC)
 def eliminate_noops(g: OptGraph, ctx: PassContext) -> int:
     """Identity, inference Dropout, same-type Cast, identity Transpose and shape-preserving
-    Reshape/Squeeze/Unsqueeze/Flatten/Expand (static shapes); Reshape after Reshape."""
+    Reshape/Squeeze/Unsqueeze/Flatten/Expand (static shapes, or by the value's own Shape, or
+    Expand by ones); Squeeze/Unsqueeze pairs and shape-op chains that end where they started;
+    Reshape after Reshape."""
     changes = 0
+    prod = g.producers()
     for n in list(g.nodes):
-        if _is_noop(g, n) and g.replace_value(n.output[0], n.input[0]):
+        if _is_noop(g, n, prod):
+            source = n.input[0]
+        elif n.op_type in _REORDER_FREE and n.domain in ("", "ai.onnx") and n.input[0]:
+            source = _undone(g, n, prod) or ""
+        else:
+            continue
+        if source and g.replace_value(n.output[0], source):
             g.remove(n)
             changes += 1
+            # keep `prod` current: either the readers moved, or source's producer was renamed
+            renamed = prod.get(source)
+            if renamed is not None and n.output[0] in renamed.output:
+                prod[n.output[0]] = prod.pop(source)
+            else:
+                prod.pop(n.output[0], None)
     # Reshape(Reshape(x, s1), s2) == Reshape(x, s2) when s2 has no 0 (copy-from-input) entry
     prod = g.producers()
     reads = g.consumers()
