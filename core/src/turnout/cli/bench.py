@@ -63,7 +63,7 @@ def register(sub: Any) -> None:
     )
     b.add_argument(
         "--runtimes",
-        default="turnout_cpu,turnout_numba,onnxruntime,reference",
+        default="turnout_cpu,turnout_cpu_numpy,turnout_numba,onnxruntime,reference",
         help="comma-separated subset",
     )
     b.add_argument(
