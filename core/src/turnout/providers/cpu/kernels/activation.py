@@ -16,7 +16,7 @@ from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
 from .elementwise import erf
 
-__all__: list[str] = []
+__all__ = ["logistic"]
 
 Array = np.ndarray[Any, Any]
 
@@ -36,11 +36,27 @@ def _act(op: str, since: int) -> Callable[[Callable[[KernelNode], Callable[[Arra
     return deco
 
 
-def _sigmoid(x: Array) -> Any:
-    """Numerically stable logistic: exp only ever sees non-positive arguments."""
-    e = np.exp(-np.abs(x))
-    one = x.dtype.type(1)
-    return np.where(x >= 0, one / (one + e), e / (one + e))
+def logistic(x: Array) -> Array:
+    """Numerically stable sigmoid: 1 / (1 + e) where x >= 0, else e / (1 + e), e = exp(-|x|).
+
+    exp only ever sees non-positive arguments. Shared by Sigmoid, Swish, the fused ops' and
+    the recurrent ops' activations. Computed in place with scalars of x's type (a Python
+    scalar costs numpy a ~1 us type resolution per call), which halves the time at small
+    sizes; the values are those of the `np.where` form.
+    """
+    t = x.dtype.type
+    one = t(1)
+    if x.ndim == 0:  # ufuncs give 0-d inputs numpy scalars back, which `out=` cannot take
+        e0 = np.exp(-np.abs(x))
+        return np.asarray(np.where(x >= 0, one / (one + e0), e0 / (one + e0)))
+    e = np.abs(x)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    d = np.add(e, one)
+    y = np.divide(one, d)
+    np.divide(e, d, out=e)
+    np.copyto(y, e, where=x < t(0))
+    return y
 
 
 def _softplus(x: Array) -> Any:
@@ -90,7 +106,7 @@ def celu(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Sigmoid", 1)
 def sigmoid(node: KernelNode) -> Callable[[Array], Array]:
-    return _sigmoid
+    return logistic
 
 
 @_act("HardSigmoid", 1)
@@ -156,8 +172,8 @@ def thresholded_relu(node: KernelNode) -> Callable[[Array], Array]:
 def swish(node: KernelNode) -> Callable[[Array], Array]:
     alpha = node.attr("alpha", 1.0)
     if alpha == 1.0:
-        return lambda x: x * _sigmoid(x)
-    return lambda x: x * _sigmoid(x * x.dtype.type(alpha))
+        return lambda x: x * logistic(x)
+    return lambda x: x * logistic(x * x.dtype.type(alpha))
 
 
 @_act("Shrink", 9)

@@ -15,7 +15,8 @@ import numpy as np
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
-from .conv import _conv_setup, compute_dtype, conv_nd
+from .activation import logistic
+from .conv import conv_runner
 from .elementwise import erf
 from .norm import _stash_dtype, layer_normalization
 
@@ -23,12 +24,6 @@ __all__: list[str] = []
 
 DOMAIN = "ai.turnout"
 Array = np.ndarray[Any, Any]
-
-
-def _sigmoid(x: Array) -> Any:
-    e = np.exp(-np.abs(x))
-    one = x.dtype.type(1)
-    return np.where(x >= 0, one / (one + e), e / (one + e))
 
 
 def _gelu(x: Array) -> Any:
@@ -77,7 +72,7 @@ def activation(name: str, a: float, b: float) -> Callable[[Array], Any]:
     if name == "LeakyRelu":
         return lambda x: np.where(x < 0, x * x.dtype.type(a), x)
     if name == "Sigmoid":
-        return _sigmoid
+        return logistic
     if name == "Tanh":
         return np.tanh
     if name == "HardSigmoid":
@@ -97,21 +92,11 @@ def _act_of(node: KernelNode) -> Callable[[Array], Any]:
 @cpu_kernel("FusedConv", since=1, domain=DOMAIN)
 def fused_conv(node: KernelNode) -> KernelFn:
     """Conv followed by an activation (and optionally `Z` added before it, as residual)."""
-    group = int(node.attr("group", 1))
+    run_conv = conv_runner(node, int(node.attr("group", 1)))
     act = _act_of(node)
 
     def run(x: Array, w: Array, b: Array | None = None, z: Array | None = None) -> tuple[Array]:
-        strides, dilations, pb, pe, out = _conv_setup(node, x, w)
-        ct = compute_dtype(x.dtype)
-        y = conv_nd(
-            x.astype(ct, copy=False), w.astype(ct, copy=False), group, pb, pe, out,
-            strides, dilations, node.name,
-        )  # fmt: skip
-        if b is not None:
-            if b.shape != (w.shape[0],):
-                raise InvalidArgument(f"{node.name}: bias shape {b.shape} must be ({w.shape[0]},)")
-            y += b.astype(ct).reshape((-1,) + (1,) * (x.ndim - 2))
-        y = y.astype(x.dtype, copy=False)
+        y = run_conv(x, w, b).astype(x.dtype, copy=False)
         if z is not None:
             y = y + z
         return (np.asarray(act(y)),)

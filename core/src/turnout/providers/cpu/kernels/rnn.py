@@ -16,23 +16,20 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
+from ..registry import constant_input, cpu_kernel
+from .activation import logistic
 
 __all__: list[str] = []
 
 Act = Callable[[np.ndarray], np.ndarray]
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+Step = Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, Any]]
 
 
 # name -> (defaults of (alpha, beta) or None where unused, builder(alpha, beta) -> function)
 _ACTIVATIONS: dict[str, tuple[tuple[float | None, float | None], Callable[[Any, Any], Act]]] = {
     "relu": ((None, None), lambda a, b: lambda x: np.maximum(x, 0)),
     "tanh": ((None, None), lambda a, b: np.tanh),
-    "sigmoid": ((None, None), lambda a, b: _sigmoid),
+    "sigmoid": ((None, None), lambda a, b: logistic),
     "affine": ((1.0, 0.0), lambda a, b: lambda x: a * x + b),
     "leakyrelu": ((0.01, None), lambda a, b: lambda x: np.where(x >= 0, x, a * x)),
     "thresholdedrelu": ((1.0, None), lambda a, b: lambda x: np.where(x > a, x, 0)),
@@ -100,16 +97,22 @@ class _Recurrent:
         )
         self.acts = [acts[i * per_dir : (i + 1) * per_dir] for i in range(nd)]
         self.n_outputs = len(node.node.outputs)
+        # R^T per direction, kept while R is the plan's constant (the same read-only array)
+        self._r_constant = constant_input(node, 2)
+        self._rt: tuple[Any, Any, list[np.ndarray]] = (None, None, [])
 
-    def cell(
-        self, d: int, xw: np.ndarray, h: np.ndarray, c: np.ndarray | None, w: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
+        """The cell of direction `d`: (projected input, h, c) -> (new h, new c).
+
+        Weights, activations and slices are bound once per direction, so the time loop runs
+        only the cell's arithmetic.
+        """
         raise NotImplementedError
 
     def prepare(
         self,
         d: int,
-        r: np.ndarray,
+        rt: np.ndarray,
         b: np.ndarray | None,
         p: np.ndarray | None,
         hs: int,
@@ -117,10 +120,18 @@ class _Recurrent:
     ) -> dict[str, Any]:
         """Per-direction weights in the form the cell wants (R^T, recurrent bias, peepholes)."""
         g = self.gates
-        return {
-            "rt": np.ascontiguousarray(r[d].T),
-            "rb": None if b is None else b[d, g * hs :],
-        }
+        return {"rt": rt, "rb": None if b is None else b[d, g * hs :]}
+
+    def _transposed_r(self, r: np.ndarray, dt: np.dtype[Any]) -> list[np.ndarray]:
+        """R^T of every direction, contiguous, in `dt`; computed once for a constant R."""
+        seen, seen_dt, rts = self._rt
+        if seen is r and seen_dt == dt:
+            return rts
+        rc = r.astype(dt, copy=False)
+        rts = [np.ascontiguousarray(rc[d].T) for d in range(r.shape[0])]
+        if self._r_constant:
+            self._rt = (r, dt, rts)
+        return rts
 
     def __call__(
         self,
@@ -168,7 +179,8 @@ class _Recurrent:
                 )
             if (lens == steps).all():
                 lens = None
-        w, r = w.astype(dt, copy=False), r.astype(dt, copy=False)
+        rts = self._transposed_r(r, dt)
+        w = w.astype(dt, copy=False)
         b = None if b is None else b.astype(dt, copy=False)
         p = None if p is None else p.astype(dt, copy=False)
 
@@ -180,14 +192,14 @@ class _Recurrent:
             xw = (x2 @ w[d].T).reshape(steps, batch, g * hs)
             if b is not None:
                 xw += b[d, : g * hs]
-            wd = self.prepare(d, r, b, p, hs, dt)
+            step = self.stepper(d, self.prepare(d, rts[d], b, p, hs, dt), hs)
             h = np.zeros((batch, hs), dt) if init_h is None else init_h[d].astype(dt)
             c = None
             if self.has_cell:
                 c = np.zeros((batch, hs), dt) if init_c is None else init_c[d].astype(dt)
             order = range(steps) if direction == "forward" else range(steps - 1, -1, -1)
             for t in order:
-                h_new, c_new = self.cell(d, xw[t], h, c, wd)
+                h_new, c_new = step(xw[t], h, c)
                 if lens is not None:
                     live = (t < lens)[:, None]
                     h_new = np.where(live, h_new, h)
@@ -212,21 +224,29 @@ class _Recurrent:
             None if o is None else o.astype(out_dt, copy=False) for o in outs[: self.n_outputs]
         )
 
-    def _clip(self, v: np.ndarray) -> np.ndarray:
-        return v if self.clip is None else np.clip(v, -self.clip, self.clip)
+    def _clipper(self) -> Act:
+        clip = self.clip
+        if clip is None:
+            return lambda v: v
+        return lambda v: np.clip(v, -clip, clip)
 
 
 class _RNN(_Recurrent):
     gates = 1
     default_acts = ("Tanh",)
 
-    def cell(
-        self, d: int, xw: np.ndarray, h: np.ndarray, c: Any, w: dict[str, Any]
-    ) -> tuple[np.ndarray, None]:
-        z = xw + h @ w["rt"]
-        if w["rb"] is not None:
-            z += w["rb"]
-        return self.acts[d][0](self._clip(z)), None
+    def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
+        f = self.acts[d][0]
+        clip = self._clipper()
+        rt, rb = w["rt"], w["rb"]
+
+        def step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, None]:
+            z = xw + h @ rt
+            if rb is not None:
+                z += rb
+            return f(clip(z)), None
+
+        return step
 
 
 class _GRU(_Recurrent):
@@ -237,28 +257,33 @@ class _GRU(_Recurrent):
         super().__init__(node)
         self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
 
-    def cell(
-        self, d: int, xw: np.ndarray, h: np.ndarray, c: Any, w: dict[str, Any]
-    ) -> tuple[np.ndarray, None]:
+    def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
         f, g = self.acts[d]
-        hs = h.shape[1]
+        clip = self._clipper()
         rt, rb = w["rt"], w["rb"]
-        zr = xw[:, : 2 * hs] + h @ rt[:, : 2 * hs]
-        if rb is not None:
-            zr += rb[: 2 * hs]
-        zr = f(self._clip(zr))
-        z, r = zr[:, :hs], zr[:, hs:]
-        if self.linear_before_reset:
-            hr = h @ rt[:, 2 * hs :]
-            if rb is not None:
-                hr += rb[2 * hs :]
-            pre = xw[:, 2 * hs :] + r * hr
-        else:
-            pre = xw[:, 2 * hs :] + (r * h) @ rt[:, 2 * hs :]
-            if rb is not None:
-                pre += rb[2 * hs :]
-        ht = g(self._clip(pre))
-        return (1 - z) * ht + z * h, None
+        rt_zr, rt_h = rt[:, : 2 * hs], rt[:, 2 * hs :]
+        rb_zr, rb_h = (None, None) if rb is None else (rb[: 2 * hs], rb[2 * hs :])
+        linear_before_reset = self.linear_before_reset
+
+        def step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, None]:
+            zr = xw[:, : 2 * hs] + h @ rt_zr
+            if rb_zr is not None:
+                zr += rb_zr
+            zr = f(clip(zr))
+            z, r = zr[:, :hs], zr[:, hs:]
+            if linear_before_reset:
+                hr = h @ rt_h
+                if rb_h is not None:
+                    hr += rb_h
+                pre = xw[:, 2 * hs :] + r * hr
+            else:
+                pre = xw[:, 2 * hs :] + (r * h) @ rt_h
+                if rb_h is not None:
+                    pre += rb_h
+            ht = g(clip(pre))
+            return (1 - z) * ht + z * h, None
+
+        return step
 
 
 class _LSTM(_Recurrent):
@@ -273,36 +298,53 @@ class _LSTM(_Recurrent):
     def prepare(
         self,
         d: int,
-        r: np.ndarray,
+        rt: np.ndarray,
         b: np.ndarray | None,
         p: np.ndarray | None,
         hs: int,
         dt: np.dtype[Any],
     ) -> dict[str, Any]:
-        wd = super().prepare(d, r, b, p, hs, dt)
+        wd = super().prepare(d, rt, b, p, hs, dt)
         if p is not None:
             wd["pi"], wd["po"], wd["pf"] = p[d, :hs], p[d, hs : 2 * hs], p[d, 2 * hs :]
         return wd
 
-    def cell(
-        self, d: int, xw: np.ndarray, h: np.ndarray, c: Any, w: dict[str, Any]
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
         f, g, hact = self.acts[d]
-        hs = h.shape[1]
-        z = xw + h @ w["rt"]
-        if w["rb"] is not None:
-            z += w["rb"]
-        zi, zo, zf, zc = z[:, :hs], z[:, hs : 2 * hs], z[:, 2 * hs : 3 * hs], z[:, 3 * hs :]
-        if "pi" in w:
-            zi = zi + w["pi"] * c
-            zf = zf + w["pf"] * c
-        i = f(self._clip(zi))
-        fg = 1 - i if self.input_forget else f(self._clip(zf))
-        c_new = fg * c + i * g(self._clip(zc))
-        if "po" in w:
-            zo = zo + w["po"] * c_new
-        o = f(self._clip(zo))
-        return o * hact(c_new), c_new
+        clip = self._clipper()
+        rt, rb = w["rt"], w["rb"]
+        input_forget = self.input_forget
+        h2, h3 = 2 * hs, 3 * hs
+        if "pi" not in w:
+
+            def step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, np.ndarray]:
+                z = xw + h @ rt
+                if rb is not None:
+                    z += rb
+                ifo = f(clip(z[:, :h3]))  # no peepholes: the i, o, f gates in one call
+                i = ifo[:, :hs]
+                fg = 1 - i if input_forget else ifo[:, h2:]
+                c_new = fg * c + i * g(clip(z[:, h3:]))
+                return ifo[:, hs:h2] * hact(c_new), c_new
+
+            return step
+        pi, po, pf = w["pi"], w["po"], w["pf"]
+
+        def peephole_step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, np.ndarray]:
+            z = xw + h @ rt
+            if rb is not None:
+                z += rb
+            zi, zo, zf, zc = z[:, :hs], z[:, hs:h2], z[:, h2:h3], z[:, h3:]
+            zi = zi + pi * c
+            zf = zf + pf * c
+            i = f(clip(zi))
+            fg = 1 - i if input_forget else f(clip(zf))
+            c_new = fg * c + i * g(clip(zc))
+            zo = zo + po * c_new
+            o = f(clip(zo))
+            return o * hact(c_new), c_new
+
+        return peephole_step
 
 
 def _factory(cls: type[_Recurrent]) -> Callable[[KernelNode], KernelFn]:
