@@ -67,6 +67,19 @@ def _same_as_ort(
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
 
 
+def _same_under_reference(
+    original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: dict[str, Any]
+) -> None:
+    """onnx.reference computes the same on both models (whatever it computes: on a Loop
+    without a condition input it disagrees with onnxruntime, on both models alike)."""
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(original).run(None, feeds)
+    got = ReferenceEvaluator(optimized).run(None, feeds)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 def _ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 
@@ -100,6 +113,7 @@ def test_bn_folds_into_a_conv_whose_weight_is_over_the_folding_cap() -> None:
     assert _ops(out) == ["Conv"] and rep.fired("fold_conv_bn")
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     _same_as_ort(model, out, {"x": x})
+    _same_under_reference(model, out, {"x": x})
 
 
 def test_materialized_weights_stay_within_the_folding_budget() -> None:
@@ -175,6 +189,7 @@ def test_shape_computations_of_static_inputs_fold_at_creation() -> None:
     assert first.changes == 10
     x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
     _same_as_ort(model, out, {"x": x})
+    _same_under_reference(model, out, {"x": x})
 
 
 def test_shape_computations_of_dynamic_dims_stay() -> None:
@@ -221,6 +236,7 @@ def test_noops_go_with_symbolic_dims_and_graph_outputs_keep_their_names() -> Non
     assert [o.name for o in out.graph.output] == ["y", "y2", "y3"]
     x = np.random.default_rng(5).standard_normal((3, 1, 5)).astype(np.float32)
     _same_as_ort(model, out, {"x": x})
+    _same_under_reference(model, out, {"x": x})
 
 
 def test_squeeze_of_a_dim_not_known_to_be_one_stays() -> None:
@@ -253,3 +269,218 @@ def test_shape_op_chains_back_to_the_start_go_and_others_stay() -> None:
     assert sorted(_ops(out)) == ["Add", "Reshape"]
     x = np.random.default_rng(7).standard_normal((2, 6)).astype(np.float32)
     _same_as_ort(model, out, {"x": x})
+
+
+# --- nested graphs ----------------------------------------------------------------------------
+V = helper.make_tensor_value_info
+
+
+def _constant(out: str, value: Any) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.array(value)))
+
+
+def _body_ops(model: onnx.ModelProto) -> list[str]:
+    """The op types inside every nested graph, at any depth."""
+    out: list[str] = []
+
+    def walk(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            for a in n.attribute:
+                for sub in [a.g] if a.type == a.GRAPH else list(a.graphs):
+                    out.extend(m.op_type for m in sub.node)
+                    walk(sub)
+
+    walk(model.graph)
+    return out
+
+
+def _if_on_static_size() -> onnx.ModelProto:
+    """An If on Size(x) == 6 (a constant once x's shape is known) whose taken branch holds
+    Constant nodes, an initializer, an If on a graph input reading a branch value, and an
+    output that is a graph input passed through."""
+    inner_then = helper.make_graph(
+        [helper.make_node("Mul", ["t2", "t2"], ["it"])], "inner_then", [], [V("it", F, [2, 3])]
+    )
+    inner_else = helper.make_graph(
+        [helper.make_node("Neg", ["t2"], ["ie"])], "inner_else", [], [V("ie", F, [2, 3])]
+    )
+    then = helper.make_graph(
+        [
+            _constant("t0", np.float32(2.0)),
+            helper.make_node("Mul", ["x", "t0"], ["t1"]),
+            helper.make_node("Add", ["t1", "tb"], ["t2"]),
+            helper.make_node(
+                "If", ["flag"], ["t3"], then_branch=inner_then, else_branch=inner_else
+            ),
+            helper.make_node("Identity", ["x"], ["tx"]),
+        ],
+        "then",
+        [],
+        [V("t3", F, [2, 3]), V("tx", F, [2, 3])],
+        [_const("tb", np.float32(0.5))],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e0"]), helper.make_node("Abs", ["x"], ["e1"])],
+        "else",
+        [],
+        [V("e0", F, [2, 3]), V("e1", F, [2, 3])],
+    )
+    return _model(
+        [
+            helper.make_node("Size", ["x"], ["n"]),
+            helper.make_node("Equal", ["n", "six"], ["is6"]),
+            helper.make_node("If", ["is6"], ["y", "z"], then_branch=then, else_branch=other),
+        ],
+        [V("x", F, [2, 3]), V("flag", TensorProto.BOOL, [])],
+        [V("y", F, [2, 3]), V("z", F, [2, 3])],
+        [_const("six", np.int64(6))],
+    )
+
+
+def test_if_on_a_folded_condition_is_inlined_with_unique_names() -> None:
+    model = _if_on_static_size()
+    out, rep = optimize(model, Level.BASIC)
+    assert rep.fired("inline_constant_if")
+    # the taken branch's Mul and Add and the inner If (on a graph input, it stays), and an
+    # Identity that writes z from x (x is a graph input: no node can be renamed to z)
+    assert sorted(_ops(out)) == ["Add", "Identity", "If", "Mul"], _ops(out)
+    assert "Constant" not in _body_ops(out)
+    onnx.checker.check_model(out, full_check=True)
+    x = np.random.default_rng(8).standard_normal((2, 3)).astype(np.float32)
+    for flag in (True, False):
+        _same_as_ort(model, out, {"x": x, "flag": np.array(flag)})
+        _same_under_reference(model, out, {"x": x, "flag": np.array(flag)})
+
+
+def test_if_on_a_graph_input_stays_and_its_branch_constants_fold() -> None:
+    then = helper.make_graph(
+        [
+            _constant("k1", np.float32(2.0)),
+            _constant("k2", np.float32(3.0)),
+            helper.make_node("Mul", ["k1", "k2"], ["k3"]),
+            helper.make_node("Add", ["k3", "w"], ["k4"]),  # w: an initializer of the outer graph
+            helper.make_node("Identity", ["k4"], ["k5"]),
+            helper.make_node("Mul", ["x", "k5"], ["tout"]),
+        ],
+        "then",
+        [],
+        [V("tout", F, [2, 3])],
+    )
+    other = helper.make_graph(
+        [
+            _constant("shape", np.array([3, 2], np.int64)),
+            helper.make_node("Reshape", ["x", "shape"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["eout"]),
+        ],
+        "else",
+        [],
+        [V("eout", F, [2, 3])],
+    )
+    model = _model(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)],
+        [V("x", F, [2, 3]), V("flag", TensorProto.BOOL, [])],
+        [V("y", F, [2, 3])],
+        [_const("w", np.arange(6, dtype=np.float32).reshape(2, 3))],
+    )
+    out, rep = optimize(model, Level.BASIC)
+    assert _ops(out) == ["If"] and rep.fired("fold_subgraphs")
+    assert sorted(_body_ops(out)) == ["Mul", "Reshape", "Transpose"], _body_ops(out)
+    x = np.random.default_rng(9).standard_normal((2, 3)).astype(np.float32)
+    for flag in (True, False):
+        _same_as_ort(model, out, {"x": x, "flag": np.array(flag)})
+        _same_under_reference(model, out, {"x": x, "flag": np.array(flag)})
+
+
+def test_loop_and_scan_bodies_fold_their_constants() -> None:
+    loop_body = helper.make_graph(
+        [
+            _constant("two", np.float32(2.0)),
+            helper.make_node("Mul", ["w", "two"], ["w2"]),  # loop-invariant: folds once
+            helper.make_node("Add", ["acc", "w2"], ["acc2"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "loop_body",
+        [V("i", I64, []), V("cond_in", TensorProto.BOOL, []), V("acc", F, [2, 3])],
+        [V("cond_out", TensorProto.BOOL, []), V("acc2", F, [2, 3])],
+    )
+    scan_body = helper.make_graph(
+        [
+            _constant("half", np.float32(0.5)),
+            helper.make_node("Mul", ["row", "half"], ["scaled"]),
+            helper.make_node("Add", ["s", "scaled"], ["s2"]),
+            helper.make_node("Identity", ["s2"], ["s_out"]),
+        ],
+        "scan_body",
+        [V("s", F, [3]), V("row", F, [3])],
+        [V("s2", F, [3]), V("s_out", F, [3])],
+    )
+    model = _model(
+        [
+            helper.make_node("Loop", ["trips", "", "x"], ["lp"], body=loop_body),
+            helper.make_node(
+                "Scan", ["s0", "lp"], ["final", "rows"], body=scan_body, num_scan_inputs=1
+            ),
+        ],
+        [V("x", F, [2, 3])],
+        [V("final", F, [3]), V("rows", F, [2, 3])],
+        [
+            _const("w", np.arange(6, dtype=np.float32).reshape(2, 3)),
+            _const("trips", np.int64(3)),
+            _const("s0", np.zeros(3, np.float32)),
+        ],
+    )
+    out, _ = optimize(model, Level.BASIC)
+    assert _ops(out) == ["Loop", "Scan"]
+    # left in the bodies: the loop's Add and its condition pass-through, the scan's Mul, Add
+    # and the Identity that writes a second output from the first
+    assert sorted(_body_ops(out)) == ["Add", "Add", "Identity", "Identity", "Mul"]
+    x = np.random.default_rng(10).standard_normal((2, 3)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})
+    _same_under_reference(model, out, {"x": x})
+
+
+def test_inlining_that_would_fail_the_load_checks_is_undone() -> None:
+    """The taken branch hands a [1]-shaped constant to a Range, which onnx's checks refuse
+    once it is an initializer (the If's output hid it): the If stays."""
+    then = helper.make_graph(
+        [helper.make_node("Identity", ["limit"], ["t"])], "then", [], [V("t", I64, [1])]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["limit2"], ["e"])], "else", [], [V("e", I64, [1])]
+    )
+    model = _model(
+        [
+            helper.make_node("If", ["yes"], ["n"], then_branch=then, else_branch=other),
+            helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+            helper.make_node("Cast", ["r"], ["rf"], to=F),
+            helper.make_node("Add", ["rf", "x"], ["y"]),
+        ],
+        [V("x", F, [1])],
+        [V("y", F, [4])],
+        [
+            _const("yes", np.array(True)),
+            _const("limit", np.array([4], np.int64)),
+            _const("limit2", np.array([5], np.int64)),
+            _const("zero", np.int64(0)),
+            _const("one", np.int64(1)),
+        ],
+    )
+    out, rep = optimize(model, Level.BASIC)
+    assert "If" in _ops(out) and not rep.fired("inline_constant_if")
+    x = np.ones(1, np.float32)
+    want = _unoptimized(model, {"x": x})
+    np.testing.assert_array_equal(_unoptimized(out, {"x": x})[0], want[0])
+
+
+def test_vad_like_keeps_its_if_on_the_sample_rate_and_folds_the_branch_constants() -> None:
+    apps = pytest.importorskip("turnout.models.apps")
+    model = apps.vad_like()
+    before = _body_ops(model)
+    out, _ = optimize(model, Level.ALL)
+    assert _ops(out).count("If") == 1  # on Equal(sr, 16000): sr is fed at run time
+    after = _body_ops(out)
+    assert before.count("Constant") > 100 and "Constant" not in after
+    assert len(after) < len(before) // 2, (len(before), len(after))
+    for sr in (16000, 8000):
+        feeds = apps.vad_feeds(sr=sr, seed=11)
+        _same_as_ort(model, out, feeds, rtol=1e-4, atol=1e-6)

@@ -37,6 +37,7 @@ from . import (  # noqa: F401 - importing registers the passes, in this order
     fusion_gelu,
     fusion_norm,
     gemm,
+    subgraph,
     transpose,
 )
 from .base import (
@@ -72,6 +73,8 @@ MAX_ROUNDS = 4
 ORDER = [
     "fold_constants",
     "fold_shapes",
+    "inline_constant_if",
+    "fold_subgraphs",
     "eliminate_noops",
     "eliminate_common_subexpressions",
     "merge_transposes",
@@ -140,18 +143,41 @@ def optimize(
     need not decode them again.
     """
     lvl = Level.parse(level)
-    report = OptimizationReport(lvl)
-    report.nodes_before = report.nodes_after = len(model.graph.node)
-    report.ops_before = report.ops_after = _ops(model.graph.node)
     if lvl == Level.DISABLE:
+        report = OptimizationReport(lvl)
+        report.nodes_before = report.nodes_after = len(model.graph.node)
+        report.ops_before = report.ops_after = _ops(model.graph.node)
         return model, report
-    from ..model import light_copy
-
-    # the working copy leaves the initializers out: commit() writes back those still used
-    out = light_copy(model, lambda t: None)
     limits = limits or ResourceLimits()
     if fold_max_elements is not None:
         limits = dataclasses.replace(limits, fold_max_elements=int(fold_max_elements))
+    extra = [as_pass(p) for p in extra_passes]
+    keep = list(keep_initializers)
+    out, report, g, ctx = _optimize(model, lvl, limits, supports, extra, keep, inline=True)
+    if ctx.inlined_ifs and not _passes_load_checks(out):
+        # an inlined branch exposed what only its If's loose types let pass: keep the Ifs
+        out, report, g, ctx = _optimize(model, lvl, limits, supports, extra, keep, inline=False)
+    if values is not None:
+        values.update(g.values)
+    return out, report
+
+
+def _optimize(
+    model: onnx.ModelProto,
+    lvl: Level,
+    limits: ResourceLimits,
+    supports: SupportsFn | None,
+    extra: list[GraphPass],
+    keep_initializers: list[str],
+    inline: bool,
+) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph, PassContext]:
+    from ..model import light_copy
+
+    report = OptimizationReport(lvl)
+    report.nodes_before = len(model.graph.node)
+    report.ops_before = _ops(model.graph.node)
+    # the working copy leaves the initializers out: commit() writes back those still used
+    out = light_copy(model, lambda t: None)
     g = OptGraph(
         out,
         keep_initializers,
@@ -162,10 +188,11 @@ def optimize(
         fold_max_elements=limits.fold_max_elements,
         fold_max_total_bytes=limits.fold_max_total_bytes,
         max_tensor_elements=limits.max_tensor_elements,
+        inline_ifs=inline,
     )
     if supports is not None:
         ctx.supports = supports
-    chosen = passes_for(lvl, [as_pass(p) for p in extra_passes])
+    chosen = passes_for(lvl, extra)
     basic = [p for p in chosen if p.level == Level.BASIC]
     later = [p for p in chosen if p.level > Level.BASIC]
     for _ in range(MAX_ROUNDS):
@@ -179,11 +206,20 @@ def optimize(
             _run(g, p, ctx, report)
     g.toposort()
     g.commit()
-    if values is not None:
-        values.update(g.values)
     report.nodes_after = len(g.nodes)
     report.ops_after = _ops(g.nodes)
-    return out, report
+    return out, report, g, ctx
+
+
+def _passes_load_checks(model: onnx.ModelProto) -> bool:
+    """Whether `model` passes the type and shape checks of loading (`check_types`)."""
+    from ..validate import check_types
+
+    try:
+        check_types(model, "optimized model")
+    except TurnoutError:
+        return False
+    return True
 
 
 def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport) -> int:

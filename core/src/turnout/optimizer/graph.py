@@ -138,6 +138,8 @@ class OptGraph:
         # whether any node has nested graphs: most models have none, and then the walks that
         # look for names read by nested graphs are skipped (see `added_nested`)
         self.nested = False
+        # (node id, attribute, outer constants) of bodies `fold_subgraphs` has optimized
+        self.settled: set[tuple[object, ...]] = set()
         for n in self.nodes:
             if self.has_subgraph(n):
                 self.nested = True
@@ -242,6 +244,17 @@ class OptGraph:
         found = _has_subgraph(n)
         self._nested[id(n)] = (n, found)
         return found
+
+    def share_names(self, outer: OptGraph) -> None:
+        """Draw fresh names from `outer`'s pool (this graph is a body nested in it), so that
+        no name made here or there shadows or repeats another."""
+        outer._used_names.update(self._used_names)
+        self._used_names = outer._used_names
+        self._counter = outer._counter
+
+    def original_proto(self, name: str) -> onnx.TensorProto | None:
+        """The model's own TensorProto of initializer `name`, unless a pass replaced it."""
+        return None if name in self.inits else self._init_protos.get(name)
 
     def added_nested(self, n: NodeProto) -> None:
         """Record that node `n`, just added, may have nested graphs (an inlined If branch)."""

@@ -19,13 +19,29 @@ from ..shape_inference import infer_value_types
 if TYPE_CHECKING:
     from .graph import OptGraph
 
-__all__ = ["infer_types"]
+__all__ = ["infer_types", "light_model"]
 
 _SMALL = 4096  # initializers up to this many elements stay values (shape tensors, scalars)
 
 
 def infer_types(g: OptGraph) -> dict[str, onnx.TypeProto]:
     """The types onnx infers for the values of `g` as it is now, by name."""
+    prior = g.known_types()
+    tmp = light_model(g)
+    graph = tmp.graph
+    try:
+        return infer_value_types(tmp, g.shape_data_max_elements, prior)
+    except Exception:
+        return {
+            vi.name: vi.type
+            for vi in (*graph.input, *graph.value_info, *graph.output)
+            if vi.type.WhichOneof("value") is not None
+        }
+
+
+def light_model(g: OptGraph) -> onnx.ModelProto:
+    """`g` as it is now, as a model whose big initializers are typed inputs (no bytes), with
+    the types known for outputs of ops onnx does not know."""
     m = g.model
     prior = g.known_types()
     graph = onnx.GraphProto(name=m.graph.name)
@@ -51,12 +67,4 @@ def infer_types(g: OptGraph) -> dict[str, onnx.TypeProto]:
         if vi.name in custom and vi.name not in prior:
             graph.value_info.append(vi)
     graph.output.extend(m.graph.output)
-    tmp = helper.make_model(graph, opset_imports=list(m.opset_import), ir_version=m.ir_version)
-    try:
-        return infer_value_types(tmp, g.shape_data_max_elements, prior)
-    except Exception:
-        return {
-            vi.name: vi.type
-            for vi in (*graph.input, *graph.value_info, *graph.output)
-            if vi.type.WhichOneof("value") is not None
-        }
+    return helper.make_model(graph, opset_imports=list(m.opset_import), ir_version=m.ir_version)

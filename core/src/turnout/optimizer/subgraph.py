@@ -1,0 +1,233 @@
+"""Basic passes over nested graphs (If/Loop/Scan bodies).
+
+- `inline_constant_if`: an If whose condition is a constant (after folding) becomes the nodes
+  of the branch it takes, names made unique in the outer graph. An If on a graph input stays.
+- `fold_subgraphs`: each body is optimized as a graph of its own (constant and shape folding,
+  no-ops, constant Ifs inside it, its own bodies, dead nodes), with the outer graph's
+  constants that it reads standing in as constants. Folded values become the body's own
+  initializers; outer-scope names and the body's inputs and outputs keep their names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+from onnx import GraphProto, NodeProto, numpy_helper
+
+from ..tensors import decode_tensor
+from .base import Level, PassContext, graph_pass
+from .graph import OptGraph, attr
+
+__all__ = ["fold_subgraphs", "inline_constant_if"]
+
+MAX_BODY_ROUNDS = 4
+
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+
+
+def _bodies(n: NodeProto) -> Iterator[tuple[str, GraphProto]]:
+    for a in n.attribute:
+        if a.type == _GRAPH:
+            yield a.name, a.g
+        elif a.type == _GRAPHS:
+            for i, sub in enumerate(a.graphs):
+                yield f"{a.name}[{i}]", sub
+
+
+def _defined(g: GraphProto) -> set[str]:
+    names = {v.name for v in g.input} | {t.name for t in g.initializer}
+    names.update(t.values.name for t in g.sparse_initializer)
+    names.update(o for n in g.node for o in n.output if o)
+    return names
+
+
+def free_reads(g: GraphProto) -> set[str]:
+    """Names `g` (or a graph nested in it) reads from enclosing scopes."""
+    own = _defined(g)
+    reads = {x for n in g.node for x in n.input if x}
+    reads.update(o.name for o in g.output)
+    for n in g.node:
+        for _, sub in _bodies(n):
+            reads.update(free_reads(sub))
+    return reads - own
+
+
+def _rename_free(g: GraphProto, mapping: dict[str, str]) -> None:
+    """Rename the names `g` reads from enclosing scopes (not those it defines itself)."""
+    local = {k: v for k, v in mapping.items() if k not in _defined(g)}
+    if not local:
+        return
+    for n in g.node:
+        for i, x in enumerate(n.input):
+            if x in local:
+                n.input[i] = local[x]
+        for _, sub in _bodies(n):
+            _rename_free(sub, local)
+    for o in g.output:
+        if o.name in local:
+            o.name = local[o.name]
+
+
+# ---------------------------------------------------------------------------------- inlining
+@graph_pass("inline_constant_if", Level.BASIC)
+def inline_constant_if(g: OptGraph, ctx: PassContext) -> int:
+    """An If whose condition is a constant becomes the branch it takes, inlined.
+
+    A branch can hold what only its If's loose output types let pass (a Range of [1]-shaped
+    limits where the spec says scalars): `optimize` checks the result as a model is checked
+    at load, and optimizes again without inlining (`ctx.inline_ifs`) if it fails.
+    """
+    if not ctx.inline_ifs:
+        return 0
+    changes = 0
+    for n in list(g.nodes):
+        if n.op_type != "If" or n.domain not in ("", "ai.onnx") or not n.input:
+            continue
+        cond = g.const(n.input[0])
+        if cond is None or cond.size != 1:
+            continue
+        branch = attr(n, "then_branch" if bool(cond.reshape(())) else "else_branch")
+        if not isinstance(branch, GraphProto) or len(branch.output) != len(n.output):
+            continue
+        if len(branch.sparse_initializer) or len(branch.input):
+            continue
+        inlined = _inline(g, n, branch)
+        at = next(i for i, m in enumerate(g.nodes) if m is n)
+        g.nodes[at : at + 1] = inlined
+        for m in inlined:
+            g.added_nested(m)
+        changes += 1
+    ctx.inlined_ifs += changes
+    return changes
+
+
+def _inline(g: OptGraph, n: NodeProto, branch: GraphProto) -> list[NodeProto]:
+    """The branch's nodes for the outer graph: every name it defines made fresh, its
+    initializers added to the outer graph, its outputs written under the If's output names."""
+    mapping: dict[str, str] = {}
+    produced = {o for m in branch.node for o in m.output if o}
+    tail: list[NodeProto] = []
+    claimed: set[str] = set()
+    for out, bo in zip(n.output, branch.output):
+        if out and bo.name in produced and bo.name not in claimed:
+            mapping[bo.name] = out  # the node computing it writes the If's output directly
+            claimed.add(bo.name)
+    for t in branch.initializer:
+        mapping[t.name] = g.fresh(t.name)
+        g.inits[mapping[t.name]] = decode_tensor(t, f"initializer of If branch {branch.name!r}")
+    for m in branch.node:
+        for o in m.output:
+            if o and o not in mapping:
+                mapping[o] = g.fresh(o)
+    nodes: list[NodeProto] = []
+    for m in branch.node:
+        c = NodeProto()
+        c.CopyFrom(m)
+        for i, x in enumerate(c.input):
+            c.input[i] = mapping.get(x, x)
+        for i, o in enumerate(c.output):
+            c.output[i] = mapping.get(o, o)
+        c.name = g.fresh(m.name or m.op_type)
+        for _, sub in _bodies(c):
+            _rename_free(sub, mapping)
+        nodes.append(c)
+    for out, bo in zip(n.output, branch.output):
+        if out and mapping.get(bo.name) != out:  # an outer value, an initializer or a repeat
+            tail.append(g.make_node("Identity", [mapping.get(bo.name, bo.name)], [out]))
+    return nodes + tail
+
+
+# ------------------------------------------------------------------------------ body folding
+@graph_pass("fold_subgraphs", Level.BASIC)
+def fold_subgraphs(g: OptGraph, ctx: PassContext) -> int:
+    """Fold constants (with the outer constants a body reads), shapes, no-ops and constant
+    Ifs inside If/Loop/Scan bodies, at every depth."""
+    if not g.nested:
+        return 0
+    changes = 0
+    for n in g.nodes:
+        if n.domain not in ("", "ai.onnx") or not g.has_subgraph(n):
+            continue
+        for key, body in _bodies(n):
+            changes += _fold_body(g, n, key, body, ctx)
+    return changes
+
+
+def _fold_body(g: OptGraph, n: NodeProto, key: str, body: GraphProto, ctx: PassContext) -> int:
+    free = sorted(free_reads(body))
+    consts = {x: g.const(x) for x in free}
+    settled = (id(n), key, frozenset(x for x, v in consts.items() if v is not None))
+    if settled in g.settled:  # optimized before, with the same outer constants
+        return 0
+    model = onnx.ModelProto(ir_version=g.model.ir_version)
+    model.opset_import.extend(g.model.opset_import)
+    model.graph.CopyFrom(body)
+    outer_inits: list[onnx.TensorProto] = []
+    for x, v in consts.items():
+        if v is not None:
+            outer_inits.append(_as_proto(g, x, v))
+        else:
+            tp = g.types.get(x)
+            if tp is not None:
+                vi = model.graph.input.add(name=x)
+                vi.type.CopyFrom(tp)
+    own = list(body.initializer)
+    del model.graph.initializer[:]
+    sub = OptGraph(
+        model,
+        initializers=[*own, *outer_inits],
+        shape_data_max_elements=g.shape_data_max_elements,
+    )
+    sub.share_names(g)
+    sub.settled = g.settled
+    changes = _run_body_passes(sub, ctx)
+    g.settled.add(settled)
+    if not changes:
+        return 0
+    for t in outer_inits:
+        sub.drop_init(t.name)
+    sub.toposort()
+    sub.commit()
+    del body.node[:]
+    body.node.extend(model.graph.node)
+    del body.initializer[:]
+    body.initializer.extend(model.graph.initializer)
+    del body.value_info[:]
+    body.value_info.extend(model.graph.value_info)
+    return changes
+
+
+def _as_proto(g: OptGraph, name: str, value: np.ndarray) -> onnx.TensorProto:
+    """Outer constant `name` as a TensorProto: the original one when it is one."""
+    if not g.is_initializer(name) or name in g.inits:
+        return numpy_helper.from_array(value, name)
+    found = g.original_proto(name)
+    return found if found is not None else numpy_helper.from_array(value, name)
+
+
+def _run_body_passes(sub: OptGraph, ctx: PassContext) -> int:
+    from .cleanup import eliminate_dead_nodes, eliminate_noops
+    from .fold import fold_constants, fold_shapes
+
+    passes = (
+        fold_constants,
+        fold_shapes,
+        inline_constant_if,
+        fold_subgraphs,
+        eliminate_noops,
+        eliminate_dead_nodes,
+    )
+    total = 0
+    for _ in range(MAX_BODY_ROUNDS):
+        changed = 0
+        for p in passes:
+            c = p(sub, ctx)
+            if c:
+                sub.mark_changed()
+                changed += c
+        total += changed
+        if not changed:
+            break
+    return total
