@@ -156,3 +156,122 @@ def test_lstm_constant_weights_as_fed_weights(peepholes: bool, rng: Any) -> None
     assert not np.array_equal(before[0], after[0])
     fresh = turnout.InferenceSession(fed.SerializeToString(), providers=["CPUExecutionProvider"])
     assert_identical(after, fresh.run(None, {**x, **weights}))
+
+
+# --------------------------------------------------------------------------------------------
+# Shape and data-movement ops: plans per (input shape, values of the shape-like inputs)
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+def _shape_cases() -> list[Any]:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 6, 5)), rng.standard_normal((3, 4, 7))
+    c = rng.standard_normal((1, 3, 1))
+    f = np.array  # float64 scalars for Range
+    negative_zero = numpy_helper.from_array(np.array([-0.0], np.float32))
+    node = helper.make_node
+    cases = [
+        ("Reshape", node("Reshape", ["x", "s"], ["y"]), [
+            [a, i64(0, -1)], [b, i64(0, -1)], [a, i64(6, 10)],
+        ]),
+        ("Transpose", node("Transpose", ["x"], ["y"], perm=[2, 0, 1]), [[a], [b]]),
+        ("Transpose-reverse", node("Transpose", ["x"], ["y"]), [[a], [a[0]]]),
+        ("Squeeze", node("Squeeze", ["x", "a"], ["y"]), [
+            [c, i64(0)], [c, i64(-1)], [c, i64(0, 2)],
+        ]),
+        ("Squeeze-all", node("Squeeze", ["x"], ["y"]), [[c], [a[:1, :1]]]),
+        ("Unsqueeze", node("Unsqueeze", ["x", "a"], ["y"]), [
+            [a, i64(0, 4)], [b, i64(0, 4)], [a, i64(-1)],
+        ]),
+        ("Flatten", node("Flatten", ["x"], ["y"], axis=-1), [[a], [b], [a[0]]]),
+        ("Concat", node("Concat", ["p", "q"], ["y"], axis=-2), [[a, a], [a, a[:, :2]], [b, b]]),
+        ("Split", node("Split", ["x", "s"], ["y0", "y1"], axis=1), [
+            [a, i64(2, 4)], [a, i64(6, 0)], [b, i64(1, 3)],
+        ]),
+        ("Split-equal", node("Split", ["x"], ["y0", "y1", "y2"], axis=-1, num_outputs=3), [
+            [a], [b],
+        ]),
+        ("Slice", node("Slice", ["x", "s", "e", "a", "t"], ["y"]), [
+            [a, i64(1), i64(9), i64(1), i64(1)],
+            [a, i64(-1), i64(-9), i64(-1), i64(-1)],
+            [b, i64(1), i64(9), i64(1), i64(1)],
+            [a, i64(0, 1), i64(4, 100), i64(1, 2), i64(2, 1)],
+        ]),
+        ("Expand", node("Expand", ["x", "s"], ["y"]), [
+            [c, i64(2, 3, 4)], [c, i64(1)], [a[:, :1], i64(2, 3, 5)],
+        ]),
+        ("ConstantOfShape", node("ConstantOfShape", ["s"], ["y"], value=negative_zero), [
+            [i64(2, 3)], [i64(4)], [i64()],
+        ]),
+        ("ConstantOfShape-zero", node("ConstantOfShape", ["s"], ["y"]), [[i64(2, 3)], [i64(4)]]),
+        ("Range", node("Range", ["a", "b", "c"], ["y"]), [
+            [f(0.0), f(3.0), f(0.5)], [f(-0.0), f(3.0), f(0.5)], [f(1.0), f(2.0), f(0.25)],
+        ]),
+        ("Gather", node("Gather", ["x", "i"], ["y"], axis=1), [
+            [a, i64(1, -1)], [a, np.array(-6, np.int64)], [b, np.array([[0, 3]], np.int32)],
+        ]),
+    ]  # fmt: skip
+    for mode in ("constant", "reflect", "edge", "wrap"):
+        runs = [
+            [a, i64(2, 3), i64(-1)],
+            [b, i64(2, 3), i64(-1)],
+            [a, i64(0, -1, 1, 0), i64(0, 2)],
+            [a, i64(0, 0), i64(1)],
+        ]
+        cases.append((f"Pad-{mode}", node("Pad", ["x", "p", "", "a"], ["y"], mode=mode), runs))
+    return cases
+
+
+@pytest.mark.parametrize(
+    "name, node, runs", _shape_cases(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_shape_ops_replan(name: str, node: onnx.NodeProto, runs: list[list[Any]]) -> None:
+    node.name = f"my_{name}"
+    check_sequence(node, runs)
+
+
+def test_range_result_is_the_callers(rng: Any) -> None:
+    """Range keeps its last result per inputs: each run still gets an array of its own."""
+    kernel = build(helper.make_node("Range", ["a", "b", "c"], ["y"]), [i64(0)[0], 5, 1], 18)
+    args = (np.array(0, np.int64), np.array(5, np.int64), np.array(1, np.int64))
+    first = kernel(*args)[0]
+    first[:] = -1
+    assert kernel(*args)[0].tolist() == [0, 1, 2, 3, 4]
+
+
+ERROR_CASES = [
+    # op, good inputs (planned first), bad inputs, the error
+    ("Reshape", [np.zeros((2, 3)), i64(3, 2)], [np.zeros((2, 3)), i64(4, -1)], "cannot reshape"),
+    ("Squeeze", [np.zeros((1, 3)), i64(0)], [np.zeros((2, 3)), i64(0)], "cannot squeeze axis 0"),
+    (
+        "Slice",
+        [np.zeros((2, 3)), i64(0), i64(1), i64(1), i64(1)],
+        [np.zeros((2, 3)), i64(0), i64(1), i64(5), i64(1)],
+        "axis 5 is out of range",
+    ),
+    ("Gather", [np.zeros((2, 3)), i64(1)], [np.zeros((2, 3)), i64(2)], "index 2 is out of bounds"),
+    ("Expand", [np.zeros((2, 3)), i64(2, 3)], [np.zeros((2, 3)), i64(4, 3)], "cannot expand"),
+    ("Pad", [np.zeros((2, 3)), i64(0, 1, 0, 1)], [np.zeros((2, 3)), i64(0, -3, 0, -1)], "crop"),
+    (
+        "Concat",
+        [np.zeros((2, 3)), np.zeros((2, 3))],
+        [np.zeros((2, 3)), np.zeros((3, 2))],
+        "cannot",
+    ),
+    ("Split", [np.zeros((4,)), i64(1, 3)], [np.zeros((4,)), i64(1, 2)], "does not divide"),
+]
+
+
+@pytest.mark.parametrize("op, good, bad, message", ERROR_CASES, ids=[c[0] for c in ERROR_CASES])
+def test_errors_after_a_plan(op: str, good: list[Any], bad: list[Any], message: str) -> None:
+    """A kernel that planned for good inputs still raises the node's error for bad ones."""
+    names = ["x", "a", "b", "c", "d"][: len(good)]
+    outputs = ["y0", "y1"] if op == "Split" else ["y"]
+    node = helper.make_node(op, names, outputs, name=f"my_{op}")
+    kernel = build(node, good, 18)
+    kernel(*good)
+    with pytest.raises(InvalidArgument, match=f"^my_{op}: .*{message}"):
+        kernel(*bad)

@@ -65,9 +65,21 @@ def _reduction(node: KernelNode) -> Any:
 @cpu_kernel("Gather", since=1)
 def gather(node: KernelNode) -> KernelFn:
     axis = node.attr("axis", 0)
+    memo: tuple[int, int] = (-1, 0)  # (rank, checked axis)
 
     def run(x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray]:
-        a = _axis(node, axis, x.ndim)
+        nonlocal memo
+        rank, a = memo
+        if x.ndim != rank:
+            a = _axis(node, axis, x.ndim)
+            memo = (x.ndim, a)
+        if indices.dtype.kind == "i":
+            # np.take reads a negative index from the end once and raises IndexError outside
+            # [-dim, dim): ONNX's rule, so the indices need no check of their own
+            try:
+                return (np.take(x, indices, axis=a),)
+            except IndexError:
+                pass  # the check below raises the node's error
         idx = checked_indices(node, indices, x.shape[a])
         return (np.take(x, idx, axis=a),)
 

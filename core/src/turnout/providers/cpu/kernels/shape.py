@@ -6,12 +6,18 @@ Ops that only change metadata (Reshape, Squeeze, Unsqueeze, Flatten, Transpose, 
 Identity) return numpy views of their input; nothing here writes into an input. Versions whose
 attributes became inputs (Split/Squeeze/Unsqueeze at 13, Slice at 10, Pad at 11) branch on
 `node.since_version` inside one factory.
+
+Small models spend most of their time in these ops at tiny sizes, where the Python that turns
+attributes and shape-like inputs into numpy arguments costs more than numpy itself. So a
+kernel keeps its last plan (target shape, index tuple, pad layout, ...) with the key it was
+made from (the input shapes and the values of the shape-like inputs) and reuses it while the
+key stays the same; any other key takes the general path, with its checks and errors.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -94,8 +100,16 @@ def reshape(node: KernelNode) -> KernelFn:
         fixed = list(node.attr("shape", []))
         return lambda x: (x.reshape(reshape_target(node, x.shape, fixed, allowzero)),)
 
+    memo: tuple[Any, Any, Any] = (None, None, None)  # (shape values, input shape, target)
+
     def run(x: np.ndarray, shape: np.ndarray) -> tuple[np.ndarray]:
-        return (x.reshape(reshape_target(node, x.shape, ints(shape), allowzero)),)
+        nonlocal memo
+        want = shape.tolist()
+        seen, seen_x, target = memo
+        if want != seen or x.shape != seen_x:
+            target = reshape_target(node, x.shape, ints(shape), allowzero)
+            memo = (want, x.shape, target)
+        return (x.reshape(target),)
 
     return run
 
@@ -103,58 +117,89 @@ def reshape(node: KernelNode) -> KernelFn:
 @cpu_kernel("Transpose", since=1)
 def transpose(node: KernelNode) -> KernelFn:
     perm = node.attr("perm")
+    memo: tuple[int, Any] = (-1, None)  # (rank, checked permutation)
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        p = list(range(x.ndim))[::-1] if perm is None else perm
-        if sorted(p) != list(range(x.ndim)):
-            raise _bad(node, f"perm {p} is not a permutation of the {x.ndim} input axes")
+        nonlocal memo
+        rank, p = memo
+        if x.ndim != rank:
+            p = list(range(x.ndim))[::-1] if perm is None else perm
+            if sorted(p) != list(range(x.ndim)):
+                raise _bad(node, f"perm {p} is not a permutation of the {x.ndim} input axes")
+            memo = (x.ndim, p)
         return (x.transpose(p),)
 
     return run
 
 
-def _squeeze(node: KernelNode, x: np.ndarray, axes: list[int] | None) -> np.ndarray:
+def _squeezed(node: KernelNode, shape: tuple[int, ...], axes: list[int] | None) -> tuple[int, ...]:
     if axes is None:
-        return x.reshape(tuple(d for d in x.shape if d != 1))
-    ax = norm_axes(node, axes, x.ndim)
+        return tuple(d for d in shape if d != 1)
+    ax = norm_axes(node, axes, len(shape))
     for a in ax:
-        if x.shape[a] != 1:
-            raise _bad(node, f"cannot squeeze axis {a} of size {x.shape[a]} (shape {x.shape})")
-    return x.reshape(tuple(d for i, d in enumerate(x.shape) if i not in ax))
+        if shape[a] != 1:
+            raise _bad(node, f"cannot squeeze axis {a} of size {shape[a]} (shape {shape})")
+    return tuple(d for i, d in enumerate(shape) if i not in ax)
 
 
-def _unsqueeze(node: KernelNode, x: np.ndarray, axes: list[int]) -> np.ndarray:
-    rank = x.ndim + len(axes)
+def _unsqueezed(node: KernelNode, shape: tuple[int, ...], axes: list[int]) -> tuple[int, ...]:
+    rank = len(shape) + len(axes)
     ax = set(norm_axes(node, axes, rank))
-    dims = iter(x.shape)
-    return x.reshape(tuple(1 if i in ax else next(dims) for i in range(rank)))
+    dims = iter(shape)
+    return tuple(1 if i in ax else next(dims) for i in range(rank))
+
+
+def _axes_reshape(
+    node: KernelNode,
+    target: Callable[[KernelNode, tuple[int, ...], Any], tuple[int, ...]],
+    attr_axes: list[int] | None,
+    from_input: bool,
+) -> KernelFn:
+    """Squeeze/Unsqueeze: a reshape to `target(shape, axes)`, kept per (shape, axes)."""
+    memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, axes values, target)
+
+    def run(x: np.ndarray, axes: np.ndarray | None = None) -> tuple[np.ndarray]:
+        nonlocal memo
+        want = None if axes is None else axes.tolist()
+        seen_x, seen, out = memo
+        if x.shape != seen_x or want != seen:
+            given = (None if axes is None else ints(axes)) if from_input else attr_axes
+            out = target(node, x.shape, given)
+            memo = (x.shape, want, out)
+        return (x.reshape(out),)
+
+    return run
 
 
 @cpu_kernel("Squeeze", since=1)
 def squeeze(node: KernelNode) -> KernelFn:
     if node.since_version < 13:
-        axes = node.attr("axes")
-        return lambda x: (_squeeze(node, x, axes),)
-    return lambda x, axes=None: (_squeeze(node, x, None if axes is None else ints(axes)),)
+        return _axes_reshape(node, _squeezed, node.attr("axes"), from_input=False)
+    return _axes_reshape(node, _squeezed, None, from_input=True)
 
 
 @cpu_kernel("Unsqueeze", since=1)
 def unsqueeze(node: KernelNode) -> KernelFn:
     if node.since_version < 13:
-        axes = list(node.attr("axes", []))
-        return lambda x: (_unsqueeze(node, x, axes),)
-    return lambda x, axes: (_unsqueeze(node, x, ints(axes)),)
+        return _axes_reshape(node, _unsqueezed, list(node.attr("axes", [])), from_input=False)
+    return _axes_reshape(node, _unsqueezed, None, from_input=True)
 
 
 @cpu_kernel("Flatten", since=1)
 def flatten(node: KernelNode) -> KernelFn:
     axis = node.attr("axis", 1)
+    memo: tuple[Any, Any] = (None, None)  # (input shape, 2-D shape)
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        a = axis + x.ndim if axis < 0 else axis
-        if not 0 <= a <= x.ndim:
-            raise _bad(node, f"axis {axis} is out of range for rank {x.ndim}")
-        return (x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:])),)
+        nonlocal memo
+        seen, out = memo
+        if x.shape != seen:
+            a = axis + x.ndim if axis < 0 else axis
+            if not 0 <= a <= x.ndim:
+                raise _bad(node, f"axis {axis} is out of range for rank {x.ndim}")
+            out = (math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+            memo = (x.shape, out)
+        return (x.reshape(out),)
 
     return run
 
@@ -211,11 +256,21 @@ def constant(node: KernelNode) -> KernelFn:
 def constant_of_shape(node: KernelNode) -> KernelFn:
     v = node.attr("value")
     fill = np.zeros(1, np.float32) if v is None else np.asarray(v).ravel()[:1]
+    # np.zeros is one C call where np.full is Python: same bits for a fill of +0 / 0 / False
+    zero = fill.dtype.kind in "biuf" and fill[0] == 0 and not np.signbit(fill[0])
+    memo: tuple[Any, Any] = (None, None)  # (shape values, checked dims)
 
     def run(shape_: np.ndarray) -> tuple[np.ndarray]:
-        dims = ints(shape_)
-        if any(d < 0 for d in dims):
-            raise _bad(node, f"negative dimension in shape {dims}")
+        nonlocal memo
+        want = shape_.tolist()
+        seen, dims = memo
+        if want != seen:
+            dims = ints(shape_)
+            if any(d < 0 for d in dims):
+                raise _bad(node, f"negative dimension in shape {dims}")
+            memo = (want, dims)
+        if zero:
+            return (np.zeros(dims, dtype=fill.dtype),)
         return (np.full(dims, fill[0], dtype=fill.dtype),)
 
     return run
@@ -241,17 +296,28 @@ def eye_like(node: KernelNode) -> KernelFn:
 def range_(node: KernelNode) -> KernelFn:
     """output[i] = start + i * delta; float16/bfloat16 computed in float32 (stash_type, 27)."""
     stash = node.attr("stash_type", 1)
+    memo: tuple[Any, Any] = (None, None)  # (the three inputs' bytes and dtypes, result)
 
     def run(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray]:
+        nonlocal memo
+        s, lim, d = np.asarray(start), np.asarray(limit), np.asarray(delta)
+        key = (s.tobytes(), lim.tobytes(), d.tobytes(), s.dtype, lim.dtype, d.dtype)
+        seen, out = memo
+        if key != seen:
+            out = compute(start, limit, delta)
+            memo = (key, out)
+        return (out.copy(),)  # the result is the caller's to keep
+
+    def compute(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
         dt = np.asarray(start).dtype
         s, lim, d = (np.asarray(v).item() for v in (start, limit, delta))
         if d == 0:
             raise _bad(node, "delta is zero")
         n = max(math.ceil((lim - s) / d), 0)
         if dt.kind in "iu":
-            return ((s + np.arange(n, dtype=np.int64) * d).astype(dt),)
+            return (s + np.arange(n, dtype=np.int64) * d).astype(dt)
         ct = np.dtype(np.float32) if stash == 1 and dt.itemsize == 2 else dt
-        return ((ct.type(s) + np.arange(n).astype(ct) * ct.type(d)).astype(dt),)
+        return (ct.type(s) + np.arange(n).astype(ct) * ct.type(d)).astype(dt)
 
     return run
 
@@ -263,8 +329,18 @@ def range_(node: KernelNode) -> KernelFn:
 @cpu_kernel("Concat", since=1)
 def concat(node: KernelNode) -> KernelFn:
     axis = node.attr("axis", 1)
+    memo: tuple[Any, int] = (None, 0)  # (input shapes, checked axis)
 
     def run(*xs: np.ndarray) -> tuple[np.ndarray]:
+        nonlocal memo
+        shapes = [x.shape for x in xs]
+        seen, a = memo
+        if shapes != seen:
+            a = check(xs)
+            memo = (shapes, a)
+        return (np.concatenate(xs, axis=a),)
+
+    def check(xs: Sequence[np.ndarray]) -> int:
         if not xs:
             raise _bad(node, "Concat needs at least one input")
         a = norm_axis(node, axis, xs[0].ndim)
@@ -275,7 +351,7 @@ def concat(node: KernelNode) -> KernelFn:
                 raise _bad(
                     node, f"cannot concatenate shapes {xs[0].shape} and {x.shape} on axis {a}"
                 )
-        return (np.concatenate(xs, axis=a),)
+        return a
 
     return run
 
@@ -308,14 +384,26 @@ def split(node: KernelNode) -> KernelFn:
     attr_split = node.attr("split")
     num_outputs = node.attr("num_outputs")
     attr_form = 2 <= node.since_version < 13
+    memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, split values, indices)
 
     def run(x: np.ndarray, split_in: np.ndarray | None = None) -> list[np.ndarray]:
+        nonlocal memo
+        want = None if split_in is None else split_in.tolist()
+        seen_x, seen, parts = memo
+        if x.shape != seen_x or want != seen:
+            parts = plan(x, split_in)
+            memo = (x.shape, want, parts)
+        return [x[p] for p in parts]  # the views np.split returns
+
+    def plan(x: np.ndarray, split_in: np.ndarray | None) -> list[tuple[slice, ...]]:
         a = norm_axis(node, axis, x.ndim)
         sp = attr_split if attr_form or split_in is None else ints(split_in)
         if sp is not None and not sp and node.since_version < 13:
             sp = None
         sizes = split_sizes(node, x.shape[a], None if sp is None else list(sp), n_out, num_outputs)
-        return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=a)
+        ends = np.cumsum(sizes).tolist()
+        lead = (slice(None),) * a
+        return [(*lead, slice(e - n, e)) for n, e in zip(sizes, ends)]
 
     return run
 
@@ -358,9 +446,19 @@ def _slice_index(
 
 @cpu_kernel("Slice", since=1)
 def slice_(node: KernelNode) -> KernelFn:
+    memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, parameter values, index)
     if node.since_version < 10:
         st, en, ax = node.attr("starts"), node.attr("ends"), node.attr("axes")
-        return lambda x: (x[_slice_index(node, x.shape, st, en, ax, None)],)
+
+        def run_attrs(x: np.ndarray) -> tuple[np.ndarray]:
+            nonlocal memo
+            seen_x, _, idx = memo
+            if x.shape != seen_x:
+                idx = _slice_index(node, x.shape, st, en, ax, None)
+                memo = (x.shape, None, idx)
+            return (x[idx],)
+
+        return run_attrs
 
     def run(
         x: np.ndarray,
@@ -369,14 +467,24 @@ def slice_(node: KernelNode) -> KernelFn:
         axes: np.ndarray | None = None,
         steps: np.ndarray | None = None,
     ) -> tuple[np.ndarray]:
-        idx = _slice_index(
-            node,
-            x.shape,
-            ints(starts),
-            ints(ends),
-            None if axes is None else ints(axes),
-            None if steps is None else ints(steps),
+        nonlocal memo
+        want = (
+            starts.tolist(),
+            ends.tolist(),
+            None if axes is None else axes.tolist(),
+            None if steps is None else steps.tolist(),
         )
+        seen_x, seen, idx = memo
+        if x.shape != seen_x or want != seen:
+            idx = _slice_index(
+                node,
+                x.shape,
+                ints(starts),
+                ints(ends),
+                None if axes is None else ints(axes),
+                None if steps is None else ints(steps),
+            )
+            memo = (x.shape, want, idx)
         return (x[idx],)
 
     return run
@@ -384,12 +492,21 @@ def slice_(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("Expand", since=8)
 def expand(node: KernelNode) -> KernelFn:
+    memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, shape values, out shape)
+
     def run(x: np.ndarray, shape_: np.ndarray) -> tuple[np.ndarray]:
-        try:
-            out = np.broadcast_shapes(x.shape, tuple(ints(shape_)))
-        except ValueError:
-            raise _bad(node, f"cannot expand shape {x.shape} to {ints(shape_)}") from None
-        return (np.array(np.broadcast_to(x, out)),)
+        nonlocal memo
+        want = shape_.tolist()
+        seen_x, seen, out = memo
+        if x.shape != seen_x or want != seen:
+            try:
+                out = np.broadcast_shapes(x.shape, tuple(ints(shape_)))
+            except ValueError:
+                raise _bad(node, f"cannot expand shape {x.shape} to {ints(shape_)}") from None
+            memo = (x.shape, want, out)
+        y = np.empty(out, x.dtype)
+        np.copyto(y, x)  # np.array(np.broadcast_to(x, out)), without broadcast_to's Python
+        return (y,)
 
     return run
 
@@ -412,11 +529,17 @@ def tile(node: KernelNode) -> KernelFn:
 _PAD_MODES = {"constant", "reflect", "edge", "wrap"}
 
 
-def pad_array(
-    node: KernelNode, x: np.ndarray, pads: list[int], mode: str, value: Any, axes: list[int] | None
-) -> np.ndarray:
-    """Pad (negative pads crop first, then positive pads are added)."""
-    rank = x.ndim
+def pad_plan(
+    node: KernelNode, shape: tuple[int, ...], pads: list[int], mode: str, axes: list[int] | None
+) -> tuple[Any, ...]:
+    """How Pad turns an input of `shape` into its output: (crop, out shape, where the input
+    goes, per-axis source indices), with the checks and errors of the op.
+
+    Negative pads crop first; `constant` then writes the cropped input into a filled buffer,
+    the other modes gather along each padded axis with the source positions `np.pad` would
+    read (worked out once, by padding `arange`), so the result is `np.pad`'s.
+    """
+    rank = len(shape)
     ax = list(range(rank)) if axes is None else norm_axes(node, axes, rank)
     if len(pads) != 2 * len(ax):
         raise _bad(node, f"pads has {len(pads)} entries, expected {2 * len(ax)}")
@@ -424,26 +547,54 @@ def pad_array(
     for i, a in enumerate(ax):
         before[a], after[a] = pads[i], pads[len(ax) + i]
     crop = tuple(
-        slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(before, after))
+        slice(max(-b, 0), shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(before, after))
     )
     if any(s.start > s.stop for s in crop):
-        raise _bad(node, f"pads {pads} crop more than the input shape {x.shape}")
-    x = x[crop]
+        raise _bad(node, f"pads {pads} crop more than the input shape {shape}")
+    cropped = tuple(s.stop - s.start for s in crop)
+    no_crop = cropped == shape
     width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    out_shape = tuple(d + b + e for d, (b, e) in zip(cropped, width))
     if mode == "constant":
-        out = np.full(tuple(d + b + e for d, (b, e) in zip(x.shape, width)), value, dtype=x.dtype)
-        out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))] = x
-        return out
+        inside = tuple(slice(b, b + d) for d, (b, _) in zip(cropped, width))
+        return (None if no_crop else crop, out_shape, inside, None)
     if not any(b or e for b, e in width):
-        return x
-    if x.size == 0:
+        return (None if no_crop else crop, out_shape, None, [])
+    if math.prod(cropped) == 0:
         raise _bad(node, f"cannot {mode}-pad an empty tensor")
-    if mode == "reflect" and any((b or e) and d < 2 for d, (b, e) in zip(x.shape, width)):
+    if mode == "reflect" and any((b or e) and d < 2 for d, (b, e) in zip(cropped, width)):
         raise _bad(
-            node, f"reflect padding needs at least 2 elements on padded axes, shape {x.shape}"
+            node, f"reflect padding needs at least 2 elements on padded axes, shape {cropped}"
         )
-    padded: np.ndarray = np.pad(x, width, mode=cast(Any, mode))  # mode checked in the factory
-    return padded
+    gathers = [
+        (a, np.pad(np.arange(d), (b, e), mode=cast(Any, mode)))  # mode checked in the factory
+        for a, (d, (b, e)) in enumerate(zip(cropped, width))
+        if b or e
+    ]
+    return (None if no_crop else crop, out_shape, None, gathers)
+
+
+def pad_array(
+    node: KernelNode, x: np.ndarray, pads: list[int], mode: str, value: Any, axes: list[int] | None
+) -> np.ndarray:
+    """Pad (negative pads crop first, then positive pads are added)."""
+    return _pad_with(x, pad_plan(node, x.shape, pads, mode, axes), value)
+
+
+def _pad_with(x: np.ndarray, plan: tuple[Any, ...], value: Any) -> np.ndarray:
+    crop, out_shape, inside, gathers = plan
+    if crop is not None:
+        x = x[crop]
+    if inside is not None:
+        if value == 0 and x.dtype.kind in "biuf" and not np.signbit(value):
+            out = np.zeros(out_shape, dtype=x.dtype)  # one C call; np.full is Python
+        else:
+            out = np.full(out_shape, value, dtype=x.dtype)
+        out[inside] = x
+        return out
+    for a, index in gathers:
+        x = np.take(x, index, axis=a)
+    return x
 
 
 @cpu_kernel("Pad", since=1)
@@ -451,6 +602,7 @@ def pad(node: KernelNode) -> KernelFn:
     mode = node.attr("mode", "constant")
     if mode not in _PAD_MODES:
         raise _bad(node, f"unknown pad mode {mode!r}")
+    memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, pads/axes values, plan)
 
     def fill(x: np.ndarray, value: Any) -> Any:
         if value is None:
@@ -461,7 +613,16 @@ def pad(node: KernelNode) -> KernelFn:
     if node.since_version < 11:
         pads_attr = list(node.attr("pads", node.attr("paddings", [])))
         value_attr = node.attr("value", 0.0)
-        return lambda x: (pad_array(node, x, pads_attr, mode, fill(x, value_attr), None),)
+
+        def run_attrs(x: np.ndarray) -> tuple[np.ndarray]:
+            nonlocal memo
+            seen_x, _, plan = memo
+            if x.shape != seen_x:
+                plan = pad_plan(node, x.shape, pads_attr, mode, None)
+                memo = (x.shape, None, plan)
+            return (_pad_with(x, plan, fill(x, value_attr)),)
+
+        return run_attrs
 
     def run(
         x: np.ndarray,
@@ -469,8 +630,13 @@ def pad(node: KernelNode) -> KernelFn:
         constant_value: np.ndarray | None = None,
         axes: np.ndarray | None = None,
     ) -> tuple[np.ndarray]:
-        ax = None if axes is None else ints(axes)
-        return (pad_array(node, x, ints(pads_), mode, fill(x, constant_value), ax),)
+        nonlocal memo
+        want = (pads_.tolist(), None if axes is None else axes.tolist())
+        seen_x, seen, plan = memo
+        if x.shape != seen_x or want != seen:
+            plan = pad_plan(node, x.shape, ints(pads_), mode, None if axes is None else ints(axes))
+            memo = (x.shape, want, plan)
+        return (_pad_with(x, plan, fill(x, constant_value)),)
 
     return run
 
