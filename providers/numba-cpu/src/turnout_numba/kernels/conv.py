@@ -1,16 +1,19 @@
 """Conv and FusedConv (ai.turnout) for 1-D and 2-D float inputs.
 
-Three paths, chosen per call from the geometry:
-- depthwise (one input channel per group): a direct loop per output plane, in parallel over
-  planes; a GEMM per channel would be a 1-row matrix product;
+Three paths, chosen when the session is created from the weight's shape and `group`:
+- depthwise (one input channel per group, at most `DEPTHWISE_MAX_MULTIPLIER` outputs each):
+  a direct loop with the taps unrolled and the bias and activation applied as the output is
+  written (`depthwise.py`); a GEMM per channel would be a 1-row matrix product;
 - pointwise (1x1 kernel, stride 1, no padding): the input image already is the column matrix,
   so each group is one BLAS GEMM straight into the output;
-- otherwise im2col: one parallel pass lays out the patches of an image as (C*KH*KW, OH*OW), rows
+- otherwise im2col: one pass lays out the patches of an image as (C*KH*KW, OH*OW), rows
   ordered so that each group's rows are contiguous, then a BLAS GEMM per group writes its
-  output channels in place (no transposes, no padded copy of the input).
-The bias, FusedConv's residual input Z and its activation run after in one pass (`epilogue`).
-Window geometry (pads, auto_pad, output size) is the CPU provider's, shared with Conv there.
-3-D convolution and other dtypes stay with the numpy kernel.
+  output channels in place. The patches are read along the same `window.Window` plan as the
+  depthwise kernel (long loops over a plane, padding by guard zeros and masks).
+Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
+GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
+provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
+stay with the numpy kernel.
 """
 
 from __future__ import annotations
@@ -18,153 +21,75 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import prange, types
+from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.conv import _conv_setup
+from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
 from turnout.providers.cpu.kernels.fused import activation_of
 
+from .. import cache
 from ..codegen import numba_array
-from ..registry import BuildContext, float_inputs_applies, numba_kernel
-from .epilogue import Epilogue
+from ..registry import SERIAL_WORK, BuildContext, SizedKernel, float_inputs_applies, numba_kernel
+from .depthwise import depthwise_kernel
+from .epilogue import CTOR, Epilogue
 from .gemm import present
+from .window import Window, copy_lines, geo_lines, plan_window
 
-__all__: list[str] = []
+__all__ = ["DEPTHWISE_MAX_MULTIPLIER"]
 
+DEPTHWISE_MAX_MULTIPLIER = 4
+"""A conv with one input channel per group and at most this many outputs per group runs the
+direct depthwise kernel; with more (a 1-channel audio front end with 258 filters) the outputs
+share each patch, which a GEMM does better."""
 
-def _im2col(
-    x: Any,
-    col: Any,
-    kh_: int,
-    kw_: int,
-    sh: int,
-    sw: int,
-    dh: int,
-    dw: int,
-    pt: int,
-    pl: int,
-    oh_: int,
-    ow_: int,
-) -> None:  # pragma: no cover - compiled by numba
-    # Loops run over slices from 0 (numba then drops negative-index checks and LLVM
-    # vectorizes the copies).
-    c_, h_, w_ = x.shape
-    kk = kh_ * kw_
-    for r in prange(c_ * kk):
-        c = r // kk
-        ki = (r - c * kk) // kw_
-        kj = r - c * kk - ki * kw_
-        off = kj * dw - pl
-        lo = 0 if off >= 0 else (-off + sw - 1) // sw
-        t = w_ - 1 - off
-        hi = min(t // sw + 1, ow_) if t >= 0 else 0
-        lo = min(lo, hi)
-        xc = x[c]
-        for oh in range(oh_):
-            dst = col[r, oh * ow_ : (oh + 1) * ow_]
-            ih = oh * sh - pt + ki * dh
-            if ih < 0 or ih >= h_:
-                for o in range(ow_):
-                    dst[o] = 0
-                continue
-            for o in range(lo):
-                dst[o] = 0
-            mid = dst[lo:hi]
-            if sw == 1:
-                src = xc[ih, lo + off : hi + off]
+_IM2COL = """\
+def _im2col(x, col, offs, cols, lo, hi, geo):
+    zero = {ctor}(0)
+{geo}    c_ = x.shape[0]
+    taps = offs.shape[0]
+    kw = lo.shape[0]
+    for c in prange(c_):
+        buf = np.zeros(blen, x.dtype)
+        src = x[c]
+        if not direct:
+{copy}            src = buf
+        for t in range(taps):
+            dst = col[c * taps + t]
+            ot = offs[t]
+            if flat:
+                kj = t % kw
+                lt = lo[kj]
+                ht = hi[kj]
+                tt = src[ot:]
+                for j in range(rlen):
+                    cj = cols[j]
+                    dst[j] = tt[j] if cj >= lt and cj < ht else zero
             else:
-                src = xc[ih, lo * sw + off :: sw]
-            for o in range(hi - lo):
-                mid[o] = src[o]
-            tail = dst[hi:]
-            for o in range(ow_ - hi):
-                tail[o] = 0
+                for r in range(rows):
+                    tt = src[r * rstep + ot :]
+                    d = dst[r * rlen : r * rlen + rlen]
+                    for j in range(rlen):
+                        d[j] = tt[j]
+"""
 
 
-def _depthwise(
-    x: Any,
-    w: Any,
-    y: Any,
-    mg: int,
-    sh: int,
-    sw: int,
-    dh: int,
-    dw: int,
-    pt: int,
-    pl: int,
-    oh_: int,
-    ow_: int,
-) -> None:  # pragma: no cover - compiled by numba
-    # Per plane, the zero-padded input is split into sh x sw phase planes (phase (a, b) holds
-    # padded pixels (i*sh + a, j*sw + b)), flattened with row length wq. Kernel tap (ki, kj)
-    # then reads one phase at a fixed offset for every output, so each tap is one long
-    # multiply-add over the flat (OH x wq) grid (the wq - OW extra columns per row are computed
-    # and dropped): a few long vector loops per plane instead of short strided ones.
-    n_, _, h_, w_ = x.shape
-    m_, _, kh_, kw_ = w.shape
-    hq = oh_ + (kh_ - 1) * dh // sh
-    wq = ow_ + (kw_ - 1) * dw // sw
-    plane = hq * wq
-    span = oh_ * wq
-    planes = n_ * m_
-    # phase column j of phase b reads input column j*sw + b - pl: its valid j range, per b
-    # (integer division is slow next to the few multiply-adds per row: done once here)
-    jlo = np.empty(sw, np.int64)
-    jhi = np.empty(sw, np.int64)
-    for b in range(sw):
-        off = b - pl
-        t = w_ - 1 - off
-        jhi[b] = min(t // sw + 1, wq) if t >= 0 else 0
-        jlo[b] = min(0 if off >= 0 else (-off + sw - 1) // sw, jhi[b])
-    chunks = min(planes, 64)  # scratch buffers are allocated (and zeroed) once per chunk
-    for ch in prange(chunks):
-        # the padding stays zero: every plane of a chunk writes the same valid positions
-        buf = np.zeros(sh * sw * plane + wq, x.dtype)
-        acc = np.empty(span, x.dtype)
-        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
-            n = q // m_
-            m = q - n * m_
-            xp = x[n, m // mg]
-            for a in range(sh):
-                for i in range(hq):
-                    r = i * sh + a - pt
-                    if r < 0 or r >= h_:
-                        continue
-                    src = xp[r]
-                    for b in range(sw):
-                        j0, j1 = jlo[b], jhi[b]
-                        if j1 <= j0:
-                            continue
-                        base = (a * sw + b) * plane + i * wq
-                        dst = buf[base + j0 : base + j1]
-                        s0 = j0 * sw + b - pl
-                        if sw == 1:
-                            seg = src[s0 : s0 + j1 - j0]
-                            for j in range(j1 - j0):
-                                dst[j] = seg[j]
-                        else:
-                            seg = src[s0::sw]
-                            for j in range(j1 - j0):
-                                dst[j] = seg[j]
-            for ki in range(kh_):
-                for kj in range(kw_):
-                    wv = w[m, 0, ki, kj]
-                    ph = ((ki * dh) % sh) * sw + (kj * dw) % sw
-                    off = ph * plane + (ki * dh // sh) * wq + kj * dw // sw
-                    src = buf[off : off + span]
-                    if ki == 0 and kj == 0:
-                        for p in range(span):
-                            acc[p] = wv * src[p]
-                    else:
-                        for p in range(span):
-                            acc[p] += wv * src[p]
-            yp = y[n, m]
-            for i in range(oh_):
-                yr = yp[i]
-                ar = acc[i * wq : i * wq + ow_]
-                for o in range(ow_):
-                    yr[o] = ar[o]
+def _im2col_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
+    """im2col of one image (C, H*W) into (C*KH*KW, OH*OW) along a window plan."""
+    text = _IM2COL.format(ctor=CTOR[dtype.name], geo=geo_lines(4), copy=copy_lines(12))
+    fn = cache.load_source(text, "im2col")._im2col
+    i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
+    i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+    sig = types.void(
+        numba_array(dtype, 2, readonly=True, layout="C"),
+        numba_array(dtype, 2, readonly=False, layout="C"),
+        i64,
+        i32,
+        i32,
+        i32,
+        i64,
+    )
+    return SizedKernel(fn, [sig], parallel)
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -184,104 +109,171 @@ def _conv_applies(kn: KernelNode) -> str | None:
     return None
 
 
+class _Plan:
+    """Everything a run at one (X shape, W shape) needs, computed on its first run."""
+
+    __slots__ = ("chunks", "final", "kind", "out", "win", "work", "y3")
+
+    def __init__(
+        self,
+        kind: str,
+        final: tuple[int, ...],
+        y3: tuple[int, int, int],
+        out: tuple[int, int],
+        win: Window | None,
+        work: int,
+        chunks: int,
+    ) -> None:
+        self.kind = kind
+        self.final = final
+        self.y3 = y3
+        self.out = out
+        self.win = win
+        self.work = work
+        self.chunks = chunks
+
+
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     dt = kn.inputs[0].dtype
-    ints = [types.int64] * 10
-    im2col = ctx.jit(
-        _im2col,
-        [
-            types.void(
-                numba_array(dt, 3, readonly=True, layout="C"),
-                numba_array(dt, 2, readonly=False, layout="C"),
-                *ints,
-            )
-        ],
-    )
-    depthwise = ctx.jit(
-        _depthwise,
-        [
-            types.void(
-                numba_array(dt, 4, readonly=True, layout="C"),
-                numba_array(dt, 4, readonly=True, layout="C"),
-                numba_array(dt, 4, readonly=False, layout="C"),
-                *ints[:9],
-            )
-        ],
-    )
     fused = kn.op_type == "FusedConv"
     act = activation_of(kn) if fused else ("", 0.0, 0.0)
-    epilogue = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=fused and present(kn, 3))
+    has_z = fused and present(kn, 3)
     group = int(kn.attr("group", 1))
     name = kn.name
-    geometry: dict[tuple[Any, Any], tuple[Any, ...]] = {}  # (X shape, W shape) -> _conv_setup
+    w_info = kn.inputs[1]
+    w_shape = tuple(w_info.shape) if w_info is not None and w_info.shape is not None else None
+    known = w_shape is not None and all(isinstance(d, int) for d in w_shape)
+    depthwise = None
+    if known and w_shape is not None and w_shape[1] == 1 and len(w_shape) in (3, 4):
+        mg = w_shape[0] // group if group > 0 else 0
+        if 0 < mg <= DEPTHWISE_MAX_MULTIPLIER:
+            k2 = (1, w_shape[2]) if len(w_shape) == 3 else (w_shape[2], w_shape[3])
+            # with a residual Z the activation comes after the sum: in the epilogue
+            depthwise = depthwise_kernel(k2, dt, "" if has_z else act[0], ctx.parallel)
+    # one im2col per dtype, shared by all nodes; nodes that never need it do not compile it
+    pointwise = (
+        known
+        and w_shape is not None
+        and all(k == 1 for k in w_shape[2:])
+        and all(s == 1 for s in kn.attr("strides", None) or [1])
+        and not any(kn.attr("pads", None) or [0])
+    )
+    im2col = [None if depthwise is not None or pointwise else _im2col_kernel(dt, ctx.parallel)]
+    # the bias goes into the depthwise kernel; the epilogue adds what the GEMM paths need
+    epilogue = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=has_z)
+    after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
+    zeros: dict[int, Any] = {}
+    plans: dict[tuple[Any, Any], _Plan] = {}
+    a0, a1 = act[1], act[2]
 
-    def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
+    def plan(x: Any, w: Any) -> _Plan:
         if x.ndim not in (3, 4) or w.ndim != x.ndim:
             raise InvalidArgument(f"{name}: X {x.shape} and W {w.shape} must both be 3-D or 4-D")
-        if x.dtype != dt or w.dtype != dt:
-            raise InvalidArgument(f"{name}: X {x.dtype} and W {w.dtype} must both be {dt}")
-        key = (x.shape, w.shape)
-        setup = geometry.get(key)
-        if setup is None:  # pads/auto_pad/output size: the same for every run at these shapes
-            setup = geometry[key] = _conv_setup(kn, x, w)
-        strides, dilations, pb, _pe, out = setup
-        final_shape = (x.shape[0], w.shape[0], *out)
+        kernel = list(kn.attr("kernel_shape", None) or w.shape[2:])
+        if tuple(kernel) != tuple(w.shape[2:]):
+            raise InvalidArgument(f"{name}: kernel_shape {kernel} does not match W {w.shape}")
+        strides, dilations = spatial_attrs(kn, x.ndim - 2, kernel)
+        pb, _pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations)
         n_, c_ = x.shape[:2]
         m_ = w.shape[0]
         if c_ != w.shape[1] * group or m_ % group:
             raise InvalidArgument(
                 f"{name}: input channels {c_} and weight shape {w.shape} do not match group={group}"
             )
+        final = (n_, m_, *out)
         if x.ndim == 3:  # 1-D as 2-D with a unit height
-            x, w = x[:, :, None, :], w[:, :, None, :]
-            strides, dilations, pb, out = [1, *strides], [1, *dilations], [0, *pb], [1, *out]
-        x = np.ascontiguousarray(x)
-        w = np.ascontiguousarray(w)
-        oh_, ow_ = out
-        p_ = oh_ * ow_
-        y = np.empty((n_, m_, p_), dt)
-        cg, mg = c_ // group, m_ // group
-        geo = (*strides, *dilations, *pb, oh_, ow_)
-        if y.size == 0:
-            pass
-        elif cg == 1:
-            depthwise(y.size * w.shape[2] * w.shape[3], x, w, y.reshape(n_, m_, oh_, ow_), mg, *geo)
+            kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
+            pb, out = [0, *pb], [1, *out]
+            hw = (1, x.shape[2])
         else:
-            _gemm_conv(x, w, y, group, geo, im2col)
-        row = full = None
-        if b is not None:
-            if b.shape != (m_,):
-                raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m_},)")
-            row = np.ascontiguousarray(b, dtype=dt)
+            hw = (x.shape[2], x.shape[3])
+        oh_, ow_ = out
+        y3 = (n_, m_, oh_ * ow_)
+        k2 = (kernel[0], kernel[1])
+        if depthwise is not None and w.shape == w_shape:
+            kind = "dw"
+        elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
+            kind = "pw"
+        else:
+            kind = "gemm"
+        win = None
+        if kind != "pw" and oh_ * ow_ > 0:
+            win = plan_window(
+                hw,
+                k2,
+                (strides[0], strides[1]),
+                (dilations[0], dilations[1]),
+                (pb[0], pb[1]),
+                (oh_, ow_),
+            )
+        if kind == "gemm" and im2col[0] is None:  # shapes unlike those declared
+            im2col[0] = _im2col_kernel(dt, ctx.parallel)
+        work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
+        planes = n_ * m_
+        chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
+        return _Plan(kind, final, y3, (oh_, ow_), win, work, max(chunks, 1))
+
+    def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
+        if x.dtype != dt or w.dtype != dt:
+            raise InvalidArgument(f"{name}: X {x.dtype} and W {w.dtype} must both be {dt}")
+        key = (x.shape, w.shape)
+        p = plans.get(key)
+        if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
+            p = plans[key] = plan(x, w)
+        m_ = p.y3[1]
+        if b is not None and b.shape != (m_,):
+            raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m_},)")
+        full = None
         if z is not None:
             try:
-                zb = np.broadcast_to(z.astype(dt, copy=False), final_shape)
+                zb = np.broadcast_to(z.astype(dt, copy=False), p.final)
             except ValueError:
                 raise InvalidArgument(
-                    f"{name}: Z {z.shape} does not broadcast to the output {final_shape}"
+                    f"{name}: Z {z.shape} does not broadcast to the output {p.final}"
                 ) from None
-            full = np.ascontiguousarray(zb).reshape(y.shape)
+            full = np.ascontiguousarray(zb).reshape(p.y3)
+        y = np.empty(p.y3, dt)
+        if y.size == 0:
+            return (y.reshape(p.final),)
+        x = np.ascontiguousarray(x)
+        w = np.ascontiguousarray(w)
+        if p.kind == "dw":
+            assert depthwise is not None and p.win is not None
+            if b is None:
+                b = zeros.get(m_)
+                if b is None:
+                    b = zeros[m_] = np.zeros(m_, dt)
+            x3 = x.reshape(x.shape[0], x.shape[1], -1)
+            w2 = w.reshape(m_, -1)
+            depthwise(p.work, x3, w2, b, y, *p.win.args(), p.chunks, a0, a1)
+            if after_dw is not None:
+                after_dw(y, full=full)
+            return (y.reshape(p.final),)
+        _gemm_conv(x, w, y, group, p, im2col[0])
+        row = None if b is None else np.ascontiguousarray(b)
         epilogue(y, row=row, full=full)
-        return (y.reshape(final_shape),)
+        return (y.reshape(p.final),)
 
     return run
 
 
-def _gemm_conv(x: Any, w: Any, y: Any, group: int, geo: tuple[int, ...], im2col: Any) -> None:
+def _gemm_conv(x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: Any) -> None:
     """im2col (or the input itself for a pointwise conv) then one BLAS GEMM per group."""
-    n_, c_, h_, w_ = x.shape
-    m_, cg, kh_, kw_ = w.shape
-    sh, sw, dh, dw, pt, pl, oh_, ow_ = geo
+    n_, c_ = x.shape[:2]
+    m_ = w.shape[0]
     mg = m_ // group
-    rows = cg * kh_ * kw_
+    rows = w[0].size
     wg = w.reshape(group, mg, rows)
-    pointwise = kh_ == kw_ == 1 and sh == sw == 1 and pt == pl == 0 and (oh_, ow_) == (h_, w_)
-    col = None if pointwise else np.empty((c_ * kh_ * kw_, oh_ * ow_), x.dtype)
+    size = p.y3[2]
+    xs = x.reshape(n_, c_, -1)
+    col = None if p.kind == "pw" else np.empty((c_ * (rows // w.shape[1]), size), x.dtype)
+    win = p.win
     for n in range(n_):
         if col is None:
-            cols = x[n].reshape(c_, h_ * w_)
+            cols = xs[n]
         else:
-            im2col(col.size, x[n], col, kh_, kw_, sh, sw, dh, dw, pt, pl, oh_, ow_)
+            assert win is not None and im2col is not None
+            im2col(col.size, xs[n], col, *win.args())
             cols = col
         for g in range(group):
             np.matmul(wg[g], cols[g * rows : (g + 1) * rows], out=y[n, g * mg : (g + 1) * mg])

@@ -22,7 +22,7 @@ from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
 
-__all__ = ["ACTIVATIONS", "Epilogue"]
+__all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines"]
 
 # activation name -> the statement computing v from v (T is the dtype's constructor, a0 and a1
 # the parameters). Names and parameter defaults are the CPU provider's (`ACTIVATION_DEFAULTS`).
@@ -43,7 +43,8 @@ ACTIVATIONS: dict[str, str] = {
 }
 assert ACTIVATIONS.keys() == ACTIVATION_DEFAULTS.keys()
 
-_CTOR = {"float32": "np.float32", "float64": "np.float64"}
+CTOR = {"float32": "np.float32", "float64": "np.float64"}
+"""The scalar constructor a generated kernel names `T`, per dtype."""
 
 # float32 Gelu: libm's erf is a scalar call LLVM cannot vectorize (and was 40% of the GEMM's time
 # in BERT's FFN), so float32 uses erf(u) ~ u * P(u^2) / Q(u^2) on |u| <= 3.925 (1 beyond, to
@@ -76,6 +77,13 @@ _GELU_F32 = (
 )
 
 
+def activation_lines(dtype: np.dtype[Any], act: str, indent: int) -> str:
+    """The statements applying `act` to `v`, indented for a generated loop body. They use the
+    names `T`, `zero`, `one`, `a0` and `a1`, which the kernel defines."""
+    body = _GELU_F32 if act == "Gelu" and dtype == np.float32 else ACTIVATIONS[act]
+    return "".join(f"{' ' * indent}{line}\n" for line in body.splitlines())
+
+
 def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, full: bool) -> str:
     """The kernel text for one combination; absent terms are simply not written."""
     terms = ["yr[k]" + (" * alpha_" if scale else "")]
@@ -85,11 +93,10 @@ def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, f
         terms.append("col[k] * beta_")
     if full:
         terms.append("fr[k] * beta_")
-    body = _GELU_F32 if act == "Gelu" and dtype == np.float32 else ACTIVATIONS[act]
-    act_lines = "".join(f"            {line}\n" for line in body.splitlines())
+    act_lines = activation_lines(dtype, act, 12)
     return (
         "def _epilogue(y, row, col, full, alpha, beta, p0, p1):\n"
-        f"    T = {_CTOR[dtype.name]}\n"
+        f"    T = {CTOR[dtype.name]}\n"
         "    zero = T(0)\n    one = T(1)\n"
         "    alpha_ = T(alpha)\n    beta_ = T(beta)\n    a0 = T(p0)\n    a1 = T(p1)\n"
         "    b_, r_, n_ = y.shape\n"

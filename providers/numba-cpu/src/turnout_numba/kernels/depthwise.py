@@ -1,0 +1,167 @@
+"""Depthwise convolution (one input channel per group), bias and activation fused.
+
+A depthwise conv does a few multiply-adds per output (9 for 3x3), so its speed is decided by
+how the plane is walked, not by arithmetic: an im2col, a padded copy per row or a second pass
+for the bias costs as much as the taps. The kernel walks each plane along a `window.Window`
+plan: a 'same' stride-1 conv is one loop over the whole plane with each tap at a fixed offset
+and the taps that cross a row edge dropped by a select; strided and other convs copy the plane
+once into a padded buffer with the columns split by stride phase, then run one loop per output
+row in which every tap reads consecutive values.
+
+The kernel text is generated per (kernel size, activation, dtype): taps are unrolled into one
+expression whose weights stay in registers, and the bias and activation are applied as the
+output is written. Kernels with more than `UNROLL` taps share one generic text per activation
+and dtype that loops over the taps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from .. import cache
+from ..codegen import numba_array
+from ..registry import SizedKernel
+from .epilogue import CTOR, activation_lines
+from .window import copy_lines, geo_lines
+
+__all__ = ["UNROLL", "depthwise_kernel"]
+
+UNROLL = 25
+"""Kernels with at most this many taps get their taps unrolled (up to 5x5, 1-D up to 25)."""
+
+_HEAD = """\
+def _depthwise(x, w, b, y, offs, cols, lo, hi, geo, chunks, a0_, a1_):
+    T = {ctor}
+    zero = T(0)
+    one = T(1)
+    a0 = T(a0_)
+    a1 = T(a1_)
+{geo}    n_, c_, hw = x.shape
+    m_ = w.shape[0]
+    mg = m_ // c_
+    planes = n_ * m_
+{consts}    for ch in prange(chunks):
+        buf = np.zeros(blen, x.dtype)
+        last = -1
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            n = q // m_
+            m = q - n * m_
+            c = m // mg
+            src = x[n, c]
+            if not direct:
+                if n * c_ + c != last:
+                    last = n * c_ + c
+{copy}                src = buf
+            wm = w[m]
+            bv = b[m]
+            yp = y[n, m]
+{body}"""
+
+
+def _unrolled(kh: int, kw: int) -> tuple[str, str]:
+    taps = kh * kw
+    consts = "".join(f"    lo{j} = lo[{j}]\n    hi{j} = hi[{j}]\n" for j in range(kw))
+    consts += "".join(f"    o{t} = offs[{t}]\n" for t in range(taps))
+    lines = [f"            w{t} = wm[{t}]" for t in range(taps)]
+    # flat: one view per kernel row, the columns at constant offsets from it
+    lines.append("            if flat:")
+    lines += [f"                r{ki} = src[o{ki * kw}:]" for ki in range(kh)]
+    lines.append("                for j in range(rlen):")
+    lines.append("                    cj = cols[j]")
+    lines.append("                    v = bv")
+    for kj in range(kw):
+        terms = " + ".join(f"w{ki * kw + kj} * r{ki}[j + {kj}]" for ki in range(kh))
+        lines.append(f"                    s = {terms}")
+        lines.append(f"                    v += s if cj >= lo{kj} and cj < hi{kj} else zero")
+    lines.append("{act20}                    yp[j] = v")
+    # padded rows: one view per tap
+    lines.append("            else:")
+    lines.append("                for r in range(rows):")
+    lines.append("                    base = r * rstep")
+    lines += [f"                    t{t} = src[base + o{t}:]" for t in range(taps)]
+    lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
+    lines.append("                    for j in range(rlen):")
+    terms = " + ".join(f"w{t} * t{t}[j]" for t in range(taps))
+    lines.append(f"                        v = bv + {terms}")
+    lines.append("{act24}                        yo[j] = v")
+    return consts, "\n".join(lines) + "\n"
+
+
+_GENERIC = """\
+            acc = np.empty(rlen, x.dtype)
+            for r in range(rows):
+                base = r * rstep
+                for j in range(rlen):
+                    acc[j] = bv
+                for t in range(taps):
+                    wt = wm[t]
+                    tt = src[base + offs[t]:]
+                    if flat:
+                        kj = t % kw
+                        lt = lo[kj]
+                        ht = hi[kj]
+                        for j in range(rlen):
+                            cj = cols[j]
+                            acc[j] += wt * tt[j] if cj >= lt and cj < ht else zero
+                    else:
+                        for j in range(rlen):
+                            acc[j] += wt * tt[j]
+                yo = yp[r * rlen : r * rlen + rlen]
+                for j in range(rlen):
+                    v = acc[j]
+{act20}                    yo[j] = v
+"""
+
+
+def _source(kh: int, kw: int, dtype: np.dtype[Any], act: str) -> str:
+    if kh * kw <= UNROLL:
+        consts, body = _unrolled(kh, kw)
+    else:
+        consts, body = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n", _GENERIC
+    body = body.replace("{act20}", activation_lines(dtype, act, 20))
+    body = body.replace("{act24}", activation_lines(dtype, act, 24))
+    return _HEAD.format(
+        ctor=CTOR[dtype.name],
+        geo=geo_lines(4),
+        copy=copy_lines(20),
+        consts=consts,
+        body=body,
+    )
+
+
+_KERNELS: dict[tuple[Any, ...], SizedKernel] = {}
+
+
+def depthwise_kernel(
+    kernel: tuple[int, int], dtype: np.dtype[Any], act: str, parallel: bool
+) -> SizedKernel:
+    """The compiled kernel for `kernel` (KH, KW) taps, `dtype` and activation `act`:
+    `k(work, x3, w2, b, y3, *window.args(), chunks, a0, a1)` with x3 (N, C, H*W), w2 (M, KH*KW),
+    b (M,), y3 (N, M, OH*OW), all C-contiguous; `chunks` splits the planes among threads."""
+    kh, kw = kernel
+    shape = (kh, kw) if kh * kw <= UNROLL else (0, 0)
+    key = (shape, dtype.name, act, parallel)
+    kern = _KERNELS.get(key)
+    if kern is None:
+        fn = cache.load_source(_source(kh, kw, dtype, act), "depthwise")._depthwise
+        i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
+        i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+        sig = types.void(
+            numba_array(dtype, 3, readonly=True, layout="C"),
+            numba_array(dtype, 2, readonly=True, layout="C"),
+            numba_array(dtype, 1, readonly=True, layout="C"),
+            numba_array(dtype, 3, readonly=False, layout="C"),
+            i64,
+            i32,
+            i32,
+            i32,
+            i64,
+            types.int64,
+            types.float64,
+            types.float64,
+        )
+        kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
+    return kern

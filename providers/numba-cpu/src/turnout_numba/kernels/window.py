@@ -1,0 +1,152 @@
+"""Where each tap of a 2-D sliding window reads, planned once per input shape (no numba here).
+
+The window kernels (depthwise Conv, im2col) read a channel's plane as one flat array, so that
+their inner loops run over outputs with every tap at a fixed offset. Two layouts:
+
+- `flat` (stride 1, output rows as long as input rows, undilated columns: the 'same' conv):
+  the whole output plane is one loop. Output `p` reads tap `t` at `src[offs[t] + p]` of a copy
+  of the plane with `g0` zeros before it (rows above and below the input read zeros). A tap of
+  kernel column `kj` counts for output column `cols[p]` only within `[lo[kj], hi[kj])`; outside,
+  its read lands in a neighbour row and is dropped by a select, never multiplied by zero, so an
+  inf there cannot leak into the output.
+- otherwise the plane is copied once into a zero-padded buffer, its columns split by their
+  residue modulo the column stride (`sw` phase planes of `plane` values, rows `wp` long), so
+  that every tap reads consecutive values: output `j` of row `r` reads tap `t` at
+  `src[offs[t] + r * rstep + j]`. With stride 1 and no padding the input itself is read
+  (`direct`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["GEO", "Window", "copy_lines", "geo_lines", "plan_window"]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The read plan of one geometry: `arrays` and `geo` are what the kernels take."""
+
+    flat: bool
+    rows: int
+    rlen: int
+    offs: np.ndarray[Any, np.dtype[np.int64]]
+    cols: np.ndarray[Any, np.dtype[np.int32]]
+    lo: np.ndarray[Any, np.dtype[np.int32]]
+    hi: np.ndarray[Any, np.dtype[np.int32]]
+    geo: np.ndarray[Any, np.dtype[np.int64]]
+    """The integers of the plan, in the order of `GEO`."""
+
+    def args(self) -> tuple[Any, ...]:
+        return (self.offs, self.cols, self.lo, self.hi, self.geo)
+
+
+GEO = (
+    "flat", "direct", "rows", "rlen", "rstep", "blen", "g0", "pt", "pl", "sw", "wp", "plane",
+    "in_h", "in_w", "dw",
+)  # fmt: skip
+"""The order of the integers in `Window.geo` (the kernels unpack them in this order)."""
+
+
+def plan_window(
+    hw: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+    pads_begin: tuple[int, int],
+    out: tuple[int, int],
+) -> Window:
+    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid."""
+    h, w = hw
+    kh, kw = kernel
+    sh, sw = strides
+    dh, dw = dilations
+    pt, pl = pads_begin
+    oh, ow = out
+    taps = [(ki, kj) for ki in range(kh) for kj in range(kw)]
+    if sh == 1 and sw == 1 and dw == 1 and ow == w:
+        raw = np.array([(ki * dh - pt) * w + kj - pl for ki, kj in taps], np.int64)
+        rlen = oh * ow
+        first = int(raw.min())
+        last = int(raw.max()) + rlen - 1
+        direct = first >= 0 and last <= h * w - 1
+        g0 = 0 if direct else max(0, -first)
+        blen = 0 if direct else g0 + max(h * w, last + 1)
+        # output column c reads input column c + kj - pl: inside for lo <= c < hi
+        lo = np.array([pl - kj for kj in range(kw)], np.int64)
+        hi = np.array([w + pl - kj for kj in range(kw)], np.int64)
+        cols = (np.arange(rlen, dtype=np.int64) % w).astype(np.int32)
+        geo = [1, direct, 1, rlen, 0, blen, g0, pt, pl, 1, w, 0, h, w, 1]
+        return Window(True, 1, rlen, raw + g0, cols, _i32(lo), _i32(hi), np.array(geo, np.int64))
+    # padded, column-phase-split plane: padded column u lives in phase u % sw at u // sw
+    span_h = (oh - 1) * sh + (kh - 1) * dh + 1  # padded rows the windows read
+    span_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    direct = sw == 1 and pt == 0 and pl == 0 and span_h <= h and span_w <= w
+    if direct:
+        hp, wp = h, w
+    else:
+        hp = max(span_h, h + pt)
+        wp = max(-(-span_w // sw), (w - 1 + pl) // sw + 1)
+    plane = hp * wp
+    offs = np.array(
+        [((kj * dw) % sw) * plane + ki * dh * wp + (kj * dw) // sw for ki, kj in taps], np.int64
+    )
+    blen = 0 if direct else sw * plane
+    geo = [0, direct, oh, ow, sh * wp, blen, 0, pt, pl, sw, wp, plane, h, w, dw]
+    none = np.zeros(1, np.int32)
+    return Window(False, oh, ow, offs, none, none, none, np.array(geo, np.int64))
+
+
+def _i32(a: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int32]]:
+    limit = np.iinfo(np.int32)
+    out: np.ndarray[Any, np.dtype[np.int32]] = np.clip(a, limit.min, limit.max).astype(np.int32)
+    return out
+
+
+def geo_lines(indent: int) -> str:
+    """Generated-kernel statements naming the integers of `geo` (as in `GEO`)."""
+    pad = " " * indent
+    return "".join(f"{pad}{name} = geo[{i}]\n" for i, name in enumerate(GEO))
+
+
+_COPY = """\
+if flat:
+    dst = buf[g0 : g0 + in_h * in_w]
+    for k in range(in_h * in_w):
+        dst[k] = src[k]
+elif sw == 1:
+    for i in range(in_h):
+        srow = src[i * in_w : i * in_w + in_w]
+        dst = buf[(i + pt) * wp + pl :]
+        for k in range(in_w):
+            dst[k] = srow[k]
+elif sw == 2:
+    half = in_w // 2
+    for i in range(in_h):
+        srow = src[i * in_w : i * in_w + in_w]
+        row = (i + pt) * wp
+        de = buf[(pl % 2) * plane + row + pl // 2 :]
+        do = buf[((pl + 1) % 2) * plane + row + (pl + 1) // 2 :]
+        for k in range(half):
+            de[k] = srow[2 * k]
+            do[k] = srow[2 * k + 1]
+        if in_w % 2:
+            de[half] = srow[in_w - 1]
+else:
+    for i in range(in_h):
+        for k in range(in_w):
+            u = k + pl
+            buf[(u % sw) * plane + (i + pt) * wp + u // sw] = src[i * in_w + k]
+"""
+
+
+def copy_lines(indent: int) -> str:
+    """Generated-kernel statements copying the plane `src` (flat, H*W) into `buf` as the plan
+    lays it out (`buf` starts zeroed and only the input's positions are written, so it can be
+    reused for the next plane). For stride 2, even and odd columns are read in one loop, which
+    LLVM vectorizes with shuffles."""
+    pad = " " * indent
+    return "".join(f"{pad}{line}\n" for line in _COPY.splitlines())
