@@ -3,10 +3,17 @@
 Data of any fixed-width dtype is moved as unsigned integers of its item size, so one compiled
 kernel per (item size, index dtype) serves every element type. Every index is checked before
 any data moves: an out-of-range index is an InvalidArgument naming the node, never a wild read.
+
+One compiled call per run does both the check and the copy, serial unless the output is large
+(`SERIAL_WORK`), behind a wrapper of a few shape operations: an embedding lookup of one token
+is a few microseconds, where a numpy check pass, a second call and a parallel launch cost
+~15 us (and a parallel launch on a busy machine waits for every worker thread to be
+scheduled).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +22,6 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from .. import cache
 from ..registry import BuildContext, numba_kernel
 
 __all__: list[str] = []
@@ -33,35 +39,44 @@ _NB_IDX: dict[np.dtype[Any], types.Integer[Any]] = {
 }
 
 
-def _normalize(idx: Any, n: Any, out: Any) -> int:  # pragma: no cover - compiled by numba
-    """Write non-negative indices to `out`; return the position of the first bad one, or -1."""
-    for k in range(idx.shape[0]):
+def _gather(data: Any, idx: Any, out: Any) -> int:  # pragma: no cover - compiled by numba
+    """out[i, k, :] = data[i, idx[k], :]; returns the position of the first index out of
+    [-n, n) (nothing copied), or -1."""
+    pre, n, post = data.shape
+    m = idx.shape[0]
+    for k in range(m):
         v = np.int64(idx[k])
-        if v < 0:
-            v += n
-        if v < 0 or v >= n:
+        if v < -n or v >= n:
             return k
-        out[k] = v
+    for i in prange(pre):
+        for k in range(m):
+            j = np.int64(idx[k])
+            if j < 0:
+                j += n
+            for p in range(post):
+                out[i, k, p] = data[i, j, p]
     return -1
 
 
-def _gather(data: Any, idx: Any, out: Any) -> None:  # pragma: no cover - compiled by numba
-    pre, _, post = data.shape
-    m = idx.shape[0]
-    for i in prange(pre):
-        for k in range(m):
-            j = idx[k]
-            for p in range(post):
-                out[i, k, p] = data[i, j, p]
-
-
-def _gather_elements(data: Any, idx: Any, out: Any) -> None:  # pragma: no cover
-    pre, _, post = data.shape
+def _gather_elements(data: Any, idx: Any, out: Any) -> Any:  # pragma: no cover
+    """out[i, k, p] = data[i, idx[i, k, p], p]; returns the flat position of the first index
+    out of [-n, n) (nothing copied), or -1."""
+    pre, n, post = data.shape
     m = idx.shape[1]
+    for i in range(pre):
+        for k in range(m):
+            for p in range(post):
+                v = np.int64(idx[i, k, p])
+                if v < -n or v >= n:
+                    return (i * m + k) * post + p
     for i in prange(pre):
         for k in range(m):
             for p in range(post):
-                out[i, k, p] = data[i, idx[i, k, p], p]
+                j = np.int64(idx[i, k, p])
+                if j < 0:
+                    j += n
+                out[i, k, p] = data[i, j, p]
+    return -1
 
 
 def _applies(kn: KernelNode) -> str | None:
@@ -75,87 +90,52 @@ def _applies(kn: KernelNode) -> str | None:
     return None
 
 
-def _compile_common(kn: KernelNode) -> tuple[Any, np.dtype[Any], int]:
-    size = kn.inputs[0].dtype.itemsize
-    it = kn.inputs[1].dtype
-    norm = cache.jit(
-        _normalize,
-        [
-            types.int64(
-                types.Array(_NB_IDX[it], 1, "C", readonly=True),
-                types.int64,
-                types.Array(types.int64, 1, "C"),
-            )
-        ],
+def _signature(kn: KernelNode, ndim_idx: int) -> Any:
+    u = _NB_UINT[kn.inputs[0].dtype.itemsize]
+    return types.int64(
+        types.Array(u, 3, "C", readonly=True),
+        types.Array(_NB_IDX[kn.inputs[1].dtype], ndim_idx, "C", readonly=True),
+        types.Array(u, 3, "C"),
     )
-    return norm, it, size
 
 
-def _check(norm: Any, idx: Any, n: int, name: str) -> Any:
-    flat = np.ascontiguousarray(idx).reshape(-1)
-    out = np.empty(flat.shape[0], np.int64)
-    bad = norm(flat, n, out)
-    if bad >= 0:
-        raise InvalidArgument(
-            f"{name}: index {int(flat[bad])} out of range for an axis of size {n}"
-        )
-    return out
+def _out_of_range(name: str, indices: Any, bad: int, n: int) -> InvalidArgument:
+    value = int(np.asarray(indices).reshape(-1)[bad])
+    return InvalidArgument(f"{name}: index {value} out of range for an axis of size {n}")
 
 
 def _build_gather(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    norm, _, size = _compile_common(kn)
-    u = _NB_UINT[size]
-    kern = cache.jit(
-        _gather,
-        [
-            types.void(
-                types.Array(u, 3, "C", readonly=True),
-                types.Array(types.int64, 1, "C"),
-                types.Array(u, 3, "C"),
-            )
-        ],
-        parallel=ctx.parallel,
-    )
+    kern = ctx.jit(_gather, [_signature(kn, 1)])
     axis0 = int(kn.attr("axis", 0))
     name = kn.name
-    view = _UINT[size]
+    view = _UINT[kn.inputs[0].dtype.itemsize]
+    empty, contiguous, prod = np.empty, np.ascontiguousarray, math.prod
 
     def run(data: Any, indices: Any) -> tuple[Any, ...]:
-        nd = data.ndim
-        axis = axis0 + nd if axis0 < 0 else axis0
-        if not 0 <= axis < nd:
-            raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {nd}")
-        n = data.shape[axis]
-        idx = _check(norm, indices, n, name)
-        pre = int(np.prod(data.shape[:axis]))
-        post = int(np.prod(data.shape[axis + 1 :]))
-        shape = data.shape[:axis] + indices.shape + data.shape[axis + 1 :]
-        out = np.empty(shape, data.dtype)
-        if out.size:
-            d3 = np.ascontiguousarray(data).reshape(pre, n, post).view(view)
-            kern(d3, idx, out.reshape(pre, idx.shape[0], post).view(view))
+        shape = data.shape
+        axis = axis0 + len(shape) if axis0 < 0 else axis0
+        if not 0 <= axis < len(shape):
+            raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {len(shape)}")
+        n = shape[axis]
+        pre, post = prod(shape[:axis]), prod(shape[axis + 1 :])
+        idx = contiguous(indices).reshape(-1)
+        m = idx.shape[0]
+        out = empty(shape[:axis] + indices.shape + shape[axis + 1 :], data.dtype)
+        d3 = contiguous(data).reshape(pre, n, post).view(view)
+        bad = kern(pre * m * post, d3, idx, out.reshape(pre, m, post).view(view))
+        if bad >= 0:
+            raise _out_of_range(name, indices, bad, n)
         return (out,)
 
     return run
 
 
 def _build_gather_elements(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    norm, _, size = _compile_common(kn)
-    u = _NB_UINT[size]
-    kern = cache.jit(
-        _gather_elements,
-        [
-            types.void(
-                types.Array(u, 3, "C", readonly=True),
-                types.Array(types.int64, 3, "C"),
-                types.Array(u, 3, "C"),
-            )
-        ],
-        parallel=ctx.parallel,
-    )
+    kern = ctx.jit(_gather_elements, [_signature(kn, 3)])
     axis0 = int(kn.attr("axis", 0))
     name = kn.name
-    view = _UINT[size]
+    view = _UINT[kn.inputs[0].dtype.itemsize]
+    prod = math.prod
 
     def run(data: Any, indices: Any) -> tuple[Any, ...]:
         nd = data.ndim
@@ -164,24 +144,23 @@ def _build_gather_elements(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             raise InvalidArgument(
                 f"{name}: axis {axis0} / index rank {indices.ndim} invalid for data rank {nd}"
             )
-        for d in range(nd):
-            if d != axis and indices.shape[d] > data.shape[d]:
-                raise InvalidArgument(
-                    f"{name}: indices shape {indices.shape} exceeds data shape {data.shape}"
-                )
+        ishape = indices.shape
+        if data.shape[:axis] != ishape[:axis] or data.shape[axis + 1 :] != ishape[axis + 1 :]:
+            for d in range(nd):
+                if d != axis and ishape[d] > data.shape[d]:
+                    raise InvalidArgument(
+                        f"{name}: indices shape {ishape} exceeds data shape {data.shape}"
+                    )
+            # data restricted to the index extent on the other axes
+            data = data[tuple(slice(0, ishape[d]) if d != axis else slice(None) for d in range(nd))]
         n = data.shape[axis]
-        idx = _check(norm, indices, n, name).reshape(indices.shape)
-        # data restricted to the index extent on the other axes, then (pre, n, post)
-        sub = data[
-            tuple(slice(0, indices.shape[d]) if d != axis else slice(None) for d in range(nd))
-        ]
-        pre = int(np.prod(indices.shape[:axis]))
-        post = int(np.prod(indices.shape[axis + 1 :]))
-        out = np.empty(indices.shape, data.dtype)
-        if out.size:
-            d3 = np.ascontiguousarray(sub).reshape(pre, n, post).view(view)
-            i3 = idx.reshape(pre, indices.shape[axis], post)
-            kern(d3, i3, out.reshape(pre, indices.shape[axis], post).view(view))
+        pre, m, post = prod(ishape[:axis]), ishape[axis], prod(ishape[axis + 1 :])
+        out = np.empty(ishape, data.dtype)
+        d3 = np.ascontiguousarray(data).reshape(pre, n, post).view(view)
+        i3 = np.ascontiguousarray(indices).reshape(pre, m, post)
+        bad = kern(out.size, d3, i3, out.reshape(pre, m, post).view(view))
+        if bad >= 0:
+            raise _out_of_range(name, indices, bad, n)
         return (out,)
 
     return run
