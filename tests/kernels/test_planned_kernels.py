@@ -275,3 +275,70 @@ def test_errors_after_a_plan(op: str, good: list[Any], bad: list[Any], message: 
     kernel(*good)
     with pytest.raises(InvalidArgument, match=f"^my_{op}: .*{message}"):
         kernel(*bad)
+
+
+# --------------------------------------------------------------------------------------------
+# Reductions, softmax and Cast: checked axes per (rank, axes values), converter per dtype
+
+
+def _misc_cases() -> list[Any]:
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((2, 3, 5)).astype(np.float32), rng.standard_normal((4, 6))
+    ints = np.arange(24, dtype=np.int64).reshape(2, 3, 4) - 7
+    node = helper.make_node
+    return [
+        ("ReduceMean", node("ReduceMean", ["x", "a"], ["y"], keepdims=0), 18, [
+            [a, i64(2)], [a, i64(0, -1)], [b, i64(1)], [ints, i64(1)], [a, i64()],
+        ]),
+        ("ReduceSum-noop", node("ReduceSum", ["x", "a"], ["y"], noop_with_empty_axes=1), 18, [
+            [a, i64()], [a, i64(1)], [b, i64()],
+        ]),
+        ("ReduceMax", node("ReduceMax", ["x"], ["y"], axes=[1]), 13, [[a], [b], [ints]]),
+        ("Softmax", node("Softmax", ["x"], ["y"], axis=1), 18, [[a], [b], [a[:, :0]], [a]]),
+        ("Softmax-11", node("Softmax", ["x"], ["y"], axis=1), 11, [[a], [b], [a[:, :0]], [a]]),
+        ("LogSoftmax", node("LogSoftmax", ["x"], ["y"]), 18, [[a], [b], [a[0, 0]]]),
+        ("Cast", node("Cast", ["x"], ["y"], to=TensorProto.INT8), 19, [
+            [a * 100], [b * 100], [ints], [ints > 0], [a.astype(np.float16)],
+        ]),
+        ("Cast-bool", node("Cast", ["x"], ["y"], to=TensorProto.BOOL), 19, [[a], [ints], [a]]),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name, node, opset, runs", _misc_cases(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_reduce_softmax_cast_replan(
+    name: str, node: onnx.NodeProto, opset: int, runs: list[list[Any]]
+) -> None:
+    node.name = f"my_{name}"
+    check_sequence(node, runs, opset)
+
+
+# --------------------------------------------------------------------------------------------
+# Control flow: bodies bound to the node's implicit inputs
+
+
+def test_if_branches_read_outer_values_by_name(rng: Any) -> None:
+    """Each branch reads its own subset of outer values, in its own order."""
+    f = TensorProto.FLOAT
+    then = helper.make_graph(
+        [helper.make_node("Sub", ["b", "a"], ["t"])], "then", [],
+        [helper.make_tensor_value_info("t", f, [3])],
+    )  # fmt: skip
+    other = helper.make_graph(
+        [helper.make_node("Mul", ["c", "a"], ["e"])], "else", [],
+        [helper.make_tensor_value_info("e", f, [3])],
+    )  # fmt: skip
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
+    ins = [helper.make_tensor_value_info(n, f, [3]) for n in "abc"]
+    ins.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", f, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    sess = turnout.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    a, b, c = f32(rng, 3), f32(rng, 3), f32(rng, 3)
+    for cond in (True, False, np.array([True]), False, True):
+        got = sess.run(None, {"a": a, "b": b, "c": c, "cond": np.asarray(cond).reshape(())})
+        assert_identical(got, [b - a if cond else c * a])
+    with pytest.raises(InvalidArgument):
+        sess.run(None, {"a": a, "b": b, "c": c, "cond": np.zeros((), np.float32)[None][:0]})

@@ -20,7 +20,7 @@ from ..values import SparseTensor
 from .copies import HostIO, insert_copies
 from .plan import Plan, Step
 
-__all__ = ["PreparedGraph", "SubgraphRunner", "build_plan", "prepare_graph"]
+__all__ = ["BoundRunner", "PreparedGraph", "SubgraphRunner", "build_plan", "prepare_graph"]
 
 SubgraphRunner = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
 
@@ -228,12 +228,43 @@ def _toposort(steps: list[Step], graph: Graph) -> list[Step]:
     return [steps[i] for i in done]
 
 
+class BoundRunner:
+    """A nested graph's plan as `KernelNode.subgraph` hands it out: `runner(inputs, outer)`
+    returns the outputs as a list, reading outer-scope values from a dict.
+
+    A control-flow kernel that calls its body many times (Loop, Scan) or on a hot path (If)
+    asks once for `bind(order)`: a function of the inputs followed by the outer values in
+    `order` (the node's implicit inputs), which calls the plan with no dict or list per call.
+    """
+
+    __slots__ = ("_outer", "_run", "plan")
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self._outer = plan.outer_names
+        self._run = plan.run
+
+    def __call__(self, inputs: Sequence[Any], outer: dict[str, Any]) -> list[Any]:
+        return list(self._run(*inputs, *[outer[n] for n in self._outer]))
+
+    def bind(self, order: Sequence[str]) -> Callable[..., tuple[Any, ...]]:
+        """`f(*inputs, *outer_values)`, the outer values given in `order`, which must name
+        every outer value the plan reads (more is fine); returns the output tuple."""
+        run, plan = self._run, self.plan
+        if tuple(order) == self._outer:
+            return run
+        n_in = len(self.plan.input_names)
+        pick = [n_in + list(order).index(name) for name in self._outer]
+        keep = list(range(n_in)) + pick
+        n_args = n_in + len(order)
+
+        def bound(*args: Any) -> tuple[Any, ...]:
+            if len(args) != n_args:  # as the plan itself would refuse a wrong count
+                raise TypeError(f"graph {plan.graph_name!r} takes {n_args} values, got {len(args)}")
+            return run(*[args[i] for i in keep])
+
+        return bound
+
+
 def _runner(plan: Plan) -> SubgraphRunner:
-    outer_names = plan.outer_names
-    run = plan.run
-
-    def run_subgraph(inputs: Sequence[Any], outer: dict[str, Any]) -> list[Any]:
-        return list(run(*inputs, *[outer[n] for n in outer_names]))
-
-    run_subgraph.plan = plan  # type: ignore[attr-defined]
-    return run_subgraph
+    return BoundRunner(plan)

@@ -72,13 +72,13 @@ def relu(node: KernelNode) -> Callable[[Array], Array]:
 @_act("LeakyRelu", 1)
 def leaky_relu(node: KernelNode) -> Callable[[Array], Array]:
     alpha = node.attr("alpha", 0.01)
-    return lambda x: np.where(x < 0, x * x.dtype.type(alpha), x)
+    return lambda x: np.where(x < x.dtype.type(0), x * x.dtype.type(alpha), x)
 
 
 @_act("Elu", 1)
 def elu(node: KernelNode) -> Callable[[Array], Array]:
     alpha = node.attr("alpha", 1.0)
-    return lambda x: np.where(x < 0, x.dtype.type(alpha) * np.expm1(x), x)
+    return lambda x: np.where(x < x.dtype.type(0), x.dtype.type(alpha) * np.expm1(x), x)
 
 
 @_act("Selu", 1)
@@ -88,7 +88,7 @@ def selu(node: KernelNode) -> Callable[[Array], Array]:
 
     def f(x: Array) -> Any:
         t = x.dtype.type
-        return np.where(x > 0, t(gamma) * x, t(gamma * alpha) * np.expm1(x))
+        return np.where(x > t(0), t(gamma) * x, t(gamma * alpha) * np.expm1(x))
 
     return f
 
@@ -99,7 +99,7 @@ def celu(node: KernelNode) -> Callable[[Array], Array]:
 
     def f(x: Array) -> Any:
         a = x.dtype.type(alpha)
-        return np.where(x > 0, x, a * np.expm1(x / a))
+        return np.where(x > x.dtype.type(0), x, a * np.expm1(x / a))
 
     return f
 
@@ -115,16 +115,33 @@ def hard_sigmoid(node: KernelNode) -> Callable[[Array], Array]:
 
     def f(x: Array) -> Any:
         t = x.dtype.type
-        return np.clip(x * t(alpha) + t(beta), t(0), t(1))
+        if t(beta) == 0 or x.ndim == 0:  # v may be -0, which clip and maximum sign apart
+            return np.clip(x * t(alpha) + t(beta), t(0), t(1))
+        v = np.multiply(x, t(alpha))
+        np.add(v, t(beta), out=v)
+        return _unit_clip(v)
 
     return f
+
+
+def _unit_clip(v: Array) -> Array:
+    """np.clip(v, 0, 1) in place, without np.clip's Python (v must not hold -0.0, where clip
+    gives +0.0; NaN stays NaN in both)."""
+    t = v.dtype.type
+    np.maximum(v, t(0), out=v)
+    np.minimum(v, t(1), out=v)
+    return v
 
 
 @_act("HardSwish", 14)
 def hard_swish(node: KernelNode) -> Callable[[Array], Array]:
     def f(x: Array) -> Any:
         t = x.dtype.type
-        return x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1))
+        if x.ndim == 0:
+            return x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1))
+        v = np.multiply(x, t(1 / 6))
+        np.add(v, t(0.5), out=v)  # a sum with +0.5 is never -0.0
+        return np.multiply(x, _unit_clip(v), out=v)
 
     return f
 

@@ -8,6 +8,7 @@ the 4- and 2-bit integer types, and string formatting/parsing as onnxruntime doe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -19,7 +20,7 @@ from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
 
-__all__ = ["convert"]
+__all__ = ["convert", "converter"]
 
 _F8_TYPES = frozenset(
     np.dtype(t)
@@ -178,6 +179,29 @@ def convert(
     return v.astype(dt)
 
 
+_PLAIN = frozenset("biuf")
+
+
+def converter(
+    src: np.dtype[Any], dt: np.dtype[Any], saturate: bool = True, round_mode: str = "up"
+) -> Callable[[Any], Any]:
+    """`convert` specialized to inputs of dtype `src`: between numpy's own bool, integer and
+    float types, only the branches `convert` would take for them, decided once; any other
+    pair calls `convert` itself."""
+    plain = src.kind in _PLAIN and dt.kind in _PLAIN and not (_is_ml(src) or _is_ml(dt))
+    if not plain:
+        return lambda x: convert(x, dt, saturate, round_mode)
+    if src == dt:
+        return np.asarray
+    if dt == np.bool_:
+        return lambda x: np.asarray(x) != 0
+    if src == np.bool_:
+        return lambda x: np.asarray(x).astype(np.uint8).astype(dt)
+    if dt.kind in "iu" and src.kind == "f" and dt.itemsize < 4:
+        return lambda x: np.asarray(x).astype(np.int32).astype(dt)
+    return lambda x: np.asarray(x).astype(dt)
+
+
 def _cast_attrs(node: KernelNode) -> tuple[bool, str]:
     saturate = bool(node.attr("saturate", 1))
     round_mode = node.attr("round_mode", "up")
@@ -208,9 +232,15 @@ def cast(node: KernelNode) -> KernelFn:
             raise InvalidArgument(f"{node.name}: unknown type name {to!r}") from None
     dt = _target_dtype(node, int(to))
     saturate, round_mode = _cast_attrs(node)
+    memo: tuple[Any, Callable[[Any], Any]] = (None, np.asarray)  # (input dtype, converter)
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        return (convert(x, dt, saturate, round_mode),)
+        nonlocal memo
+        src, conv = memo
+        if src is None or x.dtype != src:  # (a dtype equals None: np.dtype(None) is float64)
+            conv = converter(np.asarray(x).dtype, dt, saturate, round_mode)
+            memo = (x.dtype, conv)
+        return (conv(x),)
 
     return run
 

@@ -2,11 +2,14 @@
 
 The body graphs are partitioned and planned by the session like any graph (so their nodes can run
 on any provider); these kernels only drive them. Values the bodies read from enclosing scopes
-arrive as the node's trailing implicit inputs.
+arrive as the node's trailing implicit inputs, and go on to the body positionally: a body is
+bound once to the node's implicit inputs (`_body`), so an iteration (or an If) calls the body's
+plan directly, with no dict of outer values per call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,22 +21,41 @@ from ..registry import cpu_kernel
 __all__: list[str] = []
 
 
-def _outer(node: KernelNode, values: tuple[Any, ...]) -> dict[str, Any]:
-    n_explicit = len(node.node.inputs)
-    return dict(zip(node.node.implicit_inputs, values[n_explicit:]))
+Body = Callable[..., Sequence[Any]]
+
+
+def _body(node: KernelNode, attr: str) -> Body:
+    """The graph in attribute `attr` as `f(*inputs, *implicit_values)`, the implicit values in
+    the order of the node's implicit inputs (how the plan passes them to this kernel)."""
+    runner = node.subgraph(attr)
+    implicit = node.node.implicit_inputs
+    bind = getattr(runner, "bind", None)
+    if bind is not None:
+        bound: Body = bind(implicit)
+        return bound
+    n_outer = len(implicit)
+
+    def call(*args: Any) -> Sequence[Any]:  # a runner without `bind`: its dict form
+        split = len(args) - n_outer
+        return runner(list(args[:split]), dict(zip(implicit, args[split:])))
+
+    return call
 
 
 @cpu_kernel("If", since=1)
 def if_kernel(node: KernelNode) -> KernelFn:
-    then_run = node.subgraph("then_branch")
-    else_run = node.subgraph("else_branch")
+    then_run = _body(node, "then_branch")
+    else_run = _body(node, "else_branch")
     n_out = len(node.node.outputs)
 
-    def run(cond: Any, *rest: Any) -> list[Any]:
-        if cond is None or np.size(cond) != 1:
+    def run(cond: Any, *rest: Any) -> Sequence[Any]:
+        if type(cond) is np.ndarray and cond.size == 1:
+            take_then = cond.item()
+        elif cond is None or np.size(cond) != 1:
             raise InvalidArgument(f"{node.name}: If condition must hold exactly one element")
-        branch = then_run if bool(np.asarray(cond).reshape(())) else else_run
-        outs = branch([], _outer(node, (cond, *rest)))
+        else:
+            take_then = bool(np.asarray(cond).reshape(()))
+        outs = then_run(*rest) if take_then else else_run(*rest)
         if len(outs) != n_out:
             raise InvalidArgument(
                 f"{node.name}: branch produced {len(outs)} outputs, node declares {n_out}"
@@ -52,7 +74,7 @@ def _stack(items: list[Any], info: Any) -> np.ndarray:
 
 @cpu_kernel("Loop", since=1)
 def loop_kernel(node: KernelNode) -> KernelFn:
-    body = node.subgraph("body")
+    body = _body(node, "body")
     n_explicit = len(node.node.inputs)
     n_carried = n_explicit - 2
     out_infos = node.outputs
@@ -60,13 +82,13 @@ def loop_kernel(node: KernelNode) -> KernelFn:
     def run(*args: Any) -> list[Any]:
         trip, cond = args[0], args[1]
         carried = list(args[2:n_explicit])
-        outer = _outer(node, args)
+        outer = args[n_explicit:]
         max_trip = None if trip is None else int(np.asarray(trip).reshape(()))
         keep_going = True if cond is None else bool(np.asarray(cond).reshape(()))
         scans: list[list[Any]] | None = None
         i = 0
         while keep_going and (max_trip is None or i < max_trip):
-            outs = body([np.array(i, dtype=np.int64), np.array(keep_going), *carried], outer)
+            outs = body(np.array(i, dtype=np.int64), np.array(keep_going), *carried, *outer)
             keep_going = (
                 True if cond is None and outs[0] is None else bool(np.asarray(outs[0]).reshape(()))
             )
@@ -87,7 +109,7 @@ def loop_kernel(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("Scan", since=9)
 def scan_kernel(node: KernelNode) -> KernelFn:
-    body = node.subgraph("body")
+    body = _body(node, "body")
     n_scan_in = int(node.attr("num_scan_inputs"))
     n_explicit = len(node.node.inputs)
     n_state = n_explicit - n_scan_in
@@ -100,7 +122,7 @@ def scan_kernel(node: KernelNode) -> KernelFn:
     def run(*args: Any) -> list[Any]:
         state = list(args[:n_state])
         scans_in = [np.moveaxis(x, ax, 0) for x, ax in zip(args[n_state:n_explicit], in_axes)]
-        outer = _outer(node, args)
+        outer = args[n_explicit:]
         lengths = {x.shape[0] for x in scans_in}
         if len(lengths) > 1:
             raise InvalidArgument(
@@ -111,7 +133,7 @@ def scan_kernel(node: KernelNode) -> KernelFn:
         for t in range(steps):
             # a slice's element must stay an array (x[t] of a 1-D x is a numpy scalar)
             xs = [np.asarray(x[steps - 1 - t] if d else x[t]) for x, d in zip(scans_in, in_dirs)]
-            outs = body([*state, *xs], outer)
+            outs = body(*state, *xs, *outer)
             state = list(outs[:n_state])
             for a, v in zip(acc, outs[n_state:]):
                 a.append(v)
@@ -130,7 +152,7 @@ def scan_kernel(node: KernelNode) -> KernelFn:
 @cpu_kernel("Scan", since=8)
 def scan8_kernel(node: KernelNode) -> KernelFn:
     """Opset 8 Scan: a leading batch axis, optional sequence_lens, scan axis 1."""
-    body = node.subgraph("body")
+    body = _body(node, "body")
     n_scan_in = int(node.attr("num_scan_inputs"))
     n_explicit = len(node.node.inputs)
     n_state = n_explicit - 1 - n_scan_in
@@ -140,7 +162,7 @@ def scan8_kernel(node: KernelNode) -> KernelFn:
         seq_lens = args[0]
         states = args[1 : 1 + n_state]
         scans = args[1 + n_state : n_explicit]
-        outer = _outer(node, args)
+        outer = args[n_explicit:]
         batch = (states[0] if states else scans[0]).shape[0]
         per_batch: list[list[Any]] = []
         for b in range(batch):
@@ -152,7 +174,7 @@ def scan8_kernel(node: KernelNode) -> KernelFn:
             acc: list[list[Any]] = []
             for t in range(steps):
                 xs = [np.asarray(x[steps - 1 - t] if d else x[t]) for x, d in zip(xs_all, dirs)]
-                outs = body([*state, *xs], outer)
+                outs = body(*state, *xs, *outer)
                 state = list(outs[:n_state])
                 if not acc:
                     acc = [[] for _ in outs[n_state:]]
@@ -166,13 +188,13 @@ def scan8_kernel(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("SequenceMap", since=17)
 def sequence_map_kernel(node: KernelNode) -> KernelFn:
-    body = node.subgraph("body")
+    body = _body(node, "body")
     n_explicit = len(node.node.inputs)
     n_out = len(node.node.outputs)
 
     def run(*args: Any) -> list[Any]:
         explicit = args[:n_explicit]
-        outer = _outer(node, args)
+        outer = args[n_explicit:]
         length = len(explicit[0])
         for x in explicit[1:]:
             if isinstance(x, list) and len(x) != length:
@@ -180,7 +202,7 @@ def sequence_map_kernel(node: KernelNode) -> KernelFn:
         results: list[list[Any]] = [[] for _ in range(n_out)]
         for i in range(length):
             ins = [x[i] if isinstance(x, list) else x for x in explicit]
-            for acc, v in zip(results, body(ins, outer)):
+            for acc, v in zip(results, body(*ins, *outer)):
                 acc.append(v)
         return results
 
