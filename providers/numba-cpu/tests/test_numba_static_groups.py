@@ -246,6 +246,31 @@ def test_symbolic_dims_keep_the_dynamic_path() -> None:
     assert (kernel, False) in cache._DISPATCHERS and (kernel, True) in cache._DISPATCHERS
 
 
+def test_dynamic_group_follows_changing_shapes_and_refuses_a_bad_one() -> None:
+    """The dynamic wrapper keeps the broadcast plan of the last shapes: alternating shapes must
+    each get their own plan, a shape that cannot broadcast is an error naming the group, and
+    the next good run is still right."""
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["s"]),
+        helper.make_node("Mul", ["s", "y"], ["m"]),
+        helper.make_node("Relu", ["m"], ["o"]),
+        helper.make_node("Neg", ["s"], ["n"]),
+    ]
+    model = _model(nodes, {"x": (F, ["a", "b"]), "y": (F, ["c"])}, ["o", "n"])
+    sess = _session(model)
+    assert [len(g) for g in _groups(sess)] == [4]
+    rng = np.random.default_rng(8)
+    for shape_x, shape_y in [([2, 3], [3]), ([4, 1], [5]), ([2, 3], [1]), ([4, 1], [5])]:
+        x, y = _rand(rng, shape_x), _rand(rng, shape_y)
+        o, n = sess.run(None, {"x": x, "y": y})
+        np.testing.assert_allclose(o, np.maximum((x + y) * y, 0), rtol=1e-6)
+        np.testing.assert_allclose(n, -(x + y), rtol=1e-6)
+    with pytest.raises(InvalidArgument, match="cannot be broadcast"):
+        sess.run(None, {"x": _rand(rng, [2, 3]), "y": _rand(rng, [4])})
+    x, y = _rand(rng, [2, 3]), _rand(rng, [3])
+    np.testing.assert_allclose(sess.run(None, {"x": x, "y": y})[1], -(x + y), rtol=1e-6)
+
+
 def test_prelu_slope_that_does_not_broadcast_to_x_is_invalid() -> None:
     nodes = [
         helper.make_node("PRelu", ["x", "s"], ["p"]),

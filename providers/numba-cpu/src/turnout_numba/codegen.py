@@ -697,6 +697,18 @@ def _compile_dynamic(
     return GroupKernel(name, tuple(ext), tuple(outputs), fn, source)
 
 
+@dataclass(frozen=True)
+class _BroadcastPlan:
+    """What one set of input shapes needs at run time, computed once and kept while the shapes
+    repeat (the usual case: a model runs at one shape)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    full: tuple[int, ...]
+    broadcast: list[bool]
+    finish: list[tuple[tuple[slice, ...] | None, tuple[int, ...] | None]]
+    parallel: bool
+
+
 def _wrapper(
     nodes: Sequence[Node],
     ext: list[str],
@@ -724,35 +736,53 @@ def _wrapper(
     def fail(shapes: list[tuple[int, ...]]) -> InvalidArgument:
         return InvalidArgument(f"{name}: input shapes {shapes} cannot be broadcast together")
 
+    def plan(shapes: tuple[tuple[int, ...], ...]) -> _BroadcastPlan:
+        """The broadcast shape, which inputs need a broadcast view, and how each output buffer
+        becomes the output (a slice for a value narrower than the group's, a reshape)."""
+        try:
+            shape = broadcast_shapes(*shapes)
+        except ValueError:
+            raise fail(list(shapes)) from None
+        full = shape if len(shape) == rank else (1,) * (rank - len(shape)) + shape
+        if simple:
+            out_shapes = [shape] * len(outputs)
+        else:
+            known = dict(zip(ext, shapes))
+            for y, ins, uni in shape_steps:
+                s = broadcast_shapes(*[known[i] for i in ins])
+                if uni and s != known[ins[0]]:
+                    raise InvalidArgument(
+                        f"{name}: slope shape {known[ins[1]]} does not broadcast to {known[ins[0]]}"
+                    )
+                known[y] = s
+            out_shapes = [known[y] for y in outputs]
+        finish: list[tuple[tuple[slice, ...] | None, tuple[int, ...] | None]] = []
+        for s in out_shapes:
+            ps = (1,) * (rank - len(s)) + s
+            cut = tuple(slice(0, d) for d in ps) if ps != full else None
+            finish.append((cut, s if len(s) != rank else None))
+        return _BroadcastPlan(
+            shapes, full, [x != full for x in shapes], finish, prod(full) >= small_below
+        )
+
+    last: list[_BroadcastPlan | None] = [None]  # the plan of the last shapes seen
+
     def run(*args: Any) -> tuple[Any, ...]:
         xs = [a.astype(c) if need else a for a, c, need in zip(args, in_cast, in_cast_needed)]
-        try:
-            shape = broadcast_shapes(*[x.shape for x in xs])
-        except ValueError:
-            raise fail([x.shape for x in xs]) from None
-        full = shape if len(shape) == rank else (1,) * (rank - len(shape)) + shape
-        views = [x if x.shape == full else broadcast_to(x, full) for x in xs]
+        shapes = tuple(x.shape for x in xs)
+        p = last[0]
+        if p is None or p.shapes != shapes:
+            p = plan(shapes)
+            last[0] = p
+        full = p.full
+        views = [broadcast_to(x, full) if b else x for x, b in zip(xs, p.broadcast)]
         bufs = [empty(full, c) for c in out_c]
-        (kern if prod(full) >= small_below else small)(*views, *bufs)
-        if simple:
-            res = [b.reshape(shape) if len(shape) != rank else b for b in bufs]
-        else:
-            shapes = dict(zip(ext, (x.shape for x in xs)))
-            for y, ins, uni in shape_steps:
-                s = broadcast_shapes(*[shapes[i] for i in ins])
-                if uni and s != shapes[ins[0]]:
-                    raise InvalidArgument(
-                        f"{name}: slope shape {shapes[ins[1]]} does not broadcast to "
-                        f"{shapes[ins[0]]}"
-                    )
-                shapes[y] = s
-            res = []
-            for y, b in zip(outputs, bufs):
-                s = shapes[y]
-                ps = (1,) * (rank - len(s)) + s
-                if ps != full:
-                    b = b[tuple(slice(0, d) for d in ps)]
-                res.append(b.reshape(s) if len(s) != rank else b)
+        (kern if p.parallel else small)(*views, *bufs)
+        res = []
+        for b, (cut, reshape) in zip(bufs, p.finish):
+            if cut is not None:
+                b = b[cut]
+            res.append(b.reshape(reshape) if reshape is not None else b)
         return tuple(r.astype(d) if back else r for r, d, back in zip(res, out_dt, out_back))
 
     return run
