@@ -345,8 +345,14 @@ def _same_class(got: BaseException, want: BaseException) -> bool:
     return isinstance(got, type(want))  # onnxruntime's Python layer raises builtins
 
 
+HOST = pytest.param("host", marks=pytest.mark.cpu_means_host)
+
+
+@pytest.mark.parametrize("cpu", ["numpy", HOST])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_edge_case_model_as_onnxruntime(case: str) -> None:
+def test_edge_case_model_as_onnxruntime(case: str, cpu: str) -> None:
+    """Both CPU paths: the numpy kernels, and the host (turnout-numba where it is installed,
+    which is what an application asking for CPUExecutionProvider gets)."""
     make, feeds = CASES[case]
     want = _outcome(ort, make(), feeds)
     got = _outcome(turnout, make(), feeds)
