@@ -1,31 +1,91 @@
-"""FusedGemm (ai.turnout): BLAS for the product, one compiled pass for bias and activation.
+"""Gemm, MatMul and FusedGemm (ai.turnout): packed constant B, a compiled GEMV for few rows,
+BLAS otherwise, and one compiled pass for alpha, C and the activation.
 
-The optimizer turns MatMul+Add and Gemm(+activation) into FusedGemm. The product stays with
-numpy's BLAS (numba's own loops cannot beat it); what numba buys is the epilogue: numpy spends
-a pass per operation on `alpha`, `+ beta * C` and the activation (Gelu's erf alone costs ten
-times the GEMM), the epilogue spends one. An N-D A with contiguous rows is multiplied as one
-2-D GEMM rather than one per leading index.
+Where the time of a small-M product went (batch-1 dense layers, heads of small models), and
+what is done about it:
+
+- transB=1 (how PyTorch's Linear exports a Gemm): OpenBLAS's NT kernels are 1.5-3x slower
+  than NN at M 8..64. A constant B (an initializer reaches the kernel as the same read-only
+  array every run) is transposed once into (K, N) and kept; other B are used as they come.
+- one row of A (batch 1) and no activation: one compiled call computes alpha * A B + beta * C,
+  the product as an axpy over rows of B that vectorizes, the bias fused; numpy paid a BLAS
+  call plus a ufunc pass for C (~2-3 us, more than the product itself).
+- larger M: BLAS into a fresh array, then one compiled epilogue pass (`Epilogue`) for alpha, C
+  and the activation, instead of numpy's pass per operation (Gelu's erf alone costs ten times
+  the GEMM). An N-D A with contiguous rows is one 2-D GEMM, not one per leading index.
+- C's broadcast form (a row or a full tensor) is resolved once per C array and shape, so a
+  run does no np.broadcast_* calls.
+
+MatMul with an N-D B (batched attention products) stays with np.matmul.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
+from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.kernels.fused import activation_of
 
+from .. import cache
+from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from .epilogue import Epilogue
 
 __all__: list[str] = []
 
+SMALL_M = 1
+"""Products with at most this many rows of A and no activation run in the compiled GEMV
+(bias fused: one call instead of BLAS and an epilogue), others in BLAS. Measured per product
+(K = N = 256, 1 thread): at 1 row the GEMV matches BLAS; at 2-4 rows BLAS is 1.2-1.7x faster."""
 
-def _fused_gemm_applies(kn: KernelNode) -> str | None:
+
+def _small_gemm(
+    a: Any, b: Any, col: Any, alpha: float, beta: float, y: Any
+) -> None:  # pragma: no cover
+    """y = alpha * a @ b + beta * col (col broadcast over rows), for few rows of a: four rows
+    of b at a time, each an axpy into every y row (vectorizes without reassociating)."""
+    m, kk = a.shape
+    n = b.shape[1]
+    y[:] = 0
+    k = 0
+    while k + 4 <= kk:
+        r0 = b[k]
+        r1 = b[k + 1]
+        r2 = b[k + 2]
+        r3 = b[k + 3]
+        for i in range(m):
+            ar = a[i]
+            v0 = ar[k]
+            v1 = ar[k + 1]
+            v2 = ar[k + 2]
+            v3 = ar[k + 3]
+            yr = y[i]
+            for j in range(n):
+                yr[j] += v0 * r0[j] + v1 * r1[j] + v2 * r2[j] + v3 * r3[j]
+        k += 4
+    while k < kk:
+        r0 = b[k]
+        for i in range(m):
+            v0 = a[i, k]
+            yr = y[i]
+            for j in range(n):
+                yr[j] += v0 * r0[j]
+        k += 1
+    if alpha != 1.0 or beta != 0.0:
+        for i in range(m):
+            yr = y[i]
+            for j in range(n):
+                yr[j] = yr[j] * alpha + col[j] * beta
+
+
+def _applies(kn: KernelNode) -> str | None:
     why = float_inputs_applies(kn, 2, narrow=False)
-    if why is None:
+    if why is None and kn.domain:
         try:
             activation_of(kn)
         except InvalidArgument as e:
@@ -38,58 +98,155 @@ def present(kn: KernelNode, i: int) -> bool:
     return len(kn.node.inputs) > i and bool(kn.node.inputs[i])
 
 
-def _build_fused_gemm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    dt = kn.inputs[0].dtype
-    act = activation_of(kn)
-    alpha = float(kn.attr("alpha", 1.0))
-    beta = float(kn.attr("beta", 1.0))
-    trans_a = bool(kn.attr("transA", 0))
-    trans_b = bool(kn.attr("transB", 0))
-    name = kn.name
-    scale = alpha != 1.0
-    plain = Epilogue(dt, act, ctx.parallel, scale=scale)
-    with_c = present(kn, 2) and beta != 0.0
-    by_col = Epilogue(dt, act, ctx.parallel, scale=scale, col=True) if with_c else plain
-    by_full = Epilogue(dt, act, ctx.parallel, scale=scale, full=True) if with_c else plain
+def _c_kind(kn: KernelNode) -> str:
+    """C's form as known at session creation: `row` when it broadcasts along rows (a bias),
+    `full` when it does not, empty when its shape is unknown (both epilogues are compiled)."""
+    info = kn.inputs[2]
+    shape = None if info is None else info.shape
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        return ""
+    return "row" if all(d == 1 for d in shape[:-1]) else "full"
 
-    def run(a: Any, b: Any, c: Any = None) -> tuple[Any]:
-        if b.ndim != 2 or a.ndim < 2 or (trans_a and a.ndim != 2):
-            raise InvalidArgument(f"{name}: FusedGemm needs 2-D B and 2-D (or N-D) A")
-        if a.dtype != dt or b.dtype != dt:
-            raise InvalidArgument(f"{name}: A {a.dtype} and B {b.dtype} must both be {dt}")
-        aa = a.T if trans_a else a
-        bb = b.T if trans_b else b
-        if aa.shape[-1] != bb.shape[0]:
-            raise InvalidArgument(f"{name}: inner dimensions of {a.shape}, {b.shape} differ")
-        out_shape = (*aa.shape[:-1], bb.shape[1])
-        rows, cols = int(np.prod(out_shape[:-1])), out_shape[-1]
-        if aa.ndim > 2 and aa.flags.c_contiguous:
-            aa = aa.reshape(rows, aa.shape[-1])  # one GEMM, not one per leading index
-        y = np.matmul(aa, bb).reshape(out_shape)
-        y3 = y.reshape(1, rows, cols)
-        if not with_c or c is None:
-            plain(y3, alpha=alpha)
-            return (y,)
-        c = c.astype(dt, copy=False)
+
+class _Product:
+    """y = act(alpha * A' B' + beta * C) for Gemm, MatMul and FusedGemm (see the module
+    docstring); `__call__` is the kernel function."""
+
+    def __init__(self, kn: KernelNode, ctx: BuildContext) -> None:
+        self.name = kn.name
+        self.op = kn.op_type
+        dt = self.dt = np.dtype(kn.inputs[0].dtype)
+        self.gemm = kn.op_type != "MatMul"
+        act = activation_of(kn) if kn.domain else ("", 0.0, 0.0)
+        self.alpha = float(kn.attr("alpha", 1.0)) if self.gemm else 1.0
+        self.beta = float(kn.attr("beta", 1.0)) if self.gemm else 0.0
+        self.trans_a = self.gemm and bool(kn.attr("transA", 0))
+        self.trans_b = self.gemm and bool(kn.attr("transB", 0))
+        self.with_c = self.gemm and present(kn, 2) and self.beta != 0.0
+        kind = _c_kind(kn) if self.with_c else ""
+        scale = self.alpha != 1.0
+        par = ctx.parallel
+        self.plain = Epilogue(dt, act, par, scale=scale)
+        self.no_act = act[0] in ("", "Identity")
+        with_c = self.with_c
+        self.by_col = (
+            Epilogue(dt, act, par, scale=scale, col=True) if with_c and kind != "full" else None
+        )
+        self.by_full = (
+            Epilogue(dt, act, par, scale=scale, full=True) if with_c and kind != "row" else None
+        )
+        mat = numba_array(dt, 2, readonly=True, layout="C")
+        sig = types.void(
+            mat, mat, numba_array(dt, 1, readonly=True, layout="C"), types.float64,
+            types.float64, numba_array(dt, 2, readonly=False, layout="C"),
+        )  # fmt: skip
+        self.small = cache.jit(_small_gemm, [sig])
+        self.zero_col = np.zeros(1, dt)
+        # a compiled function's first call is slow (~ms): it belongs to session creation
+        self.small(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
+                   np.empty((1, 1), dt))  # fmt: skip
+        self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
+        self._c: tuple[Any, tuple[int, int], Any] | None = None  # (C, (rows, cols), col/full)
+
+    def _packed_b(self, b: Any) -> Any:
+        """B as a C-contiguous (K, N) array; kept while the same read-only B comes in."""
+        kept = self._b
+        if kept is not None and kept[0] is b:
+            return kept[1]
+        bb = b.T if self.trans_b else b
+        packed = np.ascontiguousarray(bb)
+        if not b.flags.writeable:
+            packed.flags.writeable = False
+            self._b = (b, packed)
+        return packed
+
+    def _c_form(self, c: Any, out_shape: tuple[int, ...], rows: int, cols: int) -> Any:
+        """C as a (cols,) row, or as a full (rows, cols) array; kept per read-only C."""
+        kept = self._c
+        if kept is not None and kept[0] is c and kept[1] == (rows, cols):
+            return kept[2]
+        if self.op == "Gemm" and c.ndim > 2:
+            raise InvalidArgument(
+                f"{self.name}: C of shape {c.shape} does not broadcast to {out_shape}"
+            )
+        c = c.astype(self.dt, copy=False)
         try:
-            if np.broadcast_shapes(c.shape, out_shape) != out_shape:
-                raise ValueError
+            np.broadcast_to(c, out_shape)
         except ValueError:
             raise InvalidArgument(
-                f"{name}: C {c.shape} does not broadcast to the output {out_shape}"
+                f"{self.name}: C of shape {c.shape} does not broadcast to {out_shape}"
             ) from None
         if all(d == 1 for d in c.shape[:-1]):  # a bias row (or a scalar)
             row = c.reshape(c.shape[-1:] if c.ndim else (1,))
-            by_col(y3, col=np.ascontiguousarray(np.broadcast_to(row, (cols,))), alpha=alpha,
-                   beta=beta)  # fmt: skip
+            form = np.ascontiguousarray(np.broadcast_to(row, (cols,)))
         else:
-            full = np.ascontiguousarray(np.broadcast_to(c, out_shape)).reshape(y3.shape)
-            by_full(y3, full=full, alpha=alpha, beta=beta)
-        return (y,)
+            form = np.ascontiguousarray(np.broadcast_to(c, out_shape)).reshape(rows, cols)
+        form.flags.writeable = False
+        if not c.flags.writeable:
+            self._c = (c, (rows, cols), form)
+        return form
 
-    return run
+    def __call__(self, a: Any, b: Any, c: Any = None) -> tuple[Any]:
+        name, dt = self.name, self.dt
+        if a.dtype != dt or b.dtype != dt:
+            raise InvalidArgument(f"{name}: A {a.dtype} and B {b.dtype} must both be {dt}")
+        if self.gemm:
+            if b.ndim != 2 or a.ndim < 2 or ((self.op == "Gemm" or self.trans_a) and a.ndim != 2):
+                raise InvalidArgument(
+                    f"{name}: {self.op} needs 2-D B and 2-D A, got {a.shape} and {b.shape}"
+                )
+        elif a.ndim == 0 or b.ndim == 0:
+            raise InvalidArgument(f"{name}: MatMul inputs must have rank >= 1")
+        elif b.ndim != 2:  # batched products: numpy's matmul loop
+            try:
+                return (np.asarray(np.matmul(a, b)),)
+            except ValueError as e:
+                raise InvalidArgument(
+                    f"{name}: cannot multiply shapes {a.shape} and {b.shape}: {e}"
+                ) from None
+        bp = self._packed_b(b)
+        k, n = bp.shape
+        aa = a.T if self.trans_a else a
+        if aa.shape[-1] != k:
+            raise InvalidArgument(
+                f"{name}: inner dimensions of {a.shape} and {b.shape} differ"
+                + (
+                    f" (transA={int(self.trans_a)}, transB={int(self.trans_b)})"
+                    if self.gemm
+                    else ""
+                )
+            )
+        lead = aa.shape[:-1]
+        rows = math.prod(lead)
+        out_shape = (*lead, n)
+        a2 = np.ascontiguousarray(aa).reshape(rows, k)
+        form = None
+        if self.with_c and c is not None:
+            form = self._c_form(c, out_shape, rows, n)
+        if rows <= SMALL_M and self.no_act and (form is None or form.ndim == 1):
+            y = np.empty((rows, n), dt)
+            col = self.zero_col if form is None else form
+            beta = 0.0 if form is None else self.beta
+            self.small(a2, bp, col, self.alpha, beta, y)
+            return (y.reshape(out_shape),)
+        y = np.matmul(a2, bp)
+        y3 = y.reshape(1, rows, n)
+        if form is None:
+            self.plain(y3, alpha=self.alpha)
+        elif form.ndim == 1 and self.by_col is not None:
+            self.by_col(y3, col=form, alpha=self.alpha, beta=self.beta)
+        elif self.by_full is not None:
+            full = np.ascontiguousarray(np.broadcast_to(form, (rows, n))).reshape(y3.shape)
+            self.by_full(y3, full=full, alpha=self.alpha, beta=self.beta)
+        else:  # C's declared shape said a row
+            raise InvalidArgument(f"{name}: C of shape {c.shape} is not the declared row")
+        return (y.reshape(out_shape),)
 
 
-numba_kernel("FusedGemm", since=1, domain="ai.turnout", applies=_fused_gemm_applies)(
-    _build_fused_gemm
-)
+def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    return _Product(kn, ctx)
+
+
+numba_kernel("Gemm", since=7, applies=_applies)(_build)
+numba_kernel("MatMul", since=1, applies=_applies)(_build)
+numba_kernel("FusedGemm", since=1, domain="ai.turnout", applies=_applies)(_build)

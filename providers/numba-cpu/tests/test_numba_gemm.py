@@ -1,0 +1,158 @@
+"""numba Gemm and MatMul against onnx.reference: the small-M shapes of batch-1 dense layers and
+attention heads, transposes, alpha/beta, every C broadcast, weights as initializers (packed
+once) and as inputs (which may change between runs), and the errors bad shapes raise.
+
+FusedGemm is tested in test_numba_conv_gemm.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from turnout.errors import InvalidArgument
+from turnout.testing import provider_session
+
+TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-12}
+
+
+def _model(
+    op: str, feeds: dict[str, np.ndarray], const: tuple[str, ...] = (), **attrs: Any
+) -> onnx.ModelProto:
+    """A one-node model; inputs named in `const` become initializers (read-only at run time)."""
+    elem = helper.np_dtype_to_tensor_dtype
+    names = list(feeds)
+    node = helper.make_node(op, names, ["y"], name=f"my_{op.lower()}", **attrs)
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, elem(v.dtype), list(v.shape))
+         for n, v in feeds.items() if n not in const],
+        [helper.make_tensor_value_info("y", elem(feeds[names[0]].dtype), None)],
+        [numpy_helper.from_array(feeds[n], n) for n in const],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 1) -> np.ndarray:
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    live = {n: v for n, v in feeds.items() if n in {i.name for i in model.graph.input}}
+    got = sess.run(None, live)[0]
+    assert sess.run(None, live)[0].tobytes() == got.tobytes()  # packed weights: same result
+    want = ReferenceEvaluator(model).run(None, live)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    tol = TOL[got.dtype]
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    return got
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_gemm_random(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    dt = np.float64 if seed % 4 == 0 else np.float32
+    m = int(rng.choice([1, 1, 2, 3, 4, 5, 8, 16, 33, 64]))
+    k, n = (int(v) for v in rng.integers(1, 70, 2))
+    ta, tb = int(rng.integers(0, 2)), int(rng.integers(0, 2))
+    feeds = {
+        "a": rng.standard_normal((k, m) if ta else (m, k)).astype(dt),
+        "b": rng.standard_normal((n, k) if tb else (k, n)).astype(dt),
+    }
+    c_shape = [None, (), (1,), (n,), (1, n), (m, 1), (m, n)][seed % 7]
+    if c_shape is not None:
+        feeds["c"] = rng.standard_normal(c_shape).astype(dt)
+    attrs: dict[str, Any] = {"transA": ta, "transB": tb}
+    if rng.integers(0, 2):
+        attrs["alpha"] = float(rng.uniform(0.5, 2))
+        attrs["beta"] = float(rng.choice([0.0, 0.5, 1.5]))
+    const = tuple(x for x in ("b", "c") if x in feeds and rng.integers(0, 2))
+    _run(_model("Gemm", feeds, const, **attrs), feeds, threads=1 if seed % 3 else 0)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        ((1, 128), (128, 128)),  # a batch-1 dense layer
+        ((1, 64, 256), (256, 256)),  # a token sequence through a projection
+        ((1, 8, 384), (384, 384)),
+        ((7,), (7, 5)),  # 1-D A
+        ((3, 7), (7,)),  # 1-D B
+        ((1, 4, 32, 16), (1, 4, 16, 32)),  # attention scores
+        ((2, 1, 5, 6), (3, 6, 4)),  # batched, broadcast
+        ((2, 3, 0), (0, 4)),
+    ],
+)
+@pytest.mark.parametrize("const", [False, True])
+def test_matmul_shapes(
+    rng: np.random.Generator, a_shape: tuple[int, ...], b_shape: tuple[int, ...], const: bool
+) -> None:
+    feeds = {
+        "a": rng.standard_normal(a_shape).astype(np.float32),
+        "b": rng.standard_normal(b_shape).astype(np.float32),
+    }
+    _run(_model("MatMul", feeds, ("b",) if const else ()), feeds)
+
+
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_pytorch_linear_layer(rng: np.random.Generator, m: int) -> None:
+    """Gemm(A, W, bias, transB=1) with W and bias initializers, as torch.onnx exports Linear."""
+    feeds = {
+        "a": rng.standard_normal((m, 256)).astype(np.float32),
+        "w": rng.standard_normal((128, 256)).astype(np.float32),
+        "bias": rng.standard_normal(128).astype(np.float32),
+    }
+    _run(_model("Gemm", feeds, ("w", "bias"), transB=1), feeds)
+
+
+def test_weights_fed_as_inputs_may_change_in_place(rng: np.random.Generator) -> None:
+    feeds = {
+        "a": rng.standard_normal((1, 6)).astype(np.float32),
+        "b": rng.standard_normal((5, 6)).astype(np.float32),
+        "c": rng.standard_normal(5).astype(np.float32),
+    }
+    model = _model("Gemm", feeds, transB=1)
+    sess = provider_session(model, "NumbaExecutionProvider")
+    first = sess.run(None, feeds)[0]
+    feeds["b"] *= 2.0  # the same arrays, new values
+    feeds["c"] += 1.0
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = sess.run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got, first)
+
+
+def test_bad_shapes_name_the_node(rng: np.random.Generator) -> None:
+    feeds = {
+        "a": rng.standard_normal((2, 3)).astype(np.float32),
+        "b": rng.standard_normal((3, 4)).astype(np.float32),
+        "c": rng.standard_normal(4).astype(np.float32),
+    }
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], name="my_gemm")
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in feeds],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    sess = provider_session(model, "NumbaExecutionProvider")
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    for name, value in {
+        "a": np.ones((2, 5), np.float32),
+        "b": np.ones((3, 4, 1), np.float32),
+        "c": np.ones(3, np.float32),
+    }.items():
+        with pytest.raises(InvalidArgument, match="my_gemm"):
+            sess.run(None, {**feeds, name: value})
+
+
+def test_integer_products_stay_with_numpy() -> None:
+    feeds = {"a": np.ones((2, 3), np.int32), "b": np.ones((3, 4), np.int32)}
+    sess = provider_session(_model("MatMul", feeds), "NumbaExecutionProvider")
+    assert [a.source for a in sess.partition_report().assignments] == ["numpy"]
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], np.full((2, 4), 3, np.int32))
