@@ -367,6 +367,32 @@ def test_sigmoid_is_stable_for_extremes(check: Any) -> None:
     check(helper.make_node("Sigmoid", ["x"], ["y"]), [x], opset=13)
 
 
+@pytest.mark.parametrize("size", [7, 5000])  # either side of the sign-bit merge's threshold
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, "bfloat16"])
+def test_logistic_is_the_where_form_bitwise(
+    size: int, dtype: Any, rng: np.random.Generator
+) -> None:
+    """The in-place sigmoid (np.where, or a merge by x's sign bit on large inputs) gives the
+    bits of `where(x >= 0, 1 / (1 + e), e / (1 + e))`, signed zeros and non-finite included."""
+    import ml_dtypes
+
+    from turnout.providers.cpu.kernels.activation import logistic
+
+    dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    x = (rng.standard_normal(size) * 20).astype(dt)
+    x[:6] = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf]).astype(dt)
+    for v in (x, x[::2], x.reshape(-1, 1)[1:]):
+        with np.errstate(all="ignore"):
+            e = np.exp(-np.abs(v))
+            one = dt.type(1)
+            want = np.where(v >= 0, one / (one + e), e / (one + e))
+            got = logistic(v)
+        assert got.dtype == dt and got.shape == v.shape
+        g, w = got.astype(np.float64), want.astype(np.float64)  # exact for every width here
+        np.testing.assert_array_equal(g, w)  # NaN matches NaN
+        assert (np.signbit(g) == np.signbit(w))[~np.isnan(w)].all()
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
 def test_int_activations(dtype: type, rng: np.random.Generator, check: Any) -> None:
     x = _rand(rng, (3, 5), dtype)

@@ -36,13 +36,19 @@ def _act(op: str, since: int) -> Callable[[Callable[[KernelNode], Callable[[Arra
     return deco
 
 
+_SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+_BLEND_ABOVE = 4096  # elements: where np.where's per-element branch costs more than 4 passes
+
+
 def logistic(x: Array) -> Array:
     """Numerically stable sigmoid: 1 / (1 + e) where x >= 0, else e / (1 + e), e = exp(-|x|).
 
     exp only ever sees non-positive arguments. Shared by Sigmoid, Swish, the fused ops' and
     the recurrent ops' activations. Computed in place with scalars of x's type (a Python
-    scalar costs numpy a ~1 us type resolution per call), which halves the time at small
-    sizes; the values are those of the `np.where` form.
+    scalar costs numpy a ~1 us type resolution per call). The values are those of the
+    `np.where` form; on large inputs the two candidates are merged by the sign bit of x with
+    integer ops (np.where costs ~3.5 ns an element on a mixed-sign mask, 4x the merge; at -0.0,
+    where the sign bit and `x >= 0` disagree, both candidates are 0.5).
     """
     t = x.dtype.type
     one = t(1)
@@ -55,7 +61,14 @@ def logistic(x: Array) -> Array:
     d = np.add(e, one)
     y = np.divide(one, d)
     np.divide(e, d, out=e)
-    np.copyto(y, e, where=x < t(0))
+    signed = _SIGNED.get(x.dtype.itemsize)
+    if x.size <= _BLEND_ABOVE or signed is None:
+        return np.where(x < t(0), e, y)
+    sign = np.right_shift(x.view(signed), 8 * x.dtype.itemsize - 1)  # -1 where x's sign is set
+    ei, yi = e.view(signed), y.view(signed)
+    np.bitwise_xor(ei, yi, out=ei)
+    np.bitwise_and(ei, sign, out=ei)
+    np.bitwise_xor(yi, ei, out=yi)  # y ^ ((e ^ y) & sign): e where the sign is set, else y
     return y
 
 
