@@ -1,5 +1,6 @@
-"""numba MaxPool, AveragePool and LRN: random attribute/shape/dtype combinations against the CPU
-provider's numpy kernels, a 1-thread session, declines and bad inputs.
+"""numba MaxPool, AveragePool, the global pools and LRN: random attribute/shape/dtype
+combinations against the CPU provider's numpy kernels, each read path of the windowed pools
+(against onnx.reference too), a 1-thread session, declines and bad inputs.
 
 The official node cases of these ops run in test_numba_provider.py::test_official_case.
 """
@@ -16,7 +17,13 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
+from turnout.testing import (
+    cpu_session,
+    one_node_model,
+    provider_session,
+    run_onnxruntime,
+    run_reference,
+)
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
@@ -265,3 +272,130 @@ def test_lrn_bad_input() -> None:
         sess.run(None, {"x": np.zeros((2, 3), np.float32)})
     (y,) = sess.run(None, {"x": np.zeros((0, 3, 2), np.float32)})
     assert y.shape == (0, 3, 2)
+
+
+# ------------------------------------------------------------------------------------------
+# the read paths of MaxPool/AveragePool (see kernels/window.py) and the global pools
+
+K3 = {"kernel_shape": [3, 3]}
+S2 = {"strides": [2, 2]}
+P1 = {"pads": [1, 1, 1, 1]}
+
+POOL_PATHS: list[tuple[str, str, tuple[int, ...], dict[str, Any]]] = [
+    # (what, op, x shape, attributes)
+    ("flat max 3x3 same", "MaxPool", (1, 6, 11, 9), {**K3, **P1}),
+    ("flat avg 3x3 same", "AveragePool", (2, 4, 9, 10), {**K3, **P1}),
+    ("flat avg include pad", "AveragePool", (1, 4, 7, 8), {**K3, **P1, "count_include_pad": 1}),
+    ("flat max 2x2 SAME_UPPER", "MaxPool", (1, 3, 7, 8),
+     {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ("padded max 3x3 s2", "MaxPool", (1, 5, 14, 15), {**K3, **S2, **P1}),
+    ("padded max 2x2 s2", "MaxPool", (2, 4, 12, 13), {"kernel_shape": [2, 2], **S2}),
+    ("padded max (2, 1)", "MaxPool", (1, 8, 12, 20), {"kernel_shape": [2, 1], "strides": [2, 1]}),
+    ("padded avg 2x2 s2", "AveragePool", (1, 6, 14, 14), {"kernel_shape": [2, 2], **S2}),
+    ("padded avg s3 dilated", "AveragePool", (1, 3, 17, 16),
+     {"kernel_shape": [3, 2], "strides": [3, 3], "dilations": [2, 2], "pads": [1, 0, 2, 1]}),
+    ("padded max ceil", "MaxPool", (1, 3, 10, 11), {**K3, **S2, "ceil_mode": 1}),
+    ("padded avg ceil", "AveragePool", (1, 3, 10, 11),
+     {**K3, **S2, "pads": [1, 1, 0, 0], "ceil_mode": 1}),
+    ("direct max valid", "MaxPool", (1, 4, 9, 10), {"kernel_shape": [3, 2]}),
+    ("generic max 7x7", "MaxPool", (1, 3, 12, 13), {"kernel_shape": [7, 7], "pads": [3] * 4}),
+    ("generic avg 6x6 s2", "AveragePool", (1, 3, 15, 14),
+     {"kernel_shape": [6, 6], **S2, "pads": [2] * 4}),
+    ("1-D max k3 s2", "MaxPool", (2, 5, 31), {"kernel_shape": [3], "strides": [2]}),
+    ("1-D avg same", "AveragePool", (1, 5, 30), {"kernel_shape": [5], "pads": [2, 2]}),
+    ("1-D generic max k31", "MaxPool", (1, 3, 50), {"kernel_shape": [31], "pads": [15, 15]}),
+]  # fmt: skip
+# onnx.reference gets these wrong: its ceil_mode divisor is not onnxruntime's, and a window
+# wider than its padded copy raises IndexError
+NOT_REFERENCE = {"padded max ceil", "padded avg ceil", "1-D generic max k31"}
+
+
+@pytest.mark.parametrize("what, op, shape, attrs", POOL_PATHS, ids=[c[0] for c in POOL_PATHS])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pool_paths(
+    what: str, op: str, shape: tuple[int, ...], attrs: dict[str, Any], threads: int
+) -> None:
+    rng = np.random.default_rng(len(what) + threads)
+    x = _data(rng, shape, np.float32)
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    got = _compare(node, x, 19, intra_op_num_threads=threads)
+    if what not in NOT_REFERENCE:
+        want = run_reference(node, [x.astype(np.float64)], 19)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [np.int8, np.uint8])
+def test_max_pool_integers_paths(dt: Any) -> None:
+    rng = np.random.default_rng(9)
+    x = _data(rng, (1, 3, 9, 10), dt)
+    for attrs in (
+        {"kernel_shape": [3, 3], "pads": [1] * 4},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4},
+        {"kernel_shape": [2, 2]},
+    ):
+        _compare(helper.make_node("MaxPool", ["x"], ["y"], **attrs), x, 12)
+
+
+@pytest.mark.parametrize("attrs", [{"pads": [1] * 4}, {"pads": [1] * 4, "strides": [2, 2]}])
+def test_max_pool_nan_on_both_paths(attrs: dict[str, Any]) -> None:
+    """NaN windows follow onnxruntime's rule on the flat and the padded path alike; a NaN in
+    the first or last column stays in its windows."""
+    x = np.random.default_rng(6).standard_normal((1, 2, 7, 8)).astype(np.float32)
+    x[0, 0, 3, 0] = np.nan
+    x[0, 1, 2, 7] = np.nan
+    x[0, 1, 5, 3] = np.inf
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], **attrs)
+    y = _compare(node, x, 12)
+    with_indices = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], **attrs)
+    np.testing.assert_array_equal(y, run_onnxruntime(with_indices, [x], 12)[0])
+
+
+def test_average_pool_edge_inf_stays_in_its_windows() -> None:
+    x = np.ones((1, 1, 5, 6), np.float32)
+    x[0, 0, 2, 0] = np.inf
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)
+    y = _compare(node, x, 19)
+    assert np.isinf(y).sum() == 6  # the windows of columns 0 and 1 in rows 1..3
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize(
+    "shape", [(2, 5, 7, 9), (1, 12, 3), (1, 3, 2, 3, 4), (3, 2, 1, 1), (1, 4, 40, 41)]
+)
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.float16])
+def test_global_pools(op: str, shape: tuple[int, ...], dt: Any) -> None:
+    x = _data(np.random.default_rng(sum(shape)), shape, dt)
+    node = helper.make_node(op, ["x"], ["y"])
+    rtol = 1e-3 if dt == np.float16 else 1e-5
+    got = _compare(node, x, 13, rtol=rtol)
+    if op == "GlobalMaxPool" and len(shape) != 4:
+        return  # onnx.reference's GlobalMaxPool takes the max over all axes but the first here
+    want = run_reference(node, [x.astype(np.float64)], 13)[0]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_global_max_pool_special_values(dt: Any) -> None:
+    """NaN of either sign wins (np.max's rule), -0.0 and tiny negatives order correctly."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 6, 5, 7)).astype(dt)
+    x[0, 1, 2, 3] = np.nan
+    x[1, 2, 0, 0] = -np.nan
+    x[0, 3] = -np.inf
+    x[1, 4] = -0.0
+    x[0, 5] = -rng.random((5, 7)) * 1e-30
+    x[1, 3, 1, 1] = np.inf
+    node = helper.make_node("GlobalMaxPool", ["x"], ["y"])
+    got = _compare(node, x, 13)
+    assert np.isnan(got[0, 1]) and np.isnan(got[1, 2]) and got[0, 3] == -np.inf
+    assert got[1, 3] == np.inf and got[0, 5] < 0
+
+
+def test_global_pools_bad_and_empty_inputs() -> None:
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    sess = _session(_dynamic_model(node, 13))
+    assert sess.partition_report().assignments[0].source == "numba"
+    with pytest.raises(InvalidArgument, match="at least 3-D"):
+        sess.run(None, {"x": np.zeros((2, 3), np.float32)})
+    (y,) = sess.run(None, {"x": np.zeros((0, 2, 5, 5), np.float32)})
+    assert y.shape == (0, 2, 1, 1)

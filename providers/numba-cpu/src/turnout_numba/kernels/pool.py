@@ -1,24 +1,32 @@
-"""MaxPool and AveragePool (1-D and 2-D spatial): one pass per output row, no padded input copy.
+"""MaxPool, AveragePool (1-D and 2-D), GlobalAveragePool and GlobalMaxPool.
 
-Both kernels see the input as (N*C, H, W) planes (1-D pools as H = 1) and run a parallel loop
-over the planes. Per output row: the valid kernel rows are computed analytically and reduced
-(max, or float64 sum) over the full width into a row buffer whose pad columns hold the
-identity; a stride-1 sliding reduction over the kw taps follows, then every sw-th value is
-taken. Every loop runs over contiguous memory with in-range indices (views), so they
-vectorize; this is what makes these faster than the numpy kernel's strided slices.
-Window geometry (auto_pad, pads, ceil_mode, dilations, output shape) comes from the CPU
-provider's `conv_geometry`/`spatial_attrs`, shared with Conv and the numpy pools.
+MaxPool and AveragePool read each plane along a `window.Window` plan, as the depthwise Conv
+does: a stride-1 pool whose output rows are as long as the input's is one loop over the whole
+plane (a tap crossing a row edge is dropped by a select), other pools copy the plane once into
+a buffer padded with the identity (-inf, the type's minimum, or 0) and split by column stride
+phase, then run one loop per output row with every tap reading consecutive values. The kernel
+text is generated per (op, kernel size, dtype) with the taps unrolled (more than `UNROLL` taps:
+one looped text per op and dtype), so a pool is one pass with no row buffers. AveragePool sums
+in float64 and multiplies by the reciprocal of each window's count, planned with the window
+(per input shape): the taps inside the input, or (count_include_pad) inside the explicitly
+padded input; taps that a ceil_mode window puts past the end padding never count, as in the
+numpy kernel and onnxruntime. Window geometry (auto_pad, pads, ceil_mode, dilations, output
+shape) comes from the CPU provider's `conv_geometry`/`spatial_attrs`.
 
-AveragePool divides by the number of taps inside the input, or (count_include_pad) inside the
-explicitly padded input: taps that a ceil_mode window puts past the end padding never count,
-as in the numpy kernel and onnxruntime. MaxPool treats NaN as the numpy kernel does (see
-`_max_pool` there: onnxruntime's first-tap-then-strictly-greater rule).
+MaxPool treats NaN as the numpy kernel does (see `_max_pool` there: onnxruntime's
+first-tap-then-strictly-greater rule): the unrolled max propagates NaN and counts the NaN
+outputs; a run that has some redoes those windows in `_max_pool_nan`.
 
-MaxPool with an Indices output and 3-D pools run on the numpy kernel (declined here).
+GlobalAveragePool is one BLAS matrix-vector product (planes x spatial times 1/spatial): a sum
+in numba's loops cannot be vectorized without reordering it. GlobalMaxPool runs on the float's
+bits (see `_global_max`) and propagates NaN as the numpy kernel's `np.max` does.
+
+MaxPool with an Indices output and 3-D windowed pools run on the numpy kernel (declined here).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,62 +36,178 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
 
+from .. import cache
 from ..codegen import compute_dtype, numba_array
-from ..registry import BuildContext, SizedKernel, numba_kernel
+from ..registry import SERIAL_WORK, BuildContext, SizedKernel, numba_kernel
+from .depthwise import UNROLL
+from .window import Window, copy_lines, geo_lines, plan_window
 
 __all__: list[str] = []
 
+_CTOR = {
+    "float32": "np.float32",
+    "float64": "np.float64",
+    "int8": "np.int8",
+    "uint8": "np.uint8",
+}
 
-def _max_pool(
-    x: Any, y: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, ph: int, pw: int, low: Any
-) -> None:  # pragma: no cover - compiled by numba
-    # Per output row: a column pass (max of the kh input rows, full width) into a row buffer
-    # padded with `low`, a stride-1 sliding max of the kw taps over it, then every sw-th value.
-    # All three are plain contiguous loops (vectorized); np.maximum propagates NaN, so a NaN
-    # output marks a window holding one, which `_max_pool_nan` then redoes.
-    nc, h, w = x.shape
-    oh_n, ow_n = y.shape[1], y.shape[2]
-    n1 = (ow_n - 1) * sw + 1  # window starts (padded coordinates) at stride 1
-    blen = max(pw + w, n1 + (kw - 1) * dw)
-    for p in prange(nc):
-        buf = np.empty(blen, x.dtype)
-        s1 = np.empty(n1, x.dtype)
-        for c in range(blen):
-            buf[c] = low
-        mid = buf[pw : pw + w]  # views: their loop indices are provably in range
-        picks = s1[::sw]
-        for oh in range(oh_n):
-            h0 = oh * sh - ph
-            ilo = (-h0 + dh - 1) // dh if h0 < 0 else 0
-            ihi = min(kh, (h - h0 + dh - 1) // dh)
-            if ilo < ihi:
-                xr = x[p, h0 + ilo * dh]
-                for c in range(w):
-                    mid[c] = xr[c]
-                for i in range(ilo + 1, ihi):
-                    xr = x[p, h0 + i * dh]
-                    for c in range(w):
-                        mid[c] = np.maximum(mid[c], xr[c])
-            else:
-                for c in range(w):
-                    mid[c] = low
-            for c in range(n1):
-                s1[c] = buf[c]
-            for j in range(1, kw):
-                tap = buf[j * dw : j * dw + n1]
-                for c in range(n1):
-                    s1[c] = np.maximum(s1[c], tap[c])
-            yr = y[p, oh]
-            for ow in range(ow_n):
-                yr[ow] = picks[ow]
+_HEAD = """\
+def _pool(x, y, rc, offs, cols, lo, hi, geo, chunks, low_):
+    T = {ctor}
+    F = np.float64
+    low = T(low_)
+{geo}    planes = x.shape[0]
+    nans = 0
+{consts}    for ch in prange(chunks):
+        buf = np.full(blen, low)
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            src = x[q]
+            if not direct:
+{copy}                src = buf
+            yp = y[q]
+{body}{count}    return nans
+"""
+
+# the NaN outputs of a plane, counted right after it is written (a second loop: a test inside
+# the unrolled one would keep it from vectorizing)
+_COUNT = """\
+            for j in range(yp.shape[0]):
+                nans += yp[j] != yp[j]
+"""
+
+
+def _reduce(op: str, reads: list[str]) -> str:
+    if op == "max":
+        expr = reads[0]
+        for r in reads[1:]:
+            expr = f"np.maximum({expr}, {r})"
+        return expr
+    return " + ".join(f"F({r})" for r in reads)
+
+
+def _unrolled(op: str, kh: int, kw: int) -> tuple[str, str]:
+    taps = kh * kw
+    consts = "".join(f"    lo{j} = lo[{j}]\n    hi{j} = hi[{j}]\n" for j in range(kw))
+    consts += "".join(f"    o{t} = offs[{t}]\n" for t in range(taps))
+    lines = ["            if flat:"]
+    lines += [f"                r{ki} = src[o{ki * kw}:]" for ki in range(kh)]
+    lines.append("                for j in range(rlen):")
+    lines.append("                    cj = cols[j]")
+    lines.append("                    v = low" if op == "max" else "                    v = F(0)")
+    for kj in range(kw):
+        s = _reduce(op, [f"r{ki}[j + {kj}]" for ki in range(kh)])
+        lines.append(f"                    s = {s}")
+        keep = "np.maximum(v, s)" if op == "max" else "v + s"
+        lines.append(f"                    v = {keep} if cj >= lo{kj} and cj < hi{kj} else v")
+    lines.append(
+        "                    yp[j] = v"
+        if op == "max"
+        else "                    yp[j] = T(v * rc[j])"
+    )
+    lines.append("            else:")
+    lines.append("                for r in range(rows):")
+    lines.append("                    base = r * rstep")
+    lines += [f"                    t{t} = src[base + o{t}:]" for t in range(taps)]
+    lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
+    if op != "max":
+        lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
+    lines.append("                    for j in range(rlen):")
+    s = _reduce(op, [f"t{t}[j]" for t in range(taps)])
+    lines.append(
+        f"                        yo[j] = {s}"
+        if op == "max"
+        else f"                        yo[j] = T(({s}) * ro[j])"
+    )
+    return consts, "\n".join(lines) + "\n"
+
+
+_GENERIC = """\
+            acc = np.empty(rlen, {acc})
+            for r in range(rows):
+                base = r * rstep
+                for j in range(rlen):
+                    acc[j] = {init}
+                for t in range(taps):
+                    tt = src[base + offs[t]:]
+                    if flat:
+                        kj = t % kw
+                        lt = lo[kj]
+                        ht = hi[kj]
+                        for j in range(rlen):
+                            cj = cols[j]
+                            acc[j] = {update} if cj >= lt and cj < ht else acc[j]
+                    else:
+                        for j in range(rlen):
+                            acc[j] = {update}
+                yo = yp[r * rlen : r * rlen + rlen]
+                ro = rc[r * rlen : r * rlen + rlen]
+                for j in range(rlen):
+                    yo[j] = {final}
+"""
+
+
+def _source(op: str, kh: int, kw: int, dtype: np.dtype[Any]) -> str:
+    if kh * kw <= UNROLL:
+        consts, body = _unrolled(op, kh, kw)
+    else:
+        consts = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n"
+        if op == "max":
+            body = _GENERIC.format(
+                acc="x.dtype", init="low", update="np.maximum(acc[j], tt[j])", final="acc[j]"
+            )
+        else:
+            body = _GENERIC.format(
+                acc="np.float64", init="F(0)", update="acc[j] + F(tt[j])", final="T(acc[j] * ro[j])"
+            )
+    count = _COUNT if op == "max" and dtype.kind == "f" else ""
+    return _HEAD.format(
+        ctor=_CTOR[dtype.name],
+        geo=geo_lines(4),
+        copy=copy_lines(16),
+        consts=consts,
+        body=body,
+        count=count,
+    )
+
+
+_KERNELS: dict[tuple[Any, ...], SizedKernel] = {}
+
+
+def _pool_kernel(
+    op: str, kernel: tuple[int, int], dtype: np.dtype[Any], parallel: bool
+) -> SizedKernel:
+    """`k(work, x2, y2, rc, *window.args(), chunks, low) -> NaN outputs` for planes x2 (P, H*W)
+    and y2 (P, OH*OW); `rc` holds the reciprocal window counts (average) or is a dummy."""
+    kh, kw = kernel
+    shape = (kh, kw) if kh * kw <= UNROLL else (0, 0)
+    key = (op, shape, dtype.name, parallel)
+    kern = _KERNELS.get(key)
+    if kern is None:
+        fn = cache.load_source(_source(op, kh, kw, dtype), "pool")._pool
+        i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
+        i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+        sig = types.int64(
+            numba_array(dtype, 2, readonly=True, layout="C"),
+            numba_array(dtype, 2, readonly=False, layout="C"),
+            numba_array(np.dtype(np.float64), 1, readonly=True, layout="C"),
+            i64,
+            i32,
+            i32,
+            i32,
+            i64,
+            types.int64,
+            types.float64,
+        )
+        kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
+    return kern
 
 
 def _max_pool_nan(
     x: Any, y: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, ph: int, pw: int
 ) -> None:  # pragma: no cover - compiled by numba
-    # The NaN outputs of _max_pool by onnxruntime's rule, as the numpy kernel: the first tap
+    # The NaN outputs of the max kernel by onnxruntime's rule, as the numpy kernel: the first tap
     # inside the input, then only strictly greater values (NaN compares false). A kernel of its
-    # own, run only when the output has a NaN: inside _max_pool it slowed every run by 20-40%.
+    # own, run only when the output has a NaN: inside the max kernel it slowed every run.
     nc, h, w = x.shape
     oh_n, ow_n = y.shape[1], y.shape[2]
     for p in prange(nc):
@@ -103,63 +227,6 @@ def _max_pool_nan(
                             m = x[p, r, c]
                             seen = True
                 y[p, oh, ow] = m
-
-
-def _avg_pool(
-    x: Any,
-    y: Any,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    dh: int,
-    dw: int,
-    ph: int,
-    pw: int,
-    ch0: int,
-    ch1: int,
-    cw0: int,
-    cw1: int,
-) -> None:  # pragma: no cover - compiled by numba
-    # _max_pool's three passes with float64 sums (zero padding); the divisor counts the taps
-    # inside [ch0, ch1) x [cw0, cw1): the input, or the input with its explicit pads
-    nc, h, w = x.shape
-    oh_n, ow_n = y.shape[1], y.shape[2]
-    n1 = (ow_n - 1) * sw + 1
-    blen = max(pw + w, n1 + (kw - 1) * dw)
-    cnt_w = np.empty(ow_n, np.float64)
-    for ow in range(ow_n):
-        w0 = ow * sw - pw
-        a = (cw0 - w0 + dw - 1) // dw if w0 < cw0 else 0
-        b = min(kw, (cw1 - w0 + dw - 1) // dw)
-        cnt_w[ow] = max(b - a, 0)
-    for p in prange(nc):
-        buf = np.zeros(blen, np.float64)
-        s1 = np.empty(n1, np.float64)
-        mid = buf[pw : pw + w]
-        picks = s1[::sw]
-        for oh in range(oh_n):
-            h0 = oh * sh - ph
-            ilo = (-h0 + dh - 1) // dh if h0 < 0 else 0
-            ihi = min(kh, (h - h0 + dh - 1) // dh)
-            a = (ch0 - h0 + dh - 1) // dh if h0 < ch0 else 0
-            b = min(kh, (ch1 - h0 + dh - 1) // dh)
-            cnt_h = max(b - a, 0)
-            for c in range(w):
-                mid[c] = 0.0
-            for i in range(ilo, ihi):
-                xr = x[p, h0 + i * dh]
-                for c in range(w):
-                    mid[c] += xr[c]
-            for c in range(n1):
-                s1[c] = buf[c]
-            for j in range(1, kw):
-                tap = buf[j * dw : j * dw + n1]
-                for c in range(n1):
-                    s1[c] += tap[c]
-            yr = y[p, oh]
-            for ow in range(ow_n):
-                yr[ow] = picks[ow] / (cnt_h * cnt_w[ow])
 
 
 _MAX_DTYPES = ("float32", "float64", "int8", "uint8")
@@ -200,13 +267,25 @@ def _applies(kn: KernelNode) -> str | None:
     return None
 
 
-def _sig(c: np.dtype[Any], n_int: int, low: bool) -> Any:
-    extra = [types.int64] * n_int + ([from_dtype(c)] if low else [])
-    return types.void(
-        numba_array(c, 3, readonly=True, layout="C"),
-        numba_array(c, 3, readonly=False, layout="C"),
-        *extra,
-    )
+def _counts(n_out: int, stride: int, dil: int, k: int, pad: int, lo: int, hi: int) -> Any:
+    """Per output position along one axis: the taps inside [lo, hi) (input coordinates)."""
+    start = np.arange(n_out) * stride - pad
+    taps = start[:, None] + np.arange(k)[None, :] * dil
+    return ((taps >= lo) & (taps < hi)).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A run at one input shape: its window plan, output shapes and average divisors."""
+
+    chunks: int
+    final: tuple[int, ...]
+    nan_geo: tuple[int, ...]
+    planes: int
+    rc: Any
+    shape2: tuple[Any, Any]
+    win: Window | None
+    work: int
 
 
 def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -214,24 +293,65 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     c = compute_dtype(dt)
     assert c is not None
     is_max = kn.op_type == "MaxPool"
-    redo_nan: SizedKernel | None = None
-    if is_max:
-        kern = ctx.jit(_max_pool, [_sig(c, 8, True)])
-        low = c.type(np.iinfo(c).min if c.kind in "iu" else -np.inf)
-        redo_nan = ctx.jit(_max_pool_nan, [_sig(c, 8, False)]) if c.kind == "f" else None
-    else:
-        kern = ctx.jit(_avg_pool, [_sig(c, 12, False)])
-    include_pad = bool(kn.attr("count_include_pad", 0))
     kernel = [int(k) for k in kn.attr("kernel_shape")]
     nd = len(kernel)
+    k2 = (1, kernel[0]) if nd == 1 else (kernel[0], kernel[1])
+    kern = _pool_kernel("max" if is_max else "avg", k2, c, ctx.parallel)
+    redo_nan: SizedKernel | None = None
+    if is_max:
+        low = float(np.iinfo(c).min) if c.kind in "iu" else -np.inf
+        if c.kind == "f":
+            redo_nan = ctx.jit(_max_pool_nan, [_nan_sig(c)])
+    else:
+        low = 0.0
+    include_pad = bool(kn.attr("count_include_pad", 0))
     strides, dilations = spatial_attrs(kn, nd, kernel)
     ceil_mode = bool(kn.attr("ceil_mode", 0))
     name = kn.name
     absent = (None,) * (len(kn.node.outputs) - 1)  # an Indices output named "" (not requested)
-    # 1-D pools are 2-D pools with H = 1
-    k2 = ([1] if nd == 1 else []) + kernel
     s2 = ([1] if nd == 1 else []) + [int(s) for s in strides]
     d2 = ([1] if nd == 1 else []) + [int(d) for d in dilations]
+    plans: dict[tuple[int, ...], _Plan] = {}
+    dummy = np.zeros(1, np.float64)
+
+    def plan(shape: tuple[int, ...]) -> _Plan:
+        pb, pe, out = conv_geometry(kn, shape[2:], kernel, strides, dilations, ceil_mode)
+        n, ch = shape[:2]
+        sp = ((1,) if nd == 1 else ()) + tuple(shape[2:])
+        pb2 = ([0] if nd == 1 else []) + list(pb)
+        pe2 = ([0] if nd == 1 else []) + list(pe)
+        out2 = ([1] if nd == 1 else []) + list(out)
+        win: Window | None = None
+        rc = dummy
+        if out2[0] * out2[1] > 0 and n * ch > 0:
+            win = plan_window(
+                (sp[0], sp[1]),
+                k2,
+                (s2[0], s2[1]),
+                (d2[0], d2[1]),
+                (pb2[0], pb2[1]),
+                (out2[0], out2[1]),
+            )
+            if not is_max:
+                ext = [(-pb2[a], sp[a] + pe2[a]) if include_pad else (0, sp[a]) for a in (0, 1)]
+                cnt = [_counts(out2[a], s2[a], d2[a], k2[a], pb2[a], *ext[a]) for a in (0, 1)]
+                total = np.outer(cnt[0], cnt[1]).reshape(-1).astype(np.float64)
+                with np.errstate(divide="ignore"):
+                    rc = np.ascontiguousarray(1.0 / total)
+        planes = n * ch
+        work = planes * out2[0] * out2[1] * k2[0] * k2[1]
+        chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
+        nan_geo = (k2[0], k2[1], s2[0], s2[1], d2[0], d2[1], pb2[0], pb2[1])
+        return _Plan(
+            chunks=max(chunks, 1),
+            final=(n, ch, *out),
+            nan_geo=nan_geo,
+            planes=planes,
+            rc=rc,
+            shape2=(sp, out2),
+            win=win,
+            work=work,
+        )
 
     def run(x: Any) -> tuple[Any, ...]:
         if x.ndim != nd + 2:
@@ -239,29 +359,126 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 f"{name}: input must be {nd + 2}-D (N, C, spatial) for a {nd}-D kernel_shape, "
                 f"got {x.shape}"
             )
-        pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations, ceil_mode)
-        n, ch = x.shape[:2]
-        sp = ((1,) if nd == 1 else ()) + tuple(x.shape[2:])
-        pb2 = ([0] if nd == 1 else []) + list(pb)
-        pe2 = ([0] if nd == 1 else []) + list(pe)
-        out2 = ([1] if nd == 1 else []) + list(out)
-        y = np.empty((n * ch, out2[0], out2[1]), c)
-        if y.size:
-            x3 = np.ascontiguousarray(x, dtype=c).reshape(n * ch, sp[0], sp[1])
-            geo = (k2[0], k2[1], s2[0], s2[1], d2[0], d2[1], pb2[0], pb2[1])
-            if is_max:
-                kern(x3.size, x3, y, *geo, low)
-                if redo_nan is not None and np.isnan(y.max()):  # max propagates NaN
-                    redo_nan(y.size, x3, y, *geo)
-            elif include_pad:
-                kern(x3.size, x3, y, *geo, -pb2[0], sp[0] + pe2[0], -pb2[1], sp[1] + pe2[1])
-            else:
-                kern(x3.size, x3, y, *geo, 0, sp[0], 0, sp[1])
-        res = y.reshape((n, ch, *out))
+        p = plans.get(x.shape)
+        if p is None:  # pads/auto_pad/output size: the same for every run at this shape
+            p = plans[x.shape] = plan(x.shape)
+        sp, out2 = p.shape2
+        y = np.empty((p.planes, out2[0] * out2[1]), c)
+        if y.size and p.win is not None:
+            x2 = np.ascontiguousarray(x, dtype=c).reshape(p.planes, sp[0] * sp[1])
+            nans = kern(p.work, x2, y, p.rc, *p.win.args(), p.chunks, low)
+            if nans and redo_nan is not None:
+                redo_nan(
+                    y.size,
+                    x2.reshape(p.planes, sp[0], sp[1]),
+                    y.reshape(p.planes, out2[0], out2[1]),
+                    *p.nan_geo,
+                )
+        res = y.reshape(p.final)
         return (res.astype(dt) if dt != c else res, *absent)
 
     return run
 
 
+def _nan_sig(c: np.dtype[Any]) -> Any:
+    return types.void(
+        numba_array(c, 3, readonly=True, layout="C"),
+        numba_array(c, 3, readonly=False, layout="C"),
+        *[types.int64] * 8,
+    )
+
+
 for _op in ("MaxPool", "AveragePool"):
     numba_kernel(_op, since=1, applies=_applies)(_build_pool)
+
+
+# ------------------------------------------------------------------------------------------
+# global pools
+
+
+def _global_max(x: Any, y: Any, mag: Any, inf: Any, nan: Any) -> None:  # pragma: no cover
+    # On the float's bits as integers (x, y are int views): the key (v ^ mag if v < 0 else v)
+    # orders like the floats, so the max is an integer max, which LLVM vectorizes (a float max
+    # that keeps NaN does not). A NaN of either sign shows as a magnitude above inf's: then
+    # np.max's answer, NaN.
+    planes, n = x.shape
+    for p in prange(planes):
+        xr = x[p]
+        m = ~mag
+        a = mag & 0
+        for k in range(n):
+            v = xr[k]
+            key = v ^ mag if v < 0 else v
+            m = key if key > m else m
+            av = v & mag
+            a = av if av > a else a
+        y[p] = nan if a > inf else (m ^ mag if m < 0 else m)
+
+
+def _global_applies(kn: KernelNode) -> str | None:
+    x = kn.inputs[0]
+    if x is None or x.elem_type is None:
+        return "input types unknown at session creation"
+    c = compute_dtype(x.dtype)
+    if c is None or c.name not in ("float32", "float64"):
+        return f"{kn.op_type} on {x.dtype} is not compiled by numba"
+    if x.shape is not None and len(x.shape) < 3:
+        return f"input rank {len(x.shape)}: needs (N, C, spatial...)"
+    return None
+
+
+_BITS = {
+    "float32": (np.int32, 0x7FFFFFFF, 0x7F800000, 0x7FC00000),
+    "float64": (np.int64, 0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000, 0x7FF8000000000000),
+}
+
+
+def _build_global(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    dt = kn.inputs[0].dtype
+    c = compute_dtype(dt)
+    assert c is not None
+    name = kn.name
+    is_max = kn.op_type == "GlobalMaxPool"
+    if is_max:
+        it, *bits = _BITS[c.name]
+        consts = [it(b) for b in bits]
+        ai = np.dtype(it)
+        sig = types.void(
+            numba_array(ai, 2, readonly=True, layout="C"),
+            numba_array(ai, 1, readonly=False, layout="C"),
+            *[from_dtype(ai)] * 3,
+        )
+        kern = ctx.jit(_global_max, [sig])
+    weights: dict[int, Any] = {}  # spatial size -> its 1/size vector (average: one BLAS GEMV)
+
+    def run(x: Any) -> tuple[Any]:
+        if x.ndim < 3:
+            raise InvalidArgument(
+                f"{name}: input must be at least 3-D (N, C, spatial...), got {x.shape}"
+            )
+        planes = x.shape[0] * x.shape[1]
+        shape = (*x.shape[:2], *([1] * (x.ndim - 2)))
+        if planes == 0:
+            return (np.empty(shape, dt),)
+        if x.size == 0:  # empty windows, as the numpy kernel: a mean is NaN, a max has none
+            if is_max:
+                raise InvalidArgument(f"{name}: GlobalMaxPool of an empty spatial extent")
+            return (np.full(shape, np.nan, dt),)
+        x2 = np.ascontiguousarray(x, dtype=c).reshape(planes, -1)
+        y = np.empty(planes, c)
+        if is_max:
+            kern(x2.size, x2.view(ai), y.view(ai), *consts)
+        else:
+            n = x2.shape[1]
+            inv = weights.get(n)
+            if inv is None:
+                inv = weights[n] = np.full(n, 1.0 / n, c)
+            np.matmul(x2, inv, out=y)
+        y = y.reshape(shape)
+        return (y.astype(dt) if dt != c else y,)
+
+    return run
+
+
+for _op in ("GlobalAveragePool", "GlobalMaxPool"):
+    numba_kernel(_op, since=1, applies=_global_applies)(_build_global)
