@@ -51,6 +51,7 @@ from .base import (
     SupportsFn,
 )
 from .graph import OptGraph
+from .subgraph import passes_load_checks
 
 __all__ = [
     "PASSES",
@@ -153,10 +154,10 @@ def optimize(
         limits = dataclasses.replace(limits, fold_max_elements=int(fold_max_elements))
     extra = [as_pass(p) for p in extra_passes]
     keep = list(keep_initializers)
-    out, report, g, ctx = _optimize(model, lvl, limits, supports, extra, keep, inline=True)
-    if ctx.inlined_ifs and not _passes_load_checks(out):
+    out, report, g = _optimize(model, lvl, limits, supports, extra, keep, inline=True)
+    if g.inlined and not passes_load_checks(out):
         # an inlined branch exposed what only its If's loose types let pass: keep the Ifs
-        out, report, g, ctx = _optimize(model, lvl, limits, supports, extra, keep, inline=False)
+        out, report, g = _optimize(model, lvl, limits, supports, extra, keep, inline=False)
     if values is not None:
         values.update(g.values)
     return out, report
@@ -170,7 +171,7 @@ def _optimize(
     extra: list[GraphPass],
     keep_initializers: list[str],
     inline: bool,
-) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph, PassContext]:
+) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph]:
     from ..model import light_copy
 
     report = OptimizationReport(lvl)
@@ -208,18 +209,7 @@ def _optimize(
     g.commit()
     report.nodes_after = len(g.nodes)
     report.ops_after = _ops(g.nodes)
-    return out, report, g, ctx
-
-
-def _passes_load_checks(model: onnx.ModelProto) -> bool:
-    """Whether `model` passes the type and shape checks of loading (`check_types`)."""
-    from ..validate import check_types
-
-    try:
-        check_types(model, "optimized model")
-    except TurnoutError:
-        return False
-    return True
+    return out, report, g
 
 
 def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport) -> int:

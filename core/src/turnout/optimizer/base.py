@@ -61,7 +61,6 @@ class PassContext:
     max_tensor_elements: int = 1 << 32  # the largest tensor a pass may materialize at all
     folded_bytes: int = 0  # what folding has kept so far in this run
     inline_ifs: bool = True  # whether inline_constant_if may inline
-    inlined_ifs: int = 0  # how many Ifs it inlined in this run (bodies included)
 
     def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:
         return self.supports(domain, op_type, tuple(replaced))

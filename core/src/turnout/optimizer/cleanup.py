@@ -5,7 +5,7 @@ from __future__ import annotations
 from onnx import NodeProto
 
 from .base import Level, PassContext, graph_pass
-from .graph import NONDETERMINISTIC, OptGraph, _subgraph_reads, attr
+from .graph import NONDETERMINISTIC, OptGraph, attr
 
 __all__ = ["eliminate_dead_nodes", "eliminate_noops", "eliminate_common_subexpressions"]
 
@@ -20,7 +20,8 @@ def eliminate_dead_nodes(g: OptGraph, ctx: PassContext) -> int:
         if any(o and (o in needed) for o in n.output) or not any(n.output):
             kept.append(n)
             needed.update(x for x in n.input if x)
-            needed.update(_subgraph_reads(n))
+            if g.nested:
+                needed.update(g.nested_reads(n))
         else:
             changes += 1
     g.nodes = kept[::-1]

@@ -131,6 +131,7 @@ class OptGraph:
         # id(node) -> (node, whether it has nested graphs): the node is kept so its id stays
         # its own; passes never add a graph attribute to an existing node
         self._nested: dict[int, tuple[NodeProto, bool]] = {}
+        self._reads: dict[int, tuple[NodeProto, tuple[str, ...]]] = {}  # see nested_reads
         self._used_names: set[str] = set(self._init_protos) | set(self.input_names)
         for n in self.nodes:
             self._used_names.update(n.output)
@@ -140,6 +141,7 @@ class OptGraph:
         self.nested = False
         # (node id, attribute, outer constants) of bodies `fold_subgraphs` has optimized
         self.settled: set[tuple[object, ...]] = set()
+        self.inlined = 0  # Ifs `inline_constant_if` inlined into this graph
         for n in self.nodes:
             if self.has_subgraph(n):
                 self.nested = True
@@ -276,7 +278,7 @@ class OptGraph:
                     elif readers[-1] is not n:  # an input read twice by n counts once
                         readers.append(n)
             if nested and self.has_subgraph(n):
-                for x in dict.fromkeys(_subgraph_reads(n)):
+                for x in self.nested_reads(n):
                     out.setdefault(x, []).append(n)
         return out
 
@@ -284,7 +286,24 @@ class OptGraph:
         """Names read by nested graphs (If/Loop/Scan bodies) of the nodes."""
         if not self.nested:
             return set()
-        return {x for n in self.nodes if self.has_subgraph(n) for x in _subgraph_reads(n)}
+        return {x for n in self.nodes if self.has_subgraph(n) for x in self.nested_reads(n)}
+
+    def nested_reads(self, n: NodeProto) -> tuple[str, ...]:
+        """The names the nested graphs of node `n` read (each once), walked once per node
+        until `body_changed(n)`."""
+        hit = self._reads.get(id(n))
+        if hit is not None and hit[0] is n:
+            return hit[1]
+        found = tuple(dict.fromkeys(_subgraph_reads(n))) if self.has_subgraph(n) else ()
+        self._reads[id(n)] = (n, found)
+        return found
+
+    def body_changed(self, n: NodeProto) -> None:
+        """A pass edited a nested graph of `n`: what it reads, and `n`'s output types, may
+        differ now."""
+        self._reads.pop(id(n), None)
+        for o in n.output:
+            self.forget_type(o)
 
     # ------------------------------------------------------------------ shapes
     def refresh_shapes(self) -> None:
@@ -401,7 +420,7 @@ class OptGraph:
             rest = []
             for n in pending:
                 reads = (
-                    itertools.chain(n.input, _subgraph_reads(n))
+                    itertools.chain(n.input, self.nested_reads(n))
                     if self.nested and self.has_subgraph(n)
                     else n.input
                 )

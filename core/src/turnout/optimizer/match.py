@@ -15,9 +15,28 @@ class Matcher:
 
     def __init__(self, g: OptGraph) -> None:
         self.g = g
-        self.prod = g.producers()
-        self.reads = g.consumers()
-        self.outside = g.protected | g.subgraph_reads()
+        self._prod: dict[str, NodeProto] | None = None
+        self._reads: dict[str, list[NodeProto]] | None = None
+        self._outside: set[str] | None = None
+
+    # the maps are built when first asked for: a pass that finds no candidate never walks
+    @property
+    def prod(self) -> dict[str, NodeProto]:
+        if self._prod is None:
+            self._prod = self.g.producers()
+        return self._prod
+
+    @property
+    def reads(self) -> dict[str, list[NodeProto]]:
+        if self._reads is None:
+            self._reads = self.g.consumers()
+        return self._reads
+
+    @property
+    def outside(self) -> set[str]:
+        if self._outside is None:
+            self._outside = self.g.protected | self.g.subgraph_reads()
+        return self._outside
 
     def op(self, name: str, *ops: str) -> NodeProto | None:
         """The standard-domain node of one of `ops` that produces `name`, else None."""

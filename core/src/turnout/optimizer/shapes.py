@@ -27,7 +27,7 @@ _SMALL = 4096  # initializers up to this many elements stay values (shape tensor
 def infer_types(g: OptGraph) -> dict[str, onnx.TypeProto]:
     """The types onnx infers for the values of `g` as it is now, by name."""
     prior = g.known_types()
-    tmp = light_model(g)
+    tmp = light_model(g, stub_nested=True)
     graph = tmp.graph
     try:
         return infer_value_types(tmp, g.shape_data_max_elements, prior)
@@ -39,14 +39,27 @@ def infer_types(g: OptGraph) -> dict[str, onnx.TypeProto]:
         }
 
 
-def light_model(g: OptGraph) -> onnx.ModelProto:
+def light_model(g: OptGraph, stub_nested: bool = False) -> onnx.ModelProto:
     """`g` as it is now, as a model whose big initializers are typed inputs (no bytes), with
-    the types known for outputs of ops onnx does not know."""
+    the types known for outputs of ops onnx does not know.
+
+    `stub_nested`: a node with nested graphs whose outputs have known types is left out, its
+    outputs typed inputs (inferring through bodies again costs a copy of them per refresh;
+    `fold_subgraphs` forgets the types of a node whose body it changed)."""
     m = g.model
     prior = g.known_types()
     graph = onnx.GraphProto(name=m.graph.name)
-    graph.node.extend(g.nodes)
     graph.input.extend(m.graph.input)
+    if stub_nested and g.nested:
+        for n in g.nodes:
+            outs = [o for o in n.output if o]
+            if g.has_subgraph(n) and all(o in prior for o in outs):
+                for o in outs:
+                    graph.input.add(name=o).type.CopyFrom(prior[o])
+            else:
+                graph.node.append(n)
+    else:
+        graph.node.extend(g.nodes)
     present = {i.name for i in graph.input}
     for name in g.initializer_names():
         proto = g.small_init_proto(name, _SMALL)

@@ -19,8 +19,9 @@ from onnx import GraphProto, NodeProto, numpy_helper
 from ..tensors import decode_tensor
 from .base import Level, PassContext, graph_pass
 from .graph import OptGraph, attr
+from .shapes import light_model
 
-__all__ = ["fold_subgraphs", "inline_constant_if"]
+__all__ = ["fold_subgraphs", "free_reads", "inline_constant_if", "passes_load_checks"]
 
 MAX_BODY_ROUNDS = 4
 
@@ -76,8 +77,10 @@ def inline_constant_if(g: OptGraph, ctx: PassContext) -> int:
     """An If whose condition is a constant becomes the branch it takes, inlined.
 
     A branch can hold what only its If's loose output types let pass (a Range of [1]-shaped
-    limits where the spec says scalars): `optimize` checks the result as a model is checked
-    at load, and optimizes again without inlining (`ctx.inline_ifs`) if it fails.
+    limits where the spec says scalars): the graph that inlined one is checked as a model is
+    checked at load (`passes_load_checks`), and optimized again without inlining
+    (`ctx.inline_ifs`) if it fails; `optimize` does so for the top graph, `fold_subgraphs`
+    for a body.
     """
     if not ctx.inline_ifs:
         return 0
@@ -99,8 +102,20 @@ def inline_constant_if(g: OptGraph, ctx: PassContext) -> int:
         for m in inlined:
             g.added_nested(m)
         changes += 1
-    ctx.inlined_ifs += changes
+    g.inlined += changes
     return changes
+
+
+def passes_load_checks(model: onnx.ModelProto) -> bool:
+    """Whether `model` passes the type and shape checks of loading (`check_types`)."""
+    from ..errors import TurnoutError
+    from ..validate import check_types
+
+    try:
+        check_types(model, "optimized model")
+    except TurnoutError:
+        return False
+    return True
 
 
 def _inline(g: OptGraph, n: NodeProto, branch: GraphProto) -> list[NodeProto]:
@@ -161,19 +176,48 @@ def _fold_body(g: OptGraph, n: NodeProto, key: str, body: GraphProto, ctx: PassC
     settled = (id(n), key, frozenset(x for x, v in consts.items() if v is not None))
     if settled in g.settled:  # optimized before, with the same outer constants
         return 0
+    outer_inits = [_as_proto(g, x, v) for x, v in consts.items() if v is not None]
+    outer_types = {x: g.types.get(x) for x, v in consts.items() if v is None}
+    budget = ctx.folded_bytes
+    model, changes = _optimized_body(g, body, outer_inits, outer_types, ctx)
+    if model is None:  # an inlined If failed the load checks: again, keeping this body's Ifs
+        ctx.folded_bytes, ctx.inline_ifs = budget, False
+        try:
+            model, changes = _optimized_body(g, body, outer_inits, outer_types, ctx)
+        finally:
+            ctx.inline_ifs = True  # it was, or nothing would have been inlined
+        assert model is not None
+    g.settled.add(settled)
+    if not changes:
+        return 0
+    g.body_changed(n)  # what it reads, and its output types, may differ now
+    del body.node[:]
+    body.node.extend(model.graph.node)
+    del body.initializer[:]
+    body.initializer.extend(model.graph.initializer)
+    del body.value_info[:]
+    body.value_info.extend(model.graph.value_info)
+    return changes
+
+
+def _optimized_body(
+    g: OptGraph,
+    body: GraphProto,
+    outer_inits: list[onnx.TensorProto],
+    outer_types: dict[str, onnx.TypeProto | None],
+    ctx: PassContext,
+) -> tuple[onnx.ModelProto | None, int]:
+    """`body` optimized as a model of its own (committed into the returned model when it
+    changed): the outer constants it reads are initializers there, the other outer values it
+    reads typed inputs. No model when it inlined an If and then failed the load checks."""
     model = onnx.ModelProto(ir_version=g.model.ir_version)
     model.opset_import.extend(g.model.opset_import)
     model.graph.CopyFrom(body)
-    outer_inits: list[onnx.TensorProto] = []
-    for x, v in consts.items():
-        if v is not None:
-            outer_inits.append(_as_proto(g, x, v))
-        else:
-            tp = g.types.get(x)
-            if tp is not None:
-                vi = model.graph.input.add(name=x)
-                vi.type.CopyFrom(tp)
-    own = list(body.initializer)
+    for x, tp in outer_types.items():
+        if tp is not None:
+            vi = model.graph.input.add(name=x)
+            vi.type.CopyFrom(tp)
+    own = list(model.graph.initializer)
     del model.graph.initializer[:]
     sub = OptGraph(
         model,
@@ -183,20 +227,14 @@ def _fold_body(g: OptGraph, n: NodeProto, key: str, body: GraphProto, ctx: PassC
     sub.share_names(g)
     sub.settled = g.settled
     changes = _run_body_passes(sub, ctx)
-    g.settled.add(settled)
-    if not changes:
-        return 0
-    for t in outer_inits:
-        sub.drop_init(t.name)
-    sub.toposort()
-    sub.commit()
-    del body.node[:]
-    body.node.extend(model.graph.node)
-    del body.initializer[:]
-    body.initializer.extend(model.graph.initializer)
-    del body.value_info[:]
-    body.value_info.extend(model.graph.value_info)
-    return changes
+    if sub.inlined and not passes_load_checks(light_model(sub)):
+        return None, changes
+    if changes:
+        for t in outer_inits:
+            sub.drop_init(t.name)
+        sub.toposort()
+        sub.commit()
+    return model, changes
 
 
 def _as_proto(g: OptGraph, name: str, value: np.ndarray) -> onnx.TensorProto:
