@@ -76,20 +76,8 @@ def infer_value_types(
         return _types_of(inferred.graph)
     assert prior is not None
     cut_outputs = {o: prior[o] for i in cut for o in model.graph.node[i].output if o}
-    light = ModelProto()
-    for field in ("ir_version", "opset_import", "producer_name", "domain"):
-        if field == "opset_import":
-            light.opset_import.extend(model.opset_import)
-        elif model.HasField(field):
-            setattr(light, field, getattr(model, field))
-    g, lg = model.graph, light.graph
-    lg.name = g.name
-    lg.node.extend(n for i, n in enumerate(g.node) if i not in cut)
-    lg.input.extend(g.input)
-    lg.input.extend(_value_info(o, tp) for o, tp in cut_outputs.items())
-    lg.output.extend(g.output)
-    lg.initializer.extend(g.initializer)
-    lg.value_info.extend(g.value_info)
+    light = _without_nodes(model, cut)
+    light.graph.input.extend(_value_info(o, tp) for o, tp in cut_outputs.items())
     inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
     types = _types_of(inferred.graph)
     types.update(cut_outputs)
@@ -148,31 +136,67 @@ def _size(tp: TypeProto) -> int | None:
 
 
 def _infer_around(model: ModelProto, plain: ModelProto, cut: set[int]) -> ModelProto:
-    """Data-propagating inference over `model` less the nodes in `cut`, merged with `plain`."""
+    """Data-propagating inference over `model` less the nodes in `cut`, merged into `plain`
+    (which is returned, edited in place: it is the caller's own inference result)."""
     known = {vi.name: vi for vi in (*plain.graph.value_info, *plain.graph.output)}
     cut_outputs = [o for i in cut for o in model.graph.node[i].output if o]
-    light = ModelProto()
-    light.CopyFrom(model)  # the light copy the callers made: no big initializer bytes
-    del light.graph.node[:]
-    light.graph.node.extend(n for i, n in enumerate(model.graph.node) if i not in cut)
+    light = _without_nodes(model, cut)
     light.graph.input.extend(known[o] for o in cut_outputs if o in known)
     inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
-    out = ModelProto()
-    out.CopyFrom(plain)
     types: dict[str, ValueInfoProto] = {vi.name: vi for vi in inferred.graph.value_info}
     types.update((vi.name, vi) for vi in inferred.graph.output)
     types.update((o, known[o]) for o in cut_outputs if o in known)
-    del out.graph.value_info[:]  # in the order of the first pass, then what only the second found
-    out.graph.value_info.extend(types.get(vi.name, vi) for vi in plain.graph.value_info)
+    # in the order of the first pass, then what only the second found
     first = {vi.name for vi in plain.graph.value_info}
-    out.graph.value_info.extend(vi for vi in inferred.graph.value_info if vi.name not in first)
-    for o in out.graph.output:
-        if o.name in types:
-            o.CopyFrom(types[o.name])
-    del out.graph.node[:]
+    merged = [types.get(vi.name, vi) for vi in plain.graph.value_info]
+    merged.extend(vi for vi in inferred.graph.value_info if vi.name not in first)
+    merged = [_copy(vi) for vi in merged]  # some are elements of the list replaced next
+    outputs = [_copy(types.get(o.name, o)) for o in plain.graph.output]
+    g = plain.graph
+    del g.value_info[:]
+    g.value_info.extend(merged)
+    del g.output[:]
+    g.output.extend(outputs)
+    # only nodes with nested graphs differ between the passes (their bodies' value_info)
     inferred_nodes = iter(inferred.graph.node)
-    for i, n in enumerate(plain.graph.node):
-        out.graph.node.append(n if i in cut else next(inferred_nodes))
+    for i, n in enumerate(g.node):
+        if i in cut:
+            continue
+        done = next(inferred_nodes)
+        if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute):
+            n.CopyFrom(done)
+    return plain
+
+
+def _without_nodes(model: ModelProto, cut: set[int]) -> ModelProto:
+    """A copy of `model` without the nodes at the indices in `cut` (the rest not copied
+    twice, as CopyFrom and deleting would)."""
+    out = ModelProto()
+    for fd, value in model.ListFields():
+        if fd.name == "graph":
+            continue
+        if fd.is_repeated:
+            getattr(out, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(out, fd.name).CopyFrom(value)
+        else:
+            setattr(out, fd.name, value)
+    for fd, value in model.graph.ListFields():
+        if fd.name == "node":
+            continue
+        if fd.is_repeated:
+            getattr(out.graph, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(out.graph, fd.name).CopyFrom(value)
+        else:
+            setattr(out.graph, fd.name, value)
+    out.graph.node.extend(n for i, n in enumerate(model.graph.node) if i not in cut)
+    return out
+
+
+def _copy(vi: ValueInfoProto) -> ValueInfoProto:
+    out = ValueInfoProto()
+    out.CopyFrom(vi)
     return out
 
 
