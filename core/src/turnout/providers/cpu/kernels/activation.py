@@ -36,6 +36,27 @@ def _act(op: str, since: int) -> Callable[[Callable[[KernelNode], Callable[[Arra
     return deco
 
 
+def typed_constants(*values: float) -> Callable[[np.dtype[Any]], tuple[Array, ...]]:
+    """`get(dtype)`: `values` as read-only 0-d arrays of that dtype, made once per dtype.
+
+    numpy resolves a 0-d array operand ~250 ns faster than a scalar (of any kind) in a ufunc
+    call; the values are `dtype.type(v)`, so results do not change.
+    """
+    made: dict[np.dtype[Any], tuple[Array, ...]] = {}
+
+    def get(dt: np.dtype[Any]) -> tuple[Array, ...]:
+        found = made.get(dt)
+        if found is None:
+            found = tuple(np.asarray(dt.type(v)) for v in values)
+            for a in found:
+                a.flags.writeable = False
+            made[dt] = found
+        return found
+
+    return get
+
+
+_ZERO_ONE = typed_constants(0, 1)
 _SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
 _BLEND_ABOVE = 4096  # elements: where np.where's per-element branch costs more than 3 passes
 
@@ -51,21 +72,21 @@ def logistic(x: Array) -> Array:
     np.where costs ~3.5 ns an element on a mixed-sign mask; at -0.0, where the sign bit and
     `x >= 0` disagree, both numerators give 0.5.
     """
-    t = x.dtype.type
-    one = t(1)
     signed = _SIGNED.get(x.dtype.itemsize)
     if x.ndim == 0 or signed is None:  # (a 0-d input's ufunc results are scalars: no `out=`)
+        one = x.dtype.type(1)
         e0 = np.exp(-np.abs(x))
         return np.asarray(np.where(x >= 0, one / (one + e0), e0 / (one + e0)))
+    zero, one = _ZERO_ONE(x.dtype)
     xi = x.view(signed)
     bits = 8 * x.dtype.itemsize
     e = np.bitwise_or(xi, signed(-1) << (bits - 1)).view(x.dtype)  # -|x|
     np.exp(e, out=e)
     d = np.add(e, one)
     if x.size <= _BLEND_ABOVE:
-        return np.divide(np.where(x < t(0), e, one), d, out=d)
+        return np.divide(np.where(x < zero, e, one), d, out=d)
     sign = np.right_shift(xi, bits - 1)  # -1 where x's sign bit is set, else 0
-    ei, one_bits = e.view(signed), np.array(one).view(signed)[()]
+    ei, one_bits = e.view(signed), one.view(signed)
     np.bitwise_xor(ei, one_bits, out=ei)
     np.bitwise_and(ei, sign, out=ei)
     np.bitwise_xor(ei, one_bits, out=ei)  # e where the sign bit is set, else 1
@@ -77,15 +98,26 @@ def _softplus(x: Array) -> Any:
     return np.maximum(x, x.dtype.type(0)) + np.log1p(np.exp(-np.abs(x)))
 
 
-@_act("Relu", 1)
-def relu(node: KernelNode) -> Callable[[Array], Array]:
-    return lambda x: np.maximum(x, x.dtype.type(0))
+@cpu_kernel("Relu", since=1)
+def relu(node: KernelNode) -> KernelFn:
+    maximum = np.maximum
+
+    def run(x: Array) -> tuple[Array]:
+        y = maximum(x, _ZERO_ONE(x.dtype)[0])
+        return (y if type(y) is np.ndarray else np.asarray(y),)
+
+    return run
 
 
 @_act("LeakyRelu", 1)
 def leaky_relu(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha", 0.01)
-    return lambda x: np.where(x < x.dtype.type(0), x * x.dtype.type(alpha), x)
+    consts = typed_constants(0, node.attr("alpha", 0.01))
+
+    def f(x: Array) -> Any:
+        zero, alpha = consts(x.dtype)
+        return np.where(x < zero, x * alpha, x)
+
+    return f
 
 
 @_act("Elu", 1)
@@ -124,14 +156,15 @@ def sigmoid(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("HardSigmoid", 1)
 def hard_sigmoid(node: KernelNode) -> Callable[[Array], Array]:
-    alpha, beta = node.attr("alpha", 0.2), node.attr("beta", 0.5)
+    consts = typed_constants(node.attr("alpha", 0.2), node.attr("beta", 0.5))
 
     def f(x: Array) -> Any:
-        t = x.dtype.type
-        if t(beta) == 0 or x.ndim == 0:  # v may be -0, which clip and maximum sign apart
-            return np.clip(x * t(alpha) + t(beta), t(0), t(1))
-        v = np.multiply(x, t(alpha))
-        np.add(v, t(beta), out=v)
+        alpha, beta = consts(x.dtype)
+        if beta == 0 or x.ndim == 0:  # v may be -0, which clip and maximum sign apart
+            t = x.dtype.type
+            return np.clip(x * alpha + beta, t(0), t(1))
+        v = np.multiply(x, alpha)
+        np.add(v, beta, out=v)
         return _unit_clip(v)
 
     return f
@@ -140,20 +173,24 @@ def hard_sigmoid(node: KernelNode) -> Callable[[Array], Array]:
 def _unit_clip(v: Array) -> Array:
     """np.clip(v, 0, 1) in place, without np.clip's Python (v must not hold -0.0, where clip
     gives +0.0; NaN stays NaN in both)."""
-    t = v.dtype.type
-    np.maximum(v, t(0), out=v)
-    np.minimum(v, t(1), out=v)
+    zero, one = _ZERO_ONE(v.dtype)
+    np.maximum(v, zero, out=v)
+    np.minimum(v, one, out=v)
     return v
+
+
+_HARD_SWISH = typed_constants(1 / 6, 0.5)
 
 
 @_act("HardSwish", 14)
 def hard_swish(node: KernelNode) -> Callable[[Array], Array]:
     def f(x: Array) -> Any:
-        t = x.dtype.type
+        sixth, half = _HARD_SWISH(x.dtype)
         if x.ndim == 0:
-            return x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1))
-        v = np.multiply(x, t(1 / 6))
-        np.add(v, t(0.5), out=v)  # a sum with +0.5 is never -0.0
+            t = x.dtype.type
+            return x * np.clip(x * sixth + half, t(0), t(1))
+        v = np.multiply(x, sixth)
+        np.add(v, half, out=v)  # a sum with +0.5 is never -0.0
         return np.multiply(x, _unit_clip(v), out=v)
 
     return f
