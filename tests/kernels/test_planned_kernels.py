@@ -342,3 +342,32 @@ def test_if_branches_read_outer_values_by_name(rng: Any) -> None:
         assert_identical(got, [b - a if cond else c * a])
     with pytest.raises(InvalidArgument):
         sess.run(None, {"a": a, "b": b, "c": c, "cond": np.zeros((), np.float32)[None][:0]})
+
+
+@pytest.mark.parametrize(
+    "op, peepholes", [("RNN", False), ("GRU", False), ("LSTM", False), ("LSTM", True)]
+)
+def test_bidirectional_is_its_two_directions_bitwise(op: str, peepholes: bool, rng: Any) -> None:
+    """Both directions step as one batch of two: each half must be exactly the single-direction
+    op on its own weights."""
+    gates, hs, isz, steps, batch = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 7, 5, 4, 3
+    x = f32(rng, steps, batch, isz)
+    w, r, b = f32(rng, 2, gates * hs, isz), f32(rng, 2, gates * hs, hs), f32(rng, 2, 2 * gates * hs)
+    h0 = f32(rng, 2, batch, hs)
+    extra = {"LSTM": [f32(rng, 2, batch, hs)], "GRU": [], "RNN": []}[op]
+    if peepholes:
+        extra.append(f32(rng, 2, 3 * hs))
+    names = ["x", "w", "r", "b", "", "h0", "c0", "p"][: 6 + len(extra)]
+    outs = ["y", "yh", "yc"][: 3 if op == "LSTM" else 2]
+
+    def run(direction: str, d: slice) -> Sequence[Any]:
+        node = helper.make_node(op, names, outs, hidden_size=hs, direction=direction)
+        values = [x, w[d], r[d], b[d], None, h0[d], *[v[d] for v in extra]]
+        return build(node, values, 18)(*values)
+
+    both = run("bidirectional", slice(None))
+    fwd, rev = run("forward", slice(0, 1)), run("reverse", slice(1, 2))
+    for k in range(len(outs)):
+        axis = 1 if k == 0 else 0
+        assert_identical([np.take(both[k], [0], axis=axis)], [fwd[k]])
+        assert_identical([np.take(both[k], [1], axis=axis)], [rev[k]])

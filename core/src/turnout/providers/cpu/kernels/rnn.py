@@ -43,9 +43,10 @@ _ACTIVATIONS: dict[str, tuple[tuple[float | None, float | None], Callable[[Any, 
 
 def _activations(
     name: str, names: Sequence[str], alphas: Sequence[float], betas: Sequence[float]
-) -> list[Act]:
-    """Activation functions; alpha/beta values are consumed in order by those that take them."""
-    out: list[Act] = []
+) -> list[tuple[Act, tuple[Any, ...]]]:
+    """Activation functions, each with a key saying what it computes (name, alpha, beta);
+    alpha/beta values are consumed in order by those that take them."""
+    out: list[tuple[Act, tuple[Any, ...]]] = []
     ai = bi = 0
     for n in names:
         key = n.lower() if isinstance(n, str) else n.decode().lower()
@@ -59,8 +60,13 @@ def _activations(
         if db is not None:
             b = betas[bi] if bi < len(betas) else db
             bi += 1
-        out.append(make(a, b))
+        out.append((make(a, b), (key, a, b)))
     return out
+
+
+def _direction(v: np.ndarray, d: int | slice) -> np.ndarray:
+    """Row `d` of a per-direction vector (B, P), or all rows as (2, 1, n) for a slice."""
+    return v[d] if isinstance(d, int) else v[:, None, :]
 
 
 class _Recurrent:
@@ -95,11 +101,14 @@ class _Recurrent:
             node.attr("activation_alpha") or [],
             node.attr("activation_beta") or [],
         )
-        self.acts = [acts[i * per_dir : (i + 1) * per_dir] for i in range(nd)]
+        self.acts = [[f for f, _ in acts[i * per_dir : (i + 1) * per_dir]] for i in range(nd)]
+        keys = [[k for _, k in acts[i * per_dir : (i + 1) * per_dir]] for i in range(nd)]
+        # both directions step together (one batched call per op) when they compute alike
+        self.paired = nd == 2 and keys[0] == keys[1]
         self.n_outputs = len(node.node.outputs)
         # R^T per direction, kept while R is the plan's constant (the same read-only array)
         self._r_constant = constant_input(node, 2)
-        self._rt: tuple[Any, Any, list[np.ndarray]] = (None, None, [])
+        self._rt: tuple[Any, Any, np.ndarray | None] = (None, None, None)
 
     def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
         """The cell of direction `d`: (projected input, h, c) -> (new h, new c).
@@ -111,24 +120,26 @@ class _Recurrent:
 
     def prepare(
         self,
-        d: int,
+        d: int | slice,
         rt: np.ndarray,
         b: np.ndarray | None,
         p: np.ndarray | None,
         hs: int,
         dt: np.dtype[Any],
     ) -> dict[str, Any]:
-        """Per-direction weights in the form the cell wants (R^T, recurrent bias, peepholes)."""
+        """Weights of direction `d` in the form the cell wants (R^T, recurrent bias,
+        peepholes); `d` a slice over both directions gives them stacked, (2, 1, ...) for the
+        vectors so that they broadcast over the batch."""
         g = self.gates
-        return {"rt": rt, "rb": None if b is None else b[d, g * hs :]}
+        return {"rt": rt, "rb": None if b is None else _direction(b, d)[..., g * hs :]}
 
-    def _transposed_r(self, r: np.ndarray, dt: np.dtype[Any]) -> list[np.ndarray]:
-        """R^T of every direction, contiguous, in `dt`; computed once for a constant R."""
+    def _transposed_r(self, r: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
+        """R^T of every direction as (directions, hidden, gates * hidden), contiguous, in `dt`;
+        computed once for a constant R."""
         seen, seen_dt, rts = self._rt
-        if seen is r and seen_dt == dt:
+        if seen is r and seen_dt == dt and rts is not None:
             return rts
-        rc = r.astype(dt, copy=False)
-        rts = [np.ascontiguousarray(rc[d].T) for d in range(r.shape[0])]
+        rts = np.ascontiguousarray(r.astype(dt, copy=False).transpose(0, 2, 1))
         if self._r_constant:
             self._rt = (r, dt, rts)
         return rts
@@ -188,30 +199,18 @@ class _Recurrent:
         y_h = np.empty((nd, batch, hs), dt)
         y_c = np.empty((nd, batch, hs), dt) if self.has_cell else None
         x2 = x.reshape(steps * batch, isz)
-        for d, direction in enumerate(self.directions):
+        xws = []
+        for d in range(nd):
             xw = (x2 @ w[d].T).reshape(steps, batch, g * hs)
             if b is not None:
                 xw += b[d, : g * hs]
-            step = self.stepper(d, self.prepare(d, rts[d], b, p, hs, dt), hs)
-            h = np.zeros((batch, hs), dt) if init_h is None else init_h[d].astype(dt)
-            c = None
-            if self.has_cell:
-                c = np.zeros((batch, hs), dt) if init_c is None else init_c[d].astype(dt)
-            order = range(steps) if direction == "forward" else range(steps - 1, -1, -1)
-            for t in order:
-                h_new, c_new = step(xw[t], h, c)
-                if lens is not None:
-                    live = (t < lens)[:, None]
-                    h_new = np.where(live, h_new, h)
-                    if c_new is not None and c is not None:
-                        c_new = np.where(live, c_new, c)
-                    y[t, d] = np.where(live, h_new, 0)
-                else:
-                    y[t, d] = h_new
-                h, c = h_new, c_new
-            y_h[d] = h
-            if y_c is not None and c is not None:
-                y_c[d] = c
+            xws.append(xw)
+        state = (init_h, init_c, b, p, hs, dt)
+        if self.paired and lens is None:
+            self._both_directions(xws, rts, state, y, y_h, y_c)
+        else:
+            for d in range(nd):
+                self._one_direction(d, xws[d], rts[d], state, lens, y, y_h, y_c)
         if self.layout == 1:
             outs: list[Any] = [
                 y.transpose(2, 0, 1, 3),
@@ -223,6 +222,70 @@ class _Recurrent:
         return tuple(
             None if o is None else o.astype(out_dt, copy=False) for o in outs[: self.n_outputs]
         )
+
+    def _one_direction(
+        self,
+        d: int,
+        xw: np.ndarray,
+        rt: np.ndarray,
+        state: tuple[Any, ...],
+        lens: np.ndarray | None,
+        y: np.ndarray,
+        y_h: np.ndarray,
+        y_c: np.ndarray | None,
+    ) -> None:
+        """Direction `d`'s time loop, writing its slices of Y, Y_h and Y_c."""
+        init_h, init_c, b, p, hs, dt = state
+        steps, batch = xw.shape[:2]
+        step = self.stepper(d, self.prepare(d, rt, b, p, hs, dt), hs)
+        h = np.zeros((batch, hs), dt) if init_h is None else init_h[d].astype(dt)
+        c = None
+        if self.has_cell:
+            c = np.zeros((batch, hs), dt) if init_c is None else init_c[d].astype(dt)
+        forward = self.directions[d] == "forward"
+        for t in range(steps) if forward else range(steps - 1, -1, -1):
+            h_new, c_new = step(xw[t], h, c)
+            if lens is not None:
+                live = (t < lens)[:, None]
+                h_new = np.where(live, h_new, h)
+                if c_new is not None and c is not None:
+                    c_new = np.where(live, c_new, c)
+                y[t, d] = np.where(live, h_new, 0)
+            else:
+                y[t, d] = h_new
+            h, c = h_new, c_new
+        y_h[d] = h
+        if y_c is not None and c is not None:
+            y_c[d] = c
+
+    def _both_directions(
+        self,
+        xws: list[np.ndarray],
+        rts: np.ndarray,
+        state: tuple[Any, ...],
+        y: np.ndarray,
+        y_h: np.ndarray,
+        y_c: np.ndarray | None,
+    ) -> None:
+        """Forward step t and reverse step T-1-t as one batch of two: (2, batch, ...) arrays
+        and stacked weights halve the numpy calls of a bidirectional op. Each element's
+        arithmetic is its own direction's (a batched matmul multiplies slice by slice)."""
+        init_h, init_c, b, p, hs, dt = state
+        steps, batch = xws[0].shape[:2]
+        pair = self.stepper(0, self.prepare(slice(None), rts, b, p, hs, dt), hs)
+        xw_pair = np.stack([xws[0], xws[1][::-1]], axis=1)
+        h = np.zeros((2, batch, hs), dt) if init_h is None else init_h.astype(dt)
+        c = None
+        if self.has_cell:
+            c = np.zeros((2, batch, hs), dt) if init_c is None else init_c.astype(dt)
+        last = steps - 1
+        for t in range(steps):
+            h, c = pair(xw_pair[t], h, c)
+            y[t, 0] = h[0]
+            y[last - t, 1] = h[1]
+        y_h[...] = h
+        if y_c is not None and c is not None:
+            y_c[...] = c
 
     def _clipper(self) -> Act:
         clip = self.clip
@@ -261,23 +324,23 @@ class _GRU(_Recurrent):
         f, g = self.acts[d]
         clip = self._clipper()
         rt, rb = w["rt"], w["rb"]
-        rt_zr, rt_h = rt[:, : 2 * hs], rt[:, 2 * hs :]
-        rb_zr, rb_h = (None, None) if rb is None else (rb[: 2 * hs], rb[2 * hs :])
+        rt_zr, rt_h = rt[..., : 2 * hs], rt[..., 2 * hs :]
+        rb_zr, rb_h = (None, None) if rb is None else (rb[..., : 2 * hs], rb[..., 2 * hs :])
         linear_before_reset = self.linear_before_reset
 
         def step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, None]:
-            zr = xw[:, : 2 * hs] + h @ rt_zr
+            zr = xw[..., : 2 * hs] + h @ rt_zr
             if rb_zr is not None:
                 zr += rb_zr
             zr = f(clip(zr))
-            z, r = zr[:, :hs], zr[:, hs:]
+            z, r = zr[..., :hs], zr[..., hs:]
             if linear_before_reset:
                 hr = h @ rt_h
                 if rb_h is not None:
                     hr += rb_h
-                pre = xw[:, 2 * hs :] + r * hr
+                pre = xw[..., 2 * hs :] + r * hr
             else:
-                pre = xw[:, 2 * hs :] + (r * h) @ rt_h
+                pre = xw[..., 2 * hs :] + (r * h) @ rt_h
                 if rb_h is not None:
                     pre += rb_h
             ht = g(clip(pre))
@@ -297,7 +360,7 @@ class _LSTM(_Recurrent):
 
     def prepare(
         self,
-        d: int,
+        d: int | slice,
         rt: np.ndarray,
         b: np.ndarray | None,
         p: np.ndarray | None,
@@ -306,7 +369,8 @@ class _LSTM(_Recurrent):
     ) -> dict[str, Any]:
         wd = super().prepare(d, rt, b, p, hs, dt)
         if p is not None:
-            wd["pi"], wd["po"], wd["pf"] = p[d, :hs], p[d, hs : 2 * hs], p[d, 2 * hs :]
+            pd = _direction(p, d)
+            wd["pi"], wd["po"], wd["pf"] = pd[..., :hs], pd[..., hs : 2 * hs], pd[..., 2 * hs :]
         return wd
 
     def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
@@ -321,11 +385,11 @@ class _LSTM(_Recurrent):
                 z = xw + h @ rt
                 if rb is not None:
                     z += rb
-                ifo = f(clip(z[:, :h3]))  # no peepholes: the i, o, f gates in one call
-                i = ifo[:, :hs]
-                fg = 1 - i if input_forget else ifo[:, h2:]
-                c_new = fg * c + i * g(clip(z[:, h3:]))
-                return ifo[:, hs:h2] * hact(c_new), c_new
+                ifo = f(clip(z[..., :h3]))  # no peepholes: the i, o, f gates in one call
+                i = ifo[..., :hs]
+                fg = 1 - i if input_forget else ifo[..., h2:]
+                c_new = fg * c + i * g(clip(z[..., h3:]))
+                return ifo[..., hs:h2] * hact(c_new), c_new
 
             return step
         pi, po, pf = w["pi"], w["po"], w["pf"]
@@ -334,7 +398,7 @@ class _LSTM(_Recurrent):
             z = xw + h @ rt
             if rb is not None:
                 z += rb
-            zi, zo, zf, zc = z[:, :hs], z[:, hs:h2], z[:, h2:h3], z[:, h3:]
+            zi, zo, zf, zc = z[..., :hs], z[..., hs:h2], z[..., h2:h3], z[..., h3:]
             zi = zi + pi * c
             zf = zf + pf * c
             i = f(clip(zi))
