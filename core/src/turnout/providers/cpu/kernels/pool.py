@@ -2,7 +2,8 @@
 
 Windowed pools loop over the kernel offsets (a handful) and combine strided slices of the
 padded input, so every step is one vectorized numpy operation over the whole output. Window
-geometry (auto_pad, ceil_mode, dilations) comes from `conv.py`, shared with Conv.
+geometry (auto_pad, ceil_mode, dilations) comes from `conv.py`, shared with Conv. A kernel keeps
+the geometry, the window slices and (AveragePool) the window sizes of its last input shape.
 """
 
 from __future__ import annotations
@@ -38,6 +39,27 @@ def _setup(node: KernelNode, x: np.ndarray) -> tuple[Any, ...]:
     return list(kernel), strides, dilations, pb, pe, out, eff
 
 
+def _planner(
+    node: KernelNode, extra: Callable[[np.ndarray, tuple[Any, ...]], Any] | None = None
+) -> Callable[[np.ndarray], tuple[Any, ...]]:
+    """`plan(x)`: (`_setup`'s geometry, the window slices, `extra(x, geometry)`), made once
+    per input shape and dtype and kept while they stay."""
+    memo: tuple[Any, Any] = (None, None)
+
+    def plan(x: np.ndarray) -> tuple[Any, ...]:
+        nonlocal memo
+        seen, made = memo
+        if (x.shape, x.dtype) != seen:
+            geo = _setup(node, x)
+            kernel, strides, dilations, _, _, out, _ = geo
+            made = (geo, window_slices(kernel, strides, dilations, out))
+            made += (None if extra is None else extra(x, geo),)
+            memo = ((x.shape, x.dtype), made)
+        return made
+
+    return plan
+
+
 def _lowest(dt: np.dtype[Any]) -> Any:
     if dt.kind in "iu":
         return np.iinfo(dt).min
@@ -58,7 +80,11 @@ def _first_in_window(
 
 
 def _max_pool(
-    node: KernelNode, storage_order: int, x: np.ndarray, want_indices: bool
+    node: KernelNode,
+    storage_order: int,
+    x: np.ndarray,
+    want_indices: bool,
+    plan: Callable[[np.ndarray], tuple[Any, ...]] | None = None,
 ) -> tuple[Any, ...]:
     """onnxruntime's max: a window starts from its first tap inside the input and takes a later
     tap only when it is strictly greater. So NaN wins only as that first tap (later NaNs never
@@ -66,9 +92,13 @@ def _max_pool(
     this for Indices, dilations and non-float32 types; its float32 MLAS path (no Indices)
     follows SIMD operand order instead (1-D ignores NaN), so Y here does not depend on whether
     Indices is asked for."""
-    kernel, strides, dilations, pb, pe, out, eff = _setup(node, x)
+    if plan is None:
+        geo = _setup(node, x)
+        slices = window_slices(geo[0], geo[1], geo[2], geo[5])
+    else:
+        geo, slices, _ = plan(x)
+    kernel, strides, dilations, pb, pe, out, eff = geo
     xp = pad_spatial(x, pb, pe, out, eff, strides, _lowest(x.dtype))
-    slices = window_slices(kernel, strides, dilations, out)
     if not want_indices:
         y = xp[slices[0]].copy()
         nan = x.dtype.kind in "fV"
@@ -114,20 +144,25 @@ def _max_pool(
 def max_pool(node: KernelNode) -> KernelFn:
     storage_order = int(node.attr("storage_order", 0))
     want = len(node.node.outputs) > 1 and bool(node.node.outputs[1])
+    plan = _planner(node)
 
     def run(x: np.ndarray) -> tuple[Any, ...]:
-        y, idx = _max_pool(node, storage_order, x, want)
+        y, idx = _max_pool(node, storage_order, x, want, plan)
         return (y, idx) if len(node.node.outputs) > 1 else (y,)
 
     return run
 
 
 def _sum_pool(
-    x: np.ndarray, xp_val: Callable[[np.ndarray], np.ndarray], geo: tuple[Any, ...]
+    x: np.ndarray,
+    xp_val: Callable[[np.ndarray], np.ndarray],
+    geo: tuple[Any, ...],
+    slices: list[tuple[Any, ...]] | None = None,
 ) -> np.ndarray:
     kernel, strides, dilations, pb, pe, out, eff = geo
     xp = pad_spatial(xp_val(x), pb, pe, out, eff, strides, 0)
-    slices = window_slices(kernel, strides, dilations, out)
+    if slices is None:
+        slices = window_slices(kernel, strides, dilations, out)
     y = xp[slices[0]].copy()
     for sl in slices[1:]:
         y += xp[sl]
@@ -148,12 +183,18 @@ def _window_counts(shape: tuple[int, ...], geo: tuple[Any, ...], include_pad: bo
 def average_pool(node: KernelNode) -> KernelFn:
     include = bool(node.attr("count_include_pad", 0))
 
+    def counts(x: np.ndarray, geo: tuple[Any, ...]) -> np.ndarray:
+        c = _window_counts(x.shape[2:], geo, include).astype(compute_dtype(x.dtype))
+        c.flags.writeable = False
+        return c
+
+    plan = _planner(node, counts)
+
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        geo = _setup(node, x)
-        ct = compute_dtype(x.dtype)
-        s = _sum_pool(x, lambda a: a.astype(ct, copy=False), geo)
-        counts = _window_counts(x.shape[2:], geo, include)
-        return ((s / counts.astype(ct)).astype(x.dtype, copy=False),)
+        geo, slices, sizes = plan(x)
+        ct = sizes.dtype
+        s = _sum_pool(x, lambda a: a.astype(ct, copy=False), geo, slices)
+        return ((s / sizes).astype(x.dtype, copy=False),)
 
     return run
 
@@ -168,10 +209,11 @@ def _lp_norm(x: np.ndarray, p: float, sum_fn: Callable[[np.ndarray], np.ndarray]
 @cpu_kernel("LpPool", since=1)
 def lp_pool(node: KernelNode) -> KernelFn:
     p = float(node.attr("p", 2.0))
+    plan = _planner(node)
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        geo = _setup(node, x)
-        return (_lp_norm(x, p, lambda a: _sum_pool(a, lambda v: v, geo)),)
+        geo, slices, _ = plan(x)
+        return (_lp_norm(x, p, lambda a: _sum_pool(a, lambda v: v, geo, slices)),)
 
     return run
 
