@@ -484,3 +484,30 @@ def test_vad_like_keeps_its_if_on_the_sample_rate_and_folds_the_branch_constants
     for sr in (16000, 8000):
         feeds = apps.vad_feeds(sr=sr, seed=11)
         _same_as_ort(model, out, feeds, rtol=1e-4, atol=1e-6)
+
+
+def test_constant_nodes_fold_whatever_their_size_and_are_not_charged() -> None:
+    """A Constant node's data is in the model already: it becomes an initializer even over
+    the folding cap and budget, while a ConstantOfShape of that size stays a node."""
+    big = np.arange(300, dtype=np.float32)
+    fill = helper.make_tensor("v", F, [1], [2.0])
+    model = _model(
+        [
+            _constant("k", big),
+            helper.make_node("ConstantOfShape", ["n300"], ["c"], value=fill),
+            helper.make_node("Mul", ["k", "c"], ["kc"]),
+            helper.make_node("Add", ["x", "kc"], ["y"]),
+        ],
+        [V("x", F, [300])],
+        [V("y", F, [300])],
+        [_const("n300", np.array([300], np.int64))],
+    )
+    limits = ResourceLimits(fold_max_elements=100, fold_max_total_bytes=100)
+    out, _ = optimize(model, Level.BASIC, limits=limits)
+    assert _ops(out) == ["ConstantOfShape", "Mul", "Add"]
+    assert [t.name for t in out.graph.initializer if t.name == "k"] == ["k"]
+    x = np.random.default_rng(12).standard_normal(300).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})
+    out, _ = optimize(model, Level.BASIC)  # within the default limits everything folds
+    assert _ops(out) == ["Add"]
+    _same_as_ort(model, out, {"x": x})
