@@ -266,7 +266,7 @@ class _Resize:
             if o != shape[a] or s != 1.0:
                 per_axis[a] = self._table(o, shape[a], s)
         lead = [(a, per_axis[a]) for a in sorted(per_axis) if a < rank - 2]
-        tables = None
+        tables: tuple[Any, ...] | None = None
         last = [a for a in per_axis if a >= rank - 2]
         if last:
             h_axis, w_axis = rank - 2, rank - 1
