@@ -15,7 +15,7 @@ import numpy as np
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
-from .activation import logistic
+from .activation import logistic, typed_constants
 from .conv import conv_runner
 from .elementwise import erf
 from .norm import _stash_dtype, layer_normalization
@@ -63,14 +63,23 @@ def activation_of(node: KernelNode) -> tuple[str, float, float]:
     return name, p0, p1
 
 
-def activation(name: str, a: float, b: float) -> Callable[[Array], Any]:
-    """The element-wise function a fused op applies after its main computation."""
+_ZERO = typed_constants(0)
+
+
+def activation(name: str, a: float, b: float, owned: bool = False) -> Callable[[Array], Any]:
+    """The element-wise function a fused op applies after its main computation.
+
+    `owned`: the argument is a fresh array of at least one dimension that the caller hands
+    over, so Relu may write into it.
+    """
     if name in ("", "Identity"):
         return lambda x: x
     if name == "Relu":
-        return lambda x: np.maximum(x, x.dtype.type(0))
+        if owned:
+            return lambda x: np.maximum(x, _ZERO(x.dtype)[0], out=x)
+        return lambda x: np.maximum(x, _ZERO(x.dtype)[0])
     if name == "LeakyRelu":
-        return lambda x: np.where(x < 0, x * x.dtype.type(a), x)
+        return lambda x: np.where(x < _ZERO(x.dtype)[0], x * x.dtype.type(a), x)
     if name == "Sigmoid":
         return logistic
     if name == "Tanh":
@@ -85,15 +94,15 @@ def activation(name: str, a: float, b: float) -> Callable[[Array], Any]:
     return _gelu_tanh
 
 
-def _act_of(node: KernelNode) -> Callable[[Array], Any]:
-    return activation(*activation_of(node))
+def _act_of(node: KernelNode, owned: bool = False) -> Callable[[Array], Any]:
+    return activation(*activation_of(node), owned=owned)
 
 
 @cpu_kernel("FusedConv", since=1, domain=DOMAIN)
 def fused_conv(node: KernelNode) -> KernelFn:
     """Conv followed by an activation (and optionally `Z` added before it, as residual)."""
     run_conv = conv_runner(node, int(node.attr("group", 1)))
-    act = _act_of(node)
+    act = _act_of(node, owned=True)  # the conv's result (or y + z) is a fresh array
 
     def run(x: Array, w: Array, b: Array | None = None, z: Array | None = None) -> tuple[Array]:
         y = run_conv(x, w, b).astype(x.dtype, copy=False)
@@ -111,7 +120,7 @@ def fused_gemm(node: KernelNode) -> KernelFn:
     beta = float(node.attr("beta", 1.0))
     trans_a = bool(node.attr("transA", 0))
     trans_b = bool(node.attr("transB", 0))
-    act = _act_of(node)
+    act = _act_of(node, owned=True)  # y below is always a fresh array of rank >= 2
 
     def run(a: Array, b: Array, c: Array | None = None) -> tuple[Array]:
         if b.ndim != 2 or a.ndim < 2 or (trans_a and a.ndim != 2):

@@ -26,6 +26,17 @@ def _widen(dt: np.dtype[Any]) -> np.dtype[Any]:
     return dt
 
 
+_WIDE: dict[np.dtype[Any], np.dtype[Any]] = {}
+
+
+def _widened(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """`_widen`, looked up (its dtype comparisons cost ~0.3 us a call)."""
+    w = _WIDE.get(dt)
+    if w is None:
+        w = _WIDE[dt] = _widen(dt)
+    return w
+
+
 def _matmul(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul with ONNX/numpy semantics, shape errors as InvalidArgument."""
     try:
@@ -46,7 +57,7 @@ def matmul(node: KernelNode) -> KernelFn:
             raise InvalidArgument(f"{name}: input types differ ({dt} and {b.dtype})")
         if a.ndim == 0 or b.ndim == 0:
             raise InvalidArgument(f"{name}: MatMul inputs must have rank >= 1")
-        w = _widen(dt)
+        w = _widened(dt)
         if w != dt:
             return (np.asarray(_matmul(name, a.astype(w), b.astype(w))).astype(dt),)
         return (np.asarray(_matmul(name, a, b)),)
@@ -77,7 +88,7 @@ def gemm(node: KernelNode) -> KernelFn:
         if a.ndim != 2 or b.ndim != 2:
             raise InvalidArgument(f"{name}: Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
         dt = a.dtype
-        w = _widen(dt)
+        w = _widened(dt)
         aa = a.T if trans_a else a
         bb = b.T if trans_b else b
         if aa.shape[1] != bb.shape[0]:
