@@ -511,3 +511,20 @@ def test_constant_nodes_fold_whatever_their_size_and_are_not_charged() -> None:
     out, _ = optimize(model, Level.BASIC)  # within the default limits everything folds
     assert _ops(out) == ["Add"]
     _same_as_ort(model, out, {"x": x})
+
+
+def test_dropout_whose_mask_nobody_reads_goes() -> None:
+    model = _model(
+        [
+            helper.make_node("Dropout", ["x", "ratio"], ["d", "unread_mask"]),
+            helper.make_node("Dropout", ["d", "ratio"], ["e", "mask"]),
+            helper.make_node("Relu", ["e"], ["y"]),
+        ],
+        [V("x", F, [2, 3])],
+        [V("y", F, [2, 3]), V("mask", TensorProto.BOOL, [2, 3])],
+        [_const("ratio", np.float32(0.5))],
+    )
+    out, _ = optimize(model, Level.BASIC)
+    assert _ops(out) == ["Dropout", "Relu"]  # the second one's mask is a graph output
+    x = np.random.default_rng(13).standard_normal((2, 3)).astype(np.float32)
+    _same_as_ort(model, out, {"x": x})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from onnx import NodeProto
 
 from .base import Level, PassContext, graph_pass
@@ -37,7 +39,9 @@ _SHAPE_ONLY = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand")
 _REORDER_FREE = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
 
 
-def _is_noop(g: OptGraph, n: NodeProto, prod: dict[str, NodeProto]) -> bool:
+def _is_noop(
+    g: OptGraph, n: NodeProto, prod: dict[str, NodeProto], read: Callable[[], set[str]]
+) -> bool:
     op = n.op_type
     if n.domain not in ("", "ai.onnx") or not n.input or not n.input[0]:
         return False
@@ -51,7 +55,7 @@ def _is_noop(g: OptGraph, n: NodeProto, prod: dict[str, NodeProto]) -> bool:
         if shape is not None and rank is not None and shape.ndim == 1 and len(shape) <= rank:
             return bool((shape == 1).all()) and g.elem_type(n.input[0]) is not None
     if op == "Dropout":
-        if len(n.output) > 1 and n.output[1]:
+        if len(n.output) > 1 and n.output[1] and n.output[1] in read():
             return False  # the mask is read
         if len(n.input) > 2 and n.input[2]:
             training = g.const(n.input[2])
@@ -141,14 +145,22 @@ def _undone(g: OptGraph, n: NodeProto, prod: dict[str, NodeProto]) -> str | None
 
 @graph_pass("eliminate_noops", Level.BASIC)
 def eliminate_noops(g: OptGraph, ctx: PassContext) -> int:
-    """Identity, inference Dropout, same-type Cast, identity Transpose and shape-preserving
-    Reshape/Squeeze/Unsqueeze/Flatten/Expand (static shapes, or by the value's own Shape, or
-    Expand by ones); Squeeze/Unsqueeze pairs and shape-op chains that end where they started;
-    Reshape after Reshape."""
+    """Identity, inference Dropout (its mask unread), same-type Cast, identity Transpose and
+    shape-preserving Reshape/Squeeze/Unsqueeze/Flatten/Expand (static shapes, or by the
+    value's own Shape, or Expand by ones); Squeeze/Unsqueeze pairs and shape-op chains that
+    end where they started; Reshape after Reshape."""
     changes = 0
     prod = g.producers()
+    names_read: set[str] = set()
+
+    def read() -> set[str]:  # names something reads, found when a Dropout first asks
+        if not names_read:
+            names_read.update(x for m in g.nodes for x in m.input)
+            names_read.update(g.protected | g.subgraph_reads() | {""})
+        return names_read
+
     for n in list(g.nodes):
-        if _is_noop(g, n, prod):
+        if _is_noop(g, n, prod, read):
             source = n.input[0]
         elif n.op_type in _REORDER_FREE and n.domain in ("", "ai.onnx") and n.input[0]:
             source = _undone(g, n, prod) or ""
