@@ -47,8 +47,9 @@ SMALL_M = 1
 def _small_gemm(
     a: Any, b: Any, col: Any, alpha: float, beta: float, y: Any
 ) -> None:  # pragma: no cover
-    """y = alpha * a @ b + beta * col (col broadcast over rows), for few rows of a: four rows
-    of b at a time, each an axpy into every y row (vectorizes without reassociating)."""
+    """y = alpha * a @ b + beta * col (col broadcast over rows; read only when beta != 0), for
+    few rows of a: four rows of b at a time, each an axpy into every y row (vectorizes without
+    reassociating)."""
     m, kk = a.shape
     n = b.shape[1]
     y[:] = 0
@@ -76,11 +77,16 @@ def _small_gemm(
             for j in range(n):
                 yr[j] += v0 * r0[j]
         k += 1
-    if alpha != 1.0 or beta != 0.0:
+    if beta != 0.0:  # (col is read only then: without C it is a 1-element placeholder)
         for i in range(m):
             yr = y[i]
             for j in range(n):
                 yr[j] = yr[j] * alpha + col[j] * beta
+    elif alpha != 1.0:
+        for i in range(m):
+            yr = y[i]
+            for j in range(n):
+                yr[j] = yr[j] * alpha
 
 
 def _applies(kn: KernelNode) -> str | None:
@@ -187,9 +193,55 @@ class _Product:
         return form
 
     def __call__(self, a: Any, b: Any, c: Any = None) -> tuple[Any]:
-        name, dt = self.name, self.dt
-        if a.dtype != dt or b.dtype != dt:
-            raise InvalidArgument(f"{name}: A {a.dtype} and B {b.dtype} must both be {dt}")
+        dt = self.dt
+        # (`is` first: the dtype of a native array is a singleton, and == costs ~100 ns)
+        if (a.dtype is not dt or b.dtype is not dt) and (a.dtype != dt or b.dtype != dt):
+            raise InvalidArgument(f"{self.name}: A {a.dtype} and B {b.dtype} must both be {dt}")
+        kept = self._b
+        if kept is not None and kept[0] is b and a.ndim == 2 and not self.trans_a:
+            bp = kept[1]  # the usual case: a 2-D A and a constant B already packed
+            rows, k = a.shape
+            if k != bp.shape[0]:
+                raise self._inner(a, b)
+            a2 = np.ascontiguousarray(a)
+            lead: tuple[int, ...] = (rows,)
+        else:
+            bp, a2 = self._operands(a, b)
+            if bp is None:  # a batched MatMul
+                return (a2,)
+            rows, k = a2.shape
+            lead = (a.shape[1],) if self.trans_a else a.shape[:-1]
+        n = bp.shape[1]
+        form = None
+        if c is not None and self.with_c:
+            form = self._c_form(c, (*lead, n), rows, n)
+        if form is None:
+            if self.plain.noop:
+                y = np.matmul(a2, bp)
+            elif rows <= SMALL_M and self.no_act:
+                y = np.empty((rows, n), dt)
+                self.small(a2, bp, self.zero_col, self.alpha, 0.0, y)
+            else:
+                y = np.matmul(a2, bp)
+                self.plain(y.reshape(1, rows, n), alpha=self.alpha)
+        elif form.ndim == 1 and rows <= SMALL_M and self.no_act:
+            y = np.empty((rows, n), dt)
+            self.small(a2, bp, form, self.alpha, self.beta, y)
+        else:
+            y = np.matmul(a2, bp)
+            self._epilogue(y.reshape(1, rows, n), form, c)
+        return (y if len(lead) == 1 else y.reshape((*lead, n)),)
+
+    def _inner(self, a: Any, b: Any) -> InvalidArgument:
+        trans = f" (transA={int(self.trans_a)}, transB={int(self.trans_b)})" if self.gemm else ""
+        return InvalidArgument(
+            f"{self.name}: inner dimensions of {a.shape} and {b.shape} differ{trans}"
+        )
+
+    def _operands(self, a: Any, b: Any) -> tuple[Any, Any]:
+        """(packed B, A as 2-D rows) after the shape checks; (None, product) for a MatMul
+        with an N-D B, which numpy's matmul loop computes."""
+        name = self.name
         if self.gemm:
             if b.ndim != 2 or a.ndim < 2 or ((self.op == "Gemm" or self.trans_a) and a.ndim != 2):
                 raise InvalidArgument(
@@ -197,50 +249,28 @@ class _Product:
                 )
         elif a.ndim == 0 or b.ndim == 0:
             raise InvalidArgument(f"{name}: MatMul inputs must have rank >= 1")
-        elif b.ndim != 2:  # batched products: numpy's matmul loop
+        elif b.ndim != 2:
             try:
-                return (np.asarray(np.matmul(a, b)),)
+                return None, np.asarray(np.matmul(a, b))
             except ValueError as e:
                 raise InvalidArgument(
                     f"{name}: cannot multiply shapes {a.shape} and {b.shape}: {e}"
                 ) from None
         bp = self._packed_b(b)
-        k, n = bp.shape
         aa = a.T if self.trans_a else a
-        if aa.shape[-1] != k:
-            raise InvalidArgument(
-                f"{name}: inner dimensions of {a.shape} and {b.shape} differ"
-                + (
-                    f" (transA={int(self.trans_a)}, transB={int(self.trans_b)})"
-                    if self.gemm
-                    else ""
-                )
-            )
-        lead = aa.shape[:-1]
-        rows = math.prod(lead)
-        out_shape = (*lead, n)
-        a2 = np.ascontiguousarray(aa).reshape(rows, k)
-        form = None
-        if self.with_c and c is not None:
-            form = self._c_form(c, out_shape, rows, n)
-        if rows <= SMALL_M and self.no_act and (form is None or form.ndim == 1):
-            y = np.empty((rows, n), dt)
-            col = self.zero_col if form is None else form
-            beta = 0.0 if form is None else self.beta
-            self.small(a2, bp, col, self.alpha, beta, y)
-            return (y.reshape(out_shape),)
-        y = np.matmul(a2, bp)
-        y3 = y.reshape(1, rows, n)
-        if form is None:
-            self.plain(y3, alpha=self.alpha)
-        elif form.ndim == 1 and self.by_col is not None:
+        if aa.shape[-1] != bp.shape[0]:
+            raise self._inner(a, b)
+        return bp, np.ascontiguousarray(aa).reshape(math.prod(aa.shape[:-1]), bp.shape[0])
+
+    def _epilogue(self, y3: Any, form: Any, c: Any) -> None:
+        """alpha, C (a row or a full array) and the activation, in one compiled pass."""
+        if form.ndim == 1 and self.by_col is not None:
             self.by_col(y3, col=form, alpha=self.alpha, beta=self.beta)
         elif self.by_full is not None:
-            full = np.ascontiguousarray(np.broadcast_to(form, (rows, n))).reshape(y3.shape)
+            full = np.ascontiguousarray(np.broadcast_to(form, y3.shape[1:])).reshape(y3.shape)
             self.by_full(y3, full=full, alpha=self.alpha, beta=self.beta)
         else:  # C's declared shape said a row
-            raise InvalidArgument(f"{name}: C of shape {c.shape} is not the declared row")
-        return (y.reshape(out_shape),)
+            raise InvalidArgument(f"{self.name}: C of shape {c.shape} is not the declared row")
 
 
 def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
