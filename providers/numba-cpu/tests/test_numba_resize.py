@@ -20,6 +20,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from turnout.concurrency import run_from_threads
 from turnout.testing import cpu_session, provider_session
 from turnout_numba.kernels.resize import COORDINATE_MODES, NEAREST_MODES
 
@@ -229,3 +230,14 @@ def test_declines_run_on_numpy(rng: np.random.Generator, attrs: dict[str, Any]) 
     x16 = x.astype(np.float16)
     sess = provider_session(_model(x16, [1, 1, 2, 2], mode="linear"), "NumbaExecutionProvider")
     assert [a.source for a in sess.partition_report().assignments] == ["numpy"]
+
+
+def test_shared_session_with_changing_shapes_is_thread_safe(rng: np.random.Generator) -> None:
+    """Concurrent runs with different input shapes each get their own shape's plan."""
+    x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    sess = provider_session(_model(x, [1, 1, 2, 2], mode="linear", known=False),
+                            "NumbaExecutionProvider")  # fmt: skip
+    shapes = [(1, 2, 3, 4), (1, 1, 5, 2), (2, 2, 2, 3)]
+    feeds = [{"x": rng.standard_normal(s).astype(np.float32)} for s in shapes]
+    result = run_from_threads(sess, feeds, threads=4, runs=100, switch_interval=1e-5)
+    assert result.clean, result

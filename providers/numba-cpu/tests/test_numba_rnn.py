@@ -15,6 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from turnout.concurrency import run_from_threads
 from turnout.errors import InvalidArgument
 from turnout.testing import cpu_session, one_node_model, provider_session
 from turnout_numba.kernels.rnn import ACTIVATIONS
@@ -291,3 +292,17 @@ def test_float32_activation_accuracy(act: str) -> None:
         assert err.max() <= 2e-7
     else:  # relative error, also near zero where tanh(x) ~ x
         assert (err <= 4e-7 * np.abs(want) + 1e-38).all()
+
+
+def test_shared_session_is_thread_safe(rng: np.random.Generator) -> None:
+    """Concurrent runs with different lengths and fed weights (packed per run)."""
+    feeds = []
+    for steps in (1, 3, 6):
+        f = _inputs(rng, "GRU", steps=steps, batch=2, isz=3, hs=5, nd=2)
+        for name in ("W", "R", "B"):
+            f[name].flags.writeable = False  # as initializers arrive: packed, then kept
+        feeds.append(f)
+    model = _model("GRU", feeds[0], hidden_size=5, direction="bidirectional")
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "steps"
+    result = run_from_threads(_numba(model), feeds, threads=4, runs=100, switch_interval=1e-5)
+    assert result.clean, result

@@ -235,8 +235,9 @@ class _Resize:
                              numba_array(u.dtype, 3, readonly=False, layout="C"))  # fmt: skip
             self.kern = ctx.jit(_nearest2d, [sig])
             self.view = np.dtype(_UINT[dt.itemsize])
-        self._key: tuple[Any, ...] | None = None  # (shape, scales, sizes) of the last plan
-        self._plan: _Plan | None = None
+        # (shape, scales, sizes, plan) of the last run: one tuple, replaced whole, so that
+        # runs on other threads never see one run's key with another's plan
+        self._last: tuple[Any, Any, Any, _Plan] | None = None
         self._plans: dict[tuple[Any, ...], _Plan] = {}
 
     def _table(self, out_len: int, in_len: int, scale: float) -> Any:
@@ -291,16 +292,9 @@ class _Resize:
     def _plan_for(self, x: Any, roi: Any, scales: Any, sizes: Any) -> _Plan:
         """The plan of this input: the last one when the same shape and the same scales and
         sizes arrays come in (initializers), else from a cache keyed by their values."""
-        key = (x.shape, scales, sizes)
-        last = self._key
-        if (
-            last is not None
-            and last[0] == x.shape
-            and last[1] is scales
-            and last[2] is sizes
-            and self._plan is not None
-        ):
-            return self._plan
+        last = self._last
+        if last is not None and last[0] == x.shape and last[1] is scales and last[2] is sizes:
+            return last[3]
         value_key = (
             x.shape,
             None if scales is None else np.asarray(scales, np.float32).tobytes(),
@@ -313,7 +307,7 @@ class _Resize:
             if len(self._plans) < 64:
                 self._plans[value_key] = plan
         if all(v is None or not v.flags.writeable for v in (scales, sizes)):
-            self._key, self._plan = key, plan
+            self._last = (x.shape, scales, sizes, plan)
         return plan
 
     def _lead_pass(self, x: Any, axis: int, table: Any) -> Any:
