@@ -6,10 +6,10 @@ Three paths, chosen when the session is created from the weight's shape and `gro
   written (`depthwise.py`); a GEMM per channel would be a 1-row matrix product;
 - pointwise (1x1 kernel, stride 1, no padding): the input image already is the column matrix,
   so each group is one BLAS GEMM straight into the output;
-- otherwise im2col: one pass lays out the patches of an image as (C*KH*KW, OH*OW), rows
-  ordered so that each group's rows are contiguous, then a BLAS GEMM per group writes its
-  output channels in place. The patches are read along the same `window.Window` plan as the
-  depthwise kernel (long loops over a plane, padding by guard zeros and masks).
+- otherwise im2col: per group, one pass lays out the patches of its channels as
+  (C/group*KH*KW, OH*OW), then a BLAS GEMM writes the group's output channels in place. The
+  patches are read along the same `window.Window` plan as the depthwise kernel (long loops
+  over a plane, padding by guard zeros and masks).
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
 GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
 provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
@@ -258,25 +258,26 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
 
 def _gemm_conv(x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: Any) -> None:
-    """im2col (or the input itself for a pointwise conv) then one BLAS GEMM per group."""
+    """im2col (or the input itself for a pointwise conv) then one BLAS GEMM per group. The
+    patches are laid out one group at a time, so that a group's columns are still in cache
+    when its GEMM reads them."""
     n_, c_ = x.shape[:2]
-    m_ = w.shape[0]
+    m_, cg = w.shape[:2]
     mg = m_ // group
     rows = w[0].size
     wg = w.reshape(group, mg, rows)
-    size = p.y3[2]
     xs = x.reshape(n_, c_, -1)
-    col = None if p.kind == "pw" else np.empty((c_ * (rows // w.shape[1]), size), x.dtype)
     win = p.win
+    col = None if p.kind == "pw" else np.empty((rows, p.y3[2]), x.dtype)
     for n in range(n_):
-        if col is None:
-            cols = xs[n]
-        else:
-            assert win is not None and im2col is not None
-            im2col(col.size, xs[n], col, *win.args())
-            cols = col
         for g in range(group):
-            np.matmul(wg[g], cols[g * rows : (g + 1) * rows], out=y[n, g * mg : (g + 1) * mg])
+            if col is None:
+                cols = xs[n, g * cg : (g + 1) * cg]
+            else:
+                assert win is not None and im2col is not None
+                im2col(col.size, xs[n, g * cg : (g + 1) * cg], col, *win.args())
+                cols = col
+            np.matmul(wg[g], cols, out=y[n, g * mg : (g + 1) * mg])
 
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)

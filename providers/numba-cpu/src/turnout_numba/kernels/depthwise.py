@@ -10,8 +10,8 @@ row in which every tap reads consecutive values.
 
 The kernel text is generated per (kernel size, activation, dtype): taps are unrolled into one
 expression whose weights stay in registers, and the bias and activation are applied as the
-output is written. Kernels with more than `UNROLL` taps share one generic text per activation
-and dtype that loops over the taps.
+output is written. Kernel sizes other than the common ones (`UNROLLED`) share one generic text
+per activation and dtype that loops over the taps.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from ..registry import SizedKernel
 from .epilogue import CTOR, activation_lines
 from .window import copy_lines, geo_lines
 
-__all__ = ["UNROLL", "depthwise_kernel"]
+__all__ = ["UNROLLED", "depthwise_kernel"]
 
-UNROLL = 25
-"""Kernels with at most this many taps get their taps unrolled (up to 5x5, 1-D up to 25)."""
+UNROLLED = frozenset({(3, 3), (5, 5), (2, 2), (1, 3), (1, 5), (3, 1), (5, 1), (2, 1), (1, 2)})
+"""The kernel sizes whose taps get unrolled: those small models use. Each compiles its own text
+(about a second, once: the compiled code is cached on disk); any other size runs the generic
+text, one per activation and dtype, whose loop over taps costs 1.5-2x at 3x3."""
 
 _HEAD = """\
 def _depthwise(x, w, b, y, offs, cols, lo, hi, geo, chunks, a0_, a1_):
@@ -45,6 +47,7 @@ def _depthwise(x, w, b, y, offs, cols, lo, hi, geo, chunks, a0_, a1_):
     planes = n_ * m_
 {consts}    for ch in prange(chunks):
         buf = np.zeros(blen, x.dtype)
+        acc = np.empty(0 if flat else rows * rstep, x.dtype)
         last = -1
         for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
             n = q // m_
@@ -77,14 +80,26 @@ def _unrolled(kh: int, kw: int) -> tuple[str, str]:
         lines.append(f"                    s = {terms}")
         lines.append(f"                    v += s if cj >= lo{kj} and cj < hi{kj} else zero")
     lines.append("{act20}                    yp[j] = v")
-    # padded rows: one view per tap
+    # padded: one view per tap; all the rows as one loop into `acc` (rows shorter than a vector
+    # loop would run scalar), then the rows copied out
+    terms = " + ".join(f"w{t} * t{t}[j]" for t in range(taps))
+    lines.append("            elif rstep == wp:")
+    lines += [f"                t{t} = src[o{t}:]" for t in range(taps)]
+    lines.append("                for j in range((rows - 1) * rstep + rlen):")
+    lines.append(f"                    v = bv + {terms}")
+    lines.append("{act20}                    acc[j] = v")
+    lines.append("                for r in range(rows):")
+    lines.append("                    ar = acc[r * rstep : r * rstep + rlen]")
+    lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
+    lines.append("                    for j in range(rlen):")
+    lines.append("                        yo[j] = ar[j]")
+    # the input itself with a row stride: one loop per row
     lines.append("            else:")
     lines.append("                for r in range(rows):")
     lines.append("                    base = r * rstep")
     lines += [f"                    t{t} = src[base + o{t}:]" for t in range(taps)]
     lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
     lines.append("                    for j in range(rlen):")
-    terms = " + ".join(f"w{t} * t{t}[j]" for t in range(taps))
     lines.append(f"                        v = bv + {terms}")
     lines.append("{act24}                        yo[j] = v")
     return consts, "\n".join(lines) + "\n"
@@ -117,7 +132,7 @@ _GENERIC = """\
 
 
 def _source(kh: int, kw: int, dtype: np.dtype[Any], act: str) -> str:
-    if kh * kw <= UNROLL:
+    if (kh, kw) in UNROLLED:
         consts, body = _unrolled(kh, kw)
     else:
         consts, body = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n", _GENERIC
@@ -142,7 +157,7 @@ def depthwise_kernel(
     `k(work, x3, w2, b, y3, *window.args(), chunks, a0, a1)` with x3 (N, C, H*W), w2 (M, KH*KW),
     b (M,), y3 (N, M, OH*OW), all C-contiguous; `chunks` splits the planes among threads."""
     kh, kw = kernel
-    shape = (kh, kw) if kh * kw <= UNROLL else (0, 0)
+    shape = (kh, kw) if (kh, kw) in UNROLLED else (0, 0)
     key = (shape, dtype.name, act, parallel)
     kern = _KERNELS.get(key)
     if kern is None:

@@ -2,16 +2,17 @@
 
 MaxPool and AveragePool read each plane along a `window.Window` plan, as the depthwise Conv
 does: a stride-1 pool whose output rows are as long as the input's is one loop over the whole
-plane (a tap crossing a row edge is dropped by a select), other pools copy the plane once into
-a buffer padded with the identity (-inf, the type's minimum, or 0) and split by column stride
-phase, then run one loop per output row with every tap reading consecutive values. The kernel
-text is generated per (op, kernel size, dtype) with the taps unrolled (more than `UNROLL` taps:
-one looped text per op and dtype), so a pool is one pass with no row buffers. AveragePool sums
-in float64 and multiplies by the reciprocal of each window's count, planned with the window
-(per input shape): the taps inside the input, or (count_include_pad) inside the explicitly
-padded input; taps that a ceil_mode window puts past the end padding never count, as in the
-numpy kernel and onnxruntime. Window geometry (auto_pad, pads, ceil_mode, dilations, output
-shape) comes from the CPU provider's `conv_geometry`/`spatial_attrs`.
+plane (a tap crossing a row edge is dropped by a select); other pools copy the plane once into
+a buffer padded with the identity (-inf, the type's minimum, or 0) and split by stride phase,
+then run one loop over all output rows (the values past each row's end computed and dropped)
+and copy the rows out. The kernel text is generated per (op, kernel size, dtype) with the taps
+unrolled for the common sizes (`depthwise.UNROLLED`; other sizes share one looped text per op
+and dtype). AveragePool sums in float64 and multiplies by the reciprocal of each window's
+count, planned with the window (per input shape): the taps inside the input, or
+(count_include_pad) inside the explicitly padded input; taps that a ceil_mode window puts past
+the end padding never count, as in the numpy kernel and onnxruntime. Window geometry (auto_pad,
+pads, ceil_mode, dilations, output shape) comes from the CPU provider's
+`conv_geometry`/`spatial_attrs`.
 
 MaxPool treats NaN as the numpy kernel does (see `_max_pool` there: onnxruntime's
 first-tap-then-strictly-greater rule): the unrolled max propagates NaN and counts the NaN
@@ -39,7 +40,7 @@ from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
 from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import SERIAL_WORK, BuildContext, SizedKernel, numba_kernel
-from .depthwise import UNROLL
+from .depthwise import UNROLLED
 from .window import Window, copy_lines, geo_lines, plan_window
 
 __all__: list[str] = []
@@ -60,6 +61,7 @@ def _pool(x, y, rc, offs, cols, lo, hi, geo, chunks, low_):
     nans = 0
 {consts}    for ch in prange(chunks):
         buf = np.full(blen, low)
+        acc = np.empty(0 if flat else rows * rstep, {acc})
         for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
             src = x[q]
             if not direct:
@@ -104,6 +106,36 @@ def _unrolled(op: str, kh: int, kw: int) -> tuple[str, str]:
         if op == "max"
         else "                    yp[j] = T(v * rc[j])"
     )
+    s = _reduce(op, [f"t{t}[j]" for t in range(taps)])
+    if kw <= 2:  # the input itself at column stride 2 (see plan_window's direct_stride2)
+        s2 = _reduce(op, [f"r{ki}[2 * j + {kj}]" for ki in range(kh) for kj in range(kw)])
+        lines.append("            elif direct and sw == 2:")
+        lines.append("                for r in range(rows):")
+        lines.append("                    base = r * rstep")
+        lines += [f"                    r{ki} = src[base + o{ki * kw}:]" for ki in range(kh)]
+        lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
+        if op != "max":
+            lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
+        lines.append("                    for j in range(rlen):")
+        lines.append(
+            f"                        yo[j] = {s2}"
+            if op == "max"
+            else f"                        yo[j] = T(({s2}) * ro[j])"
+        )
+    lines.append("            elif rstep == wp:")
+    lines += [f"                t{t} = src[o{t}:]" for t in range(taps)]
+    lines.append("                for j in range((rows - 1) * rstep + rlen):")
+    lines.append(f"                    acc[j] = {s}")
+    lines.append("                for r in range(rows):")
+    lines.append("                    ar = acc[r * rstep : r * rstep + rlen]")
+    lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
+    if op == "max":
+        lines.append("                    for j in range(rlen):")
+        lines.append("                        yo[j] = ar[j]")
+    else:
+        lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
+        lines.append("                    for j in range(rlen):")
+        lines.append("                        yo[j] = T(ar[j] * ro[j])")
     lines.append("            else:")
     lines.append("                for r in range(rows):")
     lines.append("                    base = r * rstep")
@@ -112,7 +144,6 @@ def _unrolled(op: str, kh: int, kw: int) -> tuple[str, str]:
     if op != "max":
         lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
     lines.append("                    for j in range(rlen):")
-    s = _reduce(op, [f"t{t}[j]" for t in range(taps)])
     lines.append(
         f"                        yo[j] = {s}"
         if op == "max"
@@ -147,7 +178,7 @@ _GENERIC = """\
 
 
 def _source(op: str, kh: int, kw: int, dtype: np.dtype[Any]) -> str:
-    if kh * kw <= UNROLL:
+    if (kh, kw) in UNROLLED:
         consts, body = _unrolled(op, kh, kw)
     else:
         consts = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n"
@@ -161,6 +192,7 @@ def _source(op: str, kh: int, kw: int, dtype: np.dtype[Any]) -> str:
             )
     count = _COUNT if op == "max" and dtype.kind == "f" else ""
     return _HEAD.format(
+        acc="np.float64" if op == "avg" else "x.dtype",
         ctor=_CTOR[dtype.name],
         geo=geo_lines(4),
         copy=copy_lines(16),
@@ -179,7 +211,7 @@ def _pool_kernel(
     """`k(work, x2, y2, rc, *window.args(), chunks, low) -> NaN outputs` for planes x2 (P, H*W)
     and y2 (P, OH*OW); `rc` holds the reciprocal window counts (average) or is a dummy."""
     kh, kw = kernel
-    shape = (kh, kw) if kh * kw <= UNROLL else (0, 0)
+    shape = (kh, kw) if (kh, kw) in UNROLLED else (0, 0)
     key = (op, shape, dtype.name, parallel)
     kern = _KERNELS.get(key)
     if kern is None:
@@ -331,6 +363,7 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (d2[0], d2[1]),
                 (pb2[0], pb2[1]),
                 (out2[0], out2[1]),
+                direct_stride2=k2[1] <= 2 and k2 in UNROLLED,
             )
             if not is_max:
                 ext = [(-pb2[a], sp[a] + pe2[a]) if include_pad else (0, sp[a]) for a in (0, 1)]

@@ -9,11 +9,13 @@ their inner loops run over outputs with every tap at a fixed offset. Two layouts
   kernel column `kj` counts for output column `cols[p]` only within `[lo[kj], hi[kj])`; outside,
   its read lands in a neighbour row and is dropped by a select, never multiplied by zero, so an
   inf there cannot leak into the output.
-- otherwise the plane is copied once into a zero-padded buffer, its columns split by their
-  residue modulo the column stride (`sw` phase planes of `plane` values, rows `wp` long), so
-  that every tap reads consecutive values: output `j` of row `r` reads tap `t` at
-  `src[offs[t] + r * rstep + j]`. With stride 1 and no padding the input itself is read
-  (`direct`).
+- otherwise the plane is copied once into a zero-padded buffer split by stride phase (padded
+  pixel (u, v) in phase plane (u % sh, v % sw), at row u // sh and column v // sw; planes of
+  `plane` values, rows `wp` long), so that every tap reads consecutive values: output `j` of
+  row `r` reads tap `t` at `src[offs[t] + r * rstep + j]`, and so does position
+  `r * rstep + j` of one loop over all the rows (the `wp - OW` values past each row's end are
+  computed and dropped) when `rstep == wp`. With no padding and column stride 1 the input
+  itself is read (`direct`, `rstep = sh * W`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Window:
 
 GEO = (
     "flat", "direct", "rows", "rlen", "rstep", "blen", "g0", "pt", "pl", "sw", "wp", "plane",
-    "in_h", "in_w", "dw",
+    "in_h", "in_w", "dw", "sh",
 )  # fmt: skip
 """The order of the integers in `Window.geo` (the kernels unpack them in this order)."""
 
@@ -58,8 +60,12 @@ def plan_window(
     dilations: tuple[int, int],
     pads_begin: tuple[int, int],
     out: tuple[int, int],
+    *,
+    direct_stride2: bool = False,
 ) -> Window:
-    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid."""
+    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid.
+    `direct_stride2`: the kernel can read an unpadded input itself at column stride 2 (a
+    window at most 2 wide reads columns 2j and 2j + 1, which LLVM vectorizes with shuffles)."""
     h, w = hw
     kh, kw = kernel
     sh, sw = strides
@@ -79,23 +85,35 @@ def plan_window(
         lo = np.array([pl - kj for kj in range(kw)], np.int64)
         hi = np.array([w + pl - kj for kj in range(kw)], np.int64)
         cols = (np.arange(rlen, dtype=np.int64) % w).astype(np.int32)
-        geo = [1, direct, 1, rlen, 0, blen, g0, pt, pl, 1, w, 0, h, w, 1]
+        geo = [1, direct, 1, rlen, 0, blen, g0, pt, pl, 1, w, 0, h, w, 1, 1]
         return Window(True, 1, rlen, raw + g0, cols, _i32(lo), _i32(hi), np.array(geo, np.int64))
-    # padded, column-phase-split plane: padded column u lives in phase u % sw at u // sw
+    # padded plane split by stride phase: padded pixel (u, v) lives in phase plane
+    # (u % sh, v % sw) at row u // sh, column v // sw, so that output row r reads rows r + c of
+    # each phase plane (rstep = wp) and a whole output plane is affine in the phase planes
     span_h = (oh - 1) * sh + (kh - 1) * dh + 1  # padded rows the windows read
     span_w = (ow - 1) * sw + (kw - 1) * dw + 1
-    direct = sw == 1 and pt == 0 and pl == 0 and span_h <= h and span_w <= w
-    if direct:
-        hp, wp = h, w
+    strided = direct_stride2 and sw == 2 and kw <= 2 and dw == 1
+    direct = (sw == 1 or strided) and pt == 0 and pl == 0 and span_h <= h and span_w <= w
+    if direct:  # the input itself: output (r, j) reads row r * sh + c, column j * sw + c'
+        hq, wp = h, w
+        plane = h * w
+        offs = np.array([ki * dh * w + kj * dw for ki, kj in taps], np.int64)
     else:
-        hp = max(span_h, h + pt)
+        hq = -(-max(span_h, h + pt) // sh)
         wp = max(-(-span_w // sw), (w - 1 + pl) // sw + 1)
-    plane = hp * wp
-    offs = np.array(
-        [((kj * dw) % sw) * plane + ki * dh * wp + (kj * dw) // sw for ki, kj in taps], np.int64
-    )
-    blen = 0 if direct else sw * plane
-    geo = [0, direct, oh, ow, sh * wp, blen, 0, pt, pl, sw, wp, plane, h, w, dw]
+        plane = hq * wp
+        offs = np.array(
+            [
+                (((ki * dh) % sh) * sw + (kj * dw) % sw) * plane
+                + ((ki * dh) // sh) * wp
+                + (kj * dw) // sw
+                for ki, kj in taps
+            ],
+            np.int64,
+        )
+    blen = 0 if direct else sh * sw * plane
+    rstep = sh * w if direct else wp
+    geo = [0, direct, oh, ow, rstep, blen, 0, pt, pl, sw, wp, plane, h, w, dw, sh]
     none = np.zeros(1, np.int32)
     return Window(False, oh, ow, offs, none, none, none, np.array(geo, np.int64))
 
@@ -117,29 +135,27 @@ if flat:
     dst = buf[g0 : g0 + in_h * in_w]
     for k in range(in_h * in_w):
         dst[k] = src[k]
-elif sw == 1:
-    for i in range(in_h):
-        srow = src[i * in_w : i * in_w + in_w]
-        dst = buf[(i + pt) * wp + pl :]
-        for k in range(in_w):
-            dst[k] = srow[k]
-elif sw == 2:
-    half = in_w // 2
-    for i in range(in_h):
-        srow = src[i * in_w : i * in_w + in_w]
-        row = (i + pt) * wp
-        de = buf[(pl % 2) * plane + row + pl // 2 :]
-        do = buf[((pl + 1) % 2) * plane + row + (pl + 1) // 2 :]
-        for k in range(half):
-            de[k] = srow[2 * k]
-            do[k] = srow[2 * k + 1]
-        if in_w % 2:
-            de[half] = srow[in_w - 1]
 else:
     for i in range(in_h):
-        for k in range(in_w):
-            u = k + pl
-            buf[(u % sw) * plane + (i + pt) * wp + u // sw] = src[i * in_w + k]
+        srow = src[i * in_w : i * in_w + in_w]
+        row = ((i + pt) % sh) * sw * plane + ((i + pt) // sh) * wp
+        if sw == 1:
+            dst = buf[row + pl :]
+            for k in range(in_w):
+                dst[k] = srow[k]
+        elif sw == 2:
+            half = in_w // 2
+            de = buf[row + (pl % 2) * plane + pl // 2 :]
+            do = buf[row + ((pl + 1) % 2) * plane + (pl + 1) // 2 :]
+            for k in range(half):
+                de[k] = srow[2 * k]
+                do[k] = srow[2 * k + 1]
+            if in_w % 2:
+                de[half] = srow[in_w - 1]
+        else:
+            for k in range(in_w):
+                u = k + pl
+                buf[row + (u % sw) * plane + u // sw] = srow[k]
 """
 
 
