@@ -221,7 +221,7 @@ def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport
         raise  # a defect of the model (a tensor that cannot be decoded, ...): the user's to fix
     except Exception as e:
         raise GraphPassError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
-    if changes:
+    if changes and not p.keeps_types:
         g.mark_changed()
     report.results.append(
         PassResult(p.name, p.level, changes, before, len(g.nodes), (time.perf_counter() - t0) * 1e3)

@@ -71,23 +71,28 @@ PassFn = Callable[[OptGraph, PassContext], int]
 
 @dataclass(frozen=True)
 class GraphPass:
-    """A named graph rewrite at one level. `fn(graph, ctx)` edits in place, returns #changes."""
+    """A named graph rewrite at one level. `fn(graph, ctx)` edits in place, returns #changes.
+
+    `keeps_types`: the pass never changes what onnx would infer for the values it leaves
+    (it only removes nodes, or merges equal values), so its changes need no new inference.
+    """
 
     name: str
     level: Level
     fn: PassFn
     doc: str = ""
+    keeps_types: bool = False
 
 
 PASSES: list[GraphPass] = []
 
 
-def graph_pass(name: str, level: Level) -> Callable[[PassFn], PassFn]:
+def graph_pass(name: str, level: Level, keeps_types: bool = False) -> Callable[[PassFn], PassFn]:
     """Decorator: register `fn` as a built-in pass (in definition order within its level)."""
 
     def deco(fn: PassFn) -> PassFn:
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        PASSES.append(GraphPass(name, level, fn, doc))
+        PASSES.append(GraphPass(name, level, fn, doc, keeps_types))
         return fn
 
     return deco

@@ -12,7 +12,7 @@ from .graph import NONDETERMINISTIC, OptGraph, attr
 __all__ = ["eliminate_dead_nodes", "eliminate_noops", "eliminate_common_subexpressions"]
 
 
-@graph_pass("eliminate_dead_nodes", Level.BASIC)
+@graph_pass("eliminate_dead_nodes", Level.BASIC, keeps_types=True)
 def eliminate_dead_nodes(g: OptGraph, ctx: PassContext) -> int:
     """Remove nodes whose outputs nobody reads, then initializers nobody reads."""
     changes = 0
@@ -203,7 +203,7 @@ def _key(n: NodeProto) -> tuple[object, ...] | None:
     return (n.domain or "", n.op_type, tuple(n.input), len(n.output), tuple(attrs))
 
 
-@graph_pass("eliminate_common_subexpressions", Level.BASIC)
+@graph_pass("eliminate_common_subexpressions", Level.BASIC, keeps_types=True)
 def eliminate_common_subexpressions(g: OptGraph, ctx: PassContext) -> int:
     """Merge nodes computing the same op on the same inputs with the same attributes, and
     identical small constant initializers."""

@@ -107,7 +107,7 @@ def _set_weights(g: OptGraph, conv: NodeProto, w: np.ndarray, b: np.ndarray) -> 
         conv.input.append(bias)
 
 
-@graph_pass("fold_conv_bn", Level.BASIC)
+@graph_pass("fold_conv_bn", Level.BASIC, keeps_types=True)
 def fold_conv_bn(g: OptGraph, ctx: PassContext) -> int:
     """Conv -> BatchNormalization (one output, constant statistics) becomes one Conv."""
     changes = 0
@@ -159,7 +159,7 @@ def _channel_vector(c: np.ndarray, rank: int, m: int) -> np.ndarray | None:
     return np.broadcast_to(c.reshape(-1), (m,)) if c.size == 1 else c.reshape(m)
 
 
-@graph_pass("fold_conv_add_mul", Level.BASIC)
+@graph_pass("fold_conv_add_mul", Level.BASIC, keeps_types=True)
 def fold_conv_add_mul(g: OptGraph, ctx: PassContext) -> int:
     """Conv -> Add(per-channel constant) into the bias; Conv -> Mul(constant) into W and B."""
     changes = 0

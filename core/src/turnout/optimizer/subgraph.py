@@ -249,22 +249,22 @@ def _run_body_passes(sub: OptGraph, ctx: PassContext) -> int:
     from .cleanup import eliminate_dead_nodes, eliminate_noops
     from .fold import fold_constants, fold_shapes
 
-    passes = (
-        fold_constants,
-        fold_shapes,
-        inline_constant_if,
-        fold_subgraphs,
-        eliminate_noops,
-        eliminate_dead_nodes,
+    passes = (  # (pass, whether it keeps the types: see GraphPass.keeps_types)
+        (fold_constants, False),
+        (fold_shapes, False),
+        (inline_constant_if, False),
+        (fold_subgraphs, False),
+        (eliminate_noops, False),
+        (eliminate_dead_nodes, True),
     )
     total = 0
     for _ in range(MAX_BODY_ROUNDS):
         changed = 0
-        for p in passes:
+        for p, keeps_types in passes:
             c = p(sub, ctx)
-            if c:
+            if c and not keeps_types:
                 sub.mark_changed()
-                changed += c
+            changed += c
         total += changed
         if not changed:
             break
