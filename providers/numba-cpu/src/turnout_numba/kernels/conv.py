@@ -18,6 +18,7 @@ stay with the numpy kernel.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -109,28 +110,16 @@ def _conv_applies(kn: KernelNode) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
 class _Plan:
     """Everything a run at one (X shape, W shape) needs, computed on its first run."""
 
-    __slots__ = ("chunks", "final", "kind", "out", "win", "work", "y3")
-
-    def __init__(
-        self,
-        kind: str,
-        final: tuple[int, ...],
-        y3: tuple[int, int, int],
-        out: tuple[int, int],
-        win: Window | None,
-        work: int,
-        chunks: int,
-    ) -> None:
-        self.kind = kind
-        self.final = final
-        self.y3 = y3
-        self.out = out
-        self.win = win
-        self.work = work
-        self.chunks = chunks
+    kind: str  # "dw", "pw" or "gemm"
+    final: tuple[int, ...]  # the output shape
+    y3: tuple[int, int, int]  # (N, M, OH*OW): the output as the kernels write it
+    win: Window | None
+    work: int
+    chunks: int
 
 
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -211,7 +200,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
-        return _Plan(kind, final, y3, (oh_, ow_), win, work, max(chunks, 1))
+        return _Plan(kind, final, y3, win, work, max(chunks, 1))
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -243,6 +232,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 b = zeros.get(m_)
                 if b is None:
                     b = zeros[m_] = np.zeros(m_, dt)
+            b = np.ascontiguousarray(b)
             x3 = x.reshape(x.shape[0], x.shape[1], -1)
             w2 = w.reshape(m_, -1)
             depthwise(p.work, x3, w2, b, y, *p.win.args(), p.chunks, a0, a1)

@@ -5,8 +5,9 @@ how the plane is walked, not by arithmetic: an im2col, a padded copy per row or 
 for the bias costs as much as the taps. The kernel walks each plane along a `window.Window`
 plan: a 'same' stride-1 conv is one loop over the whole plane with each tap at a fixed offset
 and the taps that cross a row edge dropped by a select; strided and other convs copy the plane
-once into a padded buffer with the columns split by stride phase, then run one loop per output
-row in which every tap reads consecutive values.
+once into a padded buffer split by stride phase, run one loop over all the output rows in which
+every tap reads consecutive values, and copy the rows out (a loop per short row would run
+mostly scalar).
 
 The kernel text is generated per (kernel size, activation, dtype): taps are unrolled into one
 expression whose weights stay in registers, and the bias and activation are applied as the
@@ -47,7 +48,7 @@ def _depthwise(x, w, b, y, offs, cols, lo, hi, geo, chunks, a0_, a1_):
     planes = n_ * m_
 {consts}    for ch in prange(chunks):
         buf = np.zeros(blen, x.dtype)
-        acc = np.empty(0 if flat else rows * rstep, x.dtype)
+        acc = np.empty(0 if flat else rows * rstep, x.dtype)  # padded: all rows, then copied out
         last = -1
         for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
             n = q // m_
@@ -106,11 +107,11 @@ def _unrolled(kh: int, kw: int) -> tuple[str, str]:
 
 
 _GENERIC = """\
-            acc = np.empty(rlen, x.dtype)
+            racc = np.empty(rlen, x.dtype)
             for r in range(rows):
                 base = r * rstep
                 for j in range(rlen):
-                    acc[j] = bv
+                    racc[j] = bv
                 for t in range(taps):
                     wt = wm[t]
                     tt = src[base + offs[t]:]
@@ -120,13 +121,13 @@ _GENERIC = """\
                         ht = hi[kj]
                         for j in range(rlen):
                             cj = cols[j]
-                            acc[j] += wt * tt[j] if cj >= lt and cj < ht else zero
+                            racc[j] += wt * tt[j] if cj >= lt and cj < ht else zero
                     else:
                         for j in range(rlen):
-                            acc[j] += wt * tt[j]
+                            racc[j] += wt * tt[j]
                 yo = yp[r * rlen : r * rlen + rlen]
                 for j in range(rlen):
-                    v = acc[j]
+                    v = racc[j]
 {act20}                    yo[j] = v
 """
 

@@ -153,11 +153,11 @@ def _unrolled(op: str, kh: int, kw: int) -> tuple[str, str]:
 
 
 _GENERIC = """\
-            acc = np.empty(rlen, {acc})
+            racc = np.empty(rlen, {acc})
             for r in range(rows):
                 base = r * rstep
                 for j in range(rlen):
-                    acc[j] = {init}
+                    racc[j] = {init}
                 for t in range(taps):
                     tt = src[base + offs[t]:]
                     if flat:
@@ -166,10 +166,10 @@ _GENERIC = """\
                         ht = hi[kj]
                         for j in range(rlen):
                             cj = cols[j]
-                            acc[j] = {update} if cj >= lt and cj < ht else acc[j]
+                            racc[j] = {update} if cj >= lt and cj < ht else racc[j]
                     else:
                         for j in range(rlen):
-                            acc[j] = {update}
+                            racc[j] = {update}
                 yo = yp[r * rlen : r * rlen + rlen]
                 ro = rc[r * rlen : r * rlen + rlen]
                 for j in range(rlen):
@@ -184,11 +184,14 @@ def _source(op: str, kh: int, kw: int, dtype: np.dtype[Any]) -> str:
         consts = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n"
         if op == "max":
             body = _GENERIC.format(
-                acc="x.dtype", init="low", update="np.maximum(acc[j], tt[j])", final="acc[j]"
+                acc="x.dtype", init="low", update="np.maximum(racc[j], tt[j])", final="racc[j]"
             )
         else:
             body = _GENERIC.format(
-                acc="np.float64", init="F(0)", update="acc[j] + F(tt[j])", final="T(acc[j] * ro[j])"
+                acc="np.float64",
+                init="F(0)",
+                update="racc[j] + F(tt[j])",
+                final="T(racc[j] * ro[j])",
             )
     count = _COUNT if op == "max" and dtype.kind == "f" else ""
     return _HEAD.format(

@@ -1,21 +1,26 @@
 """Where each tap of a 2-D sliding window reads, planned once per input shape (no numba here).
 
-The window kernels (depthwise Conv, im2col) read a channel's plane as one flat array, so that
-their inner loops run over outputs with every tap at a fixed offset. Two layouts:
+The window kernels (depthwise Conv, im2col, MaxPool/AveragePool) read a channel's plane as one
+flat array, so that their inner loops run over outputs with every tap at a fixed offset: a loop
+over a whole plane vectorizes, a loop over one short row runs mostly scalar. Two layouts:
 
 - `flat` (stride 1, output rows as long as input rows, undilated columns: the 'same' conv):
   the whole output plane is one loop. Output `p` reads tap `t` at `src[offs[t] + p]` of a copy
-  of the plane with `g0` zeros before it (rows above and below the input read zeros). A tap of
-  kernel column `kj` counts for output column `cols[p]` only within `[lo[kj], hi[kj])`; outside,
-  its read lands in a neighbour row and is dropped by a select, never multiplied by zero, so an
-  inf there cannot leak into the output.
-- otherwise the plane is copied once into a zero-padded buffer split by stride phase (padded
-  pixel (u, v) in phase plane (u % sh, v % sw), at row u // sh and column v // sw; planes of
-  `plane` values, rows `wp` long), so that every tap reads consecutive values: output `j` of
-  row `r` reads tap `t` at `src[offs[t] + r * rstep + j]`, and so does position
-  `r * rstep + j` of one loop over all the rows (the `wp - OW` values past each row's end are
-  computed and dropped) when `rstep == wp`. With no padding and column stride 1 the input
-  itself is read (`direct`, `rstep = sh * W`).
+  of the plane with `g0` padding values before it (rows above and below the input read those).
+  A tap of kernel column `kj` counts for output column `cols[p]` only within `[lo[kj],
+  hi[kj])`; outside, its read lands in a neighbour row and is dropped by a select, never
+  multiplied by zero, so an inf there cannot leak into the output.
+- otherwise the plane is copied once into a padded buffer split by stride phase (padded pixel
+  (u, v) in phase plane (u % sh, v % sw), at row u // sh and column v // sw; planes of `plane`
+  values, rows `wp` long), so that every tap reads consecutive values: output `j` of row `r`
+  reads tap `t` at `src[offs[t] + r * rstep + j]` (`rstep == wp`), which is also position
+  `r * wp + j` of one loop over all the rows (the `wp - OW` values past each row's end are
+  computed and dropped). Without padding, at column stride 1 (or 2 for a pool window at most 2
+  wide, `direct_stride2`), the input itself is read (`direct`, `rstep = sh * W`, one loop per
+  output row).
+
+The buffer starts filled with the padding value (0, or a pool's identity) and the copy writes
+only the input's positions, so one buffer serves every plane a kernel walks.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ __all__ = ["GEO", "Window", "copy_lines", "geo_lines", "plan_window"]
 
 @dataclass(frozen=True)
 class Window:
-    """The read plan of one geometry: `arrays` and `geo` are what the kernels take."""
+    """The read plan of one geometry; `args()` is what the kernels take."""
 
     flat: bool
     rows: int
@@ -43,6 +48,7 @@ class Window:
     """The integers of the plan, in the order of `GEO`."""
 
     def args(self) -> tuple[Any, ...]:
+        """(offs, cols, lo, hi, geo): the kernels' geometry arguments, in their order."""
         return (self.offs, self.cols, self.lo, self.hi, self.geo)
 
 
@@ -161,8 +167,8 @@ else:
 
 def copy_lines(indent: int) -> str:
     """Generated-kernel statements copying the plane `src` (flat, H*W) into `buf` as the plan
-    lays it out (`buf` starts zeroed and only the input's positions are written, so it can be
-    reused for the next plane). For stride 2, even and odd columns are read in one loop, which
-    LLVM vectorizes with shuffles."""
+    lays it out (only the input's positions are written: the padding keeps the value `buf` was
+    filled with, for the next plane too). For stride 2, even and odd columns are read in one
+    loop, which LLVM vectorizes with shuffles."""
     pad = " " * indent
     return "".join(f"{pad}{line}\n" for line in _COPY.splitlines())
