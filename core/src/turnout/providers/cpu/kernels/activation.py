@@ -58,6 +58,7 @@ def typed_constants(*values: float) -> Callable[[np.dtype[Any]], tuple[Array, ..
 
 _ZERO_ONE = typed_constants(0, 1)
 _SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+_SIGN_BIT = {n: t(-1) << (8 * n - 1) for n, t in _SIGNED.items()}  # as a signed integer
 _BLEND_ABOVE = 4096  # elements: where np.where's per-element branch costs more than 3 passes
 
 
@@ -79,13 +80,13 @@ def logistic(x: Array) -> Array:
         return np.asarray(np.where(x >= 0, one / (one + e0), e0 / (one + e0)))
     zero, one = _ZERO_ONE(x.dtype)
     xi = x.view(signed)
-    bits = 8 * x.dtype.itemsize
-    e = np.bitwise_or(xi, signed(-1) << (bits - 1)).view(x.dtype)  # -|x|
+    e = np.bitwise_or(xi, _SIGN_BIT[x.dtype.itemsize]).view(x.dtype)  # -|x|
     np.exp(e, out=e)
     d = np.add(e, one)
     if x.size <= _BLEND_ABOVE:
-        return np.divide(np.where(x < zero, e, one), d, out=d)
-    sign = np.right_shift(xi, bits - 1)  # -1 where x's sign bit is set, else 0
+        np.copyto(e, one, where=np.greater_equal(x, zero))
+        return np.divide(e, d, out=d)
+    sign = np.right_shift(xi, 8 * x.dtype.itemsize - 1)  # -1 where x's sign bit is set, else 0
     ei, one_bits = e.view(signed), one.view(signed)
     np.bitwise_xor(ei, one_bits, out=ei)
     np.bitwise_and(ei, sign, out=ei)
