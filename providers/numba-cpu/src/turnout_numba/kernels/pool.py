@@ -15,8 +15,9 @@ pads, ceil_mode, dilations, output shape) comes from the CPU provider's
 `conv_geometry`/`spatial_attrs`.
 
 MaxPool treats NaN as the numpy kernel does (see `_max_pool` there: onnxruntime's
-first-tap-then-strictly-greater rule): the unrolled max propagates NaN and counts the NaN
-outputs; a run that has some redoes those windows in `_max_pool_nan`.
+first-tap-then-strictly-greater rule): the unrolled max is Python's max, one vector instruction
+that keeps or drops a NaN by its place, so the kernel also counts the input's NaNs, and a run
+that has some redoes every window in `_max_pool_nan` (rare inputs pay, not the others).
 
 GlobalAveragePool is one BLAS matrix-vector product (planes x spatial times 1/spatial): a sum
 in numba's loops cannot be vectorized without reordering it. GlobalMaxPool runs on the float's
@@ -70,20 +71,20 @@ def _pool(x, y, rc, offs, cols, lo, hi, geo, chunks, low_):
 {body}{count}    return nans
 """
 
-# the NaN outputs of a plane, counted right after it is written (a second loop: a test inside
-# the unrolled one would keep it from vectorizing)
+# the NaNs of an input plane, counted after it is pooled (a loop of its own: a test inside the
+# unrolled one would keep it from vectorizing)
 _COUNT = """\
-            for j in range(yp.shape[0]):
-                nans += yp[j] != yp[j]
+            xq = x[q]
+            for k in range(xq.shape[0]):
+                nans += xq[k] != xq[k]
 """
 
 
 def _reduce(op: str, reads: list[str]) -> str:
+    # the max is Python's max (a select LLVM turns into one vector max), which drops a NaN
+    # depending on its place: a plane holding a NaN is redone by onnxruntime's rule
     if op == "max":
-        expr = reads[0]
-        for r in reads[1:]:
-            expr = f"np.maximum({expr}, {r})"
-        return expr
+        return reads[0] if len(reads) == 1 else f"max({', '.join(reads)})"
     return " + ".join(f"F({r})" for r in reads)
 
 
@@ -99,7 +100,7 @@ def _unrolled(op: str, kh: int, kw: int) -> tuple[str, str]:
     for kj in range(kw):
         s = _reduce(op, [f"r{ki}[j + {kj}]" for ki in range(kh)])
         lines.append(f"                    s = {s}")
-        keep = "np.maximum(v, s)" if op == "max" else "v + s"
+        keep = "max(v, s)" if op == "max" else "v + s"
         lines.append(f"                    v = {keep} if cj >= lo{kj} and cj < hi{kj} else v")
     lines.append(
         "                    yp[j] = v"
@@ -184,7 +185,7 @@ def _source(op: str, kh: int, kw: int, dtype: np.dtype[Any]) -> str:
         consts = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n"
         if op == "max":
             body = _GENERIC.format(
-                acc="x.dtype", init="low", update="np.maximum(racc[j], tt[j])", final="racc[j]"
+                acc="x.dtype", init="low", update="max(racc[j], tt[j])", final="racc[j]"
             )
         else:
             body = _GENERIC.format(
@@ -240,9 +241,10 @@ def _pool_kernel(
 def _max_pool_nan(
     x: Any, y: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, ph: int, pw: int
 ) -> None:  # pragma: no cover - compiled by numba
-    # The NaN outputs of the max kernel by onnxruntime's rule, as the numpy kernel: the first tap
-    # inside the input, then only strictly greater values (NaN compares false). A kernel of its
-    # own, run only when the output has a NaN: inside the max kernel it slowed every run.
+    # The outputs set to NaN, by onnxruntime's rule as the numpy kernel: the first tap inside
+    # the input, then only strictly greater values (NaN compares false); a window with no tap
+    # inside the input gives -inf, as the max over its padding. A kernel of its own, run only
+    # when the input has a NaN: inside the max kernel it slowed every run.
     nc, h, w = x.shape
     oh_n, ow_n = y.shape[1], y.shape[2]
     for p in prange(nc):
@@ -261,7 +263,7 @@ def _max_pool_nan(
                         if 0 <= r < h and 0 <= c < w and (not seen or x[p, r, c] > m):
                             m = x[p, r, c]
                             seen = True
-                y[p, oh, ow] = m
+                y[p, oh, ow] = m if seen else -np.inf
 
 
 _MAX_DTYPES = ("float32", "float64", "int8", "uint8")
@@ -403,7 +405,8 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if y.size and p.win is not None:
             x2 = np.ascontiguousarray(x, dtype=c).reshape(p.planes, sp[0] * sp[1])
             nans = kern(p.work, x2, y, p.rc, *p.win.args(), p.chunks, low)
-            if nans and redo_nan is not None:
+            if nans and redo_nan is not None:  # every window again, by onnxruntime's rule
+                y.fill(np.nan)
                 redo_nan(
                     y.size,
                     x2.reshape(p.planes, sp[0], sp[1]),
