@@ -325,6 +325,11 @@ class OptGraph:
             self.refresh_shapes()
         return self._types
 
+    @types.setter
+    def types(self, value: dict[str, onnx.TypeProto]) -> None:
+        self._types = value
+        self._stale = False
+
     def known_types(self) -> dict[str, onnx.TypeProto]:
         """The types of the last inference, without refreshing them: names keep their type
         across passes unless a pass calls `forget_type`."""
