@@ -162,7 +162,7 @@ def test_session_threads_reach_the_host(host: FakeHostFactory) -> None:
     sess = turnout.InferenceSession(_model(), so, providers=[CPU])
     (provider,) = [p for p in sess._providers if p.name == HOST]
     assert provider.options == {"intra_op_num_threads": 1}
-    assert sess.get_provider_options() == {CPU: {}}
+    assert sess.get_provider_options() == {CPU: {"intra_op_num_threads": "1"}}
 
 
 def test_host_nodes_count_as_fallback_behind_a_requested_provider(host: FakeHostFactory) -> None:
@@ -217,3 +217,44 @@ def test_run_time_fallback_rebuilds_on_the_numpy_kernels(
         (y,) = sess.run(None, {"x": X})
     np.testing.assert_array_equal(y, np.abs(X))
     assert set(_placed(sess).values()) == {CPU}
+
+
+def test_session_threads_hold_blas_during_the_run(host: FakeHostFactory) -> None:
+    """intra_op_num_threads=1 keeps numpy's BLAS on one thread while the session runs (as
+    onnxruntime's CPU provider runs on one), and gives the previous count back after."""
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
+
+    def blas_threads() -> set[int]:
+        return {
+            i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"
+        }
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("no BLAS library is loaded in this process")
+    seen: list[set[int]] = []
+    monkey = FakeHostProvider._get_capability
+
+    def spying(self: FakeHostProvider, graph: Any) -> tuple[list[Capability], list[Decline]]:
+        claims, declines = monkey(self, graph)
+        for c in claims:
+            assert c.kernel is not None
+            inner = c.kernel.factory
+
+            def factory(kn: KernelNode, _inner: Any = inner) -> Any:
+                fn = _inner(kn)
+                return lambda x: (seen.append(blas_threads()), fn(x))[1]
+
+            object.__setattr__(c.kernel, "factory", factory)
+        return claims, declines
+
+    so = turnout.SessionOptions()
+    so.intra_op_num_threads = 1
+    try:
+        FakeHostProvider._get_capability = spying  # type: ignore[method-assign]
+        sess = turnout.InferenceSession(_model(), so, providers=[CPU])
+        sess.run(None, {"x": X})
+    finally:
+        FakeHostProvider._get_capability = monkey  # type: ignore[method-assign]
+    assert seen and all(s == {1} for s in seen)
+    assert blas_threads() == before

@@ -120,7 +120,8 @@ def select_providers(
         seen.add(factory.name)
     cpu_at = requested.index(CPU_PROVIDER) if CPU_PROVIDER in seen else len(instances)
     if CPU_PROVIDER not in seen:
-        instances.append(registry.resolve(CPU_PROVIDER).create({}))
+        cpu = registry.resolve(CPU_PROVIDER)
+        instances.append(cpu.create(_session_threads(cpu, opts)))
         requested.append(CPU_PROVIDER)
     hosts: list[str] = []
     if not numpy_only and not cpu_numpy_only(opts):

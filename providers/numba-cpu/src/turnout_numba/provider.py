@@ -22,6 +22,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from turnout.blas_threads import BlasThreads
 from turnout.ir import GraphView
 from turnout.provider import (
     Capability,
@@ -58,15 +59,9 @@ class NumbaExecutionProvider(ExecutionProvider):
         self.fuse = bool(self.options.get("fuse", True))
         self.ctx = BuildContext(parallel=self.threads != 1)
         self._run_state = threading.local()  # saved thread counts of the run on this thread
-        self._blas_controller: Any = None
+        # BLAS gets the same budget while this session runs: no oversubscription
+        self._blas = BlasThreads(self.threads) if self.threads else None
         _start_numba_runtime(self.ctx.parallel)
-        if self.threads:
-            try:
-                from threadpoolctl import ThreadpoolController
-
-                self._blas_controller = ThreadpoolController()
-            except ImportError:  # optional: without it BLAS keeps its own thread count
-                self._blas_controller = None
 
     # ------------------------------------------------------------------ partitioning
     def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
@@ -144,9 +139,7 @@ class NumbaExecutionProvider(ExecutionProvider):
         if self.ctx.parallel:
             st.saved = numba.get_num_threads()
             numba.set_num_threads(self.threads)
-        st.blas = None
-        if self._blas_controller is not None:  # BLAS gets the same budget: no oversubscription
-            st.blas = self._blas_controller.limit(limits=self.threads, user_api="blas")
+        st.blas = self._blas.enter() if self._blas is not None else None
 
     def on_run_end(self) -> None:
         st = self._run_state
@@ -159,9 +152,9 @@ class NumbaExecutionProvider(ExecutionProvider):
             numba.set_num_threads(saved)
             st.saved = None
         blas = getattr(st, "blas", None)
-        if blas is not None:
-            blas.restore_original_limits()
-            st.blas = None
+        if blas:
+            BlasThreads.exit(blas)
+        st.blas = None
 
 
 _RUNTIME_STARTED: set[bool] = set()  # parallel flags whose runtime is started

@@ -5,10 +5,12 @@ It is always present and always last in priority: the fallback that makes every 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from ... import __version__
+from ...blas_threads import BlasThreads
 from ...provider import (
     Availability,
     Capability,
@@ -17,6 +19,7 @@ from ...provider import (
     KernelDef,
     KernelNode,
     ProviderFactory,
+    nonnegative_int_option,
 )
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .expected_failures import EXPECTED_FAILURES
@@ -34,6 +37,20 @@ class CPUExecutionProvider(ExecutionProvider):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
         self.kernels = CPU_KERNELS
+        threads = int(self.options.get("intra_op_num_threads", 0) or 0)
+        # numpy's BLAS runs on every core unless held to the session's thread count
+        self._blas = BlasThreads(threads) if threads > 0 else None
+        self._run_state = threading.local()
+
+    def on_run_start(self) -> None:
+        if self._blas is not None:
+            self._run_state.blas = self._blas.enter()
+
+    def on_run_end(self) -> None:
+        changed = getattr(self._run_state, "blas", None)
+        if changed:
+            BlasThreads.exit(changed)
+        self._run_state.blas = None
 
     def _claim_unmatched(self, node: KernelNode, reason: str) -> Capability | str:
         """No own kernel: run it on onnx.reference when that can, marked as such."""
@@ -48,7 +65,8 @@ class CPUProviderFactory(ProviderFactory):
     name = "CPUExecutionProvider"
     aliases = ("cpu", "CPU")
     default_priority = -1000
-    option_names = frozenset({"arena_extend_strategy", "use_arena"})  # accepted for ORT parity
+    # arena options are accepted for onnxruntime parity; intra_op_num_threads limits BLAS
+    option_names = frozenset({"arena_extend_strategy", "use_arena", "intra_op_num_threads"})
     version = __version__
 
     def _probe(self) -> Availability:
@@ -57,6 +75,11 @@ class CPUProviderFactory(ProviderFactory):
         return Availability(True, (DeviceEntry(CPU, {"backend": "numpy"}),), version=__version__)
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        if "intra_op_num_threads" in options:
+            options = dict(options)
+            options["intra_op_num_threads"] = nonnegative_int_option(
+                self.name, "intra_op_num_threads", options["intra_op_num_threads"]
+            )
         return CPUExecutionProvider(options)
 
     def expected_failures(self) -> Mapping[str, str]:
