@@ -243,7 +243,12 @@ def test_session_threads_hold_blas_during_the_run(host: FakeHostFactory) -> None
 
             def factory(kn: KernelNode, _inner: Any = inner) -> Any:
                 fn = _inner(kn)
-                return lambda x: (seen.append(blas_threads()), fn(x))[1]
+
+                def run(x: np.ndarray) -> Any:
+                    seen.append(blas_threads())
+                    return fn(x)
+
+                return run
 
             object.__setattr__(c.kernel, "factory", factory)
         return claims, declines
