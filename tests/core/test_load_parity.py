@@ -72,6 +72,19 @@ def _if_reading_an_outer_initializer() -> onnx.ModelProto:
     return _model([node], [vi("b", TensorProto.BOOL, [])], [vi("y", F, [2, 2])], [W])
 
 
+def _if_reading_outer_values_with_untyped_outputs() -> onnx.ModelProto:
+    """Outputs declared without a shape (onnxruntime loads them) beside branches that read an
+    outer input and initializer: the checker must still see the branches in their scope."""
+    then = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["t"])], "then", [], [vi("t", F, None)]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [vi("e", F, None)]
+    )
+    node = helper.make_node("If", ["b"], ["y"], then_branch=then, else_branch=other)
+    return _model([node], [vi("b", TensorProto.BOOL, []), X], [vi("y", F, None)], [W])
+
+
 def _add_w(**kw: Any) -> onnx.ModelProto:
     return _model(
         [helper.make_node("Add", ["x", "w"], ["y"])], [X], [vi("y", F, [2, 2])], [W], **kw
@@ -124,6 +137,10 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, Any]]] = {
         X_ONLY,
     ),
     "sparse-constant": (_sparse_constant, X_ONLY),
+    "if-reading-outer-values-untyped-outputs": (
+        _if_reading_outer_values_with_untyped_outputs,
+        {"b": np.array(True), "x": XV},
+    ),
     "empty-graph-passing-its-input": (lambda: _model([], [X], [vi("x", F, [2, 2])]), X_ONLY),
     "output-is-an-initializer": (lambda: _model([], [], [vi("w", F, [2, 2])], [W]), {}),
     "no-nodes-no-outputs": (lambda: _model([], [X], []), X_ONLY),

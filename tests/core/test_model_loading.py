@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from turnout.tensors import decode_tensor
 
 
 def _add_model(weight: np.ndarray) -> onnx.ModelProto:
@@ -268,9 +269,11 @@ def test_short_raw_data_names_the_tensor() -> None:
         turnout.InferenceSession(_with_initializer(t))
     untyped = onnx.ModelProto()
     untyped.ParseFromString(_with_initializer(t))
-    untyped.graph.output[0].ClearField("type")  # the checker then checks node by node only
-    with pytest.raises(Fail, match=r"cannot decode tensor 'w'"):
+    untyped.graph.output[0].ClearField("type")  # checked with a placeholder type: same error
+    with pytest.raises(InvalidGraph, match=r"tensor name: w"):
         turnout.InferenceSession(untyped.SerializeToString())
+    with pytest.raises(Fail, match=r"cannot decode tensor 'w'"):  # past the checker, too
+        decode_tensor(t, "model.onnx")
 
 
 def test_unknown_data_type_names_the_tensor() -> None:

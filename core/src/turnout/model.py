@@ -233,7 +233,8 @@ def _check_graph(model: ModelProto, label: str) -> None:
     """onnx.checker, except that untyped graph outputs are accepted (as onnxruntime does).
 
     Hand-built and old (IR 3) models often declare outputs without a type or shape; the full
-    checker refuses them, so such models get the per-node check instead. The checker sees a
+    checker refuses them, so it checks such models again with placeholder types in its copy
+    (types are checked against the op schemas later, by `check_types`). The checker sees a
     light copy (`_check_copy`): it looks at a raw tensor's presence, never at its bytes.
     """
     if not model.HasField("ir_version"):
@@ -247,22 +248,39 @@ def _check_graph(model: ModelProto, label: str) -> None:
         onnx.checker.check_model(checked)
         return
     except onnx.checker.ValidationError as e:
-        message = str(e)
-        if not any(m in message for m in _UNTYPED_VALUE_INFO):
-            raise InvalidGraph(f"{label}: invalid graph: {_first_line(message)}") from e
+        if not any(m in str(e) for m in _UNTYPED_VALUE_INFO):
+            raise InvalidGraph(f"{label}: invalid graph: {_first_line(str(e))}") from e
     except ValueError as e:  # models over 2 GB: the checker refuses them, run without it
         if "2GB" in str(e):
             return
         raise InvalidGraph(f"{label}: invalid graph: {e}") from e
-    ctx = onnx.checker.C.CheckerContext()
-    ctx.ir_version = checked.ir_version
-    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
-    for node in model.graph.node:
-        try:
-            onnx.checker.check_node(node, ctx)
-        except onnx.checker.ValidationError as e:
-            where = node.name or node.op_type
-            raise InvalidGraph(f"{label}: invalid node {where!r}: {_first_line(str(e))}") from e
+    # The whole model again, its untyped declarations given a placeholder type in the copy: a
+    # node-by-node check would see nested graphs without the outer names they read.
+    _placeholder_types(checked.graph)
+    try:
+        onnx.checker.check_model(checked)
+    except onnx.checker.ValidationError as e:
+        raise InvalidGraph(f"{label}: invalid graph: {_first_line(str(e))}") from e
+
+
+def _placeholder_types(graph: onnx.GraphProto) -> None:
+    """Give every value declaration without a (tensor) type or shape one, here and in nested
+    graphs; the checker (without shape inference) only requires the fields to be present."""
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        tp = vi.type
+        if tp.WhichOneof("value") is None:
+            tp.tensor_type.elem_type = TensorProto.FLOAT
+        if tp.WhichOneof("value") == "tensor_type":
+            if tp.tensor_type.elem_type == TensorProto.UNDEFINED:
+                tp.tensor_type.elem_type = TensorProto.FLOAT
+            if not tp.tensor_type.HasField("shape"):
+                tp.tensor_type.shape.dim.add()
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                _placeholder_types(attr.g)
+            for sub in attr.graphs:
+                _placeholder_types(sub)
 
 
 _UNTYPED_VALUE_INFO = (
