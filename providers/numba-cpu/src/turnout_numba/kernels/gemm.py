@@ -30,6 +30,7 @@ from numba import types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.kernels.fused import activation_of
+from turnout.providers.cpu.registry import constant_input
 
 from .. import cache
 from ..codegen import numba_array
@@ -152,6 +153,13 @@ class _Product:
         self.small(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
                    np.empty((1, 1), dt))  # fmt: skip
         self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
+        weight = (
+            kn.node.graph.initializers.get(kn.node.inputs[1]) if constant_input(kn, 1) else None
+        )
+        if isinstance(weight, np.ndarray):  # packed now: the first run must not transpose it
+            packed = np.ascontiguousarray(weight.T if self.trans_b else weight)
+            packed.flags.writeable = False
+            self._b = (weight, packed)
         self._c: tuple[Any, tuple[int, int], Any] | None = None  # (C, (rows, cols), col/full)
 
     def _packed_b(self, b: Any) -> Any:
