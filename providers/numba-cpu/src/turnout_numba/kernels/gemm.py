@@ -156,7 +156,7 @@ class _Product:
         weight = (
             kn.node.graph.initializers.get(kn.node.inputs[1]) if constant_input(kn, 1) else None
         )
-        if isinstance(weight, np.ndarray):  # packed now: the first run must not transpose it
+        if isinstance(weight, np.ndarray) and weight.ndim == 2:  # the first run must not pack it
             packed = np.ascontiguousarray(weight.T if self.trans_b else weight)
             packed.flags.writeable = False
             self._b = (weight, packed)
