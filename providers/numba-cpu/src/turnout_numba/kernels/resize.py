@@ -28,7 +28,7 @@ from numba import prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.resize import resize_targets
+from turnout.providers.cpu.kernels.resize import resize_targets, source_coordinates
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
@@ -38,7 +38,6 @@ __all__ = [
     "NEAREST_MODES",
     "linear_taps",
     "nearest_indices",
-    "source_coordinates",
 ]
 
 COORDINATE_MODES = (
@@ -52,28 +51,6 @@ COORDINATE_MODES = (
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def source_coordinates(mode: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
-    """Each output position's coordinate in the input (float64), per ONNX's
-    coordinate_transformation_mode; `scale` is the axis's scale (output / input length when
-    sizes are given)."""
-    y = np.arange(out_len, dtype=np.float64)
-    if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        offset = in_len / 2 * (1 - adjustment)
-        return offset + (y + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
-    if mode == "align_corners":
-        return y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
-    if mode == "asymmetric":
-        return y / scale
-    if mode == "tf_half_pixel_for_nn":
-        return (y + 0.5) / scale
-    raise ValueError(f"coordinate_transformation_mode {mode!r} is not computed here")
 
 
 def nearest_indices(src: np.ndarray, mode: str, in_len: int) -> np.ndarray:

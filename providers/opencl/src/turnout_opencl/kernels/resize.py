@@ -24,9 +24,9 @@ from turnout.providers.cpu.kernels.resize import (  # the shared coordinate defi
     _NEAREST_MODES,
     _cubic,
     _nearest_index,
-    _source_coords,
     extrapolation_fill,
     resize_targets,
+    source_coordinates,
 )
 
 from ..runtime import CTYPES, Runtime, buf, c_strides, lit
@@ -115,7 +115,7 @@ class _Tables:
     def _axis(
         self, n: int, scale: float, out_len: int, roi: tuple[float, float] | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        src = _source_coords(self.coord, out_len, n, scale, roi)
+        src = source_coordinates(self.coord, out_len, n, scale, roi)
         outside = ((src < 0) | (src > n - 1)) if roi is not None else np.zeros(out_len, bool)
         if self.mode == "nearest":
             idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))

@@ -21,7 +21,7 @@ from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
 from .conv import compute_dtype
 
-__all__: list[str] = []
+__all__ = ["extrapolation_fill", "resize_targets", "source_coordinates"]
 
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 _COORD_MODES = (
@@ -44,10 +44,12 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
-def _source_coords(
-    mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] | None
+def source_coordinates(
+    mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] | None = None
 ) -> np.ndarray:
-    """Each output position's source coordinate (float64), per coordinate_transformation_mode."""
+    """Each output position's source coordinate (float64), per coordinate_transformation_mode
+    (`roi` is the axis's start and end for tf_crop_and_resize); the one definition every
+    provider's Resize uses."""
     y = np.arange(out_len, dtype=np.float64)
     if mode == "half_pixel":
         return (y + 0.5) / scale - 0.5
@@ -224,7 +226,7 @@ class _Resampler:
         n = x.shape[axis]
         if n == out_len and scale == 1.0 and roi is None:
             return x
-        src = _source_coords(self.coord, out_len, n, scale, roi)
+        src = source_coordinates(self.coord, out_len, n, scale, roi)
         idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))
         y = np.take(x, idx, axis=axis)
         if roi is not None:
@@ -253,7 +255,7 @@ class _Resampler:
         n = x.shape[axis]
         if n == out_len and scale == 1.0 and roi is None:
             return x
-        src = _source_coords(self.coord, out_len, n, scale, roi)
+        src = source_coordinates(self.coord, out_len, n, scale, roi)
         base = np.floor(src)
         ratio = src - base
         support = 1.0 if self.mode == "linear" else 2.0
