@@ -263,3 +263,14 @@ def test_session_threads_hold_blas_during_the_run(host: FakeHostFactory) -> None
         FakeHostProvider._get_capability = monkey  # type: ignore[method-assign]
     assert seen and all(s == {1} for s in seen)
     assert blas_threads() == before
+
+
+def test_providers_command_says_which_serve_cpu_requests(
+    host: FakeHostFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from turnout.cli import main
+
+    assert main(["providers"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    assert lines[HOST].endswith("serves CPUExecutionProvider requests")
+    assert "serves" not in lines[CPU]

@@ -14,9 +14,10 @@ def _cmd_providers(args: argparse.Namespace) -> int:
         status = "available" if a.ok else f"unavailable: {a.reason}"
         devices = ", ".join(str(d.device) for d in a.devices) or "-"
         aliases = ", ".join(f.aliases)
+        serves = "  serves CPUExecutionProvider requests" if f.serves_cpu_requests else ""
         print(
             f"{f.name:<28} {status:<12} devices: {devices:<10} version: {a.version or '-'}"
-            f"  aliases: {aliases}"
+            f"  aliases: {aliases}{serves}"
         )
     for b in broken_plugins():
         print(f"plugin {b.name!r} failed to load: {b.error}")
