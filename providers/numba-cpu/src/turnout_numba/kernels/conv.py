@@ -35,7 +35,7 @@ from ..registry import SERIAL_WORK, BuildContext, SizedKernel, float_inputs_appl
 from .depthwise import depthwise_kernel
 from .epilogue import CTOR, Epilogue
 from .gemm import present
-from .window import Window, copy_lines, geo_lines, plan_window
+from .window import Window, copy_lines, geo_lines, plan_window, window_arg_types
 
 __all__ = ["DEPTHWISE_MAX_MULTIPLIER"]
 
@@ -79,16 +79,10 @@ def _im2col_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
     """im2col of one image (C, H*W) into (C*KH*KW, OH*OW) along a window plan."""
     text = _IM2COL.format(ctor=CTOR[dtype.name], geo=geo_lines(4), copy=copy_lines(12))
     fn = cache.load_source(text, "im2col")._im2col
-    i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
-    i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
     sig = types.void(
         numba_array(dtype, 2, readonly=True, layout="C"),
         numba_array(dtype, 2, readonly=False, layout="C"),
-        i64,
-        i32,
-        i32,
-        i32,
-        i64,
+        *window_arg_types(),
     )
     return SizedKernel(fn, [sig], parallel)
 

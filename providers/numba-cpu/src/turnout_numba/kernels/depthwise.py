@@ -26,7 +26,7 @@ from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
 from .epilogue import CTOR, activation_lines
-from .window import copy_lines, geo_lines
+from .window import copy_lines, geo_lines, window_arg_types
 
 __all__ = ["UNROLLED", "depthwise_kernel"]
 
@@ -163,18 +163,12 @@ def depthwise_kernel(
     kern = _KERNELS.get(key)
     if kern is None:
         fn = cache.load_source(_source(kh, kw, dtype, act), "depthwise")._depthwise
-        i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
-        i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
         sig = types.void(
             numba_array(dtype, 3, readonly=True, layout="C"),
             numba_array(dtype, 2, readonly=True, layout="C"),
             numba_array(dtype, 1, readonly=True, layout="C"),
             numba_array(dtype, 3, readonly=False, layout="C"),
-            i64,
-            i32,
-            i32,
-            i32,
-            i64,
+            *window_arg_types(),
             types.int64,
             types.float64,
             types.float64,

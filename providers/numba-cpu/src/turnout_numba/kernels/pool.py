@@ -42,7 +42,7 @@ from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import SERIAL_WORK, BuildContext, SizedKernel, numba_kernel
 from .depthwise import UNROLLED
-from .window import Window, copy_lines, geo_lines, plan_window
+from .window import Window, copy_lines, geo_lines, plan_window, window_arg_types
 
 __all__: list[str] = []
 
@@ -220,17 +220,11 @@ def _pool_kernel(
     kern = _KERNELS.get(key)
     if kern is None:
         fn = cache.load_source(_source(op, kh, kw, dtype), "pool")._pool
-        i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
-        i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
         sig = types.int64(
             numba_array(dtype, 2, readonly=True, layout="C"),
             numba_array(dtype, 2, readonly=False, layout="C"),
             numba_array(np.dtype(np.float64), 1, readonly=True, layout="C"),
-            i64,
-            i32,
-            i32,
-            i32,
-            i64,
+            *window_arg_types(),
             types.int64,
             types.float64,
         )

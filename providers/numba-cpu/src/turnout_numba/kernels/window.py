@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GEO", "Window", "copy_lines", "geo_lines", "plan_window"]
+from ..codegen import numba_array
+
+__all__ = ["GEO", "Window", "copy_lines", "geo_lines", "plan_window", "window_arg_types"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,14 @@ class Window:
     def args(self) -> tuple[Any, ...]:
         """(offs, cols, lo, hi, geo): the kernels' geometry arguments, in their order."""
         return (self.offs, self.cols, self.lo, self.hi, self.geo)
+
+
+def window_arg_types() -> tuple[Any, ...]:
+    """The numba types of `Window.args()`, in order, for the signatures of the kernels that take
+    them: (offs int64, cols int32, lo int32, hi int32, geo int64), read-only C arrays."""
+    i32 = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
+    i64 = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+    return (i64, i32, i32, i32, i64)
 
 
 GEO = (
