@@ -1,0 +1,174 @@
+"""The integer GEMM under every 8-bit product (MatMulInteger, QLinearMatMul, ConvInteger,
+QLinearConv, DynamicQuantizeMatMul), and the shared handling of zero points and scales.
+
+`y[i, j] = store(sum_k a[i, k] * bt[j, k])`: both operands are int16 with their zero point
+already subtracted (u8 - zp and s8 - zp fit int16 whatever the mix), rows K-contiguous, so the
+K loop is a dot product of two contiguous int16 runs that LLVM turns into `vpmaddwd` (int16
+pairs multiplied and summed into int32 lanes): int32 accumulation, exact, as onnxruntime's. A
+constant operand is widened, zero-point-shifted and laid out once when the kernel is built.
+Tasks are (block of output columns, row): the block's rows of `bt` stay in cache while every
+row of `a` passes over them.
+
+What `store` does with the int32 sum is a variant, each its own generated kernel:
+- `int`: the sum itself (MatMulInteger, ConvInteger);
+- `requant`: onnxruntime's requantization (MLAS `MlasRequantizeOutput`): `float32(sum + bias)
+  * multiplier` clamped to the output type less its zero point, rounded half to even, plus the
+  zero point; the multiplier is `a_scale * b_scale / y_scale` computed in float32, as
+  onnxruntime computes it, so outputs are bit-equal to onnxruntime's;
+- `scale`: `float32(sum) * multiplier + bias` in float32 (a dynamically quantized MatMul with
+  its Cast and Mul rescale).
+Multipliers, biases and zero points are 1-D arrays read at `row * r + col * c` (strides 0 for
+per-tensor values), so per-tensor, per-row and per-column parameters share one kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from turnout.errors import InvalidArgument
+
+from .. import cache
+from ..codegen import numba_array
+from ..registry import BuildContext, SizedKernel
+
+__all__ = ["IntGemm", "Params", "int_range", "shifted", "shifted_t"]
+
+BLOCK_N = 64
+"""Output columns per task: 64 rows of `bt` (K int16 each) stay in L2 while rows of `a` pass."""
+
+_GEMM = """\
+def _qgemm(a, bt, y, mult, mr, mc, bias, br, bc, zp, zr, zc, lo, hi):
+    m, k = a.shape
+    n = bt.shape[0]
+    nb = (n + {block} - 1) // {block}
+    for t in prange(nb * m):
+        i = t % m
+        j0 = (t // m) * {block}
+        j1 = min(j0 + {block}, n)
+        ar = a[i]
+        yr = y[i]
+        for j in range(j0, j1):
+            br_ = bt[j]
+            s = np.int32(0)
+            for kk in range(k):
+                s = np.int32(s + np.int32(ar[kk]) * np.int32(br_[kk]))
+{store}
+"""
+
+_STORES = {
+    "int": "yr[j] = s",
+    "requant": (
+        "z = zp[i * zr + j * zc]\n"
+        "v = np.float32(s + bias[i * br + j * bc]) * mult[i * mr + j * mc]\n"
+        "v = max(v, np.float32(lo - z))\n"
+        "v = min(v, np.float32(hi - z))\n"
+        "yr[j] = np.int32(np.rint(v)) + z"
+    ),
+    "scale": ("yr[j] = np.float32(s) * mult[i * mr + j * mc] + np.float32(bias[i * br + j * bc])"),
+}
+
+
+def _gemm_kernel(variant: str, out: np.dtype[Any], bias: np.dtype[Any], parallel: bool) -> Any:
+    store = "".join(f"{' ' * 12}{line}\n" for line in _STORES[variant].splitlines())
+    text = _GEMM.format(block=BLOCK_N, store=store)
+    fn = cache.load_source(text, f"qgemm_{variant}")._qgemm
+    i16 = numba_array(np.dtype(np.int16), 2, readonly=True, layout="C")
+    vec = numba_array(np.dtype(np.float32), 1, readonly=True, layout="C")
+    ivec = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
+    bvec = numba_array(bias, 1, readonly=True, layout="C")
+    i64 = types.int64
+    sig = types.void(
+        i16, i16, numba_array(out, 2, readonly=False, layout="C"),
+        vec, i64, i64, bvec, i64, i64, ivec, i64, i64, types.int32, types.int32,
+    )  # fmt: skip
+    return SizedKernel(fn, [sig], parallel)
+
+
+class Params:
+    """A per-tensor, per-row or per-column parameter as the kernels read it: a contiguous 1-D
+    array and its (row, column) strides."""
+
+    __slots__ = ("c", "data", "r")
+
+    def __init__(self, data: np.ndarray[Any, Any], r: int = 0, c: int = 0) -> None:
+        self.data = data
+        self.r = r
+        self.c = c
+
+    @classmethod
+    def scalar(cls, value: Any, dtype: Any) -> Params:
+        return cls(np.full(1, value, dtype))
+
+
+_ZERO_F = Params.scalar(0, np.float32)
+_ZERO_I = Params.scalar(0, np.int32)
+_ONE_F = Params.scalar(1, np.float32)
+
+
+def int_range(dt: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+class IntGemm:
+    """The compiled variants one node needs; `__call__` runs one product."""
+
+    def __init__(self, ctx: BuildContext, variant: str, out: Any, bias: Any = np.int32) -> None:
+        self.variant = variant
+        self.out = np.dtype(out)
+        self.lo, self.hi = int_range(self.out) if variant == "requant" else (0, 0)
+        self.kernel = _gemm_kernel(variant, self.out, np.dtype(bias), ctx.parallel)
+        self.zero_bias = _ZERO_F if variant == "scale" else _ZERO_I
+
+    def __call__(
+        self,
+        a: np.ndarray[Any, Any],
+        bt: np.ndarray[Any, Any],
+        y: np.ndarray[Any, Any],
+        mult: Params = _ONE_F,
+        bias: Params | None = None,
+        zp: Params = _ZERO_I,
+    ) -> None:
+        """y (M, N) = store(a (M, K) int16 . bt (N, K) int16); all C-contiguous."""
+        b = self.zero_bias if bias is None else bias
+        work = a.shape[0] * bt.shape[0] * max(a.shape[1], 1) // 8
+        self.kernel(
+            work, a, bt, y, mult.data, mult.r, mult.c, b.data, b.r, b.c,
+            zp.data, zp.r, zp.c, self.lo, self.hi,
+        )  # fmt: skip
+
+
+def _zero(name: str, zp: Any, x: np.ndarray[Any, Any], what: str) -> Any:
+    """A zero point as an int16 scalar or array; its type must be the input's."""
+    if zp is None:
+        return np.int16(0)
+    if zp.dtype != x.dtype:
+        raise InvalidArgument(
+            f"{name}: {what} zero point type {zp.dtype} differs from input type {x.dtype}"
+        )
+    return zp.astype(np.int16) if zp.ndim and zp.size > 1 else np.int16(zp.reshape(()))
+
+
+def shifted(
+    name: str, x: np.ndarray[Any, Any], zp: Any, what: str, *, axis: int = -1
+) -> np.ndarray[Any, Any]:
+    """`x - zp` as a C-contiguous int16 array. A 1-D zero point of more than one value runs
+    along `axis` (A's rows: -2, B's columns: -1)."""
+    z = _zero(name, zp, x, what)
+    if isinstance(z, np.ndarray):
+        if z.ndim != 1 or x.ndim < 2 or z.shape[0] != x.shape[axis]:
+            raise InvalidArgument(
+                f"{name}: {what} zero point of shape {z.shape} does not fit input {x.shape}"
+            )
+        z = z.reshape(-1, 1) if axis == -2 else z
+    out = np.empty(x.shape, np.int16)
+    np.subtract(x, z, out=out, dtype=np.int16, casting="unsafe")
+    return out
+
+
+def shifted_t(name: str, b: np.ndarray[Any, Any], zp: Any, what: str) -> np.ndarray[Any, Any]:
+    """A 2-D (K, N) `b - zp` as the kernels read it: (N, K) int16, C-contiguous."""
+    return np.ascontiguousarray(shifted(name, b, zp, what).T)

@@ -1,0 +1,194 @@
+"""numba MatMulInteger and QLinearMatMul: every uint8/int8 mix, zero points per tensor, per row
+of A and per column of B, constant (packed once) and fed weights, N-D A and batched B.
+
+MatMulInteger is held bit-exact to onnx.reference; QLinearMatMul bit-exact to onnxruntime
+(whose requantization the kernel follows) and within one quantization step of onnx.reference
+(which rounds a float64 product).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from turnout.errors import InvalidArgument
+from turnout.testing import provider_session
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for requantization")
+
+MIXES = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.uint8), (np.int8, np.int8)]
+
+
+def _ints(rng: np.random.Generator, dt: Any, shape: Any) -> np.ndarray:
+    info = np.iinfo(dt)
+    return np.asarray(rng.integers(info.min, info.max, shape, endpoint=True), dtype=dt)
+
+
+def _model(
+    op: str, feeds: dict[str, Any], const: tuple[str, ...], out: int, opset: int = 21
+) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype
+    names = [n if v is not None else "" for n, v in feeds.items()]
+    g = helper.make_graph(
+        [helper.make_node(op, names, ["y"], name=f"my_{op.lower()}")],
+        "g",
+        [helper.make_tensor_value_info(n, elem(v.dtype), list(v.shape))
+         for n, v in feeds.items() if v is not None and n not in const],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(np.asarray(feeds[n]), n) for n in const if feeds[n] is not None],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _live(model: onnx.ModelProto, feeds: dict[str, Any]) -> dict[str, Any]:
+    return {i.name: np.asarray(feeds[i.name]) for i in model.graph.input}
+
+
+def _reference(model: onnx.ModelProto, feeds: dict[str, Any]) -> np.ndarray:
+    outs: Any = ReferenceEvaluator(model).run(None, _live(model, feeds))
+    return np.asarray(outs[0])
+
+
+def _numba(model: onnx.ModelProto, feeds: dict[str, Any], threads: int = 1) -> np.ndarray:
+    sess: Any = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    got = sess.run(None, _live(model, feeds))[0]
+    assert sess.run(None, _live(model, feeds))[0].tobytes() == got.tobytes()
+    return np.asarray(got)
+
+
+def _ort(model: onnx.ModelProto, feeds: dict[str, Any]) -> np.ndarray | None:
+    """onnxruntime's output, None where it has no kernel for these types."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    try:
+        s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except ort.capi.onnxruntime_pybind11_state.NotImplemented:
+        return None
+    return np.asarray(s.run(None, _live(model, feeds))[0])
+
+
+def requantized(acc: np.ndarray, mult: np.ndarray, zp: Any, dt: Any) -> np.ndarray:
+    """onnxruntime's requantization of int32 sums, written out: float32(acc) * multiplier,
+    clamped to the type less the zero point, rounded half to even, plus the zero point."""
+    z = np.int32(zp)
+    lo, hi = np.iinfo(dt).min - z, np.iinfo(dt).max - z
+    v = np.clip(acc.astype(np.int32).astype(np.float32) * mult, np.float32(lo), np.float32(hi))
+    return np.asarray(np.rint(v).astype(np.int32) + z, dtype=dt)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_matmul_integer_random(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ta, tb = MIXES[seed % 4]
+    m = int(rng.choice([1, 2, 3, 8, 17, 64]))
+    k, n = (int(v) for v in rng.integers(1, 300, 2))
+    lead = [2] if seed % 5 == 0 else []
+    a = _ints(rng, ta, (*lead, m, k))
+    b = _ints(rng, tb, (k, n))
+    zp_kind = seed % 3  # none, per tensor, per row / per column
+    az = bz = None
+    if zp_kind == 1:
+        az, bz = _ints(rng, ta, ()), _ints(rng, tb, ())
+    elif zp_kind == 2:
+        az, bz = _ints(rng, ta, (m,)), _ints(rng, tb, (n,))
+    feeds = {"a": a, "b": b, "a_zero_point": az, "b_zero_point": bz}
+    const = ("b", "b_zero_point") if seed % 2 == 0 else ()
+    model = _model("MatMulInteger", feeds, const, onnx.TensorProto.INT32)
+    got = _numba(model, feeds, threads=1 + seed % 2)
+    assert got.dtype == np.int32
+    if az is not None and bz is not None and zp_kind == 2:
+        # onnx.reference does not broadcast a per-row zero point: by definition
+        want = (a.astype(np.int64) - az.astype(np.int64)[:, None]) @ (
+            b.astype(np.int64) - bz.astype(np.int64)
+        )
+        np.testing.assert_array_equal(got, want.astype(np.int32))
+    else:
+        want = _reference(model, feeds)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_matmul_integer_batched_b_and_vectors(rng: np.random.Generator) -> None:
+    for a_shape, b_shape in [
+        ((3, 4, 5), (3, 5, 6)),
+        ((5,), (5, 7)),
+        ((2, 5), (5,)),
+        ((5,), (2, 5, 3)),
+    ]:
+        a = _ints(rng, np.uint8, a_shape)
+        b = _ints(rng, np.int8, b_shape)
+        feeds = {"a": a, "b": b, "a_zero_point": np.uint8(9)}
+        model = _model("MatMulInteger", feeds, ("a_zero_point",), onnx.TensorProto.INT32)
+        want = _reference(model, feeds)
+        np.testing.assert_array_equal(_numba(model, feeds), want)
+
+
+def test_matmul_integer_errors(rng: np.random.Generator) -> None:
+    feeds = {"a": _ints(rng, np.uint8, (2, 3)), "b": _ints(rng, np.uint8, (3, 4))}
+    model = _model("MatMulInteger", feeds, (), onnx.TensorProto.INT32)
+    for i in model.graph.input:  # symbolic dims: the kernel sees the bad shape
+        for d, sym in zip(i.type.tensor_type.shape.dim, "mk" if i.name == "a" else "kn"):
+            d.dim_param = sym
+    sess = provider_session(model, "NumbaExecutionProvider")
+    with pytest.raises(InvalidArgument, match="inner dimensions"):
+        sess.run(None, {"a": feeds["a"], "b": _ints(rng, np.uint8, (4, 4))})
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_qlinear_matmul_random(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ta, tb = MIXES[seed % 4]
+    ty = (np.uint8, np.int8)[seed // 4 % 2]
+    m = int(rng.choice([1, 3, 8, 33]))
+    k, n = (int(v) for v in rng.integers(1, 300, 2))
+    a = _ints(rng, ta, (m, k))
+    b = _ints(rng, tb, (k, n))
+    per_col = seed % 3 == 2
+    b_s = rng.uniform(0.001, 0.02, (n,) if per_col else ()).astype(np.float32)
+    b_z = _ints(rng, tb, (n,) if per_col else ())
+    if tb == np.int8:
+        b_z = np.zeros_like(b_z)  # onnxruntime asks symmetric int8 weights
+    feeds = {
+        "a": a,
+        "a_scale": np.float32(rng.uniform(0.01, 0.05)),
+        "a_zero_point": _ints(rng, ta, ()),
+        "b": b,
+        "b_scale": b_s,
+        "b_zero_point": b_z,
+        "y_scale": np.float32(rng.uniform(0.05, 0.5) * np.sqrt(k)),
+        "y_zero_point": _ints(rng, ty, ()),
+    }
+    const = tuple(n for n in feeds if n != "a") if seed % 2 == 0 else ("b_scale", "y_scale")
+    out = helper.np_dtype_to_tensor_dtype(np.dtype(ty))
+    model = _model("QLinearMatMul", feeds, const, out)
+    got = _numba(model, feeds, threads=1 + seed % 2)
+    assert got.dtype == ty
+    want = _ort(model, feeds)
+    if want is None:  # a type mix onnxruntime has no kernel for: its formula
+        f = {k: np.asarray(v) for k, v in feeds.items()}
+        acc = (a.astype(np.int64) - f["a_zero_point"]) @ (b.astype(np.int64) - f["b_zero_point"])
+        mult = f["a_scale"] * f["b_scale"] / f["y_scale"]
+        want = requantized(acc, mult, f["y_zero_point"], ty)
+    np.testing.assert_array_equal(got, want)
+    ref = _reference(model, feeds)
+    assert np.abs(got.astype(np.int32) - ref.astype(np.int32)).max() <= 1
+
+
+def test_qlinear_matmul_saturates(rng: np.random.Generator) -> None:
+    """A tiny y_scale drives most outputs to the type's bounds, as onnxruntime does."""
+    a = _ints(rng, np.uint8, (4, 64))
+    b = _ints(rng, np.int8, (64, 8))
+    feeds = {
+        "a": a, "a_scale": np.float32(0.1), "a_zero_point": np.uint8(128),
+        "b": b, "b_scale": np.float32(0.1), "b_zero_point": np.int8(0),
+        "y_scale": np.float32(0.01), "y_zero_point": np.uint8(100),
+    }  # fmt: skip
+    model = _model("QLinearMatMul", feeds, ("b",), onnx.TensorProto.UINT8)
+    got = _numba(model, feeds)
+    assert {0, 255} <= set(np.unique(got).tolist())
+    np.testing.assert_array_equal(got, _ort(model, feeds))
