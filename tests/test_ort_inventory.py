@@ -97,23 +97,14 @@ _MS_TOOLS = "com.microsoft weight packing: belongs to the issue for onnxruntime'
 # Module-level names turnout does not mirror. A bare name applies wherever it appears
 # (onnxruntime re-exports its native module's names at three places).
 REVIEWED: dict[str, str] = {
-    "get_ep_devices": _SDK_V2,
-    "register_execution_provider_library": _SDK_V2,
-    "unregister_execution_provider_library": _SDK_V2,
     "get_hardware_devices": _SDK_V2,
     "get_hardware_device_ep_incompatibility_details": _SDK_V2,
     "get_model_compatibility_for_ep_devices": _SDK_V2,
     "get_compatibility_info_from_model": _SDK_V2,
     "get_compatibility_info_from_model_bytes": _SDK_V2,
     "get_registered_ep_kernel_defs": _SDK_V2,
-    "OrtEpDevice": _SDK_V2,
-    "OrtHardwareDevice": _SDK_V2,
-    "OrtHardwareDeviceType": _SDK_V2,
-    "OrtExecutionProviderDevicePolicy": _SDK_V2,
     "OrtDeviceEpIncompatibilityReason": _SDK_V2,
     "OrtCompiledModelCompatibility": _SDK_V2,
-    "OrtEpAssignedNode": _SDK_V2,
-    "OrtEpAssignedSubgraph": _SDK_V2,
     "OrtSyncStream": _SDK_V2,
     "ModelCompiler": _SDK_V2 + " (EPContext compilation)",
     "OrtCompileApiFlags": _SDK_V2 + " (EPContext compilation)",
@@ -135,11 +126,6 @@ REVIEWED: dict[str, str] = {
     "quantize_qdq_matmul_4bits": _MS_TOOLS,
     "pack_fp4_weights_for_cuda_moe_gemm": _MS_TOOLS + "; CUDA-only packing in any case",
     # object members: "Object.member"
-    "InferenceSession.get_provider_graph_assignment_info": _SDK_V2,
-    "InferenceSession.get_input_epdevices": _SDK_V2,
-    "SessionOptions.add_provider_for_devices": _SDK_V2,
-    "SessionOptions.set_provider_selection_policy": _SDK_V2,
-    "SessionOptions.set_provider_selection_policy_delegate": _SDK_V2,
     "SessionOptions.set_ep_context_data_read_func": _SDK_V2 + " (EPContext compilation)",
     "SessionOptions.clear_ep_context_data_read_func": _SDK_V2 + " (EPContext compilation)",
 }

@@ -27,6 +27,15 @@ from .environment import (
     set_global_thread_pool_sizes,
     set_seed,
 )
+from .ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+from .ep_devices import (
+    OrtEpDevice,
+    OrtExecutionProviderDevicePolicy,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    get_ep_devices,
+)
+from .ep_library import register_execution_provider_library, unregister_execution_provider_library
 from .errors import (
     EngineError,
     EPFail,
@@ -113,6 +122,12 @@ __all__ = [
     "OrtDevice",
     "OrtDeviceMemoryType",
     "OrtDeviceVendorId",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "OrtEpDevice",
+    "OrtExecutionProviderDevicePolicy",
+    "OrtHardwareDevice",
+    "OrtHardwareDeviceType",
     "OrtMemType",
     "OrtMemoryInfo",
     "OrtMemoryInfoDeviceType",
@@ -137,6 +152,7 @@ __all__ = [
     "get_available_providers",
     "get_build_info",
     "get_device",
+    "get_ep_devices",
     "get_version_string",
     "has_collective_ops",
     "hookimpl",
@@ -146,12 +162,14 @@ __all__ = [
     "package_name",
     "preload_dlls",
     "print_debug_info",
+    "register_execution_provider_library",
     "register_provider",
     "set_default_logger_callback",
     "set_default_logger_severity",
     "set_default_logger_verbosity",
     "set_global_thread_pool_sizes",
     "set_seed",
+    "unregister_execution_provider_library",
     "version",
 ]
 

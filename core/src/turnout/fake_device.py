@@ -138,13 +138,17 @@ class FakeDeviceProviderFactory(ProviderFactory):
     device_type = "fake"
     version = "test"
 
-    def __init__(self, ops: Iterable[str] = ("Relu", "Add", "Mul")) -> None:
+    def __init__(
+        self, ops: Iterable[str] = ("Relu", "Add", "Mul"), hardware_type: str = "gpu"
+    ) -> None:
         self.ops = tuple(ops)
+        self.hardware_type = hardware_type  # what get_ep_devices() reports it as
         self.calls: Counter[str] = Counter()
         self.last: FakeDeviceProvider | None = None
 
     def _probe(self) -> Availability:
-        return Availability(True, (DeviceEntry(FAKE, {"kind": "test double"}),), version="test")
+        entry = DeviceEntry(FAKE, {"kind": "test double"}, hardware_type=self.hardware_type)
+        return Availability(True, (entry,), version="test")
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         self.last = FakeDeviceProvider(options, self.ops, self.calls)

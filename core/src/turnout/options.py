@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -111,6 +112,8 @@ class SessionOptions:
         self._external_initializers: dict[str, Any] = {}
         self._external_files: dict[str, memoryview] = {}
         self._providers: list[tuple[str, dict[str, str]]] = []
+        self._ep_policy: Any = None  # OrtExecutionProviderDevicePolicy, or None
+        self._ep_delegate: Any = None  # the application's selection delegate, or None
         self._cancel_load = False
         self.use_per_session_threads = True
 
@@ -193,6 +196,42 @@ class SessionOptions:
     def has_providers(self) -> bool:
         """Whether `add_provider` configured providers for sessions made with these options."""
         return bool(self._providers)
+
+    def add_provider_for_devices(
+        self, ep_devices: Sequence[Any], provider_options: Mapping[str, Any]
+    ) -> None:
+        """Append the provider of these `get_ep_devices()` entries (all of one provider),
+        on its device, with `provider_options` over the device's own options."""
+        from .ep_devices import specs_for_devices
+
+        self._providers.append(specs_for_devices(ep_devices, provider_options))
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Let a policy choose the providers of sessions created without a provider list."""
+        from .ep_devices import OrtExecutionProviderDevicePolicy
+
+        try:
+            self._ep_policy = OrtExecutionProviderDevicePolicy(policy)
+        except ValueError:
+            raise InvalidArgument(
+                f"unknown provider selection policy {policy!r}; one of "
+                f"{[p.name for p in OrtExecutionProviderDevicePolicy]}"
+            ) from None
+        self._ep_delegate = None
+
+    def set_provider_selection_policy_delegate(self, delegate: Any) -> None:
+        """Let `delegate(ep_devices, model_metadata, runtime_metadata, max_selections)` choose
+        the providers, as in onnxruntime; it returns a subset of the devices it is given."""
+        if not callable(delegate):
+            raise InvalidArgument(
+                f"provider selection delegate must be callable, not {type(delegate).__name__}"
+            )
+        self._ep_delegate = delegate
+        self._ep_policy = None
+
+    def has_selection_policy(self) -> bool:
+        """Whether a policy or delegate chooses providers for sessions given none."""
+        return self._ep_policy is not None or self._ep_delegate is not None
 
     def set_load_cancellation_flag(self, value: bool) -> None:
         """Ask a session being created with these options (on another thread, or later) to stop

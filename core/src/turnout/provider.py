@@ -70,6 +70,12 @@ class DeviceEntry:
     device: Device
     metadata: Mapping[str, str] = field(default_factory=dict)
     default_options: Mapping[str, Any] = field(default_factory=dict)
+    hardware_type: str | None = None
+    """"cpu", "gpu" or "npu" for a device that is not the host (an OpenCL device on PoCL is a
+    CPU); `get_ep_devices()` and the selection policies read it. None: a GPU."""
+    vendor: str = ""
+    vendor_id: int = 0
+    """The hardware vendor and its PCI vendor id, where the provider knows them."""
 
 
 @dataclass(frozen=True)
@@ -408,6 +414,8 @@ class ProviderFactory:
     default_priority: int = 0
     option_names: frozenset[str] = frozenset()
     version: str | None = None
+    vendor: str = ""
+    """Who makes the provider (`OrtEpDevice.ep_vendor`)."""
     device_type: str = "cpu"
     """The `Device.type` its values live on; OrtValues for that device type use its transfer."""
     serves_cpu_requests: bool = False

@@ -19,6 +19,8 @@ import onnx
 
 from . import __version__
 from .dtypes import value_type_string
+from .ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
+from .ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
 from .errors import (
     EPFail,
     Fail,
@@ -144,6 +146,12 @@ class InferenceSession:
         self._loaded = model  # optimized per provider list in _set_providers
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)
+        elif providers is None and self._sess_options.has_selection_policy():
+            providers = policy_provider_specs(
+                self._sess_options._ep_policy,
+                self._sess_options._ep_delegate,
+                model_metadata(model),
+            )
         self._set_providers(providers, provider_options)
         self._check_canceled()
         if self._sess_options.optimized_model_filepath:
@@ -313,6 +321,15 @@ class InferenceSession:
     def partition_report(self) -> PartitionReport:
         """Where every node runs and why, the copies inserted, nested graphs under their node."""
         return self._reports[""]
+
+    def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
+        """onnxruntime's form of the partition: one entry per fused group or single node.
+        Needs the session config entry `session.record_ep_graph_assignment_info` = "1"."""
+        return assigned_subgraphs(self._reports[""], self._graph, self._sess_options._config)
+
+    def get_input_epdevices(self) -> list[OrtEpDevice | None]:
+        """For each input (as `get_inputs()` lists them), the EP device that reads it first."""
+        return input_ep_devices(self._reports[""], self._graph, [i.name for i in self._required])
 
     # ------------------------------------------------------------------ running
     def _prepare_feeds(self, input_feed: dict[str, Any], adapters: Any = None) -> list[Any]:

@@ -27,6 +27,18 @@ from ..environment import (
     set_global_thread_pool_sizes,
     set_seed,
 )
+from ..ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+from ..ep_devices import (
+    OrtEpDevice,
+    OrtExecutionProviderDevicePolicy,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    get_ep_devices,
+)
+from ..ep_library import (
+    register_execution_provider_library,
+    unregister_execution_provider_library,
+)
 from ..errors import (
     DeviceReset,
     EngineError,
@@ -78,6 +90,15 @@ from ..values import (
 
 __all__ = [
     "AdapterFormat",
+    "OrtEpAssignedNode",
+    "OrtEpAssignedSubgraph",
+    "OrtEpDevice",
+    "OrtExecutionProviderDevicePolicy",
+    "OrtHardwareDevice",
+    "OrtHardwareDeviceType",
+    "get_ep_devices",
+    "register_execution_provider_library",
+    "unregister_execution_provider_library",
     "ArenaExtendStrategy",
     "DeviceReset",
     "LoraAdapter",

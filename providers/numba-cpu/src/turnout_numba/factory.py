@@ -32,6 +32,7 @@ class NumbaProviderFactory(ProviderFactory):
     serves_cpu_requests = True  # CPUExecutionProvider requests run here first (numpy behind)
     option_names = frozenset({"intra_op_num_threads", "fuse"})
     version = __version__
+    vendor = "turnout"
 
     def _probe(self) -> Availability:
         try:

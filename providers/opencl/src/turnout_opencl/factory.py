@@ -115,12 +115,24 @@ def device_metadata(d: Any) -> dict[str, str]:
     }
 
 
+def hardware_type(d: Any) -> str:
+    """What `get_ep_devices()` calls an OpenCL device: a GPU, a CPU (PoCL's device is the
+    host CPU) or an NPU (an accelerator device)."""
+    cl = _cl()
+    if d.type & cl.device_type.GPU:
+        return "gpu"
+    if d.type & cl.device_type.ACCELERATOR:
+        return "npu"
+    return "cpu"
+
+
 class OpenCLProviderFactory(ProviderFactory):
     name = "OpenCLExecutionProvider"
     aliases = ("opencl",)
     default_priority = 50
     option_names = frozenset({"platform", "device_type", "device_id"})
     version = __version__
+    vendor = "turnout"
     device_type = "opencl"
 
     def _probe(self) -> Availability:
@@ -144,6 +156,9 @@ class OpenCLProviderFactory(ProviderFactory):
                         Device("opencl", len(entries)),
                         device_metadata(d),
                         {"platform": pi, "device_type": "all", "device_id": di},
+                        hardware_type=hardware_type(d),
+                        vendor=str(d.vendor),
+                        vendor_id=int(d.vendor_id),
                     )
                 )
         if not entries:

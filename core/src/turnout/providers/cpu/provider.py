@@ -68,6 +68,7 @@ class CPUProviderFactory(ProviderFactory):
     # arena options are accepted for onnxruntime parity; intra_op_num_threads limits BLAS
     option_names = frozenset({"arena_extend_strategy", "use_arena", "intra_op_num_threads"})
     version = __version__
+    vendor = "turnout"
 
     def _probe(self) -> Availability:
         from ...provider import CPU
