@@ -7,12 +7,13 @@ from typing import Any
 
 
 def _cmd_providers(args: argparse.Namespace) -> int:
+    from ..ep_devices import hardware_of
     from ..plugins import broken_plugins, registry
 
     for f in registry.all():
         a = registry.probe(f)
         status = "available" if a.ok else f"unavailable: {a.reason}"
-        devices = ", ".join(str(d.device) for d in a.devices) or "-"
+        devices = ", ".join(f"{d.device} ({hardware_of(d).type.name})" for d in a.devices) or "-"
         aliases = ", ".join(f.aliases)
         serves = "  serves CPUExecutionProvider requests" if f.serves_cpu_requests else ""
         print(
