@@ -1,0 +1,30 @@
+"""Post-training quantization to 8 bits with turnout alone (no onnxruntime needed).
+
+The API follows onnxruntime.quantization, so switching is an import change:
+
+    from turnout.quantization import QuantType, quantize_dynamic
+    quantize_dynamic("model.onnx", "model.int8.onnx", weight_type=QuantType.QInt8)
+
+`quantize_dynamic` stores int8 weights and quantizes activations at run time;
+`quantize_static` calibrates activation ranges by running the model on turnout over a
+`CalibrationDataReader` and writes QuantizeLinear/DequantizeLinear (QDQ) pairs. Outputs use
+standard ONNX ops only and run on turnout and onnxruntime alike (docs/quantization.md).
+"""
+
+from __future__ import annotations
+
+from .calibrate import CalibrationDataReader
+from .dynamic import quantize_dynamic
+from .selection import NothingToQuantize
+from .static import quantize_static
+from .types import CalibrationMethod, QuantFormat, QuantType
+
+__all__ = [
+    "CalibrationDataReader",
+    "CalibrationMethod",
+    "NothingToQuantize",
+    "QuantFormat",
+    "QuantType",
+    "quantize_dynamic",
+    "quantize_static",
+]

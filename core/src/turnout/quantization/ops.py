@@ -1,0 +1,58 @@
+"""What static (QDQ) quantization does around each op type, in one table.
+
+- weighted: input 0 is an activation, input 1 a weight (int8, per channel along the op's output
+  channel axis when asked), input 2 a bias (int32 at input scale * weight scale); output quantized.
+- removable: Relu and Clip; when the producer's output is quantized anyway, the op is dropped
+  and its range (clipped at 0, or at Clip's bounds) does the clipping in QuantizeLinear.
+- passthrough: ops that move or select values without changing them; quantized only when their
+  input is, and their outputs reuse the input's scale and zero point (no requantization).
+- generic: every float input and the outputs get their own calibrated range.
+- normalization: input 0 and the output are activations, input 1 (the scale) a weight.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+__all__ = ["STATIC_ROLES", "weight_axis"]
+
+STATIC_ROLES: dict[str, str] = {
+    **dict.fromkeys(("Conv", "MatMul", "Gemm"), "weighted"),
+    **dict.fromkeys(("Relu", "Clip"), "removable"),
+    **dict.fromkeys(
+        (
+            "MaxPool",
+            "AveragePool",
+            "Reshape",
+            "Transpose",
+            "Squeeze",
+            "Unsqueeze",
+            "Flatten",
+            "Slice",
+            "Resize",
+            "Split",
+        ),
+        "passthrough",
+    ),
+    **dict.fromkeys(
+        ("Add", "Mul", "Concat", "GlobalAveragePool", "Sigmoid", "Softmax", "LeakyRelu"),
+        "generic",
+    ),
+    **dict.fromkeys(
+        ("BatchNormalization", "LayerNormalization", "InstanceNormalization"), "normalization"
+    ),
+}
+
+
+def weight_axis(node: onnx.NodeProto) -> int:
+    """The output-channel axis of a weighted node's weight: Conv W [M, C, ...] axis 0, MatMul
+    B [K, N] its last axis, Gemm B axis 1, or 0 when transB."""
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "Gemm":
+        trans = next(
+            (helper.get_attribute_value(a) for a in node.attribute if a.name == "transB"), 0
+        )
+        return 0 if trans else 1
+    return -1
