@@ -1,8 +1,11 @@
-"""numba MatMulInteger and QLinearMatMul: every uint8/int8 mix, zero points per tensor, per row
-of A and per column of B, constant (packed once) and fed weights, N-D A and batched B.
+"""numba integer kernels: MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv, every
+uint8/int8 mix, zero points and scales per tensor, per row of A, per column of B and per output
+channel, constant (packed once) and fed weights, N-D A and batched B; convolutions with strides,
+dilations, pads, auto_pad, groups, 1-D and 2-D.
 
-MatMulInteger is held bit-exact to onnx.reference; QLinearMatMul bit-exact to onnxruntime
-(whose requantization the kernel follows) and within one quantization step of onnx.reference
+The int32 ops are held bit-exact to onnx.reference; the requantizing ones bit-exact to
+onnxruntime (whose requantization the kernels follow; where onnxruntime has no kernel for a
+type mix, to its formula written out) and within one quantization step of onnx.reference
 (which rounds a float64 product).
 """
 
@@ -192,3 +195,152 @@ def test_qlinear_matmul_saturates(rng: np.random.Generator) -> None:
     got = _numba(model, feeds)
     assert {0, 255} <= set(np.unique(got).tolist())
     np.testing.assert_array_equal(got, _ort(model, feeds))
+
+
+# --------------------------------------------------------------------------------------------
+# convolutions
+
+GEOMETRIES: list[dict[str, Any]] = [
+    {},
+    {"pads": [1, 1, 1, 1]},
+    {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"strides": [2, 1], "pads": [0, 1, 2, 0], "dilations": [2, 1]},
+    {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {"auto_pad": "SAME_LOWER"},
+    {"auto_pad": "VALID", "dilations": [1, 2]},
+]
+
+
+def _conv_model(
+    op: str, feeds: dict[str, Any], const: tuple[str, ...], out: int, **attrs: Any
+) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype
+    names = [n if v is not None else "" for n, v in feeds.items()]
+    while names and not names[-1]:
+        names.pop()
+    g = helper.make_graph(
+        [helper.make_node(op, names, ["y"], name=f"my_{op.lower()}", **attrs)],
+        "g",
+        [helper.make_tensor_value_info(n, elem(np.asarray(v).dtype), list(np.shape(v)))
+         for n, v in feeds.items() if v is not None and n not in const],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(np.asarray(feeds[n]), n) for n in const if feeds[n] is not None],
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def _case(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, dict[str, Any]]:
+    """Random x and w (any type mix, groups, kernel sizes) and one of the GEOMETRIES."""
+    rng = np.random.default_rng(seed)
+    tx, tw = MIXES[seed % 4]
+    group = int(rng.choice([1, 1, 2, 4]))
+    cg, mg = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+    attrs = dict(GEOMETRIES[seed % len(GEOMETRIES)])
+    k = [int(rng.integers(1, 4)), int(rng.integers(1, 4))]
+    hw = [int(rng.integers(4, 11)), int(rng.integers(4, 11))]
+    if seed % 6 == 5:  # 1-D: the width's attributes
+        attrs = {a: ([v[1], v[3]] if a == "pads" else v if a == "auto_pad" else v[1:])
+                 for a, v in attrs.items()}  # fmt: skip
+        k, hw = k[1:], hw[1:]
+    if group > 1:
+        attrs["group"] = group
+    x = _ints(rng, tx, (int(rng.integers(1, 3)), cg * group, *hw))
+    w = _ints(rng, tw, (mg * group, cg, *k))
+    return rng, x, w, attrs
+
+
+@pytest.mark.parametrize("seed", range(28))
+def test_conv_integer_random(seed: int) -> None:
+    rng, x, w, attrs = _case(seed)
+    tw = w.dtype
+    m = w.shape[0]
+    # (onnx.reference broadcasts a per-channel zero point over 2-D kernels only)
+    wz = _ints(rng, tw, (m,) if seed % 3 == 2 and w.ndim == 4 else ())
+    feeds = {"x": x, "w": w, "x_zero_point": _ints(rng, x.dtype, ()), "w_zero_point": wz}
+    const = ("w", "w_zero_point") if seed % 2 == 0 else ()
+    model = _conv_model("ConvInteger", feeds, const, onnx.TensorProto.INT32, **attrs)
+    got = _numba(model, feeds, threads=1 + seed % 2)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _reference(model, feeds))
+
+
+@pytest.mark.parametrize("seed", range(28))
+def test_qlinear_conv_random(seed: int) -> None:
+    rng, x, w, attrs = _case(seed)
+    tw = w.dtype
+    m = w.shape[0]
+    ty = (np.uint8, np.int8)[seed // 4 % 2]
+    per_ch = seed % 3 == 2
+    w_s = rng.uniform(0.005, 0.02, (m,) if per_ch else ()).astype(np.float32)
+    # (onnx.reference broadcasts a per-channel zero point over 2-D kernels only)
+    wz_shape = (m,) if per_ch and w.ndim == 4 else ()
+    wz = np.zeros(wz_shape, tw) if tw == np.int8 else _ints(rng, tw, ())
+    feeds = {
+        "x": x,
+        "x_scale": np.float32(rng.uniform(0.01, 0.05)),
+        "x_zero_point": _ints(rng, x.dtype, ()),
+        "w": w,
+        "w_scale": w_s,
+        "w_zero_point": wz,
+        "y_scale": np.float32(rng.uniform(0.002, 0.01) * np.sqrt(w[0].size)),
+        "y_zero_point": _ints(rng, ty, ()),
+        "B": rng.integers(-3000, 3000, (m,)).astype(np.int32) if seed % 2 else None,
+    }
+    const = tuple(n for n in feeds if n != "x") if seed % 2 == 0 else ("w_scale", "y_scale")
+    out = helper.np_dtype_to_tensor_dtype(np.dtype(ty))
+    model = _conv_model("QLinearConv", feeds, const, out, **attrs)
+    got = _numba(model, feeds, threads=1 + seed % 2)
+    assert got.dtype == ty
+    want = _ort(model, feeds)
+    if want is None:  # a type mix onnxruntime has no kernel for: its formula
+        f = {k: np.asarray(v) for k, v in feeds.items() if v is not None}
+        acc_model = _conv_model(
+            "ConvInteger",
+            {"x": x, "w": w, "x_zero_point": f["x_zero_point"], "w_zero_point": f["w_zero_point"]},
+            (),
+            onnx.TensorProto.INT32,
+            **attrs,
+        )
+        acc = _reference(
+            acc_model, {"x": x, "w": w, **{n: f[n] for n in ("x_zero_point", "w_zero_point")}}
+        )
+        shape = (1, m) + (1,) * (x.ndim - 2)
+        if "B" in f:
+            acc = acc + f["B"].reshape(shape)
+        mult = (f["x_scale"] * f["w_scale"] / f["y_scale"]).astype(np.float32)
+        want = requantized(
+            acc, mult.reshape(shape) if mult.size > 1 else mult, f["y_zero_point"], ty
+        )
+    np.testing.assert_array_equal(got, want)
+    if x.ndim == 4 or not per_ch:  # (onnx.reference mis-broadcasts 1-D per-channel scales)
+        fed = {n: np.asarray(v) for n, v in feeds.items() if v is not None and n not in const}
+        ref: Any = ReferenceEvaluator(model).run(None, fed)
+        assert np.abs(got.astype(np.int32) - np.asarray(ref[0]).astype(np.int32)).max() <= 1
+
+
+def test_qlinear_conv_resnet_block_layers(rng: np.random.Generator) -> None:
+    """The shapes the latency table measures (a 3x3 and a 1x1 ResNet layer), u8 x s8 per
+    channel, against onnxruntime."""
+    for c, hw, k, pads in [(64, 14, 3, [1, 1, 1, 1]), (128, 7, 1, [0, 0, 0, 0])]:
+        x = _ints(rng, np.uint8, (1, c, hw, hw))
+        w = _ints(rng, np.int8, (c, c, k, k))
+        feeds = {
+            "x": x, "x_scale": np.float32(0.02), "x_zero_point": np.uint8(120),
+            "w": w, "w_scale": rng.uniform(0.001, 0.003, (c,)).astype(np.float32),
+            "w_zero_point": np.zeros(c, np.int8), "y_scale": np.float32(0.3),
+            "y_zero_point": np.uint8(110), "B": rng.integers(-900, 900, (c,)).astype(np.int32),
+        }  # fmt: skip
+        const = tuple(n for n in feeds if n != "x")
+        model = _conv_model("QLinearConv", feeds, const, onnx.TensorProto.UINT8, pads=pads)
+        np.testing.assert_array_equal(_numba(model, feeds), _ort(model, feeds))
+
+
+def test_conv_integer_errors(rng: np.random.Generator) -> None:
+    feeds = {"x": _ints(rng, np.uint8, (1, 4, 5, 5)), "w": _ints(rng, np.uint8, (2, 4, 3, 3))}
+    model = _conv_model("ConvInteger", feeds, (), onnx.TensorProto.INT32)
+    for i in model.graph.input:  # symbolic dims: the kernel sees the bad shape
+        for d in i.type.tensor_type.shape.dim:
+            d.dim_param = f"{i.name}{id(d)}"
+    sess: Any = provider_session(model, "NumbaExecutionProvider")
+    with pytest.raises(InvalidArgument, match="do not match group"):
+        sess.run(None, {"x": feeds["x"], "w": _ints(rng, np.uint8, (2, 3, 3, 3))})

@@ -1,0 +1,324 @@
+"""ConvInteger and QLinearConv on 8-bit inputs (any uint8/int8 mix), 1-D and 2-D, any group,
+stride, dilation and padding, through the integer GEMM of `quant_gemm`.
+
+Per image: one pass lays the input out channels-last, less its zero point, as int16 with a
+border of zeros for the padding (a padded pixel is the real value 0, as the ONNX reference
+pads `x - x_zero_point`); then, per group, each output pixel's patch is copied as one
+contiguous row of (KH, KW, C/group) values (runs of C/group channels, not single values), and
+the GEMM takes the weights (M/group rows, shifted and reordered to (KH, KW, C/group) once when
+the kernel is built for a constant W) against those patch rows. A pointwise conv (1x1, stride
+1, no padding, one group) reads the channels-last input itself.
+
+Zero points: x per tensor; w per tensor or per output channel. QLinearConv's bias is added to
+the int32 sums, its output requantized as onnxruntime does (multiplier `x_scale * w_scale /
+y_scale` in float32, per tensor or per output channel): bit-equal to onnxruntime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import prange, types
+
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
+from turnout.providers.cpu.registry import constant_input
+
+from ..codegen import numba_array
+from ..registry import BuildContext, SizedKernel, numba_kernel
+from .quant_gemm import IntGemm, Params
+from .quant_matmul import eight_bit_applies
+
+__all__: list[str] = []
+
+Array = np.ndarray[Any, Any]
+
+
+def _channels_last(x: Any, zp: Any, xp: Any, pt: Any, pl: Any) -> None:  # pragma: no cover
+    """xp[h + pt, w + pl, c] = x[c, h, w] - zp (xp's border is left as it is: zeros)."""
+    c_, h_, w_ = x.shape
+    for h in prange(h_):
+        for w in range(w_):
+            d = xp[h + pt, w + pl]
+            for c in range(c_):
+                d[c] = np.int16(x[c, h, w]) - zp
+
+
+def _patches(xp: Any, col: Any, geo: Any) -> None:  # pragma: no cover
+    """col[p] = the (KH, KW, cg) patch of output pixel p, channels c0.. of xp."""
+    c0, cg, kh_, kw_, sh, sw, dh, dw, ow_ = (
+        geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8],
+    )  # fmt: skip
+    for p in prange(col.shape[0]):
+        oh = p // ow_
+        ow = p - oh * ow_
+        d = col[p]
+        t = 0
+        for i in range(kh_):
+            r = xp[oh * sh + i * dh]
+            for j in range(kw_):
+                s = r[ow * sw + j * dw]
+                for c in range(cg):
+                    d[t + c] = s[c0 + c]
+                t += cg
+
+
+def _layout_kernels(ctx: BuildContext) -> tuple[SizedKernel, SizedKernel]:
+    i16_3 = numba_array(np.dtype(np.int16), 3, readonly=False, layout="C")
+    sigs = [
+        types.void(
+            numba_array(np.dtype(dt), 3, readonly=True, layout="A"),
+            *(types.int16, i16_3, types.int64, types.int64),
+        )
+        for dt in ("uint8", "int8")
+    ]
+    geo = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+    col = numba_array(np.dtype(np.int16), 2, readonly=False, layout="C")
+    patches = types.void(numba_array(np.dtype(np.int16), 3, readonly=True, layout="C"), col, geo)
+    return ctx.jit(_channels_last, sigs), ctx.jit(_patches, [patches])
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a run at one (X shape, W shape) needs, computed on its first run."""
+
+    final: tuple[int, ...]  # the output shape
+    x4: tuple[int, int, int, int]  # X as (N, C, H, W)
+    padded: tuple[int, int, int]  # the channels-last buffer (H + pads, W + pads, C)
+    pads: tuple[int, int]  # (top, left)
+    pointwise: bool
+    pixels: int  # OH * OW
+    geos: tuple[Array, ...]  # per group, the `_patches` geometry
+
+
+def _conv_applies(kn: KernelNode) -> str | None:
+    q = kn.op_type == "QLinearConv"
+    why = eight_bit_applies(kn, (0, 3) if q else (0, 1), outputs=q)
+    if why:
+        return why
+    ranks = {len(i.shape) for i in kn.inputs[:1] if i is not None and i.shape is not None}
+    if not ranks:
+        return "input rank unknown at session creation"
+    if not ranks <= {3, 4}:
+        return f"{kn.op_type} of rank {max(ranks)}: only 1-D and 2-D are compiled by numba"
+    return None
+
+
+class _IntConv:
+    """ConvInteger (`requant` False) or QLinearConv; `run_*` are the kernel functions."""
+
+    def __init__(self, kn: KernelNode, ctx: BuildContext, requant: bool) -> None:
+        self.kn = kn
+        self.name = kn.name
+        self.group = int(kn.attr("group", 1))
+        self.w_index, self.wz_index = (3, 5) if requant else (1, 3)
+        out = np.dtype(kn.outputs[0].dtype) if requant else np.dtype(np.int32)
+        self.out = out
+        self.gemm = IntGemm(ctx, "requant" if requant else "int", out)
+        self.layout, self.patches = _layout_kernels(ctx)
+        self.plans: dict[tuple[Any, Any], _Plan] = {}
+        self.kept: tuple[Any, Any, Array] | None = None  # (W, w zero point, packed)
+        w = self._const(self.w_index)
+        has_zp = len(kn.node.inputs) > self.wz_index and bool(kn.node.inputs[self.wz_index])
+        wz = self._const(self.wz_index) if has_zp else None
+        if w is not None and w.ndim in (3, 4) and (wz is not None or not has_zp):
+            self.kept = (w, wz, self._pack(w, wz))
+
+    def _const(self, i: int) -> Array | None:
+        if not constant_input(self.kn, i):
+            return None
+        v = self.kn.node.graph.initializers.get(self.kn.node.inputs[i])
+        return v if isinstance(v, np.ndarray) else None
+
+    def _pack(self, w: Array, wz: Any) -> Array:
+        """W less its zero point as (M, KH*KW*C/group) int16, patch order (KH, KW, C/group)."""
+        m = w.shape[0]
+        if wz is not None and wz.dtype != w.dtype:
+            raise InvalidArgument(
+                f"{self.name}: w_zero_point type {wz.dtype} differs from W type {w.dtype}"
+            )
+        z = np.zeros((), np.int16) if wz is None else np.asarray(wz).astype(np.int16)
+        if z.size > 1:
+            if z.shape != (m,):
+                raise InvalidArgument(
+                    f"{self.name}: w_zero_point must be a scalar or have shape ({m},), "
+                    f"got {z.shape}"
+                )
+            z = z.reshape((m,) + (1,) * (w.ndim - 1))
+        else:
+            z = z.reshape(())
+        w4 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]) if w.ndim == 3 else w
+        packed = np.ascontiguousarray(
+            np.moveaxis(w4.astype(np.int16) - (z if z.ndim == 0 else z.reshape(m, 1, 1, 1)), 1, 3)
+        ).reshape(m, -1)
+        packed.flags.writeable = False
+        return packed
+
+    def _weights(self, w: Array, wz: Any) -> Array:
+        kept = self.kept
+        if kept is not None and kept[0] is w and kept[1] is wz:
+            return kept[2]
+        packed = self._pack(w, wz)
+        if not w.flags.writeable and (wz is None or not wz.flags.writeable):
+            self.kept = (w, wz, packed)
+        return packed
+
+    def _plan(self, x: Array, w: Array) -> _Plan:
+        name, group, kn = self.name, self.group, self.kn
+        if x.ndim not in (3, 4) or w.ndim != x.ndim:
+            raise InvalidArgument(f"{name}: X {x.shape} and W {w.shape} must both be 3-D or 4-D")
+        kernel = list(kn.attr("kernel_shape", None) or w.shape[2:])
+        if tuple(kernel) != tuple(w.shape[2:]):
+            raise InvalidArgument(f"{name}: kernel_shape {kernel} does not match W {w.shape}")
+        strides, dilations = spatial_attrs(kn, x.ndim - 2, kernel)
+        pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations)
+        n_, c_ = x.shape[:2]
+        m_ = w.shape[0]
+        if group <= 0 or c_ != w.shape[1] * group or m_ % group:
+            raise InvalidArgument(
+                f"{name}: input channels {c_} and weight shape {w.shape} do not match group={group}"
+            )
+        final = (n_, m_, *out)
+        if x.ndim == 3:  # 1-D as 2-D with a unit height
+            kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
+            pb, pe, out = [0, *pb], [0, *pe], [1, *out]
+            x4 = (n_, c_, 1, x.shape[2])
+        else:
+            x4 = (n_, c_, x.shape[2], x.shape[3])
+        h, wd = x4[2], x4[3]
+        oh, ow = out
+        # rows/columns the windows read: the input plus its padding (an end pad the windows
+        # never reach is left out; a negative end pad crops)
+        hp = max(h + pb[0], (oh - 1) * strides[0] + (kernel[0] - 1) * dilations[0] + 1, 1)
+        wp = max(wd + pb[1], (ow - 1) * strides[1] + (kernel[1] - 1) * dilations[1] + 1, 1)
+        cg = w.shape[1]
+        geos = tuple(
+            np.array([g * cg, cg, *kernel, *strides, *dilations, ow], np.int64)
+            for g in range(group)
+        )
+        pointwise = (
+            group == 1
+            and kernel == [1, 1]
+            and strides == [1, 1]
+            and list(pb) == [0, 0]
+            and (oh, ow) == (h, wd)
+        )
+        return _Plan(final, x4, (hp, wp, c_), (pb[0], pb[1]), pointwise, oh * ow, geos)
+
+    def conv(
+        self, x: Array, xz: Any, w: Array, wz: Any, params: tuple[Params, Params, Params] | None
+    ) -> Array:
+        """The int32 convolution (`params` None) or its requantization by `params`
+        (multiplier, bias, zero point, per output channel or per tensor)."""
+        name = self.name
+        if xz is not None and (xz.dtype != x.dtype or xz.size != 1):
+            raise InvalidArgument(
+                f"{name}: x_zero_point must be a scalar of X's type {x.dtype}, "
+                f"got {xz.dtype} {xz.shape}"
+            )
+        key = (x.shape, w.shape)
+        p = self.plans.get(key)
+        if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
+            p = self.plans[key] = self._plan(x, w)
+        wk = self._weights(w, wz)
+        n_, c_ = p.x4[:2]
+        m_ = wk.shape[0]
+        group = self.group
+        mg = m_ // group
+        y = np.empty((n_, m_, p.pixels), self.out)
+        if y.size == 0:
+            return y.reshape(p.final)
+        z = np.int16(0 if xz is None else int(xz.reshape(())))
+        x4 = x.reshape(p.x4)
+        pt, pl = p.pads
+        xp = np.zeros(p.padded, np.int16)
+        col = None if p.pointwise else np.empty((p.pixels, wk.shape[1]), np.int16)
+        for n in range(n_):
+            # (a negative begin pad crops: the layout reads the part that stays)
+            xs = x4[n, :, max(0, -pt) :, max(0, -pl) :]
+            xs = xs[:, : p.padded[0] - max(pt, 0), : p.padded[1] - max(pl, 0)]
+            self.layout(xs.size, xs, z, xp, max(pt, 0), max(pl, 0))
+            for g in range(group):
+                if col is None:
+                    cols = xp.reshape(p.pixels, c_)
+                else:
+                    self.patches(col.size, xp, col, p.geos[g])
+                    cols = col
+                yg = y[n, g * mg : (g + 1) * mg]
+                wg = wk[g * mg : (g + 1) * mg]
+                if params is None:
+                    self.gemm(wg, cols, yg)
+                else:
+                    mult, bias, zp = (_rows(q, g * mg, mg) for q in params)
+                    self.gemm(wg, cols, yg, mult, bias, zp)
+        return y.reshape(p.final)
+
+
+def _rows(q: Params, start: int, count: int) -> Params:
+    """The rows [start, start + count) of a per-row parameter (a per-tensor one as it is)."""
+    if not q.r:
+        return q
+    return Params(np.ascontiguousarray(q.data[start : start + count]), q.r, q.c)
+
+
+def _build_conv_integer(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    conv = _IntConv(kn, ctx, requant=False)
+
+    def run(x: Array, w: Array, xz: Any = None, wz: Any = None) -> tuple[Array]:
+        return (conv.conv(x, xz, w, wz, None),)
+
+    return run
+
+
+def _per_channel(name: str, v: Any, what: str, m: int, dt: Any) -> Params:
+    a = np.asarray(v).astype(dt).reshape(-1)
+    if a.size == 1:
+        return Params(a)
+    if a.size != m:
+        raise InvalidArgument(
+            f"{name}: {what} must be a scalar or have shape ({m},), got {a.shape}"
+        )
+    return Params(np.ascontiguousarray(a), 1, 0)
+
+
+def _build_qlinear_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    conv = _IntConv(kn, ctx, requant=True)
+    name = kn.name
+    out = conv.out
+
+    def run(
+        x: Array,
+        x_s: Array,
+        xz: Any,
+        w: Array,
+        w_s: Array,
+        wz: Any,
+        y_s: Array,
+        yz: Any,
+        b: Any = None,
+    ) -> tuple[Array]:
+        m = w.shape[0]
+        if yz is not None and (yz.dtype != out or yz.size != 1):
+            raise InvalidArgument(f"{name}: y_zero_point must be a scalar of type {out}")
+        if np.size(x_s) != 1 or np.size(y_s) != 1:
+            raise InvalidArgument(f"{name}: x_scale and y_scale must be scalars")
+        ws = _per_channel(name, w_s, "w_scale", m, np.float32)
+        xs = np.float32(np.asarray(x_s).reshape(()))
+        ys = np.float32(np.asarray(y_s).reshape(()))
+        mult = Params(np.ascontiguousarray(xs * ws.data / ys), ws.r, 0)
+        bias = Params(np.zeros(1, np.int32))
+        if b is not None:
+            if b.shape != (m,):
+                raise InvalidArgument(f"{name}: B shape {b.shape} must be ({m},)")
+            bias = Params(np.ascontiguousarray(b, np.int32), 1, 0)
+        zp = Params(np.zeros(1, np.int32) if yz is None else yz.astype(np.int32).reshape(1))
+        return (conv.conv(x, xz, w, wz, (mult, bias, zp)),)
+
+    return run
+
+
+numba_kernel("ConvInteger", since=10, applies=_conv_applies)(_build_conv_integer)
+numba_kernel("QLinearConv", since=10, applies=_conv_applies)(_build_qlinear_conv)
