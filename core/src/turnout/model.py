@@ -19,6 +19,7 @@ import onnx.inliner
 from onnx import ModelProto, TensorProto, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo
 
+from . import contrib
 from .dtypes import np_dtype
 from .errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
 from .shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
@@ -27,9 +28,12 @@ from .tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor
 from .validate import check_types
 
 __all__ = [
+    "ALLOW_UNKNOWN_DOMAINS_KEY",
     "ModelSource",
     "SuppliedData",
+    "allow_unknown_domains",
     "infer_shapes",
+    "known_domain",
     "light_copy",
     "load_model",
     "model_label",
@@ -50,7 +54,27 @@ _MAX_OPSET = {
     "ai.onnx.preview.training": 1,
     "ai.onnx.preview": 1,
     "ai.turnout": 1,  # turnout's own fused ops, emitted by the graph optimizer
+    contrib.DOMAIN: contrib.OPSET,  # onnxruntime's contrib ops (turnout.contrib)
 }
+
+ALLOW_UNKNOWN_DOMAINS_KEY = "session.turnout.allow_unknown_domains"
+"""Session config entry: "1" loads a model that uses an operator domain nobody defines; such a
+node then fails when it runs (not at load), naming itself."""
+
+
+def allow_unknown_domains(config: Mapping[str, str]) -> bool:
+    """The value of `ALLOW_UNKNOWN_DOMAINS_KEY` in a session's config entries (default off)."""
+    raw = config.get(ALLOW_UNKNOWN_DOMAINS_KEY, "0")
+    if raw not in ("0", "1"):
+        raise InvalidArgument(
+            f"session config entry {ALLOW_UNKNOWN_DOMAINS_KEY} must be 0 or 1, not {raw!r}"
+        )
+    return raw == "1"
+
+
+def known_domain(domain: str) -> bool:
+    """Whether turnout defines the operator domain (ai.onnx, ai.onnx.ml, com.microsoft, ...)."""
+    return ("" if domain == "ai.onnx" else domain) in _MAX_OPSET
 
 
 def model_label(source: Any) -> str:
@@ -78,8 +102,12 @@ def load_model(
     source: ModelSource,
     custom_domains: frozenset[str] = frozenset(),
     supplied: SuppliedData | None = None,
+    allow_unknown: bool = False,
 ) -> ModelProto:
-    """Parse, resolve external data, inline local functions, check opsets and the graph."""
+    """Parse, resolve external data, inline local functions, check opsets and the graph.
+
+    `allow_unknown`: accept operator domains nobody defines (`ALLOW_UNKNOWN_DOMAINS_KEY`).
+    """
     label = model_label(source)
     base_dir: Path | None = None
     if source is None:
@@ -106,7 +134,7 @@ def load_model(
         check_tensor(tensor, label)
     normalize(model)
     check_structure(model, label)
-    _check_opsets(model, label, custom_domains)
+    _check_opsets(model, label, custom_domains, allow_unknown)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
@@ -208,7 +236,9 @@ def _safe_location(base_dir: Path, location: str, tensor: str, label: str) -> Pa
     return target
 
 
-def _check_opsets(model: ModelProto, label: str, custom_domains: frozenset[str]) -> None:
+def _check_opsets(
+    model: ModelProto, label: str, custom_domains: frozenset[str], allow_unknown: bool
+) -> None:
     local = {f.domain for f in model.functions}
     for op in model.opset_import:
         domain = "" if op.domain == "ai.onnx" else op.domain
@@ -219,14 +249,37 @@ def _check_opsets(model: ModelProto, label: str, custom_domains: frozenset[str])
                     f"{label}: opset {op.version} of domain {domain or 'ai.onnx'!r} is not "
                     f"supported (supported: 1..{top})"
                 )
-        elif domain not in local and domain not in custom_domains:
+        elif domain not in local and domain not in custom_domains and not allow_unknown:
             used = [n for n in model.graph.node if n.domain == op.domain]
             if used:
                 raise InvalidGraph(
                     f"{label}: unknown operator domain {domain!r} used by node "
                     f"{used[0].name or used[0].op_type!r} ({used[0].op_type}); no installed "
-                    "provider or plugin defines it"
+                    "provider or plugin defines it (session config entry "
+                    f"{ALLOW_UNKNOWN_DOMAINS_KEY}=1 loads it anyway)"
                 )
+    for node in _all_nodes(model.graph):
+        unknown_contrib = (
+            node.domain == contrib.DOMAIN
+            and node.op_type not in contrib.DOCUMENTED_OPS
+            and contrib.spec_of(node.domain, node.op_type) is None
+        )
+        if unknown_contrib:  # onnxruntime: FAIL, "not a registered function/op"
+            raise Fail(
+                f"{label}: node {node.name or node.op_type!r}: "
+                f"{contrib.unsupported_reason(node.domain, node.op_type)}"
+            )
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of `graph` and of the graphs nested in its nodes' attributes."""
+    out: list[onnx.NodeProto] = []
+    for node in graph.node:
+        out.append(node)
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out.extend(_all_nodes(sub))
+    return out
 
 
 def _check_graph(model: ModelProto, label: str) -> None:

@@ -1,0 +1,78 @@
+"""`contrib_parity`: run one com.microsoft node on turnout and on onnxruntime (or on a numpy
+reference of the documented semantics, where onnxruntime's CPU provider has no kernel for the
+case), and hold every output to the other within a fraction of the expected output's range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+import turnout
+from turnout.testing import one_node_model, positional_inputs
+
+Reference = Callable[..., Sequence[Any]]
+Parity = Callable[..., list[np.ndarray]]
+
+# tolerance relative to the expected output's range, by dtype
+RANGE_TOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float16): 5e-3, np.dtype(np.float64): 1e-6}
+
+
+def assert_close_to_range(want: np.ndarray, got: np.ndarray, what: str, tol: float) -> None:
+    """`got` equals `want` in dtype and shape, and within `tol` x the range of `want`."""
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    if want.size == 0:
+        return
+    if want.dtype.kind not in "fc":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    w, g = want.astype(np.float64), got.astype(np.float64)
+    span = float(w.max() - w.min()) or float(np.abs(w).max()) or 1.0
+    err = float(np.abs(w - g).max())
+    assert err <= tol * span, f"{what}: max error {err:.3g} over {tol:g} x range {span:.3g}"
+
+
+def _run_ort(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return list(sess.run(None, feeds))
+
+
+@pytest.fixture
+def contrib_parity() -> Parity:
+    """`parity(node, inputs, reference=None, tol=None)` -> turnout's outputs.
+
+    `inputs` hold one value per node input (None for an absent optional one). Without
+    `reference` the oracle is onnxruntime's CPU provider; with it, `reference(*inputs)`.
+    """
+
+    def parity(
+        node: onnx.NodeProto,
+        inputs: Sequence[Any],
+        reference: Reference | None = None,
+        tol: float | None = None,
+    ) -> list[np.ndarray]:
+        model = one_node_model(node, inputs, {"": 17})
+        feeds = {n: v for n, v in zip(node.input, positional_inputs(node, inputs)) if n}
+        got = turnout.InferenceSession(model.SerializeToString()).run(None, feeds)
+        if reference is None:
+            want = _run_ort(model, feeds)
+        else:
+            want = [np.asarray(w) for w in reference(*positional_inputs(node, inputs))]
+        names = [o for o in node.output if o]
+        assert len(got) == len(names) == len(want), (len(got), len(names), len(want))
+        for name, w, g in zip(names, want, got):
+            limit = tol if tol is not None else RANGE_TOL.get(w.dtype, 1e-3)
+            assert_close_to_range(w, np.asarray(g), f"{node.op_type} output {name!r}", limit)
+        return [np.asarray(g) for g in got]
+
+    return parity

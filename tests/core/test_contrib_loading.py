@@ -1,0 +1,104 @@
+"""The com.microsoft domain at load: known ops load and get inferred types, unknown ones are
+refused as onnxruntime refuses them, unsupported ones at session creation naming the op, and
+domains nobody defines load only when the session asks for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import turnout
+from turnout.contrib import DOCUMENTED_OPS, DOMAIN
+from turnout.errors import Fail, InvalidGraph, NotImplemented
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, list[int]],
+    outputs: list[str],
+    *extra: onnx.OperatorSetIdProto,
+) -> onnx.ModelProto:
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1), *extra]
+    return helper.make_model(g, opset_imports=opsets)
+
+
+def test_contrib_op_loads_and_its_output_shape_is_inferred() -> None:
+    m = _model(
+        [
+            helper.make_node("BiasGelu", ["x", "b"], ["y"], domain=DOMAIN),
+            helper.make_node("Relu", ["y"], ["z"]),
+        ],
+        {"x": [2, 3, 8], "b": [8]},
+        ["z"],
+    )
+    sess = turnout.InferenceSession(m.SerializeToString())
+    assert sess.get_outputs()[0].shape == [2, 3, 8]  # through the contrib op's inference
+    (z,) = sess.run(None, {"x": np.ones((2, 3, 8), np.float32), "b": np.ones(8, np.float32)})
+    assert z.shape == (2, 3, 8)
+    # onnx's own inference runs the contrib op's, and its checker knows the schema
+    inferred = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    onnx.checker.check_model(inferred, full_check=True)
+    assert inferred.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+
+
+def test_input_type_outside_the_schema_is_refused() -> None:
+    m = _model([helper.make_node("Gelu", ["x"], ["y"], domain=DOMAIN)], {}, ["y"])
+    m.graph.input.append(helper.make_tensor_value_info("x", TensorProto.INT64, [4]))
+    with pytest.raises(InvalidGraph, match="tensor\\(int64\\)"):
+        turnout.InferenceSession(m.SerializeToString())
+
+
+def test_op_onnxruntime_does_not_define_is_refused_naming_it() -> None:
+    m = _model(
+        [helper.make_node("Frob", ["x"], ["y"], domain=DOMAIN, name="n1")], {"x": [2]}, ["y"]
+    )
+    with pytest.raises(Fail, match=r"'n1'.*com\.microsoft::Frob is not an op onnxruntime"):
+        turnout.InferenceSession(m.SerializeToString())
+
+
+def test_unsupported_contrib_op_is_refused_at_session_creation() -> None:
+    assert "BiasSoftmax" in DOCUMENTED_OPS
+    m = _model(
+        [helper.make_node("BiasSoftmax", ["x", "x"], ["y"], domain=DOMAIN, name="bs")],
+        {"x": [2]},
+        ["y"],
+    )
+    with pytest.raises(NotImplemented) as e:
+        turnout.InferenceSession(m.SerializeToString())
+    message = str(e.value)
+    assert "bs (com.microsoft::BiasSoftmax)" in message
+    assert "contrib op that turnout does not support" in message
+    assert "unknown operator domain" not in message
+
+
+def test_contrib_opset_other_than_1_is_refused() -> None:
+    m = _model([helper.make_node("Gelu", ["x"], ["y"], domain=DOMAIN)], {"x": [2]}, ["y"])
+    m.opset_import[1].version = 2
+    with pytest.raises(InvalidGraph, match=r"opset 2 of domain 'com\.microsoft'"):
+        turnout.InferenceSession(m.SerializeToString())
+
+
+def test_onnx_reference_still_imports_beside_contrib_schemas() -> None:
+    """onnx.reference indexes schemas by name alone; contrib Gelu must not break it."""
+    from onnx.reference import ReferenceEvaluator
+
+    node = helper.make_node("Gelu", ["x"], ["y"])
+    m = helper.make_model(
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 20)],
+    )
+    (y,) = ReferenceEvaluator(m).run(None, {"x": np.zeros(2, np.float32)})
+    np.testing.assert_array_equal(y, np.zeros(2, np.float32))
