@@ -35,7 +35,14 @@ from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec, ort_invalid_argument
 from .ir import Graph, ValueInfo
 from .logs import logger
-from .model import ModelSource, SuppliedData, infer_shapes, load_model, model_label
+from .model import (
+    ModelSource,
+    SuppliedData,
+    allow_unknown_domains,
+    infer_shapes,
+    load_model,
+    model_label,
+)
 from .options import RunOptions, SessionOptions
 from .partition import PartitionReport
 from .plugins import graph_passes, registry
@@ -140,7 +147,11 @@ class InferenceSession:
         self._profiler: Profiler | None = None
         if self._sess_options.enable_profiling:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
-        model = load_model(path_or_bytes, supplied=_supplied_data(self._sess_options))
+        model = load_model(
+            path_or_bytes,
+            supplied=_supplied_data(self._sess_options),
+            allow_unknown=allow_unknown_domains(self._sess_options._config),
+        )
         self._check_canceled()
         _override_free_dims(model, self._sess_options)
         self._loaded = model  # optimized per provider list in _set_providers
