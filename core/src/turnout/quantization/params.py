@@ -51,15 +51,17 @@ def params_for_range(
     return QuantParams(scale.astype(np.float32), zero.astype(qtype.dtype))
 
 
-def quantize_array(values: np.ndarray, params: QuantParams, qmin: int, qmax: int) -> np.ndarray:
-    """round(values / scale) + zero point, saturated: QuantizeLinear's arithmetic (ties to even)."""
+def quantize_array(values: np.ndarray, params: QuantParams) -> np.ndarray:
+    """round(values / scale) + zero point, saturated to the integer type: QuantizeLinear's
+    arithmetic (float32, ties to even), so offline weights equal what the op would give."""
     scale, zero = params.scale, params.zero_point.astype(np.int64)
     if params.axis is not None:
         shape = [1] * values.ndim
         shape[params.axis] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
-    q = np.rint(values.astype(np.float64) / scale.astype(np.float64)) + zero
-    return np.clip(q, qmin, qmax).astype(params.zero_point.dtype)
+    q = np.rint(values.astype(np.float32) / scale.astype(np.float32)) + zero  # float32, as ORT
+    limits = np.iinfo(params.zero_point.dtype)
+    return np.clip(q, limits.min, limits.max).astype(params.zero_point.dtype)
 
 
 def quantize_weight(
@@ -78,8 +80,7 @@ def quantize_weight(
         rmin, rmax = weight.min(axis=others), weight.max(axis=others)
         p = params_for_range(rmin, rmax, qtype, symmetric, reduce_range)
         params = QuantParams(p.scale, p.zero_point, axis)
-    qmin, qmax = quant_range(qtype, symmetric, reduce_range)
-    return quantize_array(weight, params, qmin, qmax), params
+    return quantize_array(weight, params), params
 
 
 def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, QuantParams]:

@@ -1,0 +1,237 @@
+"""turnout.quantization beside onnxruntime.quantization on the benchmark models.
+
+    python -m benchmarks.quantization [--models mlp,tiny_cnn] [--calib 16] [--eval 64]
+                                      [--json FILE]
+
+For each model and method (dynamic; static QDQ MinMax per tensor; static QDQ MinMax per
+channel), both tools quantize the same float model with the same options (activations uint8,
+weights int8) and, for static, the same calibration feeds (seeds 1000 + i, made by the model's
+own feed generator). Every quantized model then runs on onnxruntime over evaluation feeds
+(seeds 0 .. eval - 1, none used for calibration), and the table gives:
+
+- size: the serialized model in KB (float / turnout's / onnxruntime's);
+- top-1: how often the quantized model's arg-max class equals the float model's (per row, or per
+  time step for the OCR model), turnout's / onnxruntime's; `classes` is how many distinct
+  classes the float model picked, so that a trivial agreement shows;
+- gap: the largest difference between turnout's quantized model run on onnxruntime and the same
+  model run on turnout, over the float output's range (the "runs the same on both" check);
+- err: the largest difference to the float output, over its range, turnout's / onnxruntime's;
+- time: seconds to quantize (calibration included), turnout's / onnxruntime's.
+
+The models have seeded random weights and the inputs are synthetic, so the numbers compare the
+tools with each other, not with a trained model's accuracy. Needs onnxruntime (the oracle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+__all__ = ["MODELS", "QuantModel", "main", "measure"]
+
+
+@dataclass(frozen=True)
+class QuantModel:
+    build: Callable[[], onnx.ModelProto]
+    feeds: Callable[[int], dict[str, np.ndarray]]  # seed -> one input batch
+    classifier: bool = True  # top-1 over the last axis of the first output makes sense
+
+
+def _random_feeds(build: Callable[[], onnx.ModelProto]) -> Callable[[int], dict[str, Any]]:
+    from benchmarks.zoo import feeds
+
+    model = build()
+    return lambda seed: feeds(model, seed)
+
+
+def _models() -> dict[str, QuantModel]:
+    from turnout.models import apps, build_tiny_cnn, zoo
+
+    def mlp() -> onnx.ModelProto:
+        return zoo.mlp(batch=8)
+
+    def resnet() -> onnx.ModelProto:
+        return zoo.resnet18_like(size=64)
+
+    def ocr() -> onnx.ModelProto:
+        return apps.crnn_ocr_like(width=160)
+
+    def yolo() -> onnx.ModelProto:
+        return apps.yolo_det_like(size=160)
+
+    return {
+        "mlp": QuantModel(mlp, _random_feeds(mlp)),
+        "tiny_cnn": QuantModel(build_tiny_cnn, _random_feeds(build_tiny_cnn)),
+        "resnet18_like(64)": QuantModel(resnet, _random_feeds(resnet)),
+        "text_cnn_like": QuantModel(apps.text_cnn_like, lambda s: apps.text_cnn_feeds(seed=s)),
+        "crnn_ocr_like(160)": QuantModel(ocr, lambda s: apps.crnn_ocr_feeds(160, seed=s)),
+        "yolo_det_like(160)": QuantModel(yolo, lambda s: apps.yolo_det_feeds(160, seed=s), False),
+    }
+
+
+MODELS = (
+    "mlp",
+    "tiny_cnn",
+    "resnet18_like(64)",
+    "text_cnn_like",
+    "crnn_ocr_like(160)",
+    "yolo_det_like(160)",
+)
+METHODS = ("dynamic", "static", "static per-channel")
+
+
+def _quantize(tool: Any, method: str, model: onnx.ModelProto, calib: list[Any]) -> onnx.ModelProto:
+    """`model` quantized by `tool` (turnout.quantization or onnxruntime.quantization)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = f"{tmp}/float.onnx", f"{tmp}/quant.onnx"
+        onnx.save(model, src)
+        if method == "dynamic":
+            tool.quantize_dynamic(src, dst, weight_type=tool.QuantType.QInt8)
+        else:
+
+            class Reader(tool.CalibrationDataReader):  # type: ignore[misc,name-defined]
+                def __init__(self) -> None:
+                    self.batches = iter(calib)
+
+                def get_next(self) -> Any:
+                    return next(self.batches, None)
+
+            tool.quantize_static(
+                src,
+                dst,
+                Reader(),
+                quant_format=tool.QuantFormat.QDQ,
+                per_channel=method.endswith("per-channel"),
+                activation_type=tool.QuantType.QUInt8,
+                weight_type=tool.QuantType.QInt8,
+                calibrate_method=tool.CalibrationMethod.MinMax,
+            )
+        return onnx.load(dst)
+
+
+def _run_ort(model: onnx.ModelProto, feeds: list[dict[str, Any]]) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, f)[0] for f in feeds])
+
+
+def _run_turnout(model: onnx.ModelProto, feeds: list[dict[str, Any]]) -> np.ndarray:
+    import turnout
+
+    session = turnout.InferenceSession(model.SerializeToString())
+    return np.concatenate([session.run(None, f)[0] for f in feeds])
+
+
+def _top1(out: np.ndarray) -> np.ndarray:
+    return out.reshape(-1, out.shape[-1]).argmax(axis=-1)
+
+
+def measure(name: str, spec: QuantModel, n_calib: int, n_eval: int) -> list[dict[str, Any]]:
+    """One row per method for model `name`."""
+    import onnxruntime.quantization as ort_quant
+
+    import turnout.quantization as our_quant
+
+    model = spec.build()
+    calib = [spec.feeds(1000 + i) for i in range(n_calib)]
+    evals = [spec.feeds(i) for i in range(n_eval)]
+    ref = _run_ort(model, evals)
+    span = float(ref.max() - ref.min()) or 1.0
+    rows = []
+    for method in METHODS:
+        row: dict[str, Any] = {"model": name, "method": method, "size_float": model.ByteSize()}
+        for tool, key in ((our_quant, "turnout"), (ort_quant, "ort")):
+            start = time.perf_counter()
+            try:
+                quant = _quantize(tool, method, model, calib)
+            except Exception as error:  # a tool that cannot quantize this model: say why
+                row[f"error_{key}"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                continue
+            row[f"time_{key}"] = time.perf_counter() - start
+            row[f"size_{key}"] = quant.ByteSize()
+            out = _run_ort(quant, evals)
+            row[f"err_{key}"] = float(np.abs(out - ref).max()) / span
+            if spec.classifier:
+                row[f"top1_{key}"] = float((_top1(out) == _top1(ref)).mean())
+            if key == "turnout":
+                ours = _run_turnout(quant, evals)
+                row["gap"] = float(np.abs(out - ours).max()) / span
+        row["classes"] = int(np.unique(_top1(ref)).size) if spec.classifier else None
+        rows.append(row)
+    return rows
+
+
+def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    value = row.get(key)
+    if value is None:
+        return "error" if f"error_{key.split('_')[-1]}" in row else "—"
+    return format(value, fmt)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The table of docs/quantization.md."""
+    lines = [
+        "| model | method | size KB float / turnout / ort | top-1 turnout / ort (classes) "
+        "| gap turnout-vs-ort run | err vs float turnout / ort | time s turnout / ort |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        kb = "{:.0f}".format
+        size = " / ".join(
+            kb(r[k] / 1024) if k in r else "error"
+            for k in ("size_float", "size_turnout", "size_ort")
+        )
+        top1 = "—"
+        if r.get("classes") is not None:
+            ours, theirs = _cell(r, "top1_turnout", ".1%"), _cell(r, "top1_ort", ".1%")
+            top1 = f"{ours} / {theirs} ({r['classes']})"
+        lines.append(
+            f"| {r['model']} | {r['method']} | {size} | {top1} | {_cell(r, 'gap', '.2%')} "
+            f"| {_cell(r, 'err_turnout', '.2%')} / {_cell(r, 'err_ort', '.2%')} "
+            f"| {_cell(r, 'time_turnout', '.2f')} / {_cell(r, 'time_ort', '.2f')} |"
+        )
+    notes = [
+        f"- {r['model']} {r['method']}, {k[6:]}: {v}"
+        for r in rows
+        for k, v in r.items()
+        if k.startswith("error_")
+    ]
+    return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
+    parser.add_argument("--calib", type=int, default=16, help="calibration batches")
+    parser.add_argument("--eval", type=int, default=64, help="evaluation batches")
+    parser.add_argument("--json", help="also write the rows as JSON to this file")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice lines
+    specs = _models()
+    rows: list[dict[str, Any]] = []
+    for name in args.models.split(","):
+        if name not in specs:
+            parser.error(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        rows += measure(name, specs[name], args.calib, args.eval)
+        print(f"{name}: done", flush=True)
+    print(markdown(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
