@@ -3,11 +3,11 @@ stride, dilation and padding, through the integer GEMM of `quant_gemm`.
 
 Per image: one pass lays the input out channels-last, less its zero point, as int16 with a
 border of zeros for the padding (a padded pixel is the real value 0, as the ONNX reference
-pads `x - x_zero_point`); then, per group, each output pixel's patch is copied as one
-contiguous row of (KH, KW, C/group) values (runs of C/group channels, not single values), and
-the GEMM takes the weights (M/group rows, shifted and reordered to (KH, KW, C/group) once when
-the kernel is built for a constant W) against those patch rows. A pointwise conv (1x1, stride
-1, no padding, one group) reads the channels-last input itself.
+pads `x - x_zero_point`); then, per group, the GEMM takes the weights (M/group rows, shifted
+and reordered to (KH, KW, C/group) once when the kernel is built for a constant W) against
+each output pixel's patch read in place (no im2col copy: with one group and no column
+dilation, a kernel row's taps are one contiguous run of KW*C values; otherwise each tap is a
+run of C/group channels; `quant_gemm.Rows`).
 
 Zero points: x per tensor; w per tensor or per output channel. QLinearConv's bias is added to
 the int32 sums, its output requantized as onnxruntime does (multiplier `x_scale * w_scale /
@@ -29,7 +29,7 @@ from turnout.providers.cpu.registry import constant_input
 
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel, numba_kernel
-from .quant_gemm import IntGemm, Params
+from .quant_gemm import IntGemm, Params, Rows
 from .quant_matmul import eight_bit_applies
 
 __all__: list[str] = []
@@ -47,26 +47,7 @@ def _channels_last(x: Any, zp: Any, xp: Any, pt: Any, pl: Any) -> None:  # pragm
                 d[c] = np.int16(x[c, h, w]) - zp
 
 
-def _patches(xp: Any, col: Any, geo: Any) -> None:  # pragma: no cover
-    """col[p] = the (KH, KW, cg) patch of output pixel p, channels c0.. of xp."""
-    c0, cg, kh_, kw_, sh, sw, dh, dw, ow_ = (
-        geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], geo[8],
-    )  # fmt: skip
-    for p in prange(col.shape[0]):
-        oh = p // ow_
-        ow = p - oh * ow_
-        d = col[p]
-        t = 0
-        for i in range(kh_):
-            r = xp[oh * sh + i * dh]
-            for j in range(kw_):
-                s = r[ow * sw + j * dw]
-                for c in range(cg):
-                    d[t + c] = s[c0 + c]
-                t += cg
-
-
-def _layout_kernels(ctx: BuildContext) -> tuple[SizedKernel, SizedKernel]:
+def _layout_kernel(ctx: BuildContext) -> SizedKernel:
     i16_3 = numba_array(np.dtype(np.int16), 3, readonly=False, layout="C")
     sigs = [
         types.void(
@@ -75,10 +56,7 @@ def _layout_kernels(ctx: BuildContext) -> tuple[SizedKernel, SizedKernel]:
         )
         for dt in ("uint8", "int8")
     ]
-    geo = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
-    col = numba_array(np.dtype(np.int16), 2, readonly=False, layout="C")
-    patches = types.void(numba_array(np.dtype(np.int16), 3, readonly=True, layout="C"), col, geo)
-    return ctx.jit(_channels_last, sigs), ctx.jit(_patches, [patches])
+    return ctx.jit(_channels_last, sigs)
 
 
 @dataclass(frozen=True)
@@ -89,9 +67,10 @@ class _Plan:
     x4: tuple[int, int, int, int]  # X as (N, C, H, W)
     padded: tuple[int, int, int]  # the channels-last buffer (H + pads, W + pads, C)
     pads: tuple[int, int]  # (top, left)
-    pointwise: bool
     pixels: int  # OH * OW
-    geos: tuple[Array, ...]  # per group, the `_patches` geometry
+    segs: tuple[Array, ...]  # per group, where a patch's runs start (see `quant_gemm.Rows`)
+    seglen: int
+    steps: tuple[int, int, int]  # (OW, row step, column step) of a patch's start
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -118,7 +97,7 @@ class _IntConv:
         out = np.dtype(kn.outputs[0].dtype) if requant else np.dtype(np.int32)
         self.out = out
         self.gemm = IntGemm(ctx, "requant" if requant else "int", out)
-        self.layout, self.patches = _layout_kernels(ctx)
+        self.layout = _layout_kernel(ctx)
         self.plans: dict[tuple[Any, Any], _Plan] = {}
         self.kept: tuple[Any, Any, Array] | None = None  # (W, w zero point, packed)
         w = self._const(self.w_index)
@@ -195,18 +174,20 @@ class _IntConv:
         hp = max(h + pb[0], (oh - 1) * strides[0] + (kernel[0] - 1) * dilations[0] + 1, 1)
         wp = max(wd + pb[1], (ow - 1) * strides[1] + (kernel[1] - 1) * dilations[1] + 1, 1)
         cg = w.shape[1]
-        geos = tuple(
-            np.array([g * cg, cg, *kernel, *strides, *dilations, ow], np.int64)
-            for g in range(group)
-        )
-        pointwise = (
-            group == 1
-            and kernel == [1, 1]
-            and strides == [1, 1]
-            and list(pb) == [0, 0]
-            and (oh, ow) == (h, wd)
-        )
-        return _Plan(final, x4, (hp, wp, c_), (pb[0], pb[1]), pointwise, oh * ow, geos)
+        (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+        line = wp * c_  # int16 values per padded row
+        if group == 1 and dw == 1:  # a kernel row's taps are one run of KW * C values
+            runs = [[i * dh * line for i in range(kh)]]
+            seglen = kw * c_
+        else:
+            runs = [
+                [i * dh * line + j * dw * c_ + g * cg for i in range(kh) for j in range(kw)]
+                for g in range(group)
+            ]
+            seglen = cg
+        segs = tuple(np.array(r, np.int64) for r in runs)
+        steps = (ow, sh * line, sw * c_)
+        return _Plan(final, x4, (hp, wp, c_), (pb[0], pb[1]), oh * ow, segs, seglen, steps)
 
     def conv(
         self, x: Array, xz: Any, w: Array, wz: Any, params: tuple[Params, Params, Params] | None
@@ -224,7 +205,7 @@ class _IntConv:
         if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
             p = self.plans[key] = self._plan(x, w)
         wk = self._weights(w, wz)
-        n_, c_ = p.x4[:2]
+        n_ = p.x4[0]
         m_ = wk.shape[0]
         group = self.group
         mg = m_ // group
@@ -235,25 +216,21 @@ class _IntConv:
         x4 = x.reshape(p.x4)
         pt, pl = p.pads
         xp = np.zeros(p.padded, np.int16)
-        col = None if p.pointwise else np.empty((p.pixels, wk.shape[1]), np.int16)
         for n in range(n_):
             # (a negative begin pad crops: the layout reads the part that stays)
             xs = x4[n, :, max(0, -pt) :, max(0, -pl) :]
             xs = xs[:, : p.padded[0] - max(pt, 0), : p.padded[1] - max(pl, 0)]
             self.layout(xs.size, xs, z, xp, max(pt, 0), max(pl, 0))
+            src = xp.reshape(-1)
             for g in range(group):
-                if col is None:
-                    cols = xp.reshape(p.pixels, c_)
-                else:
-                    self.patches(col.size, xp, col, p.geos[g])
-                    cols = col
+                rows = Rows(src, p.segs[g if len(p.segs) > 1 else 0], p.seglen, p.pixels, *p.steps)
                 yg = y[n, g * mg : (g + 1) * mg]
                 wg = wk[g * mg : (g + 1) * mg]
                 if params is None:
-                    self.gemm(wg, cols, yg)
+                    self.gemm(wg, rows, yg)
                 else:
                     mult, bias, zp = (_rows(q, g * mg, mg) for q in params)
-                    self.gemm(wg, cols, yg, mult, bias, zp)
+                    self.gemm(wg, rows, yg, mult, bias, zp)
         return y.reshape(p.final)
 
 

@@ -34,15 +34,14 @@ from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel
 
-__all__ = ["IntGemm", "Params", "int_range", "shifted", "shifted_t"]
+__all__ = ["IntGemm", "Params", "Rows", "int_range", "shifted", "shifted_t"]
 
 BLOCK_N = 64
 """Output columns per task: 64 rows of `bt` (K int16 each) stay in L2 while rows of `a` pass."""
 
 _GEMM = """\
-def _qgemm(a, bt, y, mult, mr, mc, bias, br, bc, zp, zr, zc, lo, hi):
-    m, k = a.shape
-    n = bt.shape[0]
+def _qgemm(a, src, segs, seglen, n, ow_, rs, cs, y, mult, mr, mc, bias, br, bc, zp, zr, zc, lo, hi):
+    m = a.shape[0]
     nb = (n + {block} - 1) // {block}
     for t in prange(nb * m):
         i = t % m
@@ -51,10 +50,14 @@ def _qgemm(a, bt, y, mult, mr, mc, bias, br, bc, zp, zr, zc, lo, hi):
         ar = a[i]
         yr = y[i]
         for j in range(j0, j1):
-            br_ = bt[j]
+            q = j // ow_
+            base = q * rs + (j - q * ow_) * cs
             s = np.int32(0)
-            for kk in range(k):
-                s = np.int32(s + np.int32(ar[kk]) * np.int32(br_[kk]))
+            for g in range(segs.shape[0]):
+                sr = src[base + segs[g] :]
+                wr = ar[g * seglen :]
+                for kk in range(seglen):
+                    s = np.int32(s + np.int32(wr[kk]) * np.int32(sr[kk]))
 {store}
 """
 
@@ -76,12 +79,14 @@ def _gemm_kernel(variant: str, out: np.dtype[Any], bias: np.dtype[Any], parallel
     text = _GEMM.format(block=BLOCK_N, store=store)
     fn = cache.load_source(text, f"qgemm_{variant}")._qgemm
     i16 = numba_array(np.dtype(np.int16), 2, readonly=True, layout="C")
+    src = numba_array(np.dtype(np.int16), 1, readonly=True, layout="C")
     vec = numba_array(np.dtype(np.float32), 1, readonly=True, layout="C")
     ivec = numba_array(np.dtype(np.int32), 1, readonly=True, layout="C")
     bvec = numba_array(bias, 1, readonly=True, layout="C")
     i64 = types.int64
     sig = types.void(
-        i16, i16, numba_array(out, 2, readonly=False, layout="C"),
+        i16, src, numba_array(np.dtype(np.int64), 1, readonly=True, layout="C"), i64, i64, i64,
+        i64, i64, numba_array(out, 2, readonly=False, layout="C"),
         vec, i64, i64, bvec, i64, i64, ivec, i64, i64, types.int32, types.int32,
     )  # fmt: skip
     return SizedKernel(fn, [sig], parallel)
@@ -126,19 +131,52 @@ class IntGemm:
     def __call__(
         self,
         a: np.ndarray[Any, Any],
-        bt: np.ndarray[Any, Any],
+        rows: Rows,
         y: np.ndarray[Any, Any],
         mult: Params = _ONE_F,
         bias: Params | None = None,
         zp: Params = _ZERO_I,
     ) -> None:
-        """y (M, N) = store(a (M, K) int16 . bt (N, K) int16); all C-contiguous."""
+        """y (M, N) = store(a (M, K) int16 . the N rows of `rows`); a and y C-contiguous."""
         b = self.zero_bias if bias is None else bias
-        work = a.shape[0] * bt.shape[0] * max(a.shape[1], 1) // 8
+        work = a.shape[0] * rows.n * max(a.shape[1], 1) // 8
         self.kernel(
-            work, a, bt, y, mult.data, mult.r, mult.c, b.data, b.r, b.c,
-            zp.data, zp.r, zp.c, self.lo, self.hi,
+            work, a, rows.src, rows.segs, rows.seglen, rows.n, rows.ow, rows.rs, rows.cs, y,
+            mult.data, mult.r, mult.c, b.data, b.r, b.c, zp.data, zp.r, zp.c, self.lo, self.hi,
         )  # fmt: skip
+
+
+_ONE_SEGMENT = np.zeros(1, np.int64)
+
+
+class Rows:
+    """The GEMM's second operand: N rows of K int16 values, each read as `len(segs)` runs of
+    `seglen` values at `src[base(j) + segs[g]]`, `base(j) = (j // ow) * rs + (j % ow) * cs`.
+
+    A matrix (N, K) is one run per row (`plain`); a convolution's patches are read in place
+    from the channels-last input (a patch row is KH runs of KW*C values, or KH*KW runs of
+    C/group values), with no im2col copy."""
+
+    __slots__ = ("cs", "n", "ow", "rs", "seglen", "segs", "src")
+
+    def __init__(
+        self,
+        src: np.ndarray[Any, Any],
+        segs: np.ndarray[Any, Any],
+        seglen: int,
+        n: int,
+        ow: int,
+        rs: int,
+        cs: int,
+    ) -> None:
+        self.src, self.segs, self.seglen = src, segs, seglen
+        self.n, self.ow, self.rs, self.cs = n, max(ow, 1), rs, cs
+
+    @classmethod
+    def plain(cls, bt: np.ndarray[Any, Any]) -> Rows:
+        """The rows of a C-contiguous (N, K) int16 matrix."""
+        n, k = bt.shape
+        return cls(bt.reshape(-1), _ONE_SEGMENT, k, n, n, 0, k)
 
 
 def _zero(name: str, zp: Any, x: np.ndarray[Any, Any], what: str) -> Any:

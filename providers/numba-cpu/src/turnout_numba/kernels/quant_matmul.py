@@ -24,7 +24,7 @@ from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.registry import constant_input
 
 from ..registry import BuildContext, numba_kernel
-from .quant_gemm import IntGemm, Params, shifted, shifted_t
+from .quant_gemm import IntGemm, Params, Rows, shifted, shifted_t
 
 __all__ = ["EIGHT_BIT", "eight_bit_applies", "matmul_shapes"]
 
@@ -151,7 +151,7 @@ def _build_matmul_integer(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     packed = _PackedB(kn, 1, 3)
 
     def store(a16: Array, bt: Array, y: Array, _: int) -> None:
-        gemm(a16, bt, y)
+        gemm(a16, Rows.plain(bt), y)
 
     def run(a: Array, b: Array, a_zp: Any = None, b_zp: Any = None) -> tuple[Array]:
         return (_product(name, a, b, a_zp, b_zp, packed, np.dtype(np.int32), store),)
@@ -212,7 +212,7 @@ def _build_qlinear_matmul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         def store(a16: Array, bt: Array, y: Array, _: int) -> None:
             m = a.shape[-2] if a.ndim > 1 else 1
             mult, zp = requant_params(name, y.shape[0], y.shape[1], m, a_s, b_s, y_s, y_zp)
-            gemm(a16, bt, y, mult, None, zp)
+            gemm(a16, Rows.plain(bt), y, mult, None, zp)
 
         return (_product(name, a, b, a_zp, b_zp, packed, out, store),)
 
