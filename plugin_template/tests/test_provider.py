@@ -81,7 +81,7 @@ def test_claimed_ops_match_numpy_and_run_here(fuse: bool) -> None:
 def test_option_values_are_checked() -> None:
     with pytest.raises(turnout.InvalidArgument, match="unknown provider option"):
         _session(_model(), "error", no_such_option=1)
-    with pytest.raises(turnout.InvalidArgument, match="must be a boolean"):
+    with pytest.raises(turnout.InvalidArgument, match="option 'fuse' must be bool"):
         _session(_model(), "error", fuse="maybe")
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import EPFail, InvalidArgument
+from .provider_options import ProviderOption
 
 if TYPE_CHECKING:
     from .ir import Graph, GraphView, Node
@@ -42,7 +43,6 @@ __all__ = [
     "KernelNode",
     "KernelRegistry",
     "ProviderFactory",
-    "nonnegative_int_option",
 ]
 
 KernelFn = Callable[..., Sequence[Any]]
@@ -351,9 +351,16 @@ class ExecutionProvider:
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
+        self.requested_options: dict[str, Any] = dict(self.options)
+        """The options the session asked for (`get_provider_options()`), before defaults."""
         self.kernels = KernelRegistry(self.name)
         self.allocator = Allocator()
         self.data_transfer = DataTransfer()
+
+    def set_dynamic_option(self, name: str, value: Any) -> None:
+        """Apply a `dynamic` option between runs (`set_ep_dynamic_options`); a provider that
+        declares one overrides this. `value` is already parsed to the option's type."""
+        raise InvalidArgument(f"{self.name}: option {name!r} cannot change after creation")
 
     def get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
         """Claims over `graph`'s still-unassigned nodes, and declines with reasons.
@@ -413,6 +420,10 @@ class ProviderFactory:
     aliases: tuple[str, ...] = ()
     default_priority: int = 0
     option_names: frozenset[str] = frozenset()
+    """Keys `create` accepts. A factory that declares typed `options` gets their names here."""
+    options: tuple[ProviderOption, ...] = ()
+    """Typed options (name, type, default, doc): `create` parses each given value and fills
+    the defaults, so `_create` sees every declared option with a value of its type."""
     version: str | None = None
     vendor: str = ""
     """Who makes the provider (`OrtEpDevice.ep_vendor`)."""
@@ -423,6 +434,11 @@ class ProviderFactory:
     as the implicit fallback), turnout places this provider ahead of the numpy kernels, so that
     applications which hardcode the CPU provider get the fastest host kernels. The session
     passes it `intra_op_num_threads` from `SessionOptions` when it takes that option."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "options" in cls.__dict__:
+            cls.option_names = frozenset(cls.option_names) | {o.name for o in cls.options}
 
     def probe(self) -> Availability:
         """Whether this provider can run here; never raises (a failure is a reason)."""
@@ -443,7 +459,21 @@ class ProviderFactory:
             raise InvalidArgument(
                 f"{self.name}: unknown provider option(s) {', '.join(unknown)}; valid: {valid}"
             )
-        return self._create(opts)
+        typed = {o.name: o.default for o in self.options}
+        schema = {o.name: o for o in self.options}
+        for key, raw in opts.items():
+            typed[key] = schema[key].parse(self.name, raw) if key in schema else raw
+        provider = self._create(typed)
+        provider.requested_options = {k: typed[k] for k in opts}
+        return provider
+
+    def default_options(self) -> dict[str, Any]:
+        """Every typed option's default (what a probe's `DeviceEntry` lists)."""
+        return {o.name: o.default for o in self.options}
+
+    def option(self, name: str) -> ProviderOption | None:
+        """The typed declaration of option `name`, if the factory declares one."""
+        return next((o for o in self.options if o.name == name), None)
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         raise NotImplementedError
@@ -459,14 +489,3 @@ class ProviderFactory:
         case that passes (a stale entry), so the list only shrinks.
         """
         return {}
-
-
-def nonnegative_int_option(provider: str, key: str, raw: Any, hint: str = "") -> int:
-    """A provider option that must be an integer >= 0 (thread counts, device ids)."""
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = -1
-    if value < 0 or isinstance(raw, bool):
-        raise InvalidArgument(f"{provider}: {key} must be an integer >= 0{hint}, not {raw!r}")
-    return value

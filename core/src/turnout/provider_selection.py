@@ -32,6 +32,7 @@ __all__ = [
     "ORT_PROVIDER_NAMES",
     "ProviderSelection",
     "ProviderSpec",
+    "apply_dynamic_options",
     "cpu_numpy_only",
     "select_providers",
 ]
@@ -181,3 +182,23 @@ def _session_threads(factory: ProviderFactory, opts: SessionOptions) -> dict[str
     if threads > 0 and "intra_op_num_threads" in factory.option_names:
         return {"intra_op_num_threads": threads}
     return {}
+
+
+def apply_dynamic_options(
+    providers: Sequence[ExecutionProvider], options: Mapping[str, Any]
+) -> set[str]:
+    """Give each provider the options it declares `dynamic`, parsed to their types; return the
+    keys no provider of the session takes. A value that does not parse raises before any
+    provider changes."""
+    changes: list[tuple[ExecutionProvider, str, Any]] = []
+    used: set[str] = set()
+    for provider in providers:
+        factory = registry.find(provider.name)
+        for key, raw in options.items():
+            declared = factory.option(str(key)) if factory is not None else None
+            if declared is not None and declared.dynamic:
+                changes.append((provider, declared.name, declared.parse(provider.name, raw)))
+                used.add(str(key))
+    for provider, name, value in changes:
+        provider.set_dynamic_option(name, value)
+    return {str(k) for k in options} - used

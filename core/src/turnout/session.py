@@ -48,7 +48,12 @@ from .partition import PartitionReport
 from .plugins import graph_passes, registry
 from .profiling import Profiler
 from .provider import ExecutionProvider
-from .provider_selection import CPU_PROVIDER, ProviderSpec, select_providers
+from .provider_selection import (
+    CPU_PROVIDER,
+    ProviderSpec,
+    apply_dynamic_options,
+    select_providers,
+)
 from .shape_inference import refuse_oversized_values
 from .values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 
@@ -213,7 +218,7 @@ class InferenceSession:
         self._providers = instances
         self._selection = chosen
         self._provider_specs = [
-            (p.name, dict(p.options)) for p in instances if p.name not in chosen.hosts
+            (p.name, dict(p.requested_options)) for p in instances if p.name not in chosen.hosts
         ]
         self._reports: dict[str, PartitionReport] = {}
         self._prepared = prepare_graph(self._graph, instances, self._reports, "", self._overrides)
@@ -546,9 +551,20 @@ class InferenceSession:
             raise Fail(f"Invalid TuningResults (index=0). {ep} does not support TunableOp.")
 
     def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
-        """Options that change providers' behaviour between runs; none of turnout's take any."""
+        """Change providers' `dynamic` options between runs (`turnout providers --options
+        NAME` marks them). onnxruntime ignores keys no provider takes; turnout applies the
+        rest and warns naming those keys, so a typo is not silent."""
         if not options:
             raise InvalidArgument("No options were provided")
+        with self._lock:
+            unused = apply_dynamic_options(self._providers, options)
+        if unused:
+            warnings.warn(
+                f"{self._label}: no provider of this session takes dynamic option(s) "
+                f"{', '.join(sorted(unused))}; ignored",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
         """Nothing to release: no turnout provider captures graphs (a no-op, as in onnxruntime

@@ -53,8 +53,8 @@ def test_probe_lists_devices_with_metadata():
 @pytest.mark.parametrize(
     "opts,match",
     [
-        ({"device_type": "tpu"}, "device_type must be one of"),
-        ({"device_id": -1}, "device_id must be an integer"),
+        ({"device_type": "tpu"}, "option .device_type. must be str: all \\| default"),
+        ({"device_id": -1}, "option .device_id. must be int >= 0"),
         ({"device_id": 99}, "device_id 99 requested"),
         ({"platform": "no-such-platform"}, "no OpenCL platform name contains"),
         ({"bogus": 1}, "unknown provider option"),

@@ -3,26 +3,15 @@ create (validated options)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.errors import InvalidArgument
-from turnout.provider import (
-    CPU,
-    Availability,
-    DeviceEntry,
-    ExecutionProvider,
-    ProviderFactory,
-    nonnegative_int_option,
-)
+from turnout.provider import CPU, Availability, DeviceEntry, ExecutionProvider, ProviderFactory
+from turnout.provider_options import ProviderOption
 
 from . import __version__
 
 __all__ = ["NumbaProviderFactory"]
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 class NumbaProviderFactory(ProviderFactory):
@@ -30,7 +19,19 @@ class NumbaProviderFactory(ProviderFactory):
     aliases = ("numba",)
     default_priority = 100
     serves_cpu_requests = True  # CPUExecutionProvider requests run here first (numpy behind)
-    option_names = frozenset({"intra_op_num_threads", "fuse"})
+    options = (
+        ProviderOption(
+            "intra_op_num_threads",
+            (int,),
+            0,
+            "Threads for the parallel kernels (0: numba's thread count, every core); "
+            "SessionOptions.intra_op_num_threads sets it. 1 compiles serial kernels.",
+            minimum=0,
+        ),
+        ProviderOption(
+            "fuse", (bool,), True, "Compile each fused elementwise group into one kernel."
+        ),
+    )
     version = __version__
     vendor = "turnout"
 
@@ -48,29 +49,13 @@ class NumbaProviderFactory(ProviderFactory):
             "threads": str(NUMBA_CONFIG.NUMBA_NUM_THREADS),
             "cache_dir": str(cache_dir()),
         }
-        defaults = {"intra_op_num_threads": 0, "fuse": True}
-        return Availability(True, (DeviceEntry(CPU, meta, defaults),), version=__version__)
+        entry = DeviceEntry(CPU, meta, self.default_options())
+        return Availability(True, (entry,), version=__version__)
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
-        opts: dict[str, Any] = {}
-        if "intra_op_num_threads" in options:
-            opts["intra_op_num_threads"] = nonnegative_int_option(
-                self.name,
-                "intra_op_num_threads",
-                options["intra_op_num_threads"],
-                f" (0: all {os.cpu_count()} cores)",
-            )
-        if "fuse" in options:
-            raw = options["fuse"]
-            if isinstance(raw, bool):
-                opts["fuse"] = raw
-            elif str(raw).lower() in _TRUE | _FALSE:
-                opts["fuse"] = str(raw).lower() in _TRUE
-            else:
-                raise InvalidArgument(f"{self.name}: fuse must be a boolean, not {raw!r}")
         from .provider import NumbaExecutionProvider
 
-        return NumbaExecutionProvider(opts)
+        return NumbaExecutionProvider(options)
 
     def expected_failures(self) -> Mapping[str, str]:
         from .expected_failures import EXPECTED_FAILURES

@@ -14,8 +14,8 @@ from turnout.provider import (
     DeviceEntry,
     ExecutionProvider,
     ProviderFactory,
-    nonnegative_int_option,
 )
+from turnout.provider_options import ProviderOption
 
 from . import __version__
 
@@ -45,31 +45,6 @@ def _platforms() -> list[Any]:
         return list(cl.get_platforms())
     except cl.Error as e:  # PLATFORM_NOT_FOUND_KHR when the ICD loader finds no vendor
         raise LookupError(f"no OpenCL ICD or platform found ({e})") from None
-
-
-def _check_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "platform" in options:
-        raw = options["platform"]
-        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-            raise InvalidArgument(
-                "OpenCLExecutionProvider: platform must be an index or a name substring, "
-                f"not {raw!r}"
-            )
-        out["platform"] = int(raw) if isinstance(raw, str) and raw.isdigit() else raw
-    if "device_type" in options:
-        raw = str(options["device_type"]).lower()
-        if raw not in DEVICE_TYPES:
-            raise InvalidArgument(
-                f"OpenCLExecutionProvider: device_type must be one of {', '.join(DEVICE_TYPES)}, "
-                f"not {options['device_type']!r}"
-            )
-        out["device_type"] = raw
-    if "device_id" in options:
-        out["device_id"] = nonnegative_int_option(
-            "OpenCLExecutionProvider", "device_id", options["device_id"]
-        )
-    return out
 
 
 def select_device(options: Mapping[str, Any]) -> tuple[Any, int]:
@@ -130,7 +105,19 @@ class OpenCLProviderFactory(ProviderFactory):
     name = "OpenCLExecutionProvider"
     aliases = ("opencl",)
     default_priority = 50
-    option_names = frozenset({"platform", "device_type", "device_id"})
+    options = (
+        ProviderOption(
+            "platform",
+            (int, str),
+            None,
+            "OpenCL platform: its index, or a substring of its name (default: all platforms)",
+            minimum=0,
+        ),
+        ProviderOption(
+            "device_type", (str,), "all", "Which devices to choose from", choices=DEVICE_TYPES
+        ),
+        ProviderOption("device_id", (int,), 0, "Index among the devices of that type", minimum=0),
+    )
     version = __version__
     vendor = "turnout"
     device_type = "opencl"
@@ -169,14 +156,13 @@ class OpenCLProviderFactory(ProviderFactory):
         )
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
-        opts = _check_options(options)
         try:
-            device, index = select_device(opts)
+            device, index = select_device(options)
         except LookupError as e:
             raise InvalidArgument(f"{self.name}: {e}") from None
         from .provider import OpenCLExecutionProvider
 
-        return OpenCLExecutionProvider(opts, device, index)
+        return OpenCLExecutionProvider(options, device, index)
 
     def data_transfer(self) -> DataTransfer:
         if not hasattr(self, "_transfer"):

@@ -21,8 +21,8 @@ from ...provider import (
     KernelDef,
     KernelNode,
     ProviderFactory,
-    nonnegative_int_option,
 )
+from ...provider_options import ProviderOption
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .expected_failures import EXPECTED_FAILURES
 from .missing import MISSING_SOURCE, missing_kernel
@@ -40,10 +40,18 @@ class CPUExecutionProvider(ExecutionProvider):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
         self.kernels = CPU_KERNELS
-        threads = int(self.options.get("intra_op_num_threads", 0) or 0)
-        # numpy's BLAS runs on every core unless held to the session's thread count
-        self._blas = BlasThreads(threads) if threads > 0 else None
+        self._blas: BlasThreads | None = None
+        self.set_dynamic_option("intra_op_num_threads", self.options.get("intra_op_num_threads", 0))
         self._run_state = threading.local()
+
+    def set_dynamic_option(self, name: str, value: Any) -> None:
+        if name != "intra_op_num_threads":
+            super().set_dynamic_option(name, value)
+            return
+        # numpy's BLAS runs on every core unless held to the session's thread count
+        threads = int(value or 0)
+        self.options[name] = threads
+        self._blas = BlasThreads(threads) if threads > 0 else None
 
     def on_run_start(self) -> None:
         if self._blas is not None:
@@ -81,7 +89,27 @@ class CPUProviderFactory(ProviderFactory):
     aliases = ("cpu", "CPU")
     default_priority = -1000
     # arena options are accepted for onnxruntime parity; intra_op_num_threads limits BLAS
-    option_names = frozenset({"arena_extend_strategy", "use_arena", "intra_op_num_threads"})
+    options = (
+        ProviderOption(
+            "intra_op_num_threads",
+            (int,),
+            0,
+            "Threads numpy's BLAS may use during a run (0: its own default, every core); "
+            "SessionOptions.intra_op_num_threads sets it.",
+            minimum=0,
+            dynamic=True,
+        ),
+        ProviderOption(
+            "arena_extend_strategy",
+            (str,),
+            "knextpoweroftwo",
+            "Accepted for onnxruntime parity; the numpy kernels allocate per value.",
+            choices=("knextpoweroftwo", "ksameasrequested", "0", "1"),
+        ),
+        ProviderOption(
+            "use_arena", (bool,), True, "Accepted for onnxruntime parity; there is no arena."
+        ),
+    )
     version = __version__
     vendor = "turnout"
 
@@ -91,11 +119,6 @@ class CPUProviderFactory(ProviderFactory):
         return Availability(True, (DeviceEntry(CPU, {"backend": "numpy"}),), version=__version__)
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
-        if "intra_op_num_threads" in options:
-            options = dict(options)
-            options["intra_op_num_threads"] = nonnegative_int_option(
-                self.name, "intra_op_num_threads", options["intra_op_num_threads"]
-            )
         return CPUExecutionProvider(options)
 
     def expected_failures(self) -> Mapping[str, str]:
