@@ -1,7 +1,7 @@
 """turnout.quantization beside onnxruntime.quantization on the benchmark models.
 
     python -m benchmarks.quantization [--models mlp,tiny_cnn] [--calib 16] [--eval 64]
-                                      [--json FILE]
+                                      [--numpy-only] [--json FILE]
 
 For each model and method (dynamic; static QDQ MinMax per tensor; static QDQ MinMax per
 channel), both tools quantize the same float model with the same options (activations uint8,
@@ -125,10 +125,15 @@ def _run_ort(model: onnx.ModelProto, feeds: list[dict[str, Any]]) -> np.ndarray:
     return np.concatenate([session.run(None, f)[0] for f in feeds])
 
 
-def _run_turnout(model: onnx.ModelProto, feeds: list[dict[str, Any]]) -> np.ndarray:
+def _run_turnout(
+    model: onnx.ModelProto, feeds: list[dict[str, Any]], numpy_only: bool
+) -> np.ndarray:
     import turnout
 
-    session = turnout.InferenceSession(model.SerializeToString())
+    opts = turnout.SessionOptions()
+    if numpy_only:  # turnout.provider_selection's documented switch
+        opts.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
+    session = turnout.InferenceSession(model.SerializeToString(), opts)
     return np.concatenate([session.run(None, f)[0] for f in feeds])
 
 
@@ -136,7 +141,9 @@ def _top1(out: np.ndarray) -> np.ndarray:
     return out.reshape(-1, out.shape[-1]).argmax(axis=-1)
 
 
-def measure(name: str, spec: QuantModel, n_calib: int, n_eval: int) -> list[dict[str, Any]]:
+def measure(
+    name: str, spec: QuantModel, n_calib: int, n_eval: int, numpy_only: bool = False
+) -> list[dict[str, Any]]:
     """One row per method for model `name`."""
     import onnxruntime.quantization as ort_quant
 
@@ -164,7 +171,7 @@ def measure(name: str, spec: QuantModel, n_calib: int, n_eval: int) -> list[dict
             if spec.classifier:
                 row[f"top1_{key}"] = float((_top1(out) == _top1(ref)).mean())
             if key == "turnout":
-                ours = _run_turnout(quant, evals)
+                ours = _run_turnout(quant, evals, numpy_only)
                 row["gap"] = float(np.abs(out - ours).max()) / span
         row["classes"] = int(np.unique(_top1(ref)).size) if spec.classifier else None
         rows.append(row)
@@ -215,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calib", type=int, default=16, help="calibration batches")
     parser.add_argument("--eval", type=int, default=64, help="evaluation batches")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
+    parser.add_argument(
+        "--numpy-only",
+        action="store_true",
+        help="run the quantized models on turnout's numpy kernels only (no turnout-numba)",
+    )
     args = parser.parse_args(argv)
     import logging
 
@@ -224,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         if name not in specs:
             parser.error(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-        rows += measure(name, specs[name], args.calib, args.eval)
+        rows += measure(name, specs[name], args.calib, args.eval, args.numpy_only)
         print(f"{name}: done", flush=True)
     print(markdown(rows))
     if args.json:

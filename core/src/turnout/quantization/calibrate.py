@@ -148,12 +148,12 @@ class _Entropy(_Histogram):
     def _divergence(self, cut: int) -> float:
         reference = self.counts[:cut].copy()
         reference[-1] += self.counts[cut:].sum()  # the clipped tail lands in the last bin
-        groups = np.array_split(np.arange(cut), self.levels)
-        candidate = np.zeros(cut)
-        for group in groups:
-            nonzero = self.counts[group] > 0
-            if nonzero.any():
-                candidate[group[nonzero]] = self.counts[group].sum() / nonzero.sum()
+        kept = self.counts[:cut]
+        group = np.arange(cut) * self.levels // cut  # `levels` runs of neighbouring bins
+        sums = np.bincount(group, weights=kept, minlength=self.levels)
+        filled = np.bincount(group, weights=kept > 0, minlength=self.levels)
+        # each level's count spread evenly over the bins of its run that held values
+        candidate = np.where(kept > 0, sums[group] / np.maximum(filled[group], 1), 0.0)
         p = reference / reference.sum()
         q_total = candidate.sum()
         if q_total == 0:
