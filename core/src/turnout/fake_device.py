@@ -17,6 +17,7 @@ import numpy as np
 
 from .errors import InvalidArgument
 from .provider import (
+    CONTRACT_VERSION,
     Availability,
     DataTransfer,
     Device,
@@ -137,6 +138,7 @@ class FakeDeviceProviderFactory(ProviderFactory):
     option_names = frozenset({"note"})
     device_type = "fake"
     version = "test"
+    contract_version = CONTRACT_VERSION
 
     def __init__(
         self, ops: Iterable[str] = ("Relu", "Add", "Mul"), hardware_type: str = "gpu"

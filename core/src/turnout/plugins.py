@@ -18,7 +18,7 @@ import pluggy
 from . import hookspecs
 from .errors import InvalidArgument
 from .logs import logger
-from .provider import Availability, ProviderFactory
+from .provider import CONTRACT_VERSION, SUPPORTED_CONTRACTS, Availability, ProviderFactory
 
 __all__ = [
     "BrokenPlugin",
@@ -70,22 +70,33 @@ class ProviderRegistry:
                 if ep.name in disabled or "*" in disabled:
                     continue
                 try:
-                    pm.register(ep.load(), name=ep.name)
+                    _register_checked(pm, ep.load(), ep.name)
                 except Exception as e:
                     self.broken.append(BrokenPlugin(ep.name, f"{type(e).__name__}: {e}"))
                     logger.warning("turnout plugin %r failed to load: %s", ep.name, e)
             for impl in pm.hook.turnout_providers.get_hookimpls():
                 try:
                     contributed = cast("list[ProviderFactory]", impl.function() or [])
-                    factories.extend(contributed)
                 except Exception as e:
                     self.broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
+                    continue
+                for factory in contributed:
+                    refusal = contract_refusal(factory)
+                    if refusal is None:
+                        factories.append(factory)
+                    else:
+                        self.broken.append(BrokenPlugin(impl.plugin_name, refusal))
+                        logger.warning("turnout plugin %r: %s", impl.plugin_name, refusal)
             self.factories = factories
             self.graph_passes = _collect_graph_passes(pm, self.broken)
             self._loaded = True
 
     def register(self, factory: ProviderFactory) -> None:
-        """Add a factory in-process (apps and tests); a plugin uses the entry point instead."""
+        """Add a factory in-process (apps and tests); a plugin uses the entry point instead.
+        A contract version this turnout does not support is an `InvalidArgument`."""
+        refusal = contract_refusal(factory)
+        if refusal is not None:
+            raise InvalidArgument(refusal)
         self._load()
         with self._lock:
             self.factories = [f for f in self.factories if f.name != factory.name] + [factory]
@@ -135,6 +146,31 @@ class ProviderRegistry:
 
 
 registry = ProviderRegistry()
+
+
+def contract_refusal(factory: ProviderFactory) -> str | None:
+    """Why `factory` cannot load here (a provider contract this turnout does not implement),
+    or None."""
+    version = getattr(factory, "contract_version", 1)
+    if version in SUPPORTED_CONTRACTS:
+        return None
+    supported = ", ".join(str(v) for v in sorted(SUPPORTED_CONTRACTS))
+    return (
+        f"{factory.name} implements provider contract {version!r}; this turnout "
+        f"(contract {CONTRACT_VERSION}) supports {supported}: not loaded"
+    )
+
+
+def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+    """Register a plugin module; a hook implementation whose name is no turnout hook (a typo
+    such as `turnout_provider`) unregisters it and raises, naming the hook."""
+    pm.register(plugin, name=name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        pm.unregister(name=name)
+        known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("turnout_")))
+        raise InvalidArgument(f"{e} (turnout's hooks: {known})") from None
 
 
 def register_provider(factory: ProviderFactory) -> None:

@@ -28,7 +28,15 @@ from .provider_options import ProviderOption
 if TYPE_CHECKING:
     from .ir import Graph, GraphView, Node
 
+CONTRACT_VERSION = 2
+"""The provider contract of this turnout. 2 added typed options (`ProviderOption`) and devices
+declared once, with their hardware type, in `probe()`; a version-1 provider (untyped
+`option_names`) still loads."""
+SUPPORTED_CONTRACTS = frozenset({1, 2})
+
 __all__ = [
+    "CONTRACT_VERSION",
+    "SUPPORTED_CONTRACTS",
     "Allocator",
     "Availability",
     "Capability",
@@ -419,6 +427,10 @@ class ProviderFactory:
     name: str = "ExecutionProvider"
     aliases: tuple[str, ...] = ()
     default_priority: int = 0
+    contract_version: int = 1
+    """The provider contract this factory implements (`turnout.provider.CONTRACT_VERSION` is
+    the newest). A version this turnout does not support keeps the provider from loading,
+    with the reason in `turnout providers`."""
     option_names: frozenset[str] = frozenset()
     """Keys `create` accepts. A factory that declares typed `options` gets their names here."""
     options: tuple[ProviderOption, ...] = ()

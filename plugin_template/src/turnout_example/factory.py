@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.provider import Availability, DeviceEntry, ProviderFactory
+from turnout.provider import CONTRACT_VERSION, Availability, DeviceEntry, ProviderFactory
 from turnout.provider_options import ProviderOption
 
 from . import ALIAS, PROVIDER_NAME, __version__
@@ -29,6 +29,7 @@ class ExampleFactory(ProviderFactory):
     default_priority = 0  # order when the user passes no provider list (higher first; CPU -1000)
     options = OPTIONS  # parsed and filled with defaults before _create sees them
     version = __version__
+    contract_version = CONTRACT_VERSION  # the provider contract this package is written for
     device_type = DEVICE.type  # where its values live (OrtValues of this type use its transfer)
 
     def _probe(self) -> Availability:

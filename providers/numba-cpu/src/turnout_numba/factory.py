@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.provider import CPU, Availability, DeviceEntry, ExecutionProvider, ProviderFactory
+from turnout.provider import (
+    CONTRACT_VERSION,
+    CPU,
+    Availability,
+    DeviceEntry,
+    ExecutionProvider,
+    ProviderFactory,
+)
 from turnout.provider_options import ProviderOption
 
 from . import __version__
@@ -34,6 +41,7 @@ class NumbaProviderFactory(ProviderFactory):
     )
     version = __version__
     vendor = "turnout"
+    contract_version = CONTRACT_VERSION
 
     def _probe(self) -> Availability:
         try:

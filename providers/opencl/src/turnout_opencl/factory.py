@@ -8,6 +8,7 @@ from typing import Any
 
 from turnout.errors import InvalidArgument
 from turnout.provider import (
+    CONTRACT_VERSION,
     Availability,
     DataTransfer,
     Device,
@@ -120,6 +121,7 @@ class OpenCLProviderFactory(ProviderFactory):
     )
     version = __version__
     vendor = "turnout"
+    contract_version = CONTRACT_VERSION
     device_type = "opencl"
 
     def _probe(self) -> Availability:

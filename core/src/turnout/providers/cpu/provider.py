@@ -14,6 +14,7 @@ from ...blas_threads import BlasThreads
 from ...contrib import unsupported_reason
 from ...model import known_domain
 from ...provider import (
+    CONTRACT_VERSION,
     Availability,
     Capability,
     DeviceEntry,
@@ -112,6 +113,7 @@ class CPUProviderFactory(ProviderFactory):
     )
     version = __version__
     vendor = "turnout"
+    contract_version = CONTRACT_VERSION
 
     def _probe(self) -> Availability:
         from ...provider import CPU
