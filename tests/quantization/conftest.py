@@ -72,3 +72,12 @@ def batches(
 @pytest.fixture
 def make_batches() -> Callable[..., list[dict[str, np.ndarray]]]:
     return batches
+
+
+@pytest.fixture
+def text_cnn() -> tuple[onnx.ModelProto, Callable[[int], dict[str, np.ndarray]]]:
+    """A small text CNN (embedding Gather, Conv1D, Concat, Gemm, Softmax) and its feeds."""
+    from turnout.models.apps import text_cnn_feeds, text_cnn_like
+
+    model = text_cnn_like(seq=16, vocab=200, dim=16, filters=8, classes=5)
+    return model, lambda seed: text_cnn_feeds(seq=16, vocab=200, batch=4, seed=seed)

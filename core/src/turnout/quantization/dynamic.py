@@ -9,7 +9,8 @@ quantize_dynamic writes, so either runtime runs the result:
 
 One DynamicQuantizeLinear serves every quantized consumer of the same activation. Gemm is
 written as MatMulInteger over the (offline transposed) weight, with alpha folded into the weight
-scale and beta into the bias.
+scale and beta into the bias. A Gather from a constant table (an embedding) gathers int8 rows
+and dequantizes them (DequantizeLinear), as onnxruntime does.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .types import QuantType
 
 __all__ = ["quantize_dynamic"]
 
-DYNAMIC_OPS = ("Conv", "MatMul", "Gemm")
+DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Gather")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _EXTRA_OPTIONS: dict[str, Any] = {"WeightSymmetric": None, "MatMulConstBOnly": True}
 
@@ -161,6 +162,33 @@ class _DynamicQuantizer:
         self.rescale(node, int_node, x_scale, w_scale, bias, out)
         return None
 
+    def gather(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> str | None:
+        """An embedding table stored as int8: Gather picks int8 rows, DequantizeLinear
+        turns only those back to float."""
+        table = self.ed.constant(node.input[0])
+        if table is None:
+            return "its data is not an initializer"
+        q, params = quantize_weight(
+            table, self.s.weight_type, self.s.symmetric, None, self.s.reduce_range
+        )
+        self.replaced.add(node.input[0])
+        base = node.name or node.output[0]
+        picked = self.ed.fresh(f"{base}_quantized_output")
+        gathered = helper.make_node(
+            "Gather",
+            [self.ed.add_initializer(q, f"{node.input[0]}_quantized"), node.input[1]],
+            [picked],
+            self.ed.fresh(f"{base}_quant"),
+        )
+        gathered.attribute.extend(node.attribute)
+        scale = self.ed.add_initializer(params.scale, f"{node.input[0]}_scale")
+        zero = self.ed.add_initializer(params.zero_point, f"{node.input[0]}_zero_point")
+        dq = helper.make_node(
+            "DequantizeLinear", [picked, scale, zero], [node.output[0]], self.ed.fresh(f"{base}_dq")
+        )
+        out.extend([gathered, dq])
+        return None
+
     def matmul(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> str | None:
         w = self.ed.constant(node.input[1])
         if w is None:
@@ -230,7 +258,8 @@ def quantize_dynamic(
     nodes_to_exclude: Iterable[str] | None = None,
     extra_options: Mapping[str, Any] | None = None,
 ) -> onnx.ModelProto:
-    """Quantize the weights of Conv, MatMul and Gemm to 8 bits and their inputs at run time.
+    """Quantize the weights of Conv, MatMul and Gemm to 8 bits and their inputs at run time;
+    constant Gather tables (embeddings) are stored as 8 bits too.
 
     `model_input` and `model_output` are paths or ModelProtos (the output ModelProto is filled
     in place; None writes nothing); the quantized model is returned. `weight_type` QInt8
@@ -263,7 +292,12 @@ def quantize_dynamic(
         nodes_to_exclude,
     )
     quantizer = _DynamicQuantizer(editor, settings)
-    handlers = {"Conv": quantizer.conv, "MatMul": quantizer.matmul, "Gemm": quantizer.gemm}
+    handlers = {
+        "Conv": quantizer.conv,
+        "MatMul": quantizer.matmul,
+        "Gemm": quantizer.gemm,
+        "Gather": quantizer.gather,
+    }
     chosen_ids = {id(n) for n in chosen}
     nodes: list[onnx.NodeProto] = []
     reasons: list[str] = []

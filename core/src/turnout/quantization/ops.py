@@ -5,7 +5,8 @@
 - removable: Relu and Clip; when the producer's output is quantized anyway, the op is dropped
   and its range (clipped at 0, or at Clip's bounds) does the clipping in QuantizeLinear.
 - passthrough: ops that move or select values without changing them; quantized only when their
-  input is, and their outputs reuse the input's scale and zero point (no requantization).
+  input is, and their outputs reuse the input's scale and zero point (no requantization). A
+  Gather from a constant table quantizes the table as a weight instead.
 - generic: every float input and the outputs get their own calibrated range.
 - normalization: input 0 and the output are activations, input 1 (the scale) a weight.
 """
@@ -32,6 +33,7 @@ STATIC_ROLES: dict[str, str] = {
             "Slice",
             "Resize",
             "Split",
+            "Gather",
         ),
         "passthrough",
     ),

@@ -128,6 +128,9 @@ class _Planner:
             self._weighted(node)
         elif role == "passthrough":
             x = node.input[0]
+            if node.op_type == "Gather" and x in self.ed.initializers:
+                self._input(node, 0)  # an embedding table: int8 behind a DequantizeLinear
+                return
             if x not in self.plan.activations and self.s.force_passthrough:
                 self._activation(x)
             if x in self.plan.activations:
