@@ -1,0 +1,213 @@
+"""Attention, MultiHeadAttention and RotaryEmbedding (com.microsoft) against onnxruntime's CPU
+kernels: mask layouts, past/present, causal, attention_bias, packed inputs, optional inputs
+present and absent, optional outputs requested. onnxruntime's CPU provider runs these ops in
+float32 only (RotaryEmbedding in float16 too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from turnout.contrib import DOMAIN
+
+Rng = np.random.Generator
+B, S, N, H = 2, 4, 2, 8
+D = N * H
+
+
+def _f(rng: Rng, *shape: int, dtype: Any = np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _node(op: str, inputs: list[str], outputs: list[str], **attrs: Any) -> Any:
+    while inputs and not inputs[-1]:
+        inputs = inputs[:-1]
+    return helper.make_node(op, inputs, outputs, domain=DOMAIN, **attrs)
+
+
+def _masks(past: int) -> dict[str, np.ndarray | None]:
+    total = past + S
+    raw = np.ones((B, total), np.int32)
+    raw[1, -2:] = 0
+    return {
+        "none": None,
+        "lengths": np.array([total, total - 1], np.int32),
+        "ends_starts": np.array([total, total - 1, 0, 1], np.int32),
+        "raw2d": raw,
+        "raw3d": np.broadcast_to(raw[:, None], (B, S, total)).copy(),
+    }
+
+
+@pytest.mark.parametrize("mask", ["none", "lengths", "ends_starts", "raw2d", "raw3d"])
+@pytest.mark.parametrize("past", [0, 3])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention(
+    contrib_parity: Any, rng: Rng, mask: str, past: int, unidirectional: int
+) -> None:
+    m = _masks(past)[mask]
+    inputs = [_f(rng, B, S, D), _f(rng, D, 3 * D) * 0.3, _f(rng, 3 * D), m]
+    names = ["x", "w", "b", "m" if m is not None else ""]
+    if past:
+        names.append("past")
+        inputs.append(_f(rng, 2, B, N, past, H))
+    outputs = ["y", "present"] if past else ["y"]
+    node = _node("Attention", names, outputs, num_heads=N, unidirectional=unidirectional)
+    got = contrib_parity(node, inputs[: len(names)])
+    if past:
+        assert got[1].shape == (2, B, N, past + S, H)
+
+
+def test_attention_present_without_past(contrib_parity: Any, rng: Rng) -> None:
+    node = _node("Attention", ["x", "w"], ["y", "present"], num_heads=N)
+    _, present = contrib_parity(node, [_f(rng, B, S, D), _f(rng, D, 3 * D) * 0.3])
+    assert present.shape == (2, B, N, S, H)
+
+
+def test_attention_bias_scale_and_hidden_sizes(contrib_parity: Any, rng: Rng) -> None:
+    dv = 2 * D
+    inputs = [
+        _f(rng, B, S, D),
+        _f(rng, D, 2 * D + dv) * 0.3,
+        _f(rng, 2 * D + dv),
+        None,
+        None,
+        _f(rng, 1, N, S, S),
+    ]
+    node = _node(
+        "Attention",
+        ["x", "w", "b", "", "", "ab"],
+        ["y"],
+        num_heads=N,
+        qkv_hidden_sizes=[D, D, dv],
+        scale=0.2,
+    )
+    (y,) = contrib_parity(node, inputs)
+    assert y.shape == (B, S, dv)
+
+
+def test_attention_mask_filter_value(contrib_parity: Any, rng: Rng) -> None:
+    m = _masks(0)["raw2d"]
+    node = _node("Attention", ["x", "w", "", "m"], ["y"], num_heads=N, mask_filter_value=-3.0)
+    contrib_parity(node, [_f(rng, B, S, D), _f(rng, D, 3 * D) * 0.3, None, m])
+
+
+def _mha_inputs(rng: Rng, layout: str, kv_len: int) -> tuple[list[str], list[Any]]:
+    q = _f(rng, B, S, D)
+    if layout == "separate":
+        return ["q", "k", "v"], [q, _f(rng, B, kv_len, D), _f(rng, B, kv_len, D)]
+    if layout == "packed_kv":
+        return ["q", "kv"], [q, _f(rng, B, kv_len, N, 2, H)]
+    if layout == "bnsh_kv":
+        return ["q", "k", "v"], [q, _f(rng, B, N, kv_len, H), _f(rng, B, N, kv_len, H)]
+    return ["qkv"], [_f(rng, B, S, N, 3, H)]
+
+
+def _as_separate(layout: str, inputs: list[Any]) -> list[Any]:
+    """The packed layouts' inputs as separate [B, S, D] query, key and value."""
+    if layout == "packed_qkv":
+        qkv = inputs[0]  # [B, S, N, 3, H]
+        return [qkv[:, :, :, i].reshape(B, S, D) for i in range(3)]
+    kv = inputs[1]  # [B, L, N, 2, H]
+    return [inputs[0], *(kv[:, :, :, i].reshape(B, kv.shape[1], D) for i in range(2))]
+
+
+@pytest.mark.parametrize("layout", ["separate", "bnsh_kv"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_multi_head_attention_layouts(
+    contrib_parity: Any, rng: Rng, layout: str, with_bias: bool
+) -> None:
+    names, inputs = _mha_inputs(rng, layout, 5)
+    if with_bias:
+        names.append("bias")
+        inputs.append(_f(rng, 3 * D))
+    node = _node("MultiHeadAttention", names, ["y"], num_heads=N)
+    contrib_parity(node, inputs)
+
+
+@pytest.mark.parametrize("layout", ["packed_kv", "packed_qkv"])
+def test_multi_head_attention_packed_layouts(contrib_parity: Any, rng: Rng, layout: str) -> None:
+    """onnxruntime's CPU kernel refuses packed QKV and KV ("not implemented for CPU"): the
+    oracle is onnxruntime on the same data as separate query, key and value."""
+    from turnout.testing import run_onnxruntime
+
+    names, inputs = _mha_inputs(rng, layout, 5)
+    node = _node("MultiHeadAttention", names, ["y"], num_heads=N)
+    separate = _node("MultiHeadAttention", ["q", "k", "v"], ["y"], num_heads=N)
+    contrib_parity(
+        node,
+        inputs,
+        reference=lambda *_: run_onnxruntime(separate, _as_separate(layout, inputs), 17),
+    )
+
+
+def test_multi_head_attention_bnsh_kv_with_past(contrib_parity: Any, rng: Rng) -> None:
+    names, inputs = _mha_inputs(rng, "bnsh_kv", 5)
+    names += ["", "", "", "pk", "pv"]
+    inputs += [None, None, None, _f(rng, B, N, 3, H), _f(rng, B, N, 3, H)]
+    node = _node("MultiHeadAttention", names, ["y", "pk_out", "pv_out"], num_heads=N)
+    _, pk, _ = contrib_parity(node, inputs)
+    assert pk.shape == (B, N, 8, H)
+
+
+def test_multi_head_attention_qk_output(contrib_parity: Any, rng: Rng) -> None:
+    names, inputs = _mha_inputs(rng, "separate", 5)
+    node = _node("MultiHeadAttention", names, ["y", "", "", "qk"], num_heads=N)
+    _, qk = contrib_parity(node, inputs)
+    assert qk.shape == (B, N, S, 5)
+
+
+@pytest.mark.parametrize("mask", ["lengths", "raw2d"])
+@pytest.mark.parametrize("past", [0, 3])
+def test_multi_head_attention_mask_past_present_qk(
+    contrib_parity: Any, rng: Rng, mask: str, past: int
+) -> None:
+    m = _masks(past)[mask]
+    names = ["q", "k", "v", "b", "m", "ab"]
+    inputs: list[Any] = [_f(rng, B, S, D), _f(rng, B, S, D), _f(rng, B, S, D), _f(rng, 3 * D)]
+    inputs += [m, _f(rng, B, 1, S, past + S)]
+    if past:
+        names += ["pk", "pv"]
+        inputs += [_f(rng, B, N, past, H), _f(rng, B, N, past, H)]
+    node = _node("MultiHeadAttention", names, ["y", "present_k", "present_v"], num_heads=N)
+    _, pk, pv = contrib_parity(node, inputs)
+    assert pk.shape == pv.shape == (B, N, past + S, H)
+
+
+def test_multi_head_attention_unidirectional_and_scale(contrib_parity: Any, rng: Rng) -> None:
+    names, inputs = _mha_inputs(rng, "separate", S)
+    node = _node("MultiHeadAttention", names, ["y"], num_heads=N, unidirectional=1, scale=0.5)
+    contrib_parity(node, inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("layout", ["bsd", "bnsh"])
+@pytest.mark.parametrize("positions", ["offset", "full"])
+@pytest.mark.parametrize("partial", [False, True])
+def test_rotary_embedding(
+    contrib_parity: Any,
+    rng: Rng,
+    dtype: Any,
+    interleaved: int,
+    layout: str,
+    positions: str,
+    partial: bool,
+) -> None:
+    rot = H // 2 if partial else H
+    max_pos = 16
+    angles = np.arange(max_pos)[:, None] / (10000 ** (np.arange(rot // 2) / (rot // 2)))
+    cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    x = _f(rng, B, S, D, dtype=dtype) if layout == "bsd" else _f(rng, B, N, S, H, dtype=dtype)
+    pos = (
+        np.array([3], np.int64)
+        if positions == "offset"
+        else rng.integers(0, max_pos, (B, S)).astype(np.int64)
+    )
+    attrs: dict[str, Any] = {"interleaved": interleaved}
+    if partial:
+        attrs.update(rotary_embedding_dim=rot, num_heads=N)
+    node = _node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], **attrs)
+    contrib_parity(node, [x, pos, cos, sin])
