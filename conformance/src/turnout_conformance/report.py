@@ -11,9 +11,12 @@ from typing import Any
 
 from .runner import Result
 
-__all__ = ["STATUSES", "UNEXPECTED", "Report"]
+__all__ = ["COLUMNS", "STATUSES", "UNEXPECTED", "Report"]
 
 STATUSES = ("passed", "failed", "unclaimed", "crash", "timeout", "xfail", "xpass")
+COLUMNS = ("cases", "claimed", "exercised", "not_exercised", *STATUSES, "inherited")
+"""Summary columns. claimed: the provider ran every node of the case; exercised: at least one
+(in isolated mode both mean it declined none); inherited: xfails from the CPU provider's list."""
 UNEXPECTED = frozenset({"failed", "crash", "timeout", "xpass"})
 SLOWEST = 10
 
@@ -34,25 +37,30 @@ class Report:
 
     # ------------------------------------------------------------------ numbers
     def summary(self) -> dict[str, dict[str, int]]:
-        """provider -> counts: cases, claimed, and one entry per status."""
-        out: dict[str, dict[str, int]] = {}
-        for p in self.providers:
-            counts = dict.fromkeys(("cases", "claimed", *STATUSES), 0)
-            for r in self.results:
-                if r.provider == p:
-                    counts["cases"] += 1
-                    counts[r.status] += 1
-            counts["claimed"] = counts["cases"] - counts["unclaimed"]
-            out[p] = counts
-        return out
+        """provider -> counts: one entry per column of `COLUMNS`."""
+        return {
+            p: _count([r for r in self.results if r.provider == p], COLUMNS) for p in self.providers
+        }
 
     def by_op(self) -> dict[str, dict[str, dict[str, int]]]:
-        """op type -> provider -> status counts."""
-        out: dict[str, dict[str, dict[str, int]]] = {}
+        """op type -> provider -> counts: cases, claimed, exercised, inherited and the statuses
+        that occurred."""
+        grouped: dict[str, dict[str, list[Result]]] = {}
         for r in self.results:
-            per = out.setdefault(r.op, {}).setdefault(r.provider, {})
-            per[r.status] = per.get(r.status, 0) + 1
+            grouped.setdefault(r.op, {}).setdefault(r.provider, []).append(r)
+        keys = ("cases", "claimed", "exercised", "inherited")
+        out = {
+            op: {
+                p: {k: v for k, v in _count(rs, COLUMNS).items() if v or k in keys}
+                for p, rs in per.items()
+            }
+            for op, per in grouped.items()
+        }
         return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
+
+    def inherited(self) -> list[Result]:
+        """Expected failures inherited from another provider's reviewed list."""
+        return [r for r in self.results if r.status == "xfail" and r.expected_from]
 
     def unexpected(self) -> list[Result]:
         return [r for r in self.results if r.status in UNEXPECTED]
@@ -68,10 +76,20 @@ class Report:
     def to_text(self, details: int = 50) -> str:
         lines = [self._headline(), ""]
         width = max([len(p) for p in self.providers] + [8])
-        cols = ("cases", "claimed", *STATUSES)
-        lines.append(f"{'provider':<{width}}  " + " ".join(f"{c:>9}" for c in cols))
+        head = [c.replace("_", " ") for c in COLUMNS]
+        lines.append(f"{'provider':<{width}}  " + " ".join(f"{h:>9}" for h in head))
         for p, counts in self.summary().items():
-            lines.append(f"{p:<{width}}  " + " ".join(f"{counts[c]:>9}" for c in cols))
+            cells = (f"{counts[c]:>{max(9, len(h))}}" for c, h in zip(COLUMNS, head))
+            lines.append(f"{p:<{width}}  " + " ".join(cells))
+        if self.mode == "fallback":
+            lines += ["", _FALLBACK_NOTE]
+        inherited = self.inherited()
+        if inherited:
+            lines += ["", f"expected failures inherited ({len(inherited)}):"]
+            for r in inherited[:details]:
+                lines.append(f"  XFAIL    {r.provider} {r.case}: {_clipped(r.label())}")
+            if len(inherited) > details:
+                lines.append(f"  ... and {len(inherited) - details} more (see --json / --markdown)")
         bad = self.unexpected()
         if bad:
             lines += ["", f"unexpected results ({len(bad)}):"]
@@ -117,21 +135,29 @@ class Report:
         md = [f"# {self._headline()}", ""]
         if self.meta:
             md += [", ".join(f"{k} {v}" for k, v in self.meta.items()), ""]
-        cols = ("cases", "claimed", *STATUSES)
-        md += ["## Summary", "", "| provider | " + " | ".join(cols) + " |"]
-        md.append("| --- |" + " ---: |" * len(cols))
+        head = [c.replace("_", " ") for c in COLUMNS]
+        md += ["## Summary", "", "| provider | " + " | ".join(head) + " |"]
+        md.append("| --- |" + " ---: |" * len(COLUMNS))
         for p, counts in self.summary().items():
-            md.append(f"| {p} | " + " | ".join(str(counts[c]) for c in cols) + " |")
+            md.append(f"| {p} | " + " | ".join(str(counts[c]) for c in COLUMNS) + " |")
+        if self.mode == "fallback":
+            md += ["", _FALLBACK_NOTE]
         md += ["", "## By op type", ""]
-        md.append(
-            "Cell: passed/claimed, then the other outcomes (unclaimed cases are not claimed)."
-        )
+        if self.mode == "fallback":
+            md.append(
+                "Cell: passed/cases, then the other outcomes and how many cases the provider "
+                "exercised (ran at least one node of)."
+            )
+        else:
+            md.append(
+                "Cell: passed/claimed, then the other outcomes (unclaimed cases are not claimed)."
+            )
         md += ["", "| op | " + " | ".join(self.providers) + " |"]
         md.append("| --- |" + " --- |" * len(self.providers))
+        fallback = self.mode == "fallback"
         for op, per in self.by_op().items():
-            md.append(
-                f"| {op} | " + " | ".join(_cell(per.get(p, {})) for p in self.providers) + " |"
-            )
+            cells = (_cell(per.get(p, {}), fallback) for p in self.providers)
+            md.append(f"| {op} | " + " | ".join(cells) + " |")
         bad = self.unexpected()
         if bad:
             md += ["", f"## Unexpected results ({len(bad)})", ""]
@@ -143,7 +169,8 @@ class Report:
             md += ["", f"## Expected failures ({len(xfails)})", ""]
             md += ["| provider | case | reason |", "| --- | --- | --- |"]
             for r in xfails:
-                md.append(f"| {r.provider} | {r.case} | {_md(r.expected or '')} |")
+                reason = r.label() if r.expected_from else r.expected or ""
+                md.append(f"| {r.provider} | {r.case} | {_md(reason)} |")
         md += ["", "## Slowest cases", "", "| seconds | provider | case | status |"]
         md.append("| ---: | --- | --- | --- |")
         for r in self.slowest():
@@ -187,18 +214,50 @@ class Report:
                 elif r.status == "unclaimed":
                     ET.SubElement(tc, "skipped", message=f"unclaimed: {r.message[:500]}")
                 elif r.status == "xfail":
-                    ET.SubElement(tc, "skipped", message=f"expected failure: {r.expected or ''}")
+                    ET.SubElement(
+                        tc,
+                        "skipped",
+                        message=r.label() if r.expected_from else f"expected failure: {r.expected}",
+                    )
         ET.indent(root)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _cell(counts: dict[str, int]) -> str:
+_FALLBACK_NOTE = (
+    "fallback mode: claimed = the provider ran every node of the case, exercised = at least "
+    "one, not exercised = the CPU provider ran them all; inherited = failures in nodes the CPU "
+    "provider ran, listed in its reviewed expected failures."
+)
+
+
+def _count(results: list[Result], columns: tuple[str, ...]) -> dict[str, int]:
+    counts = dict.fromkeys(columns, 0)
+    for r in results:
+        counts["cases"] += 1
+        counts[r.status] += 1
+        counts["claimed"] += r.claimed
+        counts["exercised"] += r.exercised
+        counts["not_exercised"] += not r.exercised
+        counts["inherited"] += bool(r.status == "xfail" and r.expected_from)
+    return counts
+
+
+def _cell(counts: dict[str, int], fallback: bool = False) -> str:
+    """passed/claimed (isolated) or passed/cases (fallback), then the other outcomes."""
     if not counts:
         return ""
-    claimed = sum(v for k, v in counts.items() if k != "unclaimed")
-    text = f"{counts.get('passed', 0)}/{claimed}"
+    total = counts["cases"] if fallback else counts["cases"] - counts.get("unclaimed", 0)
+    text = f"{counts.get('passed', 0)}/{total}"
     extra = [f"{counts[s]} {s}" for s in STATUSES[1:] if counts.get(s)]
+    if counts.get("inherited"):
+        extra.append(f"{counts['inherited']} inherited")
+    if fallback:
+        extra.append(f"{counts['exercised']} exercised")
     return text + (" (" + ", ".join(extra) + ")" if extra else "")
+
+
+def _clipped(text: str, n: int = 200) -> str:
+    return text if len(text) <= n else text[: n - 4] + " ..."
 
 
 def _one_line(r: Result) -> str:

@@ -21,13 +21,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .attribution import culprit_of_error, culprit_of_wrong_outputs, placement
 from .cases import Case, collect_cases
 
-__all__ = ["CPU", "MODES", "Result", "Runner", "Task", "execute_case"]
+__all__ = ["CPU", "MODES", "Outcome", "Result", "Runner", "Task", "execute_case"]
 
 CPU = "CPUExecutionProvider"
 MODES = ("isolated", "fallback")
@@ -49,13 +50,48 @@ class Result:
     seconds: float
     message: str = ""
     expected: str | None = None  # the expected-failure reason, when the case is listed
+    placement: str = ""  # how many of the case's nodes the provider ran: all, some, none, ""
+    culprit: str = ""  # the provider that ran the failing node ("" when passed or unknown)
+    expected_from: str | None = None  # whose reviewed list `expected` is from, when inherited
+
+    @property
+    def claimed(self) -> bool:
+        """The provider ran every node of the case (in isolated mode: declined none)."""
+        return self.placement == "all"
+
+    @property
+    def exercised(self) -> bool:
+        """The provider ran at least one node of the case (unknown counts: it failed there)."""
+        return self.placement != "none"
+
+    def label(self) -> str:
+        """The status as reports show it: an inherited expected failure says from whom."""
+        if self.status == "xfail" and self.expected_from:
+            return f"expected failure (inherited from {self.expected_from}: {self.expected})"
+        return self.status
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "label": self.label(), "exercised": self.exercised}
 
 
-def execute_case(case: Case, provider: str, mode: str) -> tuple[str, str]:
-    """Run `case` in this process: ("passed" | "failed" | "unclaimed", message)."""
+class Outcome(NamedTuple):
+    """What running a case in this process found; `placement` and `culprit` as in `Result`."""
+
+    status: str
+    message: str
+    placement: str = ""
+    culprit: str = ""
+
+
+def execute_case(
+    case: Case,
+    provider: str,
+    mode: str,
+    on_placement: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Run `case` in this process: status "passed" | "failed" | "unclaimed", and in fallback
+    mode where the provider's nodes ran and whose node failed. `on_placement` hears the
+    placement as soon as the session exists (before a run that may crash)."""
     from turnout import errors
     from turnout.options import SessionOptions
     from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
@@ -73,31 +109,60 @@ def execute_case(case: Case, provider: str, mode: str) -> tuple[str, str]:
         providers = [provider] if provider == CPU else [provider, CPU]
     else:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    fallback = mode == "fallback" and provider != CPU
+    names = (provider, CPU)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
             sess = InferenceSession(case.load_model(), so, providers=providers)
         except errors.FallbackError as e:
             if mode == "isolated":
-                return "unclaimed", _clip(_declines(str(e)))
-            return "failed", _clip(f"session creation: {type(e).__name__}: {e}")
+                return Outcome("unclaimed", _clip(_declines(str(e))), "none")
+            return Outcome("failed", _clip(f"session creation: {type(e).__name__}: {e}"))
         except errors.NotImplemented as e:  # no provider at all can run some node
             if mode == "isolated" and provider != CPU:
-                return "unclaimed", _clip(str(e))
-            return "failed", _clip(f"session creation: {type(e).__name__}: {e}")
+                return Outcome("unclaimed", _clip(str(e)), "none")
+            message = _clip(f"session creation: {type(e).__name__}: {e}")
+            # the CPU provider is the last resort: a node nobody runs is a gap of its own
+            return Outcome(
+                "failed", message, "none" if fallback else "all", CPU if fallback else ""
+            )
         except Exception as e:
-            return "failed", _clip(f"session creation: {type(e).__name__}: {e}")
-        step = "loading data"
+            message = f"session creation: {type(e).__name__}: {e}"
+            who = culprit_of_error(message, None, names) if fallback else ""
+            return Outcome("failed", _clip(message), "all" if not fallback else "", who)
+        report = sess.partition_report() if fallback else None
+        where = placement(report, provider) if report is not None else "all"
+        if on_placement is not None:
+            on_placement(where)
+        step, feeds = "loading data", {}
         try:
             for i, (inputs, expected) in enumerate(case.load_data()):
                 step = f"data set {i}"
-                got = sess.run(None, _feeds(sess, inputs))
+                feeds = _feeds(sess, inputs)
+                got = sess.run(None, feeds)
                 assert_outputs_close(expected, got, case.rtol, case.atol)
         except AssertionError as e:
-            return "failed", _clip(f"wrong outputs ({step}): {str(e).strip()}")
+            message = _clip(f"wrong outputs ({step}): {str(e).strip()}")
+            if report is None:
+                return Outcome("failed", message, where)
+            if where != "some":
+                return Outcome("failed", message, where, provider if where == "all" else CPU)
+            return Outcome(
+                "failed",
+                message,
+                where,
+                culprit_of_wrong_outputs(case, report, provider, CPU, feeds),
+            )
         except Exception as e:
-            return "failed", _clip(f"run ({step}): {type(e).__name__}: {e}")
-    return "passed", ""
+            message = f"run ({step}): {type(e).__name__}: {e}"
+            who = ""
+            if report is not None:
+                who = culprit_of_error(message, report, names) or (
+                    CPU if where == "none" else provider
+                )
+            return Outcome("failed", _clip(message), where, who)
+    return Outcome("passed", "", where)
 
 
 def _feeds(sess: Any, inputs: Any) -> dict[str, Any]:
@@ -150,10 +215,10 @@ def _worker_main(
         provider, mode, idx = msg
         t0 = time.perf_counter()
         try:
-            status, message = execute_case(_CASES[idx], provider, mode)
+            out = execute_case(_CASES[idx], provider, mode, lambda p: conn.send(("placement", p)))
         except BaseException as e:  # e.g. SystemExit from a kernel: still one case's failure
-            status, message = "failed", _clip(f"{type(e).__name__}: {e}")
-        conn.send((status, message, time.perf_counter() - t0))
+            out = Outcome("failed", _clip(f"{type(e).__name__}: {e}"))
+        conn.send(("result", out, time.perf_counter() - t0))
 
 
 @dataclass
@@ -163,6 +228,7 @@ class _Worker:
     fault_log: str
     task: int | None = None
     started: float = 0.0
+    placement: str = ""  # of the running task, once its session exists
 
 
 class Runner:
@@ -210,11 +276,13 @@ class Runner:
         pending = deque(range(len(tasks)))
         workers: list[_Worker] = []
 
-        def finish(w: _Worker, status: str, message: str, seconds: float) -> None:
+        def finish(w: _Worker, out: Outcome, seconds: float) -> None:
             assert w.task is not None
-            provider, _, idx = tasks[w.task]
+            provider, mode, idx = tasks[w.task]
             c = self.cases[idx]
-            r = Result(provider, c.name, c.kind, c.op, status, seconds, message)
+            r = Result(provider, c.name, c.kind, c.op, out.status, seconds, out.message)
+            r.placement = out.placement or w.placement or ("all" if mode == "isolated" else "")
+            r.culprit = out.culprit or _crash_culprit(r, mode)
             results[w.task] = r
             if on_result is not None:
                 on_result(w.task, r)
@@ -227,6 +295,7 @@ class Runner:
                     if w.task is None and pending:
                         w.task = pending.popleft()
                         w.started = time.monotonic()
+                        w.placement = ""
                         w.conn.send(tasks[w.task])
                 busy = [w for w in workers if w.task is not None]
                 if not busy:
@@ -244,21 +313,27 @@ class Runner:
                     elif not w.proc.is_alive():
                         w.proc.join()
                         why = _exit_reason(w.proc.exitcode) + _crash_stack(w.fault_log)
-                        finish(w, "crash", why, elapsed)
+                        finish(w, Outcome("crash", why), elapsed)
                         workers[i] = self._replace(w)
                     elif elapsed > self.timeout:
-                        finish(w, "timeout", f"no result after {self.timeout:g} s; killed", elapsed)
+                        why = f"no result after {self.timeout:g} s; killed"
+                        finish(w, Outcome("timeout", why), elapsed)
                         workers[i] = self._replace(w)
         finally:
             for w in workers:
                 self._stop(w)
         return [r for r in results if r is not None]
 
-    def _receive(self, w: _Worker) -> tuple[str, str, float] | None:
+    def _receive(self, w: _Worker) -> tuple[Outcome, float] | None:
+        """The task's outcome if it has come; a placement message on the way is kept on `w`."""
         try:
-            if w.conn.poll():
-                status, message, seconds = w.conn.recv()
-                return str(status), str(message), float(seconds)
+            while w.conn.poll():
+                msg = w.conn.recv()
+                if msg[0] == "placement":
+                    w.placement = str(msg[1])
+                    continue
+                _, out, seconds = msg
+                return Outcome(*out), float(seconds)
         except (EOFError, OSError):
             pass
         return None
@@ -282,6 +357,13 @@ class Runner:
             w.proc.join()
         w.conn.close()
         _unlink(w.fault_log)
+
+
+def _crash_culprit(r: Result, mode: str) -> str:
+    """A crash or timeout in fallback mode is the CPU provider's only when it ran every node."""
+    if mode != "fallback" or r.provider == CPU or r.status not in ("crash", "timeout"):
+        return ""
+    return CPU if r.placement == "none" else r.provider
 
 
 def _unlink(path: str) -> None:
