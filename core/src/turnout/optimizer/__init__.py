@@ -37,6 +37,7 @@ from . import (  # noqa: F401 - importing registers the passes, in this order
     fusion_gelu,
     fusion_norm,
     gemm,
+    qdq,
     subgraph,
     transpose,
 )
@@ -84,6 +85,7 @@ ORDER = [
     "fold_conv_add_mul",
     "matmul_add_to_gemm",
     "eliminate_dead_nodes",
+    "fold_qdq",
     "fuse_gelu",
     "fuse_layer_norm",
     "fuse_skip_layer_norm",

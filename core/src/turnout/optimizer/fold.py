@@ -18,6 +18,7 @@ from onnx import NodeProto, helper, numpy_helper
 
 from .base import Level, PassContext, graph_pass
 from .graph import NONDETERMINISTIC, OptGraph, attr
+from .qdq import unit_dequantizers
 
 __all__ = ["fold_constants", "fold_shapes"]
 
@@ -34,8 +35,9 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
     known: set[str] = set()
     folded: list[NodeProto] = []
     values: dict[str, np.ndarray] = {}  # the results computed here, without a session
+    qdq = unit_dequantizers(g)
     for n in g.nodes:
-        if not _foldable(n) or any(o in g.protected for o in n.output):
+        if not _foldable(n) or id(n) in qdq or any(o in g.protected for o in n.output):
             continue
         if n.op_type in ("Shape", "Size") and n.input:
             value = _shape_value(g, n)
