@@ -49,7 +49,7 @@ def _run_ort(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[np.ndarray]:
 
 @pytest.fixture
 def contrib_parity() -> Parity:
-    """`parity(node, inputs, reference=None, tol=None)` -> turnout's outputs.
+    """`parity(node, inputs, reference=None, tol=None, opset=17)` -> turnout's outputs.
 
     `inputs` hold one value per node input (None for an absent optional one). Without
     `reference` the oracle is onnxruntime's CPU provider; with it, `reference(*inputs)`.
@@ -60,8 +60,9 @@ def contrib_parity() -> Parity:
         inputs: Sequence[Any],
         reference: Reference | None = None,
         tol: float | None = None,
+        opset: int = 17,
     ) -> list[np.ndarray]:
-        model = one_node_model(node, inputs, {"": 17})
+        model = one_node_model(node, inputs, {"": opset})
         feeds = {n: v for n, v in zip(node.input, positional_inputs(node, inputs)) if n}
         got = turnout.InferenceSession(model.SerializeToString()).run(None, feeds)
         if reference is None:

@@ -37,7 +37,7 @@ def test_skip_layer_normalization(
 ) -> None:
     xs, ss = shapes
     h = xs[-1]
-    inputs = [_f(rng, xs, dtype), _f(rng, ss, dtype), _f(rng, (h,), dtype)]
+    inputs: list[Any] = [_f(rng, xs, dtype), _f(rng, ss, dtype), _f(rng, (h,), dtype)]
     inputs += [_f(rng, (h,), dtype) if beta else None, _f(rng, (h,), dtype) if bias else None]
     names = ["x", "s", "g", "b" if beta else "", "bias" if bias else ""]
     while not names[-1]:
@@ -146,3 +146,17 @@ def test_embed_layer_normalization_refuses_ids_out_of_range(rng: Rng) -> None:
     feeds = {n: v for n, v in zip(names, values) if n}
     with pytest.raises(InvalidArgument, match=r"emb.*input_ids"):
         sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("opset", [11, 14, 17])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_normalization_before_opset_17(
+    contrib_parity: Any, rng: Rng, opset: int, with_bias: bool
+) -> None:
+    """onnxruntime's optimizer emits LayerNormalization at the model's opset; onnxruntime runs
+    it from version 1 (its ONNX-domain contrib op)."""
+    names = ["x", "g", "b"] if with_bias else ["x", "g"]
+    node = helper.make_node("LayerNormalization", names, ["y", "mean", "inv"], epsilon=1e-3)
+    values = [_f(rng, (2, 3, 16)), _f(rng, (16,))] + ([_f(rng, (16,))] if with_bias else [])
+    _, mean, inv = contrib_parity(node, values, opset=opset)
+    assert mean.shape == inv.shape == (2, 3, 1)

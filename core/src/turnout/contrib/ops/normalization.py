@@ -1,6 +1,7 @@
 """Layer normalizations that onnxruntime's optimizers fuse: SkipLayerNormalization,
-SkipSimplifiedLayerNormalization (RMS), EmbedLayerNormalization, and the RMS norm
-SimplifiedLayerNormalization, which onnxruntime registers in the ONNX domain."""
+SkipSimplifiedLayerNormalization (RMS), EmbedLayerNormalization, and two that onnxruntime
+registers in the ONNX domain from version 1: the RMS norm SimplifiedLayerNormalization, and
+LayerNormalization (ONNX's own arrived at opset 17; the optimizer emits it at any opset)."""
 
 from __future__ import annotations
 
@@ -59,17 +60,43 @@ define(
 )
 
 
-def _simplified(types: NodeTypes) -> list[TensorType | None]:
+def _reduced_norm(types: NodeTypes) -> list[TensorType | None]:
+    """Y like X (in the scale's type); the float statistics with the normalized axes kept as
+    1 (for every statistic output the op has)."""
     x, scale = types.input(0), types.input(1)
+    n_stats = len(types.outputs) - 1
     if x is None:
-        return [None, None]
+        return [None] * (1 + n_stats)
     y = TensorType(scale.elem_type if scale is not None else x.elem_type, x.shape)
     if x.shape is None:
-        return [y, None]
+        return [y, *([None] * n_stats)]
     axis = int(types.attr("axis", -1))
     axis = axis + len(x.shape) if axis < 0 else axis
-    inv = TensorType(_FLOAT, tuple(d if i < axis else 1 for i, d in enumerate(x.shape)))
-    return [y, inv]
+    stat = TensorType(_FLOAT, tuple(d if i < axis else 1 for i, d in enumerate(x.shape)))
+    return [y, *([stat] * n_stats)]
+
+
+_FLOAT_TYPES = ("float16", "float", "double", "bfloat16")
+_NORM_ATTRS = (
+    Attr("axis", "int", -1),
+    Attr("epsilon", "float", 1e-5),
+    Attr("stash_type", "int", 1),
+)
+define(
+    OpSpec(
+        "LayerNormalization",
+        (Arg("X", "T"), Arg("Scale", "V"), Arg("B", "V", optional=True)),
+        (
+            Arg("Y", "V"),
+            Arg("Mean", "U", optional=True),
+            Arg("InvStdDev", "U", optional=True),
+        ),
+        {"T": _FLOAT_TYPES, "U": ("float", "double"), "V": _FLOAT_TYPES},
+        _reduced_norm,
+        attrs=_NORM_ATTRS,
+        domain="",
+    )
+)
 
 
 define(
@@ -77,17 +104,9 @@ define(
         "SimplifiedLayerNormalization",
         (Arg("X", "T"), Arg("scale", "V")),
         (Arg("Y", "V"), Arg("inv_std_var", "U", optional=True)),
-        {
-            "T": ("float16", "float", "double", "bfloat16"),
-            "U": ("float", "double"),
-            "V": ("float16", "float", "double", "bfloat16"),
-        },
-        _simplified,
-        attrs=(
-            Attr("axis", "int", -1),
-            Attr("epsilon", "float", 1e-5),
-            Attr("stash_type", "int", 1),
-        ),
+        {"T": _FLOAT_TYPES, "U": ("float", "double"), "V": _FLOAT_TYPES},
+        _reduced_norm,
+        attrs=_NORM_ATTRS,
         domain="",
     )
 )

@@ -1,6 +1,7 @@
 """numpy kernels of the contrib layer normalizations: SkipLayerNormalization,
-SkipSimplifiedLayerNormalization, EmbedLayerNormalization (com.microsoft) and
-SimplifiedLayerNormalization (the RMS norm onnxruntime registers in the ONNX domain).
+SkipSimplifiedLayerNormalization, EmbedLayerNormalization (com.microsoft),
+SimplifiedLayerNormalization (the RMS norm onnxruntime registers in the ONNX domain) and
+LayerNormalization before opset 17 (onnxruntime's ONNX-domain contrib op; the standard kernel).
 
 As onnxruntime's CPU kernels do, they sum and normalize in float32 (float64 for double inputs)
 and round once to the input's type; mean and inv_std_var are float32, one per normalized row.
@@ -16,6 +17,7 @@ from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
+from .norm import layer_normalization
 
 __all__: list[str] = []
 
@@ -96,6 +98,10 @@ def skip_simplified_layer_normalization(node: KernelNode) -> KernelFn:
         return run(x, skip, gamma, None, bias)
 
     return kernel
+
+
+# onnxruntime's LayerNormalization from version 1: ONNX's opset-17 semantics, so its kernel
+cpu_kernel("LayerNormalization", since=1)(layer_normalization)
 
 
 @cpu_kernel("SimplifiedLayerNormalization", since=1)
