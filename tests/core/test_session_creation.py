@@ -204,7 +204,7 @@ def test_a_failing_pass_warns_and_the_model_still_runs(monkeypatch: pytest.Monke
         raise IndexError("a bug in the pass")
 
     monkeypatch.setattr(
-        "turnout.session.graph_passes", lambda: [base.GraphPass("broken", Level.BASIC, broken)]
+        "turnout.pipeline.graph_passes", lambda: [base.GraphPass("broken", Level.BASIC, broken)]
     )
     model = zoo.mlp(batch=2).SerializeToString()
     want = turnout.InferenceSession(model, sess_options=_unoptimized())

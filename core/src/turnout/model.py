@@ -37,6 +37,8 @@ __all__ = [
     "light_copy",
     "load_model",
     "model_label",
+    "read_model",
+    "validate_model",
 ]
 
 ModelSource = str | os.PathLike[str] | bytes | ModelProto
@@ -104,7 +106,20 @@ def load_model(
     supplied: SuppliedData | None = None,
     allow_unknown: bool = False,
 ) -> ModelProto:
-    """Parse, resolve external data, inline local functions, check opsets and the graph.
+    """`read_model`, then `validate_model`: a model a session can optimize."""
+    model = read_model(source, custom_domains, supplied, allow_unknown)
+    validate_model(model, model_label(source))
+    return model
+
+
+def read_model(
+    source: ModelSource,
+    custom_domains: frozenset[str] = frozenset(),
+    supplied: SuppliedData | None = None,
+    allow_unknown: bool = False,
+) -> ModelProto:
+    """Parse, resolve external data, check tensors, structure and opsets, inline local
+    functions: the model as one graph of known operators (`validate_model` checks it).
 
     `allow_unknown`: accept operator domains nobody defines (`ALLOW_UNKNOWN_DOMAINS_KEY`).
     """
@@ -140,9 +155,14 @@ def load_model(
             model = onnx.inliner.inline_local_functions(model)
         except Exception as e:
             raise InvalidGraph(f"{label}: cannot expand model-local functions: {e}") from e
+    return model
+
+
+def validate_model(model: ModelProto, label: str) -> None:
+    """The graph is valid ONNX (onnx.checker, as onnxruntime applies it) and its value types
+    agree with every node's schema."""
     _check_graph(model, label)
     check_types(model, label)
-    return model
 
 
 def _parse(data: bytes, label: str) -> ModelProto:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import __version__
+from . import __version__, pipeline
 from .dtypes import value_type_string
 from .ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
 from .ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
@@ -25,27 +25,17 @@ from .errors import (
     EPFail,
     Fail,
     FallbackError,
-    GraphPassError,
     InvalidArgument,
     ModelLoadCanceled,
-    OptimizationSkippedWarning,
 )
-from .executor.build import prepare_graph
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec, ort_invalid_argument
-from .ir import Graph, ValueInfo
+from .ir import ValueInfo
 from .logs import logger
-from .model import (
-    ModelSource,
-    SuppliedData,
-    allow_unknown_domains,
-    infer_shapes,
-    load_model,
-    model_label,
-)
+from .model import ModelSource, model_label
 from .options import RunOptions, SessionOptions
 from .partition import PartitionReport
-from .plugins import graph_passes, registry
+from .plugins import registry
 from .profiling import Profiler
 from .provider import ExecutionProvider
 from .provider_selection import (
@@ -54,7 +44,6 @@ from .provider_selection import (
     apply_dynamic_options,
     select_providers,
 )
-from .shape_inference import refuse_oversized_values
 from .values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 
 __all__ = [
@@ -152,13 +141,10 @@ class InferenceSession:
         self._profiler: Profiler | None = None
         if self._sess_options.enable_profiling:
             self._profiler = Profiler(self._sess_options.profile_file_prefix)
-        model = load_model(
-            path_or_bytes,
-            supplied=_supplied_data(self._sess_options),
-            allow_unknown=allow_unknown_domains(self._sess_options._config),
-        )
+        model = pipeline.load(path_or_bytes, self._sess_options)
         self._check_canceled()
-        _override_free_dims(model, self._sess_options)
+        pipeline.validate(model, self._label)
+        self._check_canceled()
         self._loaded = model  # optimized per provider list in _set_providers
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)
@@ -171,7 +157,7 @@ class InferenceSession:
         self._set_providers(providers, provider_options)
         self._check_canceled()
         if self._sess_options.optimized_model_filepath:
-            _save_optimized(self._model, self._sess_options)
+            pipeline.save_optimized(self._model, self._sess_options)
         if self._profiler is not None:
             self._profiler.event(
                 "Session", "session_initialization", t0, time.perf_counter_ns() - t0, {}
@@ -214,56 +200,24 @@ class InferenceSession:
             providers, provider_options, self._sess_options, self._label, self._numpy_only
         )
         instances = chosen.instances
-        self._optimize(instances)
+        optimized = pipeline.optimize(self._loaded, instances, self._sess_options, self._label)
+        self._model, self._graph = optimized.model, optimized.graph
+        self._optimization_report = optimized.report
+        self._init_io()
         self._providers = instances
         self._selection = chosen
         self._provider_specs = [
             (p.name, dict(p.requested_options)) for p in instances if p.name not in chosen.hosts
         ]
         self._reports: dict[str, PartitionReport] = {}
-        self._prepared = prepare_graph(self._graph, instances, self._reports, "", self._overrides)
+        part = pipeline.partition(self._graph, instances)
+        self._prepared = pipeline.compile(part, instances, self._reports, self._overrides)
         self._reports[""].mark_hosts(chosen.hosts)
-        self._plan: Plan = self._prepared.plan()
+        self._plan: Plan = pipeline.plan(self._prepared)
         self._device_plans: dict[frozenset[str], Plan] = {}
         if providers is not None and chosen.requested != [CPU_PROVIDER]:
             self._apply_fallback_policy()
         logger.info("%s: placed nodes %s", self._label, self.partition_report().counts())
-
-    def _optimize(self, instances: list[ExecutionProvider]) -> None:
-        """Optimize the loaded model for these providers, then infer shapes and build the IR."""
-        from .optimizer import optimize
-
-        opts = self._sess_options
-        values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
-        try:
-            model, self._optimization_report = optimize(
-                self._loaded,
-                opts.graph_optimization_level,
-                supports=_fused_op_support(instances, self._loaded),
-                extra_passes=graph_passes(),
-                keep_initializers=opts._initializers,
-                limits=opts.resource_limits,
-                values=values,
-            )
-        except GraphPassError as e:  # a failing pass must not stop the model from running
-            from .optimizer import Level, OptimizationReport
-
-            message = f"{self._label}: graph optimization skipped: {e}"
-            warnings.warn(message, OptimizationSkippedWarning, stacklevel=4)
-            logger.warning("%s", message)
-            model, self._optimization_report = self._loaded, OptimizationReport(Level.DISABLE)
-            values = {}
-        if model is self._loaded:  # not optimized: infer_shapes writes into its model
-            model = onnx.ModelProto()
-            model.CopyFrom(self._loaded)
-        limits = opts.resource_limits
-        self._model = infer_shapes(model, limits.shape_data_max_elements)
-        refuse_oversized_values(self._model, limits.max_tensor_elements, self._label)
-        opsets = {
-            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in self._model.opset_import
-        }
-        self._graph = Graph.from_proto(self._model.graph, opsets, values=values)
-        self._init_io()
 
     def optimization_report(self) -> Any:
         """What the graph optimizer did for this session (`OptimizationReport`)."""
@@ -618,79 +572,6 @@ class InferenceSession:
 
     def get_profiling_start_time_ns(self) -> int:
         return self._profiler.start_wall_ns if self._profiler is not None else 0
-
-
-def _supplied_data(opts: SessionOptions) -> SuppliedData | None:
-    """The external data the options hand over instead of files (None when they hold none)."""
-    by_name, files = opts._external_initializers, opts._external_files
-    if not by_name and not files:
-        return None
-    arrays = {
-        name: value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
-        for name, value in by_name.items()
-    }
-    return SuppliedData(arrays, dict(files))
-
-
-def _fused_op_support(
-    instances: Sequence[ExecutionProvider], model: onnx.ModelProto
-) -> Callable[[str, str, tuple[str, ...]], bool]:
-    """Whether a fusion may fire: the first provider (in priority order) that would take the
-    fused op or the ops it replaces must have a kernel for the fused op."""
-    from .ir import schema_since_version
-
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-
-    def supports(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
-        opset = opsets.get(domain, 1)
-        since = schema_since_version(domain, op_type, opset) or opset
-        for p in instances:
-            if p.kernels.lookup(domain, op_type, since) is not None:
-                return True
-            ops = set(p.kernels.ops())
-            if any(("", r) in ops for r in replaced):
-                return False
-        return False
-
-    return supports
-
-
-def _save_optimized(model: onnx.ModelProto, opts: SessionOptions) -> None:
-    """Write the optimized model; large initializers go to an external file when asked (ORT's
-    session.optimized_model_external_initializers_file_name config entry)."""
-    path = opts.optimized_model_filepath
-    external = opts._config.get("session.optimized_model_external_initializers_file_name")
-    if not external:
-        onnx.save(model, path)
-        return
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    threshold = int(
-        opts._config.get("session.optimized_model_external_initializers_min_size_in_bytes", 1024)
-    )
-    onnx.save(
-        copy,
-        path,
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location=external,
-        size_threshold=threshold,
-    )
-
-
-def _override_free_dims(model: onnx.ModelProto, opts: SessionOptions) -> None:
-    """Fix symbolic input dims by name or denotation before shape inference sees them."""
-    by_name = opts._free_dims_by_name
-    by_denotation = opts._free_dims_by_denotation
-    if not by_name and not by_denotation:
-        return
-    for vi in model.graph.input:
-        for d in vi.type.tensor_type.shape.dim:
-            value = by_name.get(d.dim_param) if d.dim_param else None
-            if value is None and d.denotation:
-                value = by_denotation.get(d.denotation)
-            if value is not None:
-                d.dim_value = value
 
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None

@@ -20,7 +20,14 @@ from ..values import SparseTensor
 from .copies import HostIO, insert_copies
 from .plan import Plan, Step
 
-__all__ = ["BoundRunner", "PreparedGraph", "SubgraphRunner", "build_plan", "prepare_graph"]
+__all__ = [
+    "BoundRunner",
+    "PreparedGraph",
+    "SubgraphRunner",
+    "build_plan",
+    "compile_partition",
+    "prepare_graph",
+]
 
 SubgraphRunner = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
 
@@ -66,6 +73,20 @@ def prepare_graph(
 ) -> PreparedGraph:
     """Partition `graph` and build its kernels (nested graphs are prepared on demand)."""
     part = partition_graph(graph, providers)
+    return compile_partition(part, providers, reports, report_key, constants_override)
+
+
+def compile_partition(
+    part: GraphPartition,
+    providers: Sequence[ExecutionProvider],
+    reports: dict[str, PartitionReport],
+    report_key: str = "",
+    constants_override: dict[str, Any] | None = None,
+) -> PreparedGraph:
+    """Build the kernels of a partitioned graph and compile its fused groups; record its
+    report under `report_key` (nested graphs are prepared on demand, when a control-flow
+    kernel asks for them)."""
+    graph = part.graph
     sub_reports: dict[str, PartitionReport] = {}
     host_io: dict[str, HostIO] = {}
     steps = _steps(part, providers, sub_reports, host_io)

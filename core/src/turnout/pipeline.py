@@ -1,0 +1,223 @@
+"""The session pipeline, one function per stage: load, validate, optimize, partition, compile,
+plan.
+
+`InferenceSession` is a facade over these stages: it calls them in this order and keeps what
+they return. Each stage takes what the one before produced and the session's options, so a
+tool (a compiler of artifacts, `turnout explain`, a test) can run the stages it needs and
+inspect what lies between them:
+
+    model = load(source, options)               # parsed, external data, known operators
+    validate(model, label)                      # valid ONNX, types agree with the schemas
+    optimized = optimize(model, providers, options, label)   # rewritten graph, as IR
+    part = partition(optimized.graph, providers)             # node -> provider
+    prepared = compile(part, providers, reports)             # kernels built, groups compiled
+    runnable = plan(prepared)                                # copies inserted, steps ordered
+
+Nested graphs (If, Loop, Scan bodies) go through partition, compile and plan when their
+control-flow kernel is built, with the same providers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .errors import GraphPassError, OptimizationSkippedWarning
+from .executor.build import PreparedGraph, compile_partition
+from .executor.plan import Plan
+from .ir import Graph, schema_since_version
+from .logs import logger
+from .model import (
+    ModelSource,
+    SuppliedData,
+    allow_unknown_domains,
+    infer_shapes,
+    read_model,
+    validate_model,
+)
+from .options import SessionOptions
+from .partition import GraphPartition, PartitionReport, partition_graph
+from .plugins import graph_passes
+from .provider import ExecutionProvider
+from .shape_inference import refuse_oversized_values
+from .values import OrtValue
+
+__all__ = [
+    "OptimizedModel",
+    "compile",
+    "load",
+    "optimize",
+    "partition",
+    "plan",
+    "save_optimized",
+    "validate",
+]
+
+
+@dataclass(frozen=True)
+class OptimizedModel:
+    """What `optimize` hands on: the rewritten model (shapes inferred), its IR, and the
+    optimizer's report of what it did."""
+
+    model: onnx.ModelProto
+    graph: Graph
+    report: Any  # optimizer.OptimizationReport
+
+
+def load(source: ModelSource, options: SessionOptions) -> onnx.ModelProto:
+    """Parse the model, with the external data and free-dimension values the options supply;
+    refuse what cannot be read or uses operators nobody defines."""
+    model = read_model(
+        source,
+        supplied=_supplied_data(options),
+        allow_unknown=allow_unknown_domains(options._config),
+    )
+    _override_free_dims(model, options)
+    return model
+
+
+def validate(model: onnx.ModelProto, label: str) -> None:
+    """The graph is valid ONNX as onnxruntime checks it, and its types agree with the schemas."""
+    validate_model(model, label)
+
+
+def optimize(
+    model: onnx.ModelProto,
+    providers: Sequence[ExecutionProvider],
+    options: SessionOptions,
+    label: str,
+) -> OptimizedModel:
+    """Rewrite the graph at the options' level for these providers (a fusion fires only when
+    the provider that would run it has the fused kernel), infer shapes, build the IR.
+
+    A graph pass that fails does not stop the model from running: the model goes on
+    unoptimized, with an `OptimizationSkippedWarning`.
+    """
+    from .optimizer import Level, OptimizationReport
+    from .optimizer import optimize as run_passes
+
+    values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
+    try:
+        optimized, report = run_passes(
+            model,
+            options.graph_optimization_level,
+            supports=_fused_op_support(providers, model),
+            extra_passes=graph_passes(),
+            keep_initializers=options._initializers,
+            limits=options.resource_limits,
+            values=values,
+        )
+    except GraphPassError as e:
+        message = f"{label}: graph optimization skipped: {e}"
+        warnings.warn(message, OptimizationSkippedWarning, stacklevel=4)
+        logger.warning("%s", message)
+        optimized, report, values = model, OptimizationReport(Level.DISABLE), {}
+    if optimized is model:  # not optimized: infer_shapes writes into its model
+        optimized = onnx.ModelProto()
+        optimized.CopyFrom(model)
+    limits = options.resource_limits
+    inferred = infer_shapes(optimized, limits.shape_data_max_elements)
+    refuse_oversized_values(inferred, limits.max_tensor_elements, label)
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import}
+    graph = Graph.from_proto(inferred.graph, opsets, values=values)
+    return OptimizedModel(inferred, graph, report)
+
+
+def partition(graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+    """Each node to the first provider (in priority order) that claims it, with the declines'
+    reasons; a node nobody claims is a `NotImplemented` naming it."""
+    return partition_graph(graph, providers)
+
+
+def compile(
+    part: GraphPartition,
+    providers: Sequence[ExecutionProvider],
+    reports: dict[str, PartitionReport],
+    constants_override: dict[str, Any] | None = None,
+) -> PreparedGraph:
+    """Build each claimed node's kernel and compile each provider's fused groups; the
+    partition report of the main graph lands in `reports[""]`."""
+    return compile_partition(part, providers, reports, "", constants_override)
+
+
+def plan(prepared: PreparedGraph, device_outputs: frozenset[str] = frozenset()) -> Plan:
+    """Insert the copies where values cross devices and order the steps into a runnable plan
+    (`device_outputs` stay on their device, for IO binding)."""
+    return prepared.plan(device_outputs)
+
+
+def save_optimized(model: onnx.ModelProto, options: SessionOptions) -> None:
+    """Write the optimized model (`SessionOptions.optimized_model_filepath`); large
+    initializers go to an external file when asked (onnxruntime's config entry
+    session.optimized_model_external_initializers_file_name)."""
+    path = options.optimized_model_filepath
+    external = options._config.get("session.optimized_model_external_initializers_file_name")
+    if not external:
+        onnx.save(model, path)
+        return
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    threshold = int(
+        options._config.get("session.optimized_model_external_initializers_min_size_in_bytes", 1024)
+    )
+    onnx.save(
+        copy,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=external,
+        size_threshold=threshold,
+    )
+
+
+def _supplied_data(options: SessionOptions) -> SuppliedData | None:
+    """The external data the options hand over instead of files (None when they hold none)."""
+    by_name, files = options._external_initializers, options._external_files
+    if not by_name and not files:
+        return None
+    arrays = {
+        name: value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
+        for name, value in by_name.items()
+    }
+    return SuppliedData(arrays, dict(files))
+
+
+def _override_free_dims(model: onnx.ModelProto, options: SessionOptions) -> None:
+    """Fix symbolic input dims by name or denotation before shape inference sees them."""
+    by_name = options._free_dims_by_name
+    by_denotation = options._free_dims_by_denotation
+    if not by_name and not by_denotation:
+        return
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            value = by_name.get(d.dim_param) if d.dim_param else None
+            if value is None and d.denotation:
+                value = by_denotation.get(d.denotation)
+            if value is not None:
+                d.dim_value = value
+
+
+def _fused_op_support(
+    providers: Sequence[ExecutionProvider], model: onnx.ModelProto
+) -> Callable[[str, str, tuple[str, ...]], bool]:
+    """Whether a fusion may fire: the first provider (in priority order) that would take the
+    fused op or the ops it replaces must have a kernel for the fused op."""
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+
+    def supports(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
+        opset = opsets.get(domain, 1)
+        since = schema_since_version(domain, op_type, opset) or opset
+        for p in providers:
+            if p.kernels.lookup(domain, op_type, since) is not None:
+                return True
+            ops = set(p.kernels.ops())
+            if any(("", r) in ops for r in replaced):
+                return False
+        return False
+
+    return supports
