@@ -14,7 +14,7 @@ from .cases import ALL_KINDS, Case, collect_cases
 from .compare import Comparison, compare_model
 from .expected import ExpectedFailures
 from .report import Report
-from .runner import Result, Runner, execute_case
+from .runner import Outcome, Result, Runner, execute_case
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "Case",
     "Comparison",
     "ExpectedFailures",
+    "Outcome",
     "Report",
     "Result",
     "Runner",
