@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from onnx import helper
 
 import turnout
 from turnout.contrib import DOMAIN
@@ -62,3 +63,43 @@ def test_bert_like_optimized_by_onnxruntime(tmp_path: Path, rng: np.random.Gener
     mask[1, SEQ // 2 :] = 0
     x = rng.standard_normal((BATCH, SEQ, HIDDEN)).astype(np.float32)
     _compare(optimized, {"x": x, "attention_mask": mask})
+
+
+def _hugging_face_mask(model: onnx.ModelProto) -> onnx.ModelProto:
+    """bert_like with its additive mask built as Hugging Face's BERT builds it (Unsqueeze,
+    Unsqueeze, Cast, Sub, Mul), a path onnxruntime's attention fusion recognizes; bert_like
+    casts first and unsqueezes last, which it does not."""
+    g = model.graph
+    first = {}
+    for n in g.node:
+        first.setdefault(n.op_type, n)
+    cast, sub, mul, unsqueeze = (first[op] for op in ("Cast", "Sub", "Mul", "Unsqueeze"))
+    assert list(cast.input) == ["attention_mask"] and sub.input[1] == cast.output[0]
+    g.initializer.extend(
+        helper.make_tensor(f"axis_{i}", onnx.TensorProto.INT64, [1], [i]) for i in (1, 2)
+    )
+    mask = [
+        helper.make_node("Unsqueeze", ["attention_mask", "axis_1"], ["mask_1"]),
+        helper.make_node("Unsqueeze", ["mask_1", "axis_2"], ["mask_2"]),
+        helper.make_node("Cast", ["mask_2"], ["mask_f"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Sub", [sub.input[0], "mask_f"], ["mask_inv"]),
+        helper.make_node("Mul", ["mask_inv", mul.input[1]], [unsqueeze.output[0]]),
+    ]
+    rest = [n for n in g.node if n not in (cast, sub, mul, unsqueeze)]
+    del g.node[:]
+    g.node.extend(mask + rest)
+    return model
+
+
+def test_bert_with_fused_attention(tmp_path: Path, rng: np.random.Generator) -> None:
+    model = _hugging_face_mask(bert_like(layers=2, hidden=HIDDEN, heads=HEADS, seq=SEQ))
+    optimized = _optimize(model, tmp_path)
+    ops = _ops(optimized)
+    assert ops[(DOMAIN, "Attention")] == 2  # with a 1-D mask index (ReduceSum of the mask)
+    assert ops[(DOMAIN, "SkipLayerNormalization")] == 4
+    assert ops[(DOMAIN, "BiasGelu")] == 2
+    for batch, seq in ((BATCH, SEQ), (1, 7)):  # dynamic batch and sequence
+        mask = np.ones((batch, seq), np.int64)
+        mask[-1, seq // 2 :] = 0
+        x = rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32)
+        _compare(optimized, {"x": x, "attention_mask": mask})
