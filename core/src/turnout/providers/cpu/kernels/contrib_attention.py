@@ -345,3 +345,128 @@ def rotary_embedding(node: KernelNode) -> KernelFn:
         return (out if x.ndim == 4 else _merge(out),)
 
     return run
+
+
+_GQA_UNSUPPORTED = (
+    "head_sink",
+    "k_scale",
+    "v_scale",
+    "q_norm_weight",
+    "k_norm_weight",
+    "query_seqlens",
+)
+
+
+def _gqa_refusal(node: KernelNode) -> str | None:
+    """Why the numpy GroupQueryAttention kernel cannot run a node (features it lacks)."""
+    for i, what in enumerate(_GQA_UNSUPPORTED, start=11):
+        if len(node.node.inputs) > i and node.node.inputs[i]:
+            return f"input {what} is not supported"
+    if (
+        str(node.attr("k_quant_type", "NONE")) != "NONE"
+        or str(node.attr("v_quant_type", "NONE")) != "NONE"
+    ):
+        return "quantized KV caches are not supported"
+    if int(node.attr("smooth_softmax", -1)) > 0 or int(node.attr("qk_output", 0)):
+        return "smooth_softmax and qk_output are not supported"
+    return None
+
+
+@cpu_kernel("GroupQueryAttention", since=1, domain=DOMAIN, supports=_gqa_refusal)
+def group_query_attention(node: KernelNode) -> KernelFn:
+    """Causal attention with fewer K/V heads than query heads (each K/V head serves
+    num_heads / kv_num_heads query heads) and a KV cache: the new keys and values go into
+    present at each sequence's past length (seqlens_k[b] + 1 - S, or 0 for a first prompt,
+    where S equals total_sequence_length); optional rotary embedding of Q and K, local
+    window, softcap and attention_bias."""
+    heads = int(node.attr("num_heads"))
+    kv_heads = int(node.attr("kv_num_heads"))
+    scale_attr = node.attr("scale")
+    softcap = float(node.attr("softcap", 0.0) or 0.0)
+    window = int(node.attr("local_window_size", -1))
+    rotary = bool(node.attr("do_rotary", 0))
+    interleaved = bool(node.attr("rotary_interleaved", 0))
+    if not kv_heads or heads % kv_heads:
+        raise InvalidArgument(f"{node.name}: num_heads must be a multiple of kv_num_heads")
+    n_out = len(node.node.outputs)
+
+    def run(
+        query: Array,
+        key: Array | None,
+        value: Array | None,
+        past_key: Array | None,
+        past_value: Array | None,
+        seqlens_k: Array,
+        total_sequence_length: Array,
+        cos_cache: Array | None = None,
+        sin_cache: Array | None = None,
+        position_ids: Array | None = None,
+        attention_bias: Array | None = None,
+        *unsupported: Array | None,
+    ) -> tuple[Any, ...]:
+        batch, seq, width = query.shape
+        if key is None:  # packed QKV
+            head = width // (heads + 2 * kv_heads)
+            q = query[..., : heads * head]
+            key = query[..., heads * head : (heads + kv_heads) * head]
+            value = query[..., (heads + kv_heads) * head :]
+        else:
+            head = width // heads
+            q = query
+            if value is None:
+                raise InvalidArgument(f"{node.name}: key needs value")
+        qh, kh, vh = _heads(q, heads), _heads(key, kv_heads), _heads(value, kv_heads)
+        total = int(np.asarray(total_sequence_length).reshape(-1)[0])
+        lengths = np.asarray(seqlens_k).reshape(batch).astype(np.int64) + 1
+        first_prompt = seq == total
+        past_lens = np.zeros(batch, np.int64) if first_prompt else lengths - seq
+        if (past_lens < 0).any() or (lengths > total).any():
+            raise InvalidArgument(
+                f"{node.name}: seqlens_k {seqlens_k.tolist()} do not fit sequence {seq} of "
+                f"total {total}"
+            )
+        if rotary:
+            if cos_cache is None or sin_cache is None:
+                raise InvalidArgument(f"{node.name}: do_rotary needs cos_cache and sin_cache")
+            if position_ids is not None:
+                pos = np.broadcast_to(position_ids, (batch, seq))
+            else:
+                pos = past_lens[:, None] + np.arange(seq)[None, :]
+            pos = np.minimum(pos, cos_cache.shape[0] - 1)
+            cos, sin = cos_cache[pos][:, None], sin_cache[pos][:, None]
+            qh = _rotate(qh, cos, sin, interleaved)
+            kh = _rotate(kh, cos, sin, interleaved)
+        buffer = 0 if past_key is None else past_key.shape[2]
+        present_len = max(buffer, total)
+        present_k = np.zeros((batch, kv_heads, present_len, head), kh.dtype)
+        present_v = np.zeros((batch, kv_heads, present_len, head), vh.dtype)
+        for b in range(batch):
+            p = int(past_lens[b])
+            if p:
+                if past_key is None or past_value is None or p > buffer:
+                    raise InvalidArgument(f"{node.name}: past of {p} needs past_key/past_value")
+                present_k[b, :, :p] = past_key[b, :, :p]
+                present_v[b, :, :p] = past_value[b, :, :p]
+            present_k[b, :, p : p + seq] = kh[b]
+            present_v[b, :, p : p + seq] = vh[b]
+        group = heads // kv_heads
+        k_all = np.repeat(present_k, group, axis=1)
+        v_all = np.repeat(present_v, group, axis=1)
+        ct = np.float32
+        scale = float(scale_attr) if scale_attr else 1 / np.sqrt(head)
+        scores = np.matmul(qh.astype(ct), np.swapaxes(k_all.astype(ct), -1, -2)) * ct(scale)
+        if softcap > 0:
+            scores = ct(softcap) * np.tanh(scores / ct(softcap))
+        if attention_bias is not None:
+            scores = scores + _bias_term(node, attention_bias, scores.shape)[..., :present_len]
+        keys = np.arange(present_len)[None, None, :]
+        query_pos = past_lens[:, None, None] + np.arange(seq)[None, :, None]  # [B, S, 1]
+        hidden = (keys > query_pos) | (keys >= lengths[:, None, None])
+        if window > 0:
+            hidden |= keys <= query_pos - window
+        scores = np.where(hidden[:, None], -np.inf, scores)
+        probs = _softmax(scores)
+        out = _merge(np.matmul(probs, v_all.astype(ct))).astype(query.dtype)
+        return (out, present_k, present_v)[:n_out]
+
+    return run
