@@ -182,3 +182,20 @@ def test_nothing_to_quantize_says_why(rng: np.random.Generator) -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(NothingToQuantize, match="MatMul 'mm': its input B is not an initializer"):
         quantize_dynamic(model, None)
+
+
+def test_an_overridable_initializer_is_not_a_weight(rng: np.random.Generator) -> None:
+    w = numpy_helper.from_array(rng.standard_normal((3, 2)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], "mm")],
+        "ir3",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [3, 2]),  # a feed may replace it
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(NothingToQuantize, match="not an initializer"):
+        quantize_dynamic(model, None)

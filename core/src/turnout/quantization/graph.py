@@ -80,7 +80,10 @@ class GraphEditor:
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
         self.graph = model.graph
-        self.initializers = {t.name: t for t in self.graph.initializer}
+        fed = {i.name for i in self.graph.input}
+        # an initializer that is also a graph input (IR < 4) may be overridden by a feed: it is
+        # not a constant, and quantizing it would leave that input without its default
+        self.initializers = {t.name: t for t in self.graph.initializer if t.name not in fed}
         inferred = shape_inference.infer_shapes(model)
         self.elem_types: dict[str, int] = {}
         for info in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:

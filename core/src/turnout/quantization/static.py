@@ -135,11 +135,14 @@ class _Planner:
                 self._activation(x)
             if x in self.plan.activations:
                 self._outputs(node, self.plan.root(x))
+        elif role == "removable":  # kept (its producer is not quantized): min/max stay float
+            self._input(node, 0)
+            self._outputs(node)
         elif role == "normalization":
             self._input(node, 0)
             self._input(node, 1)
             self._outputs(node)
-        else:  # generic, and a Relu/Clip that could not be dropped
+        else:  # generic
             for index, name in enumerate(node.input):
                 if name:
                     self._input(node, index)
