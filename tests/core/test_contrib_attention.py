@@ -211,3 +211,28 @@ def test_rotary_embedding(
         attrs.update(rotary_embedding_dim=rot, num_heads=N)
     node = _node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], **attrs)
     contrib_parity(node, [x, pos, cos, sin])
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "reason"),
+    [
+        ("Attention", {"do_rotary": 1}, "do_rotary"),
+        ("RotaryEmbedding", {"is_packed_batching": 1}, "is_packed_batching"),
+    ],
+)
+def test_unsupported_attributes_are_refused_at_session_creation(
+    rng: Rng, op: str, attrs: dict[str, Any], reason: str
+) -> None:
+    import turnout
+    from turnout.errors import NotImplemented
+    from turnout.testing import one_node_model
+
+    if op == "Attention":
+        names, values = ["x", "w"], [_f(rng, B, S, D), _f(rng, D, 3 * D)]
+        attrs["num_heads"] = N
+    else:
+        names = ["x", "pos", "cos", "sin"]
+        values = [_f(rng, B, S, D), np.zeros(1, np.int64), _f(rng, 8, H // 2), _f(rng, 8, H // 2)]
+    model = one_node_model(_node(op, names, ["y"], **attrs), values, 17)
+    with pytest.raises(NotImplemented, match=reason):
+        turnout.InferenceSession(model.SerializeToString())

@@ -102,3 +102,26 @@ def test_onnx_reference_still_imports_beside_contrib_schemas() -> None:
     )
     (y,) = ReferenceEvaluator(m).run(None, {"x": np.zeros(2, np.float32)})
     np.testing.assert_array_equal(y, np.zeros(2, np.float32))
+
+
+def test_contrib_output_whose_shape_cannot_be_inferred_still_runs(
+    rng: np.random.Generator,
+) -> None:
+    """Attention's inference needs the input's rank: without it the output stays untyped
+    and the shapes are learned at run time, as for any op onnx cannot infer."""
+    m = _model(
+        [
+            helper.make_node("Attention", ["x", "w"], ["y"], domain=DOMAIN, num_heads=2),
+            helper.make_node("Relu", ["y"], ["z"]),
+        ],
+        {"w": [16, 48]},
+        ["z"],
+    )
+    m.graph.input.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, None))
+    inferred = onnx.shape_inference.infer_shapes(m)
+    assert not any(vi.name == "y" for vi in inferred.graph.value_info)
+    sess = turnout.InferenceSession(m.SerializeToString())
+    x = rng.standard_normal((2, 4, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 48)).astype(np.float32)
+    (z,) = sess.run(None, {"x": x, "w": w})
+    assert z.shape == (2, 4, 16)

@@ -122,7 +122,13 @@ def _combine(parts: list[Array | None]) -> Array | None:
     return out
 
 
-@cpu_kernel("Attention", since=1, domain=DOMAIN)
+def _attention_refusal(node: KernelNode) -> str | None:
+    if node.attr("do_rotary", 0) or node.attr("past_present_share_buffer", 0):
+        return "do_rotary and past_present_share_buffer are not supported"
+    return None
+
+
+@cpu_kernel("Attention", since=1, domain=DOMAIN, supports=_attention_refusal)
 def attention(node: KernelNode) -> KernelFn:
     """Multi-head self-attention with the QKV projection: input [B, S, D] @ weights
     [D, Dq + Dk + Dv] (+ bias); optional mask index, past [2, B, N, P, H] (present out) and
@@ -132,10 +138,6 @@ def attention(node: KernelNode) -> KernelFn:
     causal = bool(node.attr("unidirectional", 0))
     scale_attr = node.attr("scale")
     filter_value = float(node.attr("mask_filter_value", _FILTER))
-    if node.attr("do_rotary", 0) or node.attr("past_present_share_buffer", 0):
-        raise InvalidArgument(
-            f"{node.name}: do_rotary and past_present_share_buffer are not supported"
-        )
     n_out = len(node.node.outputs)
 
     def run(
@@ -223,7 +225,14 @@ def _mha_inputs(
     return _heads(q, heads), _heads(k, heads), _heads(v, heads)
 
 
-@cpu_kernel("MultiHeadAttention", since=1, domain=DOMAIN)
+def _mha_refusal(node: KernelNode) -> str | None:
+    inputs = node.node.inputs
+    if len(inputs) > 9 and inputs[9]:
+        return "cache_indirection (beam search) is not supported"
+    return None
+
+
+@cpu_kernel("MultiHeadAttention", since=1, domain=DOMAIN, supports=_mha_refusal)
 def multi_head_attention(node: KernelNode) -> KernelFn:
     """Attention over projected Q, K, V (separate, packed QKV/KV, or K/V as [B, N, L, H]),
     with optional bias, key padding mask, attention_bias, past/present key and value, and the
@@ -246,8 +255,6 @@ def multi_head_attention(node: KernelNode) -> KernelFn:
         past_sequence_length: Array | None = None,
         cache_indirection: Array | None = None,
     ) -> tuple[Any, ...]:
-        if cache_indirection is not None:
-            raise InvalidArgument(f"{node.name}: cache_indirection (beam search) not supported")
         q, k, v = _mha_inputs(node, heads, query, key, value, bias)
         if (past_key is None) != (past_value is None):
             raise InvalidArgument(f"{node.name}: past_key and past_value go together")
@@ -309,15 +316,17 @@ def rotary_positions(
     return np.asarray(pos)
 
 
-@cpu_kernel("RotaryEmbedding", since=1, domain=DOMAIN)
+def _rotary_refusal(node: KernelNode) -> str | None:
+    return "is_packed_batching is not supported" if node.attr("is_packed_batching", 0) else None
+
+
+@cpu_kernel("RotaryEmbedding", since=1, domain=DOMAIN, supports=_rotary_refusal)
 def rotary_embedding(node: KernelNode) -> KernelFn:
     """Rotary position embedding of input [B, S, N*H] or [B, N, S, H] with cos/sin caches
     [max_position, R/2]; the first R features of each head turn (R: rotary_embedding_dim, or
     the head size), in halves or in interleaved pairs."""
     interleaved = bool(node.attr("interleaved", 0))
     heads_attr = int(node.attr("num_heads", 0) or 0)
-    if node.attr("is_packed_batching", 0):
-        raise InvalidArgument(f"{node.name}: is_packed_batching is not supported")
 
     def run(x: Array, position_ids: Array, cos_cache: Array, sin_cache: Array) -> tuple[Array]:
         if cos_cache.shape != sin_cache.shape or cos_cache.ndim != 2:
