@@ -1,0 +1,93 @@
+"""`run_batch`: a model over a file or folder of rows, to one Parquet file, on Ray (a cluster
+it joins, or an embedded local Ray it starts and stops). What `turnout batch` runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import onnx
+
+from ..errors import InvalidArgument, NoSuchFile, TurnoutError
+from .batching import model_inputs
+from .predict import predict
+from .predictor import DEFAULT_BATCH_SIZE, ProviderSpec
+from .runtime import cluster
+from .sink import write_parquet
+from .sources import open_input
+from .summary import BatchSummary
+
+__all__ = ["run_batch"]
+
+BLOCKS_PER_BATCH = 4
+"""Rows are read in blocks of this many batches: big enough that a read task's overhead is
+small, small enough that the workers share the last blocks evenly."""
+
+
+def run_batch(
+    model: str | Path,
+    input: str | Path,
+    output: str | Path,
+    *,
+    workers: int = 1,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    providers: Sequence[ProviderSpec] | None = None,
+    address: str | None = None,
+    cpus_per_worker: float = 1,
+    gpus_per_worker: float = 0,
+    progress: bool = True,
+) -> BatchSummary:
+    """Score every row of `input` with `model` into `output` (Parquet: a `row` column, a `path`
+    column for folder inputs, one column per model output), rows in input order."""
+    model_path = Path(model)
+    if not model_path.is_file():
+        raise NoSuchFile(f"model {str(model_path)!r} does not exist")
+    proto = onnx.load(str(model_path), load_external_data=False)
+    inputs = model_inputs(proto)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    # bytes travel through the object store to any node; a model with external data must be
+    # read from its folder, which every node must then see
+    shared: str | bytes = str(model_path.resolve()) if external else model_path.read_bytes()
+    started = time.perf_counter()
+    with cluster(address) as ray:
+        _check_resources(ray.cluster_resources(), workers, cpus_per_worker, gpus_per_worker)
+        startup = time.perf_counter() - started
+        began = time.perf_counter()
+        source = open_input(
+            input, inputs, block_rows=BLOCKS_PER_BATCH * batch_size, min_blocks=2 * workers
+        )
+        outputs = predict(
+            source.dataset,
+            shared,
+            workers=workers,
+            batch_size=batch_size,
+            providers=providers,
+            num_cpus=cpus_per_worker,
+            num_gpus=gpus_per_worker,
+            keep_columns=source.keep_columns,
+        )
+        outputs.context.enable_progress_bars = progress
+        try:
+            batches = outputs.iter_batches(batch_size=None, batch_format="numpy")
+            per_worker = write_parquet(batches, output, source.rows)
+        except Exception as e:
+            cause = getattr(e, "cause", None)  # Ray's task error wraps what the worker raised
+            if isinstance(cause, TurnoutError):
+                raise cause from e
+            raise
+        seconds = time.perf_counter() - began
+    return BatchSummary(source.rows, seconds, startup, dict(per_worker))
+
+
+def _check_resources(resources: dict[str, float], workers: int, cpus: float, gpus: float) -> None:
+    """Refuse a pool the cluster cannot hold: Ray would wait for it forever."""
+    if workers < 1:
+        raise InvalidArgument(f"workers must be at least 1, not {workers}")
+    for name, each in (("CPU", cpus), ("GPU", gpus)):
+        have = resources.get(name, 0.0)
+        if workers * each > have:
+            raise InvalidArgument(
+                f"{workers} workers with {each:g} {name} each need {workers * each:g} {name}s; "
+                f"the Ray cluster has {have:g}"
+            )

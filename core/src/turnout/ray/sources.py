@@ -1,0 +1,160 @@
+"""`turnout batch`'s INPUT as a Ray dataset of numbered rows: a Parquet file or folder of them,
+or a folder of `.npy` files or images (one row per file, in name order).
+
+The driver only plans: it lists files and Parquet row groups and numbers the rows. Ray read
+tasks do the reading, so on a cluster the files must be where every node sees them. Read tasks
+ask for no CPU: a machine whose CPUs all went to workers still reads (the predictor actors would
+otherwise wait for rows that no task may start to read).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgument, NoSuchFile
+from .batching import InputSpec
+from .errors import BatchError
+from .predictor import ROW_COLUMN
+from .readers import IMAGE_SUFFIXES, column_values, load_image, load_npy, stack_rows
+from .runtime import require_ray
+
+__all__ = ["PATH_COLUMN", "Source", "open_input"]
+
+PATH_COLUMN = "path"
+"""The file each row came from, for inputs that are folders of files."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A planned input: the dataset (columns named after the model's inputs, plus `row`), its
+    row count, and the columns to carry through to the output."""
+
+    dataset: Any
+    rows: int
+    keep_columns: tuple[str, ...]
+
+
+def open_input(
+    path: str | Path, inputs: Sequence[InputSpec], *, block_rows: int, min_blocks: int = 1
+) -> Source:
+    """Plan reading `path` for a model with `inputs`, in blocks of about `block_rows` rows
+    (at least `min_blocks` of them, so that every worker gets work)."""
+    src = Path(path)
+    if not src.exists():
+        raise NoSuchFile(f"input {str(src)!r} does not exist")
+    if src.is_file():
+        if src.suffix != ".parquet":
+            raise InvalidArgument(f"input {str(src)!r}: a file must be Parquet (.parquet)")
+        return _parquet([src], inputs, block_rows)
+    files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
+    kinds = {
+        "parquet": [p for p in files if p.suffix == ".parquet"],
+        "npy": [p for p in files if p.suffix == ".npy"],
+        "image": [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES],
+    }
+    found = [k for k, v in kinds.items() if v]
+    if len(found) != 1:
+        what = "a mix of " + ", ".join(found) if found else "no .parquet, .npy or image files"
+        raise InvalidArgument(f"input folder {str(src)!r} holds {what}; it must hold one kind")
+    if found[0] == "parquet":
+        return _parquet(kinds["parquet"], inputs, block_rows)
+    return _files(kinds[found[0]], found[0], inputs, block_rows, min_blocks)
+
+
+def _parquet(files: list[Path], inputs: Sequence[InputSpec], block_rows: int) -> Source:
+    import pyarrow.parquet as pq
+
+    ray = require_ray()
+    columns: dict[str, str] | None = None
+    fragments: list[dict[str, Any]] = []
+    rows = 0
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        names = meta.schema.to_arrow_schema().names
+        found = _input_columns(names, inputs, f)
+        if columns is not None and found != columns:
+            raise InvalidArgument(f"{str(f)!r} has other columns than {str(files[0])!r}")
+        columns = found
+        for group in range(meta.num_row_groups):
+            n = meta.row_group(group).num_rows
+            if n:
+                fragments.append({"path": str(f), "row_group": group, "first_row": rows})
+                rows += n
+    if not fragments:
+        raise InvalidArgument(f"input {str(files[0].parent)!r}: no rows")
+    dataset = ray.data.from_items(fragments, override_num_blocks=len(fragments)).map_batches(
+        _read_parquet,
+        fn_kwargs={"columns": columns, "block_rows": block_rows},
+        batch_size=1,
+        num_cpus=0,
+    )
+    return Source(dataset, rows, ())
+
+
+def _input_columns(names: list[str], inputs: Sequence[InputSpec], f: Path) -> dict[str, str]:
+    """Input name -> column: by name; a model with one input also takes a file's only column."""
+    if all(s.name in names for s in inputs):
+        return {s.name: s.name for s in inputs}
+    data = [n for n in names if n != ROW_COLUMN]
+    if len(inputs) == 1 and len(data) == 1:
+        return {inputs[0].name: data[0]}
+    wanted = [s.name for s in inputs]
+    raise InvalidArgument(f"{str(f)!r} has columns {names}; the model needs columns {wanted}")
+
+
+def _read_parquet(
+    batch: Mapping[str, np.ndarray], columns: dict[str, str], block_rows: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """Read task: each row group streamed in blocks, columns renamed to the model's inputs."""
+    import pyarrow.parquet as pq
+
+    for path, group, first in zip(batch["path"], batch["row_group"], batch["first_row"]):
+        offset = int(first)
+        reader = pq.ParquetFile(str(path))
+        chunks = reader.iter_batches(
+            batch_size=block_rows, row_groups=[int(group)], columns=list(columns.values())
+        )
+        for chunk in chunks:
+            n = chunk.num_rows
+            out = {ROW_COLUMN: np.arange(offset, offset + n, dtype=np.int64)}
+            try:
+                for name, column in columns.items():
+                    out[name] = column_values(chunk.column(column), column, offset)
+            except Exception as e:
+                raise BatchError(offset, offset + n - 1, f"{type(e).__name__}: {e}") from e
+            yield out
+            offset += n
+
+
+def _files(
+    files: list[Path], kind: str, inputs: Sequence[InputSpec], block_rows: int, min_blocks: int
+) -> Source:
+    if len(inputs) != 1:
+        raise InvalidArgument(
+            f"a folder of {kind} files feeds one input; the model has {[s.name for s in inputs]}"
+        )
+    ray = require_ray()
+    items = [{ROW_COLUMN: i, PATH_COLUMN: str(p)} for i, p in enumerate(files)]
+    blocks = min(len(items), max(min_blocks, math.ceil(len(items) / block_rows)))
+    dataset = ray.data.from_items(items, override_num_blocks=blocks).map_batches(
+        _load_files, fn_kwargs={"spec": inputs[0], "kind": kind}, batch_size=None, num_cpus=0
+    )
+    return Source(dataset, len(items), (PATH_COLUMN,))
+
+
+def _load_files(batch: Mapping[str, np.ndarray], spec: InputSpec, kind: str) -> dict[str, Any]:
+    """Read task: one row per file, in the column named after the model's input."""
+    ids, paths = batch[ROW_COLUMN], batch[PATH_COLUMN]
+    rows = []
+    for i, p in zip(ids, paths):
+        try:
+            rows.append(load_npy(p) if kind == "npy" else load_image(p, spec))
+        except Exception as e:
+            raise BatchError(int(i), int(i), f"{p}: {type(e).__name__}: {e}") from e
+    return {ROW_COLUMN: ids, PATH_COLUMN: paths, spec.name: stack_rows(rows)}
