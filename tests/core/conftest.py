@@ -22,14 +22,21 @@ Parity = Callable[..., list[np.ndarray]]
 RANGE_TOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float16): 5e-3, np.dtype(np.float64): 1e-6}
 
 
-def assert_close_to_range(want: np.ndarray, got: np.ndarray, what: str, tol: float) -> None:
-    """`got` equals `want` in dtype and shape, and within `tol` x the range of `want`."""
+def assert_close_to_range(
+    want: np.ndarray, got: np.ndarray, what: str, tol: float, steps: int = 0
+) -> None:
+    """`got` equals `want` in dtype and shape, and within `tol` x the range of `want` (an
+    integer output within `steps` of it: quantization steps a rounding may move)."""
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
     if want.size == 0:
         return
     if want.dtype.kind not in "fc":
-        np.testing.assert_array_equal(got, want, err_msg=what)
+        if steps:
+            off = int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max())
+            assert off <= steps, f"{what}: off by {off} > {steps} quantization step(s)"
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=what)
         return
     w, g = want.astype(np.float64), got.astype(np.float64)
     span = float(w.max() - w.min()) or float(np.abs(w).max()) or 1.0
@@ -49,10 +56,11 @@ def _run_ort(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[np.ndarray]:
 
 @pytest.fixture
 def contrib_parity() -> Parity:
-    """`parity(node, inputs, reference=None, tol=None, opset=17)` -> turnout's outputs.
+    """`parity(node, inputs, reference=None, tol=None, opset=17, steps=0)` -> turnout's outputs.
 
     `inputs` hold one value per node input (None for an absent optional one). Without
     `reference` the oracle is onnxruntime's CPU provider; with it, `reference(*inputs)`.
+    Integer outputs must be equal, or within `steps` when that is given.
     """
 
     def parity(
@@ -61,6 +69,7 @@ def contrib_parity() -> Parity:
         reference: Reference | None = None,
         tol: float | None = None,
         opset: int = 17,
+        steps: int = 0,
     ) -> list[np.ndarray]:
         model = one_node_model(node, inputs, {"": opset})
         feeds = {n: v for n, v in zip(node.input, positional_inputs(node, inputs)) if n}
@@ -73,7 +82,30 @@ def contrib_parity() -> Parity:
         assert len(got) == len(names) == len(want), (len(got), len(names), len(want))
         for name, w, g in zip(names, want, got):
             limit = tol if tol is not None else RANGE_TOL.get(w.dtype, 1e-3)
-            assert_close_to_range(w, np.asarray(g), f"{node.op_type} output {name!r}", limit)
+            what = f"{node.op_type} output {name!r}"
+            assert_close_to_range(w, np.asarray(g), what, limit, steps)
         return [np.asarray(g) for g in got]
 
     return parity
+
+
+@pytest.fixture
+def float32_oracle() -> Callable[[onnx.NodeProto, Sequence[Any]], Reference]:
+    """`float32_oracle(node, inputs)`: a `reference` for float16 cases of ops onnxruntime's
+    CPU provider runs in float32 only: its float32 result on the same (exactly widened)
+    inputs, its float32 outputs rounded to float16."""
+    from turnout.testing import run_onnxruntime
+
+    def oracle(node: onnx.NodeProto, inputs: Sequence[Any]) -> Reference:
+        wide = [
+            x.astype(np.float32) if isinstance(x, np.ndarray) and x.dtype == np.float16 else x
+            for x in inputs
+        ]
+
+        def reference(*_: Any) -> list[np.ndarray]:
+            got = [np.asarray(y) for y in run_onnxruntime(node, wide, 17)]
+            return [y.astype(np.float16) if y.dtype == np.float32 else y for y in got]
+
+        return reference
+
+    return oracle

@@ -1,7 +1,8 @@
 """Attention, MultiHeadAttention and RotaryEmbedding (com.microsoft) against onnxruntime's CPU
 kernels: mask layouts, past/present, causal, attention_bias, packed inputs, optional inputs
-present and absent, optional outputs requested. onnxruntime's CPU provider runs these ops in
-float32 only (RotaryEmbedding in float16 too)."""
+present and absent, optional outputs requested. onnxruntime's CPU provider runs Attention and
+MultiHeadAttention in float32 only: their float16 cases hold turnout to onnxruntime's float32
+result on the same inputs (`float32_oracle`)."""
 
 from __future__ import annotations
 
@@ -176,8 +177,11 @@ def test_multi_head_attention_mask_past_present_qk(
     assert pk.shape == pv.shape == (B, N, past + S, H)
 
 
-def test_multi_head_attention_unidirectional_and_scale(contrib_parity: Any, rng: Rng) -> None:
-    names, inputs = _mha_inputs(rng, "separate", S)
+@pytest.mark.parametrize("kv_len", [S, S + 2])
+def test_multi_head_attention_unidirectional_and_scale(
+    contrib_parity: Any, rng: Rng, kv_len: int
+) -> None:
+    names, inputs = _mha_inputs(rng, "separate", kv_len)
     node = _node("MultiHeadAttention", names, ["y"], num_heads=N, unidirectional=1, scale=0.5)
     contrib_parity(node, inputs)
 
@@ -236,3 +240,23 @@ def test_unsupported_attributes_are_refused_at_session_creation(
     model = one_node_model(_node(op, names, ["y"], **attrs), values, 17)
     with pytest.raises(NotImplemented, match=reason):
         turnout.InferenceSession(model.SerializeToString())
+
+
+def test_attention_float16(contrib_parity: Any, float32_oracle: Any, rng: Rng) -> None:
+    m = _masks(2)["raw2d"]
+    inputs = [
+        _f(rng, B, S, D, dtype=np.float16),
+        (_f(rng, D, 3 * D) * 0.3).astype(np.float16),
+        _f(rng, 3 * D, dtype=np.float16),
+        m,
+        _f(rng, 2, B, N, 2, H, dtype=np.float16),
+    ]
+    node = _node("Attention", ["x", "w", "b", "m", "past"], ["y", "present"], num_heads=N)
+    contrib_parity(node, inputs, reference=float32_oracle(node, inputs))
+
+
+def test_multi_head_attention_float16(contrib_parity: Any, float32_oracle: Any, rng: Rng) -> None:
+    names, inputs = _mha_inputs(rng, "separate", 5)
+    inputs = [x.astype(np.float16) for x in inputs] + [_f(rng, 3 * D, dtype=np.float16)]
+    node = _node("MultiHeadAttention", [*names, "b"], ["y"], num_heads=N, unidirectional=1)
+    contrib_parity(node, inputs, reference=float32_oracle(node, inputs))

@@ -160,3 +160,17 @@ def test_layer_normalization_before_opset_17(
     values = [_f(rng, (2, 3, 16)), _f(rng, (16,))] + ([_f(rng, (16,))] if with_bias else [])
     _, mean, inv = contrib_parity(node, values, opset=opset)
     assert mean.shape == inv.shape == (2, 3, 1)
+
+
+def test_embed_layer_normalization_float16(
+    contrib_parity: Any, float32_oracle: Any, rng: Rng
+) -> None:
+    """onnxruntime's CPU kernel is float32 only: held to its float32 result."""
+    names, values = _embed_inputs(rng, True, True, "none")
+    values = [
+        v.astype(np.float16) if v is not None and v.dtype == np.float32 else v for v in values
+    ]
+    node = helper.make_node(
+        "EmbedLayerNormalization", names, ["y", "mask_index", "sum"], domain=DOMAIN
+    )
+    contrib_parity(node, values, reference=float32_oracle(node, values))

@@ -52,10 +52,15 @@ def _attend(
     return np.matmul(_softmax(scores), v.astype(ct)), scores
 
 
-def _causal(seq: int, total: int) -> Array:
-    """Where query i (the last `seq` of `total` positions) must not see key j."""
-    past = total - seq
-    return np.arange(total)[None, :] > (past + np.arange(seq))[:, None]
+def _causal(seq: int, total: int, past: int) -> Array:
+    """Where query i (at position past + i) must not see key j of `total`.
+
+    As onnxruntime's CPU kernels, the last query row sees every key: they mask rows
+    0..seq-2 only, which is the same thing when total is past + seq (self-attention) and
+    differs for MultiHeadAttention over a longer key sequence."""
+    blocked = np.arange(total)[None, :] > (past + np.arange(seq))[:, None]
+    blocked[-1:] = False
+    return blocked
 
 
 def _padding_mask(
@@ -88,17 +93,17 @@ def _masks(
     node: KernelNode,
     mask: Array | None,
     causal: bool,
-    shape: tuple[int, int, int],
+    shape: tuple[int, int, int, int],
     filter_value: float,
 ) -> Array | None:
-    """The additive mask of a mask index and of causality (batch, sequence, total): a padded
-    key gets `filter_value`; a future key the lowest float, replacing the padding value
+    """The additive mask of a mask index and of causality (batch, sequence, past, total): a
+    padded key gets `filter_value`; a future key the lowest float, replacing the padding value
     (as onnxruntime does, so a row whose visible keys are all padded still attends to them)."""
-    batch, seq, total = shape
+    batch, seq, past, total = shape
     out = None if mask is None else _padding_mask(node, mask, batch, seq, total, filter_value)
     if causal:
         lowest = np.float32(np.finfo(np.float32).min)
-        out = np.where(_causal(seq, total), lowest, np.float32(0) if out is None else out)
+        out = np.where(_causal(seq, total, past), lowest, np.float32(0) if out is None else out)
     return out
 
 
@@ -174,7 +179,7 @@ def attention(node: KernelNode) -> KernelFn:
         batch, seq = x.shape[:2]
         total = k.shape[2]
         extra = [
-            _masks(node, mask, causal, (batch, seq, total), filter_value),
+            _masks(node, mask, causal, (batch, seq, total - seq, total), filter_value),
             None
             if attention_bias is None
             else _bias_term(node, attention_bias, (batch, heads, seq, total)),
@@ -258,13 +263,14 @@ def multi_head_attention(node: KernelNode) -> KernelFn:
         q, k, v = _mha_inputs(node, heads, query, key, value, bias)
         if (past_key is None) != (past_value is None):
             raise InvalidArgument(f"{node.name}: past_key and past_value go together")
+        past = 0 if past_key is None else past_key.shape[2]
         if past_key is not None and past_value is not None:
             k = np.concatenate([past_key, k], axis=2)
             v = np.concatenate([past_value, v], axis=2)
         batch, _, seq, head = q.shape
         total = k.shape[2]
         extra = [
-            _masks(node, key_padding_mask, causal, (batch, seq, total), filter_value),
+            _masks(node, key_padding_mask, causal, (batch, seq, past, total), filter_value),
             None
             if attention_bias is None
             else _bias_term(node, attention_bias, (batch, heads, seq, total)),
