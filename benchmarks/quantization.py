@@ -18,7 +18,9 @@ own feed generator). Every quantized model then runs on onnxruntime over evaluat
   turnout's model / onnxruntime's model (the second says how far the two runtimes' integer
   kernels differ on a model neither of which turnout wrote);
 - err: the largest difference to the float output, over its range, turnout's / onnxruntime's;
-- time: seconds to quantize (calibration included), turnout's / onnxruntime's.
+- time: seconds to quantize (calibration included), turnout's / onnxruntime's;
+- ms: median milliseconds of one run on onnxruntime (one thread) of the float model / turnout's
+  quantized model / onnxruntime's (does turnout's Q/DQ placement let onnxruntime fuse as well?).
 
 The models have seeded random weights and the inputs are synthetic, so the numbers compare the
 tools with each other, not with a trained model's accuracy. Needs onnxruntime (the oracle).
@@ -120,11 +122,23 @@ def _quantize(tool: Any, method: str, model: onnx.ModelProto, calib: list[Any]) 
         return onnx.load(dst)
 
 
-def _run_ort(model: onnx.ModelProto, feeds: list[dict[str, Any]]) -> np.ndarray:
+def _run_ort(model: onnx.ModelProto, feeds: list[dict[str, Any]]) -> tuple[np.ndarray, float]:
+    """The first output over all feeds, and the median milliseconds of one run (after one
+    warm-up run) on onnxruntime with one thread."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return np.concatenate([session.run(None, f)[0] for f in feeds])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(
+        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    session.run(None, feeds[0])
+    outputs, times = [], []
+    for feed in feeds:
+        start = time.perf_counter()
+        outputs.append(session.run(None, feed)[0])
+        times.append(time.perf_counter() - start)
+    return np.concatenate(outputs), 1000 * float(np.median(times))
 
 
 def _run_turnout(
@@ -154,11 +168,12 @@ def measure(
     model = spec.build()
     calib = [spec.feeds(1000 + i) for i in range(n_calib)]
     evals = [spec.feeds(i) for i in range(n_eval)]
-    ref = _run_ort(model, evals)
+    ref, ms_float = _run_ort(model, evals)
     span = float(ref.max() - ref.min()) or 1.0
     rows = []
     for method in METHODS:
         row: dict[str, Any] = {"model": name, "method": method, "size_float": model.ByteSize()}
+        row["ms_float"] = ms_float
         for tool, key in ((our_quant, "turnout"), (ort_quant, "ort")):
             start = time.perf_counter()
             try:
@@ -168,7 +183,7 @@ def measure(
                 continue
             row[f"time_{key}"] = time.perf_counter() - start
             row[f"size_{key}"] = quant.ByteSize()
-            out = _run_ort(quant, evals)
+            out, row[f"ms_{key}"] = _run_ort(quant, evals)
             row[f"err_{key}"] = float(np.abs(out - ref).max()) / span
             if spec.classifier:
                 row[f"top1_{key}"] = float((_top1(out) == _top1(ref)).mean())
@@ -199,8 +214,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     """The table of docs/quantization.md."""
     lines = [
         "| model | method | size KB float / turnout / ort | top-1 turnout / ort (classes) "
-        "| gap turnout / ort | err vs float turnout / ort | time s turnout / ort |",
-        "|---|---|---|---|---|---|---|",
+        "| gap turnout / ort | err vs float turnout / ort | time s turnout / ort "
+        "| ms on ort float / turnout / ort |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         kb = "{:.0f}".format
@@ -216,7 +232,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {r['model']} | {r['method']} | {size} | {top1} "
             f"| {_cell(r, 'gap_turnout', '.2%')} / {_cell(r, 'gap_ort', '.2%')} "
             f"| {_cell(r, 'err_turnout', '.2%')} / {_cell(r, 'err_ort', '.2%')} "
-            f"| {_cell(r, 'time_turnout', '.2f')} / {_cell(r, 'time_ort', '.2f')} |"
+            f"| {_cell(r, 'time_turnout', '.2f')} / {_cell(r, 'time_ort', '.2f')} "
+            f"| {_cell(r, 'ms_float', '.2f')} / {_cell(r, 'ms_turnout', '.2f')} "
+            f"/ {_cell(r, 'ms_ort', '.2f')} |"
         )
     notes = [
         f"- {r['model']} {r['method']}, {k[6:]}: {v}"
