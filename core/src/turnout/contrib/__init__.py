@@ -24,8 +24,11 @@ How to add a group of ops (one module per group; nothing else is edited by hand)
    automatically, too.
 3. **Parity test**: `tests/core/test_contrib_<group>.py`, running generated cases (shapes,
    dtypes, attributes, optional inputs present and absent, optional outputs requested) on
-   turnout and onnxruntime, tolerance relative to the output range
-   (`tests/core/contrib_parity.py` has the helpers).
+   turnout and onnxruntime, tolerance relative to the output range: the `contrib_parity`
+   fixture of `tests/core/conftest.py` does the running and comparing (`reference=` for cases
+   onnxruntime's CPU provider cannot run; `float32_oracle` for float16 ones it runs in float32
+   only). A kernel that cannot run some case declines it with `supports=` (a reason), which
+   turnout reports at session creation.
 4. **Docs row**: run `python -m turnout.contrib.table > docs/contrib-ops.md`; the table's
    supported columns come from the kernel registries, and `tests/core/test_contrib_table.py`
    fails when the file disagrees with them.
