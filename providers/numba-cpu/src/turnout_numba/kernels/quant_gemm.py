@@ -68,7 +68,8 @@ _STORES = {
         "v = np.float32(s + bias[i * br + j * bc]) * mult[i * mr + j * mc]\n"
         "v = max(v, np.float32(lo - z))\n"
         "v = min(v, np.float32(hi - z))\n"
-        "yr[j] = np.int32(np.rint(v)) + z"
+        "v = (v + np.float32(12582912.0)) - np.float32(12582912.0)\n"
+        "yr[j] = np.int32(v) + z"
     ),
     "scale": ("yr[j] = np.float32(s) * mult[i * mr + j * mc] + np.float32(bias[i * br + j * bc])"),
 }
@@ -106,6 +107,10 @@ class Params:
     @classmethod
     def scalar(cls, value: Any, dtype: Any) -> Params:
         return cls(np.full(1, value, dtype))
+
+    def grid(self, rows: int, cols: int) -> np.ndarray[Any, Any]:
+        """The values as a 2-D (1 or `rows`, 1 or `cols`) array."""
+        return self.data.reshape(rows if self.r else 1, cols if self.c else 1)
 
 
 _ZERO_F = Params.scalar(0, np.float32)

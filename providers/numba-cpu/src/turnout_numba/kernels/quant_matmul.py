@@ -25,6 +25,8 @@ from turnout.providers.cpu.registry import constant_input
 
 from ..registry import BuildContext, numba_kernel
 from .quant_gemm import IntGemm, Params, Rows, shifted, shifted_t
+from .quant_vnni import AVAILABLE as VNNI
+from .quant_vnni import VnniB, VnniGemm, row_blocks
 
 __all__ = ["EIGHT_BIT", "eight_bit_applies", "matmul_shapes"]
 
@@ -72,31 +74,143 @@ def matmul_shapes(name: str, a: Array, b: Array) -> tuple[tuple[int, ...], int, 
 
 
 class _PackedB:
-    """B as (N, K) int16 less its zero point: built once for a constant B and zero point,
-    else kept while the same read-only B and zero point come in."""
+    """B as the GEMM reads it (`pack(name, b, zp)`): built once for a constant B and zero
+    point, else kept while the same read-only B and zero point come in."""
 
-    def __init__(self, kn: KernelNode, b_index: int, zp_index: int) -> None:
+    def __init__(
+        self, kn: KernelNode, b_index: int, zp_index: int, pack: Callable[..., Any]
+    ) -> None:
         self.name = kn.name
-        self.kept: tuple[Any, Any, Array] | None = None
+        self.pack = pack
+        self.kept: tuple[Any, Any, Any] | None = None
         b = _const(kn, b_index)
         has_zp = len(kn.node.inputs) > zp_index and bool(kn.node.inputs[zp_index])
         zp = _const(kn, zp_index) if has_zp else None
         if b is not None and b.ndim == 2 and (zp is not None or not has_zp):
-            self.kept = (b, zp, self._pack(b, zp))
+            self.kept = (b, zp, pack(self.name, b, zp))
 
-    def _pack(self, b: Array, zp: Any) -> Array:
-        bt = shifted_t(self.name, b, zp, "B")
-        bt.flags.writeable = False
-        return bt
-
-    def __call__(self, b: Array, zp: Any) -> Array:
+    def __call__(self, b: Array, zp: Any) -> Any:
         kept = self.kept
         if kept is not None and kept[0] is b and kept[1] is zp:
             return kept[2]
-        bt = self._pack(b, zp)
+        packed = self.pack(self.name, b, zp)
         if not b.flags.writeable and (zp is None or not zp.flags.writeable):
-            self.kept = (b, zp, bt)
-        return bt
+            self.kept = (b, zp, packed)
+        return packed
+
+
+def _pack16(name: str, b: Array, zp: Any) -> Rows:
+    bt = shifted_t(name, b, zp, "B")
+    bt.flags.writeable = False
+    return Rows.plain(bt)
+
+
+def _pack8(name: str, b: Array, zp: Any) -> VnniB:
+    if zp is not None and zp.dtype != b.dtype:
+        raise InvalidArgument(
+            f"{name}: B zero point type {zp.dtype} differs from input type {b.dtype}"
+        )
+    if zp is not None and zp.size > 1 and (zp.ndim != 1 or zp.shape[0] != b.shape[1]):
+        raise InvalidArgument(
+            f"{name}: B zero point of shape {zp.shape} does not fit input {b.shape}"
+        )
+    return VnniB.of(b, zp)
+
+
+_NO_PARAMS = (Params.scalar(1, np.float32), Params.scalar(0, np.int32), Params.scalar(0, np.int32))
+
+
+class _Engine:
+    """One node's products: the VNNI tiles where the host has them, else the int16 GEMM.
+    `product(a, b, a_zp, b_zp, out, params)`; `params(rows, cols, m)` gives the store's
+    (multiplier, bias, zero point) for a block of `rows` rows, `m` per matrix."""
+
+    def __init__(self, kn: KernelNode, ctx: BuildContext, variant: str, out: Any, b: int, zp: int):
+        self.name = kn.name
+        self.vnni = VnniGemm(ctx, variant, out, transposed=False) if VNNI else None
+        self.gemm = IntGemm(ctx, variant, out)
+        self.packed = _PackedB(kn, b, zp, _pack8 if VNNI else _pack16)
+        self.plans: dict[int, tuple[Any, Any]] = {}
+
+    def product(
+        self, a: Array, b: Array, a_zp: Any, b_zp: Any, out: np.dtype[Any], params: Any
+    ) -> Array:
+        name = self.name
+        if b.ndim > 2:
+            return self._batched(a, b, a_zp, b_zp, out, params)
+        shape, rows, k, n = matmul_shapes(name, a, b)
+        packed = self.packed(b.reshape(-1, 1) if b.ndim == 1 else b, b_zp)
+        y = np.empty((rows, n), out)
+        if rows and n:
+            m = a.shape[-2] if a.ndim > 1 else 1
+            p = params(rows, n, m) if params is not None else _NO_PARAMS
+            if self.vnni is not None:
+                self._vnni(a.reshape(rows, k), m, a_zp, packed, y, p)
+            else:
+                self.gemm(_a_rows(name, a, a_zp), packed, y, *p)
+        return y.reshape(shape)
+
+    def _vnni(self, a2: Array, m: int, a_zp: Any, vb: VnniB, y: Array, p: Any) -> None:
+        assert self.vnni is not None
+        rows, k = a2.shape
+        off = 128 if a2.dtype == np.int8 else 0
+        k4 = -(-k // 4) * 4
+        if off or k4 != k or not a2.flags.c_contiguous:
+            au = np.zeros((rows, k4), np.uint8)
+            if off:
+                np.bitwise_xor(a2.view(np.uint8), 0x80, out=au[:, :k])
+            else:
+                au[:, :k] = a2
+        else:
+            au = a2
+        az = _a_zero(self.name, a_zp, a2.dtype, rows, m) + off
+        rowsum = au.sum(axis=1, dtype=np.int32) if vb.zero.any() else None
+        plan = self.plans.get(rows)
+        if plan is None:
+            plan = self.plans[rows] = row_blocks(rows, rows, k4, k4)
+        self.vnni(au.reshape(-1), *plan, _ONE_RUN, vb, rows, y, rowsum, az, p)
+
+    def _batched(
+        self, a: Array, b: Array, a_zp: Any, b_zp: Any, out: np.dtype[Any], params: Any
+    ) -> Array:
+        """A times an N-D B: one int16 GEMM per broadcast batch index."""
+        name = self.name
+        a2 = a.reshape(1, -1) if a.ndim == 1 else a
+        if a2.shape[-1] != b.shape[-2]:
+            raise InvalidArgument(f"{name}: inner dimensions of {a.shape} and {b.shape} differ")
+        try:
+            batch = np.broadcast_shapes(a2.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise InvalidArgument(
+                f"{name}: cannot multiply shapes {a.shape} and {b.shape}"
+            ) from None
+        a16 = np.broadcast_to(shifted(name, a2, a_zp, "A", axis=-2), (*batch, *a2.shape[-2:]))
+        b16 = np.broadcast_to(shifted(name, b, b_zp, "B"), (*batch, *b.shape[-2:]))
+        m, n = a2.shape[-2], b.shape[-1]
+        y = np.empty((*batch, m, n), out)
+        p = params(m, n, m) if params is not None else _NO_PARAMS
+        for idx in np.ndindex(*batch):
+            if m and n:
+                bt = Rows.plain(np.ascontiguousarray(b16[idx].T))
+                self.gemm(np.ascontiguousarray(a16[idx]), bt, y[idx], *p)
+        return y[..., 0, :] if a.ndim == 1 else y
+
+
+_ONE_RUN = np.zeros(1, np.int64)
+
+
+def _a_zero(name: str, zp: Any, dt: np.dtype[Any], rows: int, m: int) -> Array:
+    """A's zero point as int32: 1 value, or one per row (`m` per matrix, repeated)."""
+    if zp is None:
+        return np.zeros(1, np.int32)
+    if zp.dtype != dt:
+        raise InvalidArgument(f"{name}: A zero point type {zp.dtype} differs from input type {dt}")
+    z: Array = zp.astype(np.int32).reshape(-1)
+    if z.size == 1:
+        return z
+    if zp.ndim != 1 or z.size != m:
+        raise InvalidArgument(f"{name}: A zero point of shape {zp.shape} does not fit {m} rows")
+    return np.tile(z, rows // m)
 
 
 def _a_rows(name: str, a: Array, zp: Any) -> Array:
@@ -105,56 +219,16 @@ def _a_rows(name: str, a: Array, zp: Any) -> Array:
     return shifted(name, a2, zp, "A", axis=-2).reshape(-1, a2.shape[-1])
 
 
-def _product(
-    name: str,
-    a: Array,
-    b: Array,
-    a_zp: Any,
-    b_zp: Any,
-    packed: _PackedB,
-    out: np.dtype[Any],
-    run: Callable[[Array, Array, Array, int], None],
-) -> Array:
-    """A (N-D) times B: one GEMM for a 1-D/2-D B, one per broadcast batch index otherwise.
-    `run(a16, bt16, y, batch)` stores one (rows, N) block."""
-    if b.ndim <= 2:
-        shape, m, _k, n = matmul_shapes(name, a, b)
-        bt = packed(b.reshape(-1, 1) if b.ndim == 1 else b, b_zp)
-        y = np.empty((m, n), out)
-        if m and n:
-            run(_a_rows(name, a, a_zp), bt, y, 0)
-        return y.reshape(shape)
-    a2 = a.reshape(1, -1) if a.ndim == 1 else a
-    if a2.shape[-1] != b.shape[-2]:
-        raise InvalidArgument(f"{name}: inner dimensions of {a.shape} and {b.shape} differ")
-    try:
-        batch = np.broadcast_shapes(a2.shape[:-2], b.shape[:-2])
-    except ValueError:
-        raise InvalidArgument(f"{name}: cannot multiply shapes {a.shape} and {b.shape}") from None
-    a16 = np.broadcast_to(shifted(name, a2, a_zp, "A", axis=-2), (*batch, *a2.shape[-2:]))
-    b16 = np.broadcast_to(shifted(name, b, b_zp, "B"), (*batch, *b.shape[-2:]))
-    m, n = a2.shape[-2], b.shape[-1]
-    y = np.empty((*batch, m, n), out)
-    for idx in np.ndindex(*batch):
-        if m and n:
-            run(np.ascontiguousarray(a16[idx]), np.ascontiguousarray(b16[idx].T), y[idx], 0)
-    return y[..., 0, :] if a.ndim == 1 else y
-
-
 def _matmul_integer_applies(kn: KernelNode) -> str | None:
     return eight_bit_applies(kn, (0, 1))
 
 
 def _build_matmul_integer(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    name = kn.name
-    gemm = IntGemm(ctx, "int", np.int32)
-    packed = _PackedB(kn, 1, 3)
-
-    def store(a16: Array, bt: Array, y: Array, _: int) -> None:
-        gemm(a16, Rows.plain(bt), y)
+    engine = _Engine(kn, ctx, "int", np.int32, 1, 3)
+    out = np.dtype(np.int32)
 
     def run(a: Array, b: Array, a_zp: Any = None, b_zp: Any = None) -> tuple[Array]:
-        return (_product(name, a, b, a_zp, b_zp, packed, np.dtype(np.int32), store),)
+        return (engine.product(a, b, a_zp, b_zp, out, None),)
 
     return run
 
@@ -200,8 +274,8 @@ def _qlinear_matmul_applies(kn: KernelNode) -> str | None:
 def _build_qlinear_matmul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     name = kn.name
     out = np.dtype(kn.outputs[0].dtype)
-    gemm = IntGemm(ctx, "requant", out)
-    packed = _PackedB(kn, 3, 5)
+    engine = _Engine(kn, ctx, "requant", out, 3, 5)
+    no_bias = Params.scalar(0, np.int32)
 
     def run(
         a: Array, a_s: Array, a_zp: Any, b: Array, b_s: Array, b_zp: Any, y_s: Array, y_zp: Any
@@ -209,12 +283,11 @@ def _build_qlinear_matmul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if y_zp is not None and y_zp.dtype != out:
             raise InvalidArgument(f"{name}: y_zero_point type {y_zp.dtype} is not {out}")
 
-        def store(a16: Array, bt: Array, y: Array, _: int) -> None:
-            m = a.shape[-2] if a.ndim > 1 else 1
-            mult, zp = requant_params(name, y.shape[0], y.shape[1], m, a_s, b_s, y_s, y_zp)
-            gemm(a16, Rows.plain(bt), y, mult, None, zp)
+        def params(rows: int, cols: int, m: int) -> tuple[Params, Params, Params]:
+            mult, zp = requant_params(name, rows, cols, m, a_s, b_s, y_s, y_zp)
+            return mult, no_bias, zp
 
-        return (_product(name, a, b, a_zp, b_zp, packed, out, store),)
+        return (engine.product(a, b, a_zp, b_zp, out, params),)
 
     return run
 
