@@ -33,12 +33,14 @@ _ATTR_TYPES = {
 @dataclass(frozen=True)
 class Arg:
     """A formal input or output. `type` names a type parameter of the op ("T") or is a type
-    ("tensor(int64)")."""
+    ("tensor(int64)"); a variadic one that is not `homogeneous` may bind it to a different
+    type at each position (QLinearConcat's tensors and scales)."""
 
     name: str
     type: str
     optional: bool = False
     variadic: bool = False
+    homogeneous: bool = True
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,9 @@ def _onnx_schema(spec: OpSpec) -> onnx.defs.OpSchema:
         kind = option.Variadic if a.variadic else option.Optional if a.optional else None
         if kind is None:
             return _Schema.FormalParameter(a.name, a.type)
-        return _Schema.FormalParameter(a.name, a.type, param_option=kind)
+        return _Schema.FormalParameter(
+            a.name, a.type, param_option=kind, is_homogeneous=a.homogeneous
+        )
 
     def attribute(a: Attr) -> onnx.defs.OpSchema.Attribute:
         if a.default is not None:

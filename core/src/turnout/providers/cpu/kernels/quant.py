@@ -18,7 +18,7 @@ from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
 from .cast import convert
 
-__all__: list[str] = []
+__all__ = ["dequantize", "quantize"]
 
 
 def _int_range(dt: np.dtype[Any]) -> tuple[int, int] | None:
@@ -65,6 +65,29 @@ def _expand_param(
             f"{shape} with block_size {block_size} on axis {axis}"
         )
     return np.repeat(p, block_size, axis=axis).take(np.arange(shape[axis]), axis=axis)
+
+
+def quantize(
+    x: np.ndarray, scale: Any, zero_point: Any, dt: np.dtype[Any] | type[Any]
+) -> np.ndarray:
+    """x / scale rounded half to even, plus the zero point, saturated to the integer type `dt`,
+    in float32 as onnxruntime requantizes; scale and zero point broadcast against x."""
+    q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32))
+    if zero_point is not None:
+        q = q + np.asarray(zero_point).astype(np.float32)
+    bounds = _int_range(np.dtype(dt))
+    if bounds is None:
+        raise InvalidArgument(f"requantization into {np.dtype(dt)}, not an integer type")
+    return np.clip(q, bounds[0], bounds[1]).astype(dt)
+
+
+def dequantize(q: np.ndarray, scale: Any, zero_point: Any = None) -> np.ndarray:
+    """(q - zero_point) * scale in float32; scale and zero point broadcast against q."""
+    d = np.asarray(q).astype(np.int32)
+    if zero_point is not None:
+        d = d - np.asarray(zero_point).astype(np.int32)
+    out: np.ndarray = d.astype(np.float32) * np.asarray(scale, np.float32)
+    return out
 
 
 def _quant_params(node: KernelNode) -> tuple[int, int]:
