@@ -260,3 +260,26 @@ def test_multi_head_attention_float16(contrib_parity: Any, float32_oracle: Any, 
     inputs = [x.astype(np.float16) for x in inputs] + [_f(rng, 3 * D, dtype=np.float16)]
     node = _node("MultiHeadAttention", [*names, "b"], ["y"], num_heads=N, unidirectional=1)
     contrib_parity(node, inputs, reference=float32_oracle(node, inputs))
+
+
+@pytest.mark.parametrize("past", [0, 2])
+def test_attention_4d_causal_mask(contrib_parity: Any, rng: Rng, past: int) -> None:
+    """onnxruntime's CPU kernel refuses a 4-D mask [B, 1, M, M] (rows past..past+S-1 apply):
+    a lower-triangular one is a causal mask, so the oracle is onnxruntime with
+    `unidirectional=1` and no mask."""
+    from turnout.testing import run_onnxruntime
+
+    m = np.tril(np.ones((8, 8), np.int32))[None, None].repeat(B, 0)
+    inputs = [_f(rng, B, S, D), _f(rng, D, 3 * D) * 0.3, None, m]
+    names = ["x", "w", "", "m"]
+    plain = [inputs[0], inputs[1]]
+    plain_names = ["x", "w"]
+    if past:
+        inputs.append(_f(rng, 2, B, N, past, H))
+        names.append("past")
+        plain += [None, None, inputs[-1]]
+        plain_names += ["", "", "past"]
+    outputs = ["y", "present"] if past else ["y"]  # onnxruntime wants present with a past
+    node = _node("Attention", names, outputs, num_heads=N)
+    causal = _node("Attention", plain_names, outputs, num_heads=N, unidirectional=1)
+    contrib_parity(node, inputs, reference=lambda *_: run_onnxruntime(causal, plain, 17))
