@@ -125,3 +125,23 @@ def test_contrib_output_whose_shape_cannot_be_inferred_still_runs(
     w = rng.standard_normal((16, 48)).astype(np.float32)
     (z,) = sess.run(None, {"x": x, "w": w})
     assert z.shape == (2, 4, 16)
+
+
+@pytest.mark.cpu_means_host
+def test_contrib_ops_run_when_a_host_provider_serves_cpu(rng: np.random.Generator) -> None:
+    """A host provider (turnout-numba) ahead of the numpy kernels declines com.microsoft nodes
+    it has no kernel for; they run on the numpy kernels, the rest where it puts them."""
+    m = _model(
+        [
+            helper.make_node("FastGelu", ["x"], ["y"], domain=DOMAIN, name="fg"),
+            helper.make_node("Relu", ["y"], ["z"]),
+        ],
+        {"x": [2, 8]},
+        ["z"],
+    )
+    sess = turnout.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    (z,) = sess.run(None, {"x": x})
+    assert z.shape == (2, 8) and (z >= 0).all()
+    placed = {a.node: a.provider for a in sess.partition_report().assignments}
+    assert placed["fg"] == "CPUExecutionProvider"
