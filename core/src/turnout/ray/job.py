@@ -4,21 +4,24 @@ it joins, or an embedded local Ray it starts and stops). What `turnout batch` ru
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import onnx
 
 from ..errors import InvalidArgument, NoSuchFile, TurnoutError
 from .batching import model_inputs
 from .predict import predict
-from .predictor import DEFAULT_BATCH_SIZE, ProviderSpec
+from .predictor import DEFAULT_BATCH_SIZE, ProviderSpec, SessionPredictor
 from .runtime import cluster
 from .sink import write_parquet
-from .sources import open_input
+from .sources import plan_input
 from .summary import BatchSummary
 
 __all__ = ["run_batch"]
+
+T = TypeVar("T")
 
 BLOCKS_PER_BATCH = 4
 """Rows are read in blocks of this many batches: big enough that a read task's overhead is
@@ -37,9 +40,11 @@ def run_batch(
     cpus_per_worker: float = 1,
     gpus_per_worker: float = 0,
     progress: bool = True,
+    predictor: type[SessionPredictor] = SessionPredictor,
 ) -> BatchSummary:
     """Score every row of `input` with `model` into `output` (Parquet: a `row` column, a `path`
-    column for folder inputs, one column per model output), rows in input order."""
+    column for folder inputs, one column per model output), rows in input order. `predictor`
+    may be a subclass that adds pre- or post-processing."""
     model_path = Path(model)
     if not model_path.is_file():
         raise NoSuchFile(f"model {str(model_path)!r} does not exist")
@@ -49,35 +54,46 @@ def run_batch(
     # bytes travel through the object store to any node; a model with external data must be
     # read from its folder, which every node must then see
     shared: str | bytes = str(model_path.resolve()) if external else model_path.read_bytes()
+    plan = plan_input(
+        input, inputs, block_rows=BLOCKS_PER_BATCH * batch_size, min_blocks=2 * workers
+    )
     started = time.perf_counter()
     with cluster(address) as ray:
         _check_resources(ray.cluster_resources(), workers, cpus_per_worker, gpus_per_worker)
         startup = time.perf_counter() - started
         began = time.perf_counter()
-        source = open_input(
-            input, inputs, block_rows=BLOCKS_PER_BATCH * batch_size, min_blocks=2 * workers
-        )
         outputs = predict(
-            source.dataset,
+            plan.dataset(),
             shared,
             workers=workers,
             batch_size=batch_size,
             providers=providers,
             num_cpus=cpus_per_worker,
             num_gpus=gpus_per_worker,
-            keep_columns=source.keep_columns,
+            keep_columns=plan.keep_columns,
+            predictor=predictor,
         )
         outputs.context.enable_progress_bars = progress
+        first: list[float] = []
         try:
             batches = outputs.iter_batches(batch_size=None, batch_format="numpy")
-            per_worker = write_parquet(batches, output, source.rows)
+            per_worker = write_parquet(_stamp_first(batches, first), output, plan.rows)
         except Exception as e:
             cause = getattr(e, "cause", None)  # Ray's task error wraps what the worker raised
             if isinstance(cause, TurnoutError):
                 raise cause from e
             raise
         seconds = time.perf_counter() - began
-    return BatchSummary(source.rows, seconds, startup, dict(per_worker))
+    first_rows = (first[0] if first else time.perf_counter()) - began
+    return BatchSummary(plan.rows, seconds, startup, first_rows, dict(per_worker))
+
+
+def _stamp_first(batches: Iterable[T], stamps: list[float]) -> Iterator[T]:
+    """`batches`, noting in `stamps` when the first one arrived."""
+    for batch in batches:
+        if not stamps:
+            stamps.append(time.perf_counter())
+        yield batch
 
 
 def _check_resources(resources: dict[str, float], workers: int, cpus: float, gpus: float) -> None:

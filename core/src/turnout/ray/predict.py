@@ -29,6 +29,8 @@ def predict(
     num_gpus: float = 0,
     columns: Mapping[str, str] | None = None,
     keep_columns: Sequence[str] = (),
+    predictor: type[SessionPredictor] = SessionPredictor,
+    predictor_kwargs: Mapping[str, Any] | None = None,
 ) -> Any:
     """The lazily mapped `ray.data.Dataset` of `model`'s outputs for `dataset`'s rows.
 
@@ -38,7 +40,9 @@ def predict(
     order. A killed actor is restarted and its batch rerun: Ray Data's actor pools restart and
     retry without limit by default (its per-call settings for this are deprecated since Ray
     2.60). A batch that fails raises `BatchError` naming its rows. The session uses `num_cpus`
-    threads unless `session_options` says otherwise.
+    threads unless `session_options` says otherwise. `predictor` may be a subclass of
+    `SessionPredictor` that adds pre- or post-processing, and `predictor_kwargs` its own
+    constructor arguments.
     """
     ray = require_ray()
     if workers < 1:
@@ -51,7 +55,7 @@ def predict(
         session_options = SessionOptions()
         session_options.intra_op_num_threads = max(1, int(num_cpus))
     mapped = dataset.map_batches(
-        SessionPredictor,
+        predictor,
         fn_constructor_kwargs={
             "model": model,
             "providers": providers,
@@ -60,6 +64,7 @@ def predict(
             "batch_size": batch_size,
             "columns": columns,
             "keep_columns": tuple(keep_columns),
+            **(predictor_kwargs or {}),
         },
         batch_size=batch_size,
         batch_format="numpy",

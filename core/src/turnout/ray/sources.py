@@ -1,16 +1,17 @@
 """`turnout batch`'s INPUT as a Ray dataset of numbered rows: a Parquet file or folder of them,
 or a folder of `.npy` files or images (one row per file, in name order).
 
-The driver only plans: it lists files and Parquet row groups and numbers the rows. Ray read
-tasks do the reading, so on a cluster the files must be where every node sees them. Read tasks
-ask for no CPU: a machine whose CPUs all went to workers still reads (the predictor actors would
-otherwise wait for rows that no task may start to read).
+The driver only plans (`plan_input`, before Ray starts, so a bad INPUT fails at once): it lists
+files and Parquet row groups and numbers the rows. Ray read tasks do the reading, so on a
+cluster the files must be where every node sees them. Read tasks ask for no CPU: a machine
+whose CPUs all went to workers still reads (the predictor actors would otherwise wait for rows
+that no task may start to read).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,25 +25,35 @@ from .predictor import ROW_COLUMN
 from .readers import IMAGE_SUFFIXES, column_values, load_image, load_npy, stack_rows
 from .runtime import require_ray
 
-__all__ = ["PATH_COLUMN", "Source", "open_input"]
+__all__ = ["PATH_COLUMN", "InputPlan", "plan_input"]
 
 PATH_COLUMN = "path"
 """The file each row came from, for inputs that are folders of files."""
 
 
 @dataclass(frozen=True)
-class Source:
-    """A planned input: the dataset (columns named after the model's inputs, plus `row`), its
-    row count, and the columns to carry through to the output."""
+class InputPlan:
+    """A planned input: read tasks' work items (`items`, in `blocks` blocks, each a call of
+    `reader` with `reader_kwargs`), the row count, and the columns to carry to the output."""
 
-    dataset: Any
+    items: list[dict[str, Any]]
+    blocks: int
+    reader: Callable[..., Any]
+    reader_kwargs: dict[str, Any]
     rows: int
     keep_columns: tuple[str, ...]
 
+    def dataset(self) -> Any:
+        """The Ray dataset of numbered rows, columns named after the model's inputs."""
+        ray = require_ray()
+        return ray.data.from_items(self.items, override_num_blocks=self.blocks).map_batches(
+            self.reader, fn_kwargs=self.reader_kwargs, batch_size=None, num_cpus=0
+        )
 
-def open_input(
+
+def plan_input(
     path: str | Path, inputs: Sequence[InputSpec], *, block_rows: int, min_blocks: int = 1
-) -> Source:
+) -> InputPlan:
     """Plan reading `path` for a model with `inputs`, in blocks of about `block_rows` rows
     (at least `min_blocks` of them, so that every worker gets work)."""
     src = Path(path)
@@ -67,10 +78,9 @@ def open_input(
     return _files(kinds[found[0]], found[0], inputs, block_rows, min_blocks)
 
 
-def _parquet(files: list[Path], inputs: Sequence[InputSpec], block_rows: int) -> Source:
+def _parquet(files: list[Path], inputs: Sequence[InputSpec], block_rows: int) -> InputPlan:
     import pyarrow.parquet as pq
 
-    ray = require_ray()
     columns: dict[str, str] | None = None
     fragments: list[dict[str, Any]] = []
     rows = 0
@@ -88,13 +98,8 @@ def _parquet(files: list[Path], inputs: Sequence[InputSpec], block_rows: int) ->
                 rows += n
     if not fragments:
         raise InvalidArgument(f"input {str(files[0].parent)!r}: no rows")
-    dataset = ray.data.from_items(fragments, override_num_blocks=len(fragments)).map_batches(
-        _read_parquet,
-        fn_kwargs={"columns": columns, "block_rows": block_rows},
-        batch_size=1,
-        num_cpus=0,
-    )
-    return Source(dataset, rows, ())
+    kwargs = {"columns": columns, "block_rows": block_rows}
+    return InputPlan(fragments, len(fragments), _read_parquet, kwargs, rows, ())
 
 
 def _input_columns(names: list[str], inputs: Sequence[InputSpec], f: Path) -> dict[str, str]:
@@ -111,7 +116,8 @@ def _input_columns(names: list[str], inputs: Sequence[InputSpec], f: Path) -> di
 def _read_parquet(
     batch: Mapping[str, np.ndarray], columns: dict[str, str], block_rows: int
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Read task: each row group streamed in blocks, columns renamed to the model's inputs."""
+    """Read task: each row group (one per block) streamed in pieces of `block_rows` rows,
+    columns renamed to the model's inputs."""
     import pyarrow.parquet as pq
 
     for path, group, first in zip(batch["path"], batch["row_group"], batch["first_row"]):
@@ -134,18 +140,15 @@ def _read_parquet(
 
 def _files(
     files: list[Path], kind: str, inputs: Sequence[InputSpec], block_rows: int, min_blocks: int
-) -> Source:
+) -> InputPlan:
     if len(inputs) != 1:
         raise InvalidArgument(
             f"a folder of {kind} files feeds one input; the model has {[s.name for s in inputs]}"
         )
-    ray = require_ray()
     items = [{ROW_COLUMN: i, PATH_COLUMN: str(p)} for i, p in enumerate(files)]
     blocks = min(len(items), max(min_blocks, math.ceil(len(items) / block_rows)))
-    dataset = ray.data.from_items(items, override_num_blocks=blocks).map_batches(
-        _load_files, fn_kwargs={"spec": inputs[0], "kind": kind}, batch_size=None, num_cpus=0
-    )
-    return Source(dataset, len(items), (PATH_COLUMN,))
+    kwargs = {"spec": inputs[0], "kind": kind}
+    return InputPlan(items, blocks, _load_files, kwargs, len(items), (PATH_COLUMN,))
 
 
 def _load_files(batch: Mapping[str, np.ndarray], spec: InputSpec, kind: str) -> dict[str, Any]:
