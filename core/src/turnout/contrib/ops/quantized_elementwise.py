@@ -15,7 +15,7 @@ _Q = {"T": ("uint8", "int8")}
 _SCALE = "tensor(float)"
 
 
-def _broadcast(shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
+def broadcast_shapes(shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
     """numpy broadcasting of known shapes (an unknown dim stays unknown unless another is >1)."""
     rank = max(len(s) for s in shapes)
     out: list[Dim] = []
@@ -42,7 +42,7 @@ def _broadcasting(*indices: int, type_of: int) -> InferFn:
         shapes = [t.shape for t in found if t is not None]
         if len(shapes) != len(indices) or any(s is None for s in shapes):
             return [TensorType(first.elem_type)]
-        return [TensorType(first.elem_type, _broadcast([s for s in shapes if s is not None]))]
+        return [TensorType(first.elem_type, broadcast_shapes([s for s in shapes if s is not None]))]
 
     return infer
 

@@ -16,7 +16,7 @@ from ....provider import KernelFn, KernelNode
 from ..registry import cpu_kernel
 from .cast import convert
 
-__all__: list[str] = []
+__all__ = ["integer_product"]
 
 
 def _widen(dt: np.dtype[Any]) -> np.dtype[Any]:
@@ -148,6 +148,16 @@ def _sub_zero(name: str, x: np.ndarray, zp: np.ndarray | None, what: str) -> np.
         ) from None
 
 
+def integer_product(
+    name: str, a: np.ndarray, a_zero_point: Any, b: np.ndarray, b_zero_point: Any
+) -> np.ndarray:
+    """(a - a_zero_point) @ (b - b_zero_point) of 8-bit integers, exact, in float64 (the int32
+    accumulator's value); a 1-D zero point of `a` is per row, of `b` per column."""
+    aa = _sub_zero(name, a, _row_param(a_zero_point, a), "A")
+    bb = _sub_zero(name, b, b_zero_point, "B")
+    return _matmul(name, aa, bb)
+
+
 @cpu_kernel("MatMulInteger", since=10)
 def matmul_integer(node: KernelNode) -> KernelFn:
     name = node.name
@@ -158,9 +168,7 @@ def matmul_integer(node: KernelNode) -> KernelFn:
         a_zero_point: np.ndarray | None = None,
         b_zero_point: np.ndarray | None = None,
     ) -> tuple[np.ndarray]:
-        aa = _sub_zero(name, a, _row_param(a_zero_point, a), "A")
-        bb = _sub_zero(name, b, b_zero_point, "B")
-        return (_matmul(name, aa, bb).astype(np.int32),)
+        return (integer_product(name, a, a_zero_point, b, b_zero_point).astype(np.int32),)
 
     return run
 
@@ -179,9 +187,7 @@ def qlinear_matmul(node: KernelNode) -> KernelFn:
         y_scale: np.ndarray,
         y_zero_point: np.ndarray | None,
     ) -> tuple[np.ndarray]:
-        aa = _sub_zero(name, a, _row_param(a_zero_point, a), "A")
-        bb = _sub_zero(name, b, b_zero_point, "B")
-        acc = _matmul(name, aa, bb)
+        acc = integer_product(name, a, a_zero_point, b, b_zero_point)
         sdt = _widen(np.asarray(a_scale).dtype)
         a_s = _row_param(np.asarray(a_scale).astype(sdt), a)
         mult = a_s * np.asarray(b_scale).astype(sdt) / np.asarray(y_scale).astype(sdt)
