@@ -106,8 +106,6 @@ REVIEWED: dict[str, str] = {
     "OrtDeviceEpIncompatibilityReason": _SDK_V2,
     "OrtCompiledModelCompatibility": _SDK_V2,
     "OrtSyncStream": _SDK_V2,
-    "ModelCompiler": _SDK_V2 + " (EPContext compilation)",
-    "OrtCompileApiFlags": _SDK_V2 + " (EPContext compilation)",
     "OrtEpContextData": _SDK_V2 + " (EPContext compilation)",
     "OrtEpContextDataBuffer": _SDK_V2 + " (EPContext compilation)",
     "ModelRequiresCompilation": _SDK_V2 + " (EPContext compilation)",

@@ -15,6 +15,7 @@ from typing import Any
 from . import backend, capi
 from .capi import onnxruntime_validation
 from .capi.onnxruntime_pybind11_state import copy_tensors, has_collective_ops
+from .compiler import ModelCompiler, OrtCompileApiFlags
 from .environment import (
     ORT_API_VERSION,
     ArenaExtendStrategy,
@@ -111,6 +112,7 @@ __all__ = [
     "InvalidGraph",
     "InvalidProtobuf",
     "LoraAdapter",
+    "ModelCompiler",
     "ModelLoaded",
     "ModelMetadata",
     "NoModel",
@@ -119,6 +121,7 @@ __all__ = [
     "NotImplemented",
     "OrtAllocatorType",
     "OrtArenaCfg",
+    "OrtCompileApiFlags",
     "OrtDevice",
     "OrtDeviceMemoryType",
     "OrtDeviceVendorId",

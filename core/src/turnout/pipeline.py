@@ -91,17 +91,21 @@ def optimize(
     providers: Sequence[ExecutionProvider],
     options: SessionOptions,
     label: str,
+    already_optimized: bool = False,
 ) -> OptimizedModel:
     """Rewrite the graph at the options' level for these providers (a fusion fires only when
     the provider that would run it has the fused kernel), infer shapes, build the IR.
 
     A graph pass that fails does not stop the model from running: the model goes on
-    unoptimized, with an `OptimizationSkippedWarning`.
+    unoptimized, with an `OptimizationSkippedWarning`. A compiled model (`already_optimized`)
+    is the optimized graph already: only shapes are inferred.
     """
     from .optimizer import Level, OptimizationReport
     from .optimizer import optimize as run_passes
 
     values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
+    if already_optimized:
+        return _as_ir(model, False, OptimizationReport(Level.DISABLE), values, options, label)
     try:
         optimized, report = run_passes(
             model,
@@ -117,11 +121,25 @@ def optimize(
         warnings.warn(message, OptimizationSkippedWarning, stacklevel=4)
         logger.warning("%s", message)
         optimized, report, values = model, OptimizationReport(Level.DISABLE), {}
-    if optimized is model:  # not optimized: infer_shapes writes into its model
-        optimized = onnx.ModelProto()
-        optimized.CopyFrom(model)
+    return _as_ir(optimized, optimized is not model, report, values, options, label)
+
+
+def _as_ir(
+    model: onnx.ModelProto,
+    owned: bool,
+    report: Any,
+    values: dict[str, np.ndarray],
+    options: SessionOptions,
+    label: str,
+) -> OptimizedModel:
+    """Shapes inferred (into `model` when `owned`, else into a copy: inference writes into
+    its model), oversized values refused, the IR built."""
+    if not owned:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
     limits = options.resource_limits
-    inferred = infer_shapes(optimized, limits.shape_data_max_elements)
+    inferred = infer_shapes(model, limits.shape_data_max_elements)
     refuse_oversized_values(inferred, limits.max_tensor_elements, label)
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import}
     graph = Graph.from_proto(inferred.graph, opsets, values=values)

@@ -365,6 +365,22 @@ class ExecutionProvider:
         self.allocator = Allocator()
         self.data_transfer = DataTransfer()
 
+    # -- compiled artifacts (turnout compile / ModelCompiler) --------------------------------
+    def compatibility_info(self) -> str:
+        """What this provider's compiled code depends on (its version, the device, the options
+        that shape the code). A compiled model records it; loading one whose string differs
+        fails instead of running stale code. "" for a provider that compiles nothing."""
+        return ""
+
+    def export_compiled(self) -> dict[str, bytes]:
+        """The blobs this session's compiled kernels are made of (named files), for a compiled
+        model; empty when there is nothing to keep."""
+        return {}
+
+    def import_compiled(self, blobs: Mapping[str, bytes]) -> None:
+        """Take the blobs of a compiled model before this session's kernels are built, so that
+        building them compiles nothing. Called only after `compatibility_info()` matched."""
+
     def set_dynamic_option(self, name: str, value: Any) -> None:
         """Apply a `dynamic` option between runs (`set_ep_dynamic_options`); a provider that
         declares one overrides this. `value` is already parsed to the option's type."""

@@ -12,12 +12,14 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
 from . import __version__, pipeline
+from .compiler import read_artifact
 from .dtypes import value_type_string
 from .ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
 from .ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
@@ -145,6 +147,8 @@ class InferenceSession:
         self._check_canceled()
         pipeline.validate(model, self._label)
         self._check_canceled()
+        base_dir = Path(self._model_path).resolve().parent if self._model_path else None
+        self._artifact = read_artifact(model, base_dir)  # a compiled model, or None
         self._loaded = model  # optimized per provider list in _set_providers
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)
@@ -200,7 +204,15 @@ class InferenceSession:
             providers, provider_options, self._sess_options, self._label, self._numpy_only
         )
         instances = chosen.instances
-        optimized = pipeline.optimize(self._loaded, instances, self._sess_options, self._label)
+        if self._artifact is not None:  # its providers take their compiled blobs first
+            self._artifact.install(instances, self._label)
+        optimized = pipeline.optimize(
+            self._loaded,
+            instances,
+            self._sess_options,
+            self._label,
+            already_optimized=self._artifact is not None,
+        )
         self._model, self._graph = optimized.model, optimized.graph
         self._optimization_report = optimized.report
         self._init_io()

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from ..compiler import ModelCompiler
 from ..io_binding import IOBinding
 from ..lora import AdapterFormat
 from ..options import RunOptions, SessionOptions
@@ -21,6 +22,7 @@ __all__ = [
     "C",
     "IOBinding",
     "InferenceSession",
+    "ModelCompiler",
     "NodeArg",
     "OrtDevice",
     "OrtDeviceVendorId",

@@ -16,6 +16,7 @@ from typing import Any
 import onnx.defs
 
 from .. import logs
+from ..compiler import ModelCompiler, OrtCompileApiFlags
 from ..environment import (
     ArenaExtendStrategy,
     OrtArenaCfg,
@@ -90,6 +91,8 @@ from ..values import (
 
 __all__ = [
     "AdapterFormat",
+    "ModelCompiler",
+    "OrtCompileApiFlags",
     "OrtEpAssignedNode",
     "OrtEpAssignedSubgraph",
     "OrtEpDevice",

@@ -35,7 +35,16 @@ from numba.core.typing.templates import Signature
 
 from turnout.logs import logger
 
-__all__ = ["NUMBA_CONFIG", "Sig", "cache_dir", "cache_key", "jit", "load_source"]
+__all__ = [
+    "NUMBA_CONFIG",
+    "Sig",
+    "cache_dir",
+    "cache_key",
+    "compile_count",
+    "jit",
+    "load_source",
+    "loaded_modules",
+]
 
 Sig = str | Signature
 """A signature to compile: numba's text form or a `types.void(...)` object."""
@@ -151,9 +160,24 @@ def jit(
         return disp  # type: ignore[no-any-return]
 
 
+_COMPILES = [0]  # signatures compiled by LLVM in this process (cache loads excluded)
+
+
+def compile_count() -> int:
+    """How many kernel signatures this process compiled rather than loaded from the cache
+    (a compiled model is loaded with none)."""
+    return _COMPILES[0]
+
+
 def _compile(disp: Any, sig: Sig, root: Path | None) -> None:
+    misses = sum(disp.stats.cache_misses.values()) if root is not None else 0
+    compiled = len(disp.overloads)
     try:
         disp.compile(sig)
+        if root is None:
+            _COMPILES[0] += len(disp.overloads) - compiled
+        else:
+            _COMPILES[0] += sum(disp.stats.cache_misses.values()) - misses
     except Exception as e:
         if root is None or isinstance(e, numba.core.errors.TypingError):
             raise
@@ -162,6 +186,7 @@ def _compile(disp: Any, sig: Sig, root: Path | None) -> None:
         _purge(disp, root)
         disp._cache = numba.core.caching.NullCache()
         disp.compile(sig)
+        _COMPILES[0] += 1
 
 
 def _purge(disp: Any, root: Path) -> None:
@@ -169,6 +194,12 @@ def _purge(disp: Any, root: Path) -> None:
     for p in root.rglob(f"*{stem}*"):
         with contextlib.suppress(OSError):
             p.unlink()
+
+
+def loaded_modules() -> dict[str, Path]:
+    """Generated kernel modules this process loaded (name -> source file), oldest first."""
+    with _LOCK:
+        return {name: Path(str(mod.__file__)) for name, mod in _MODULES.items()}
 
 
 def load_source(source: str, name_hint: str = "group") -> ModuleType:

@@ -35,7 +35,7 @@ from turnout.provider import (
 from turnout.providers.cpu import kernels as _cpu_kernels  # noqa: F401 - registers them
 from turnout.providers.cpu.registry import CPU_KERNELS
 
-from . import cache
+from . import artifacts, cache
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .cache import NUMBA_CONFIG
 from .codegen import EW_OPS, compile_group
@@ -61,10 +61,11 @@ class NumbaExecutionProvider(ExecutionProvider):
         self._run_state = threading.local()  # saved thread counts of the run on this thread
         # BLAS gets the same budget while this session runs: no oversubscription
         self._blas = BlasThreads(self.threads) if self.threads else None
-        _start_numba_runtime(self.ctx.parallel)
 
     # ------------------------------------------------------------------ partitioning
     def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
+        # here, not at creation: a compiled model's blobs are imported in between
+        _start_numba_runtime(self.ctx.parallel)
         claims: list[Capability] = []
         declines: list[Decline] = []
         fusible: set[str] = set()
@@ -124,6 +125,16 @@ class NumbaExecutionProvider(ExecutionProvider):
             gk = compile_group(nodes, outputs, name, parallel=self.ctx.parallel, constants=consts)
             out.append(CompiledKernel(name, gk.fn, gk.inputs, gk.outputs))
         return out
+
+    # ------------------------------------------------------------------ compiled models
+    def compatibility_info(self) -> str:
+        return artifacts.compatibility(self.ctx.parallel, self.fuse)
+
+    def export_compiled(self) -> dict[str, bytes]:
+        return artifacts.export_blobs()
+
+    def import_compiled(self, blobs: Mapping[str, bytes]) -> None:
+        artifacts.import_blobs(blobs)
 
     # ------------------------------------------------------------------ threads
     def on_run_start(self) -> None:

@@ -1,0 +1,90 @@
+"""numba's compiled blobs in a compiled model: a fresh process with an empty cache loads the
+model and compiles nothing; a model compiled with other options is refused as stale."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+_COMPILE = """
+import sys, turnout
+from turnout.compiler import ModelCompiler
+opts = turnout.SessionOptions()
+opts.add_provider("numba", {})
+ModelCompiler(opts, sys.argv[1]).compile_to_file(sys.argv[2])
+"""
+
+_LOAD = """
+import json, sys, numpy as np, turnout
+import turnout_numba.cache as cache
+providers = [("numba", json.loads(sys.argv[2]))]
+try:
+    sess = turnout.InferenceSession(sys.argv[1], providers=providers)
+except turnout.Fail as e:
+    print(json.dumps({"fail": str(e)}))
+    raise SystemExit(0)
+x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+y = sess.run(None, {"x": x})[0]
+print(json.dumps({"compiles": cache.compile_count(), "y": y.tolist()}))
+"""
+
+
+def _model(path: Path) -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+        helper.make_node("Add", ["sq", "x"], ["s"], name="add"),
+        helper.make_node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _python(code: str, cache: Path, *args: str) -> dict[str, object]:
+    env = {**os.environ, "TURNOUT_CACHE_DIR": str(cache)}
+    env.pop("TURNOUT_CPU_NUMPY_ONLY", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("artifacts")
+    _model(root / "m.onnx")
+    _python(_COMPILE, root / "cache-compile", str(root / "m.onnx"), str(root / "m_ctx.onnx"))
+    return root
+
+
+def test_loading_compiles_nothing_in_an_empty_cache(compiled: Path) -> None:
+    got = _python(_LOAD, compiled / "cache-fresh", str(compiled / "m_ctx.onnx"), "{}")
+    assert got["compiles"] == 0
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    want = 1 / (1 + np.exp(-(x * x + x)))
+    np.testing.assert_allclose(np.asarray(got["y"], np.float32), want, rtol=1e-5)
+
+
+def test_the_plain_model_compiles_in_an_empty_cache(compiled: Path) -> None:
+    """The check above can fail: without the compiled data the same process compiles."""
+    got = _python(_LOAD, compiled / "cache-plain", str(compiled / "m.onnx"), "{}")
+    assert isinstance(got["compiles"], int) and got["compiles"] > 0
+
+
+def test_other_options_make_the_artifact_stale(compiled: Path) -> None:
+    got = _python(_LOAD, compiled / "cache-stale", str(compiled / "m_ctx.onnx"), '{"fuse": 0}')
+    assert "stale" in str(got["fail"]) and "fuse=False" in str(got["fail"])
