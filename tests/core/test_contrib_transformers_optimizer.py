@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import turnout
 from turnout.contrib import DOMAIN
@@ -41,6 +41,11 @@ def _ops(model: onnx.ModelProto) -> collections.Counter[tuple[str, str]]:
 def _compare(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     import onnxruntime as ort
 
+    # the optimizer may make integer inputs int32 (EmbedLayerNormalization's ids)
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    feeds = {
+        k: v.astype(np.int32) if types[k] == onnx.TensorProto.INT32 else v for k, v in feeds.items()
+    }
     data = model.SerializeToString()
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     got = turnout.InferenceSession(data).run(None, feeds)
@@ -103,3 +108,74 @@ def test_bert_with_fused_attention(tmp_path: Path, rng: np.random.Generator) -> 
         mask[-1, seq // 2 :] = 0
         x = rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32)
         _compare(optimized, {"x": x, "attention_mask": mask})
+
+
+VOCAB, MAX_POSITION = 50, 32
+
+
+def _with_embeddings(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    """`model` (whose input `x` is [B, S, hidden] embeddings) fed by BERT's embedding layer:
+    word, token-type and position tables gathered by input_ids, token_type_ids and position
+    ids sliced to the sequence length, summed, in the layout onnxruntime's
+    EmbedLayerNormalization fusion recognizes."""
+    g = model.graph
+
+    def table(name: str, rows: int) -> None:
+        g.initializer.append(
+            numpy_helper.from_array(
+                (rng.standard_normal((rows, HIDDEN)) * 0.5).astype(np.float32), name
+            )
+        )
+
+    table("word_table", VOCAB)
+    table("position_table", MAX_POSITION)
+    table("segment_table", 2)
+    g.initializer.extend(
+        [
+            numpy_helper.from_array(np.arange(MAX_POSITION, dtype=np.int64)[None], "positions"),
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array([0], np.int64), "zero_1d"),
+            numpy_helper.from_array(np.array([1], np.int64), "one_1d"),
+        ]
+    )
+    embeddings = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Gather", ["ids_shape", "one"], ["seq_len"], axis=0),
+        helper.make_node("Unsqueeze", ["seq_len", "zero_1d"], ["seq_len_1d"]),
+        helper.make_node(
+            "Slice", ["positions", "zero_1d", "seq_len_1d", "one_1d", "one_1d"], ["position_ids"]
+        ),
+        helper.make_node("Gather", ["word_table", "input_ids"], ["word"]),
+        helper.make_node("Gather", ["segment_table", "token_type_ids"], ["segment"]),
+        helper.make_node("Gather", ["position_table", "position_ids"], ["position"]),
+        helper.make_node("Add", ["word", "segment"], ["word_segment"]),
+        helper.make_node("Add", ["word_segment", "position"], ["x"]),
+    ]
+    x = next(i for i in g.input if i.name == "x")
+    g.input.remove(x)
+    g.input.extend(
+        helper.make_tensor_value_info(name, onnx.TensorProto.INT64, ["batch", "sequence"])
+        for name in ("input_ids", "token_type_ids")
+    )
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(embeddings + nodes)
+    return model
+
+
+def test_bert_with_embeddings(tmp_path: Path, rng: np.random.Generator) -> None:
+    model = _hugging_face_mask(bert_like(layers=2, hidden=HIDDEN, heads=HEADS, seq=SEQ))
+    optimized = _optimize(_with_embeddings(model, rng), tmp_path)
+    ops = _ops(optimized)
+    assert ops[(DOMAIN, "EmbedLayerNormalization")] == 1  # its mask_index feeds Attention
+    assert ops[(DOMAIN, "Attention")] == 2
+    assert ops[(DOMAIN, "SkipLayerNormalization")] == 4
+    for batch, seq in ((BATCH, SEQ), (1, 7)):
+        mask = np.ones((batch, seq), np.int64)
+        mask[-1, seq // 2 :] = 0
+        feeds = {
+            "input_ids": rng.integers(0, VOCAB, (batch, seq)),
+            "token_type_ids": rng.integers(0, 2, (batch, seq)),
+            "attention_mask": mask,
+        }
+        _compare(optimized, feeds)
