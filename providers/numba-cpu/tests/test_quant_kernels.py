@@ -24,6 +24,20 @@ from turnout.testing import provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for requantization")
 
+
+@pytest.fixture(params=["vnni", "int16"])
+def gemm_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both integer GEMMs: the VNNI tiles (where the host has them) and the int16 kernel."""
+    from turnout_numba.kernels import quant_conv, quant_matmul, quant_vnni
+
+    if request.param == "vnni" and not quant_vnni.AVAILABLE:
+        pytest.skip("this host has no AVX-512 VNNI (or numba compiles for another CPU)")
+    if request.param == "int16":
+        monkeypatch.setattr(quant_matmul, "VNNI", False)
+        monkeypatch.setattr(quant_conv, "VNNI", False)
+    return str(request.param)
+
+
 MIXES = [(np.uint8, np.uint8), (np.uint8, np.int8), (np.int8, np.uint8), (np.int8, np.int8)]
 
 
@@ -86,7 +100,7 @@ def requantized(acc: np.ndarray, mult: np.ndarray, zp: Any, dt: Any) -> np.ndarr
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_matmul_integer_random(seed: int) -> None:
+def test_matmul_integer_random(seed: int, gemm_path: str) -> None:
     rng = np.random.default_rng(seed)
     ta, tb = MIXES[seed % 4]
     m = int(rng.choice([1, 2, 3, 8, 17, 64]))
@@ -143,7 +157,7 @@ def test_matmul_integer_errors(rng: np.random.Generator) -> None:
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_qlinear_matmul_random(seed: int) -> None:
+def test_qlinear_matmul_random(seed: int, gemm_path: str) -> None:
     rng = np.random.default_rng(seed)
     ta, tb = MIXES[seed % 4]
     ty = (np.uint8, np.int8)[seed // 4 % 2]
@@ -250,7 +264,7 @@ def _case(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, dict[
 
 
 @pytest.mark.parametrize("seed", range(28))
-def test_conv_integer_random(seed: int) -> None:
+def test_conv_integer_random(seed: int, gemm_path: str) -> None:
     rng, x, w, attrs = _case(seed)
     tw = w.dtype
     m = w.shape[0]
@@ -265,7 +279,7 @@ def test_conv_integer_random(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(28))
-def test_qlinear_conv_random(seed: int) -> None:
+def test_qlinear_conv_random(seed: int, gemm_path: str) -> None:
     rng, x, w, attrs = _case(seed)
     tw = w.dtype
     m = w.shape[0]
@@ -318,7 +332,7 @@ def test_qlinear_conv_random(seed: int) -> None:
         assert np.abs(got.astype(np.int32) - np.asarray(ref[0]).astype(np.int32)).max() <= 1
 
 
-def test_qlinear_conv_resnet_block_layers(rng: np.random.Generator) -> None:
+def test_qlinear_conv_resnet_block_layers(rng: np.random.Generator, gemm_path: str) -> None:
     """The shapes the latency table measures (a 3x3 and a 1x1 ResNet layer), u8 x s8 per
     channel, against onnxruntime."""
     for c, hw, k, pads in [(64, 14, 3, [1, 1, 1, 1]), (128, 7, 1, [0, 0, 0, 0])]:

@@ -29,8 +29,10 @@ from turnout.providers.cpu.registry import constant_input
 
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel, numba_kernel
-from .quant_gemm import IntGemm, Params, Rows
+from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows
 from .quant_matmul import eight_bit_applies
+from .quant_vnni import AVAILABLE as VNNI
+from .quant_vnni import VnniB, VnniGemm, row_blocks
 
 __all__: list[str] = []
 
@@ -45,6 +47,25 @@ def _channels_last(x: Any, zp: Any, xp: Any, pt: Any, pl: Any) -> None:  # pragm
             d = xp[h + pt, w + pl]
             for c in range(c_):
                 d[c] = np.int16(x[c, h, w]) - zp
+
+
+def _channels_last8(x: Any, flip: Any, xp: Any, pt: Any, pl: Any) -> None:  # pragma: no cover
+    """xp[h + pt, w + pl, c] = x[c, h, w] ^ flip (int8 read as uint8, flipped to x + 128)."""
+    c_, h_, w_ = x.shape
+    for h in prange(h_):
+        for w in range(w_):
+            d = xp[h + pt, w + pl]
+            for c in range(c_):
+                d[c] = x[c, h, w] ^ flip
+
+
+def _layout8_kernel(ctx: BuildContext) -> SizedKernel:
+    u8 = np.dtype(np.uint8)
+    sig = types.void(
+        numba_array(u8, 3, readonly=True, layout="A"), types.uint8,
+        numba_array(u8, 3, readonly=False, layout="C"), types.int64, types.int64,
+    )  # fmt: skip
+    return ctx.jit(_channels_last8, [sig])
 
 
 def _layout_kernel(ctx: BuildContext) -> SizedKernel:
@@ -71,6 +92,8 @@ class _Plan:
     segs: tuple[Array, ...]  # per group, where a patch's runs start (see `quant_gemm.Rows`)
     seglen: int
     steps: tuple[int, int, int]  # (OW, row step, column step) of a patch's start
+    window: tuple[int, ...]  # (KH, KW, SH, SW, DH, DW, OH, OW)
+    tiles: tuple[Any, Any] | None  # the VNNI row blocks and starts, when it runs there
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -96,8 +119,11 @@ class _IntConv:
         self.w_index, self.wz_index = (3, 5) if requant else (1, 3)
         out = np.dtype(kn.outputs[0].dtype) if requant else np.dtype(np.int32)
         self.out = out
-        self.gemm = IntGemm(ctx, "requant" if requant else "int", out)
+        variant = "requant" if requant else "int"
+        self.gemm = IntGemm(ctx, variant, out)
         self.layout = _layout_kernel(ctx)
+        self.vnni = VnniGemm(ctx, variant, out, transposed=True) if VNNI else None
+        self.layout8 = _layout8_kernel(ctx) if VNNI else None
         self.plans: dict[tuple[Any, Any], _Plan] = {}
         self.kept: tuple[Any, Any, Array] | None = None  # (W, w zero point, packed)
         w = self._const(self.w_index)
@@ -106,37 +132,65 @@ class _IntConv:
         if w is not None and w.ndim in (3, 4) and (wz is not None or not has_zp):
             self.kept = (w, wz, self._pack(w, wz))
 
+    def _vnni(self, seglen: int) -> bool:
+        """Whether the VNNI tiles take runs of `seglen` bytes (whole 4-byte words)."""
+        return self.vnni is not None and seglen % 4 == 0
+
+    def _seglen(self, w: Array) -> int:
+        cg, kw = w.shape[1], w.shape[-1]
+        dilations = self.kn.attr("dilations", None) or [1]
+        return int(kw * cg) if self.group == 1 and dilations[-1] == 1 else int(cg)
+
     def _const(self, i: int) -> Array | None:
         if not constant_input(self.kn, i):
             return None
         v = self.kn.node.graph.initializers.get(self.kn.node.inputs[i])
         return v if isinstance(v, np.ndarray) else None
 
-    def _pack(self, w: Array, wz: Any) -> Array:
-        """W less its zero point as (M, KH*KW*C/group) int16, patch order (KH, KW, C/group)."""
+    def _pack(self, w: Array, wz: Any) -> Any:
+        """W as the kernel that will run reads it: VNNI tiles per group, else int16 rows."""
+        if w.ndim in (3, 4) and self._vnni(self._seglen(w)):
+            return self._pack8(w, wz)
+        return self._pack16(w, wz)
+
+    def _pack8(self, w: Array, wz: Any) -> list[VnniB]:
+        """Per group, W (M/group, C/group, KH, KW) as B (K, M/group), K in patch order (KH, KW,
+        C/group), packed for the VNNI tiles in the runs the patches are read in."""
+        self._check_zero(w, wz)
+        m, group = w.shape[0], self.group
+        mg = m // group if group > 0 else m
+        w4 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]) if w.ndim == 3 else w
+        runs = w4.shape[2] * w4.shape[3] * w4.shape[1] // self._seglen(w)
+        out = []
+        for g in range(group):
+            b = np.moveaxis(w4[g * mg : (g + 1) * mg], 1, 3).reshape(mg, -1).T
+            z = wz if wz is None or wz.size == 1 else wz[g * mg : (g + 1) * mg]
+            out.append(VnniB.of(np.ascontiguousarray(b), z, runs))
+        return out
+
+    def _check_zero(self, w: Array, wz: Any) -> None:
         m = w.shape[0]
         if wz is not None and wz.dtype != w.dtype:
             raise InvalidArgument(
                 f"{self.name}: w_zero_point type {wz.dtype} differs from W type {w.dtype}"
             )
+        if wz is not None and wz.size > 1 and wz.shape != (m,):
+            raise InvalidArgument(
+                f"{self.name}: w_zero_point must be a scalar or have shape ({m},), got {wz.shape}"
+            )
+
+    def _pack16(self, w: Array, wz: Any) -> Array:
+        """W less its zero point as (M, KH*KW*C/group) int16, patch order (KH, KW, C/group)."""
+        self._check_zero(w, wz)
+        m = w.shape[0]
         z = np.zeros((), np.int16) if wz is None else np.asarray(wz).astype(np.int16)
-        if z.size > 1:
-            if z.shape != (m,):
-                raise InvalidArgument(
-                    f"{self.name}: w_zero_point must be a scalar or have shape ({m},), "
-                    f"got {z.shape}"
-                )
-            z = z.reshape((m,) + (1,) * (w.ndim - 1))
-        else:
-            z = z.reshape(())
+        z = z.reshape(m, 1, 1, 1) if z.size > 1 else z.reshape(())
         w4 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]) if w.ndim == 3 else w
-        packed = np.ascontiguousarray(
-            np.moveaxis(w4.astype(np.int16) - (z if z.ndim == 0 else z.reshape(m, 1, 1, 1)), 1, 3)
-        ).reshape(m, -1)
+        packed = np.ascontiguousarray(np.moveaxis(w4.astype(np.int16) - z, 1, 3)).reshape(m, -1)
         packed.flags.writeable = False
         return packed
 
-    def _weights(self, w: Array, wz: Any) -> Array:
+    def _weights(self, w: Array, wz: Any) -> Any:
         kept = self.kept
         if kept is not None and kept[0] is w and kept[1] is wz:
             return kept[2]
@@ -187,7 +241,11 @@ class _IntConv:
             seglen = cg
         segs = tuple(np.array(r, np.int64) for r in runs)
         steps = (ow, sh * line, sw * c_)
-        return _Plan(final, x4, (hp, wp, c_), (pb[0], pb[1]), oh * ow, segs, seglen, steps)
+        window = (kh, kw, sh, sw, dh, dw, oh, ow)
+        tiles = row_blocks(oh * ow, ow, sh * line, sw * c_) if self._vnni(seglen) else None
+        return _Plan(
+            final, x4, (hp, wp, c_), (pb[0], pb[1]), oh * ow, segs, seglen, steps, window, tiles
+        )
 
     def conv(
         self, x: Array, xz: Any, w: Array, wz: Any, params: tuple[Params, Params, Params] | None
@@ -206,12 +264,15 @@ class _IntConv:
             p = self.plans[key] = self._plan(x, w)
         wk = self._weights(w, wz)
         n_ = p.x4[0]
-        m_ = wk.shape[0]
-        group = self.group
-        mg = m_ // group
+        m_ = w.shape[0]
         y = np.empty((n_, m_, p.pixels), self.out)
         if y.size == 0:
             return y.reshape(p.final)
+        if p.tiles is not None:
+            self._conv8(x, xz, wk, p, y, params)
+            return y.reshape(p.final)
+        group = self.group
+        mg = m_ // group
         z = np.int16(0 if xz is None else int(xz.reshape(())))
         x4 = x.reshape(p.x4)
         pt, pl = p.pads
@@ -232,6 +293,49 @@ class _IntConv:
                     mult, bias, zp = (_rows(q, g * mg, mg) for q in params)
                     self.gemm(wg, rows, yg, mult, bias, zp)
         return y.reshape(p.final)
+
+    def _conv8(self, x: Array, xz: Any, vbs: list[VnniB], p: _Plan, y: Array, params: Any) -> None:
+        """The convolution on the VNNI tiles: the channels-last uint8 input (int8 flipped to
+        x + 128, the padding holding the zero point) read as patch rows in place."""
+        assert self.vnni is not None and self.layout8 is not None and p.tiles is not None
+        off = 128 if x.dtype == np.int8 else 0
+        zval = (0 if xz is None else int(xz.reshape(()))) + off
+        az = np.full(1, zval, np.int32)
+        xu = x.view(np.uint8).reshape(p.x4)
+        pt, pl = p.pads
+        xp = np.full(p.padded, zval, np.uint8)
+        mg = y.shape[1] // self.group
+        cg = p.padded[2] // self.group
+        for n in range(y.shape[0]):
+            xs = xu[n, :, max(0, -pt) :, max(0, -pl) :]
+            xs = xs[:, : p.padded[0] - max(pt, 0), : p.padded[1] - max(pl, 0)]
+            self.layout8(xs.size, xs, np.uint8(off), xp, max(pt, 0), max(pl, 0))
+            src = xp.reshape(-1)
+            for g, vb in enumerate(vbs):
+                rowsum = (
+                    _patch_sums(xp[:, :, g * cg : (g + 1) * cg], p.window)
+                    if vb.zero.any()
+                    else None
+                )
+                ps = NO_PARAMS
+                if params is not None:
+                    ps = (_rows(params[0], g * mg, mg), _rows(params[1], g * mg, mg), params[2])
+                segs = p.segs[g if len(p.segs) > 1 else 0]
+                yg = y[n, g * mg : (g + 1) * mg]
+                self.vnni(src, *p.tiles, segs, vb, p.pixels, yg, rowsum, az, ps)
+
+
+def _patch_sums(xp: Array, window: tuple[int, ...]) -> Array:
+    """The sum of each output pixel's patch (all channels of `xp`, every tap), int32."""
+    kh, kw, sh, sw, dh, dw, oh, ow = window
+    plane = xp.sum(axis=2, dtype=np.int32)
+    tot = np.zeros((oh, ow), np.int32)
+    for i in range(kh):
+        for j in range(kw):
+            tot += plane[
+                i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw
+            ]
+    return tot.reshape(-1)
 
 
 def _rows(q: Params, start: int, count: int) -> Params:

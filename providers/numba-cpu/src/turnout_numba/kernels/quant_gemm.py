@@ -34,7 +34,7 @@ from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel
 
-__all__ = ["IntGemm", "Params", "Rows", "int_range", "shifted", "shifted_t"]
+__all__ = ["NO_PARAMS", "IntGemm", "Params", "Rows", "int_range", "shifted", "shifted_t"]
 
 BLOCK_N = 64
 """Output columns per task: 64 rows of `bt` (K int16 each) stay in L2 while rows of `a` pass."""
@@ -112,6 +112,9 @@ class Params:
         """The values as a 2-D (1 or `rows`, 1 or `cols`) array."""
         return self.data.reshape(rows if self.r else 1, cols if self.c else 1)
 
+
+NO_PARAMS = (Params.scalar(1, np.float32), Params.scalar(0, np.int32), Params.scalar(0, np.int32))
+"""(multiplier, bias, zero point) of a product stored as its int32 sum."""
 
 _ZERO_F = Params.scalar(0, np.float32)
 _ZERO_I = Params.scalar(0, np.int32)

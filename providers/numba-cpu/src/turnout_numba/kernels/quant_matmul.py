@@ -24,7 +24,7 @@ from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu.registry import constant_input
 
 from ..registry import BuildContext, numba_kernel
-from .quant_gemm import IntGemm, Params, Rows, shifted, shifted_t
+from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows, shifted, shifted_t
 from .quant_vnni import AVAILABLE as VNNI
 from .quant_vnni import VnniB, VnniGemm, row_blocks
 
@@ -117,9 +117,6 @@ def _pack8(name: str, b: Array, zp: Any) -> VnniB:
     return VnniB.of(b, zp)
 
 
-_NO_PARAMS = (Params.scalar(1, np.float32), Params.scalar(0, np.int32), Params.scalar(0, np.int32))
-
-
 class _Engine:
     """One node's products: the VNNI tiles where the host has them, else the int16 GEMM.
     `product(a, b, a_zp, b_zp, out, params)`; `params(rows, cols, m)` gives the store's
@@ -143,7 +140,7 @@ class _Engine:
         y = np.empty((rows, n), out)
         if rows and n:
             m = a.shape[-2] if a.ndim > 1 else 1
-            p = params(rows, n, m) if params is not None else _NO_PARAMS
+            p = params(rows, n, m) if params is not None else NO_PARAMS
             if self.vnni is not None:
                 self._vnni(a.reshape(rows, k), m, a_zp, packed, y, p)
             else:
@@ -188,7 +185,7 @@ class _Engine:
         b16 = np.broadcast_to(shifted(name, b, b_zp, "B"), (*batch, *b.shape[-2:]))
         m, n = a2.shape[-2], b.shape[-1]
         y = np.empty((*batch, m, n), out)
-        p = params(m, n, m) if params is not None else _NO_PARAMS
+        p = params(m, n, m) if params is not None else NO_PARAMS
         for idx in np.ndindex(*batch):
             if m and n:
                 bt = Rows.plain(np.ascontiguousarray(b16[idx].T))

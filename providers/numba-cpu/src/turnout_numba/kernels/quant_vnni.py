@@ -166,8 +166,8 @@ def _vnni_gemm(a, blocks, starts, segs, bp, kq, c):
     ldc = c.shape[1]
     cf = c.reshape(-1)
     nbk = blocks.shape[0]
-    ncb = ldc // 32
     nseg = segs.shape[0]
+    ncb = bp.shape[0] // (nseg * kq * 128)
     for t in prange(nbk * ncb):
         bi = t % nbk
         jb = t // nbk
@@ -183,11 +183,11 @@ def _vnni_gemm(a, blocks, starts, segs, bp, kq, c):
                 a.turnout_vnni_tile1(aoff, lda, bp, boff, kq, cf, co, ldc, g > 0)
 """
 
+# `s` below: the corrected int32 sum `sum (a - az)(b - bz)`, from C's `sum a b`, B's column
+# sums and zero points (`bzv`, one per column), A's zero point and `rowfac = sum a - K az`.
 _STORE = """\
 def _vnni_store(c, y, colsum, bzv, az, rowfac, mult, bias, zp, lo, hi):
     m, n = y.shape
-    mc = mult.shape[1] > 1
-    bcn = bias.shape[1] > 1
     # (row strides set before the parallel loop: a conditional index in it types as float)
     mr = 1 if mult.shape[0] > 1 else 0
     bsr = 1 if bias.shape[0] > 1 else 0
@@ -198,26 +198,47 @@ def _vnni_store(c, y, colsum, bzv, az, rowfac, mult, bias, zp, lo, hi):
         mrow = mult[i * mr]
         brow = bias[i * bsr]
         z = zp[i * zr]
-{row}
+        a_z = az[i * ar]
+        rf = rowfac[i]
         for j in range(n):
-{pick}
-            mj = mrow[j] if mc else mrow[0]
-            bj = brow[j] if bcn else brow[0]
+            s = np.int32(c[i, j] - a_z * colsum[j] - rf * bzv[j])
+            mj = mrow[j]
+            bj = brow[j]
 {store}
 """
+"""y (A rows, B columns) from C (A rows, B columns); parameters by column come as full rows
+(a select between a row and its first value would keep the loop from vectorizing)."""
 
-# s: the corrected int32 sum `sum (a - az)(b - bz)`, from C's `sum a b`, B's column sums and
-# zero points (`bzv`, one per column) and A's zero point and `rowfac = sum a - K az` per row
-_PICK = {
-    False: (  # y is (A rows, B columns)
-        "a_z = az[i * ar]\nrf = rowfac[i]",
-        "s = np.int32(c[i, j] - a_z * colsum[j] - rf * bzv[j])",
-    ),
-    True: (  # y is (B columns, A rows): a convolution's (channels, pixels)
-        "a_z = az[0]\ncz = a_z * colsum[i]\nbz_i = bzv[i]",
-        "s = np.int32(c[j, i] - cz - bz_i * rowfac[j])",
-    ),
-}
+_STORE_T = """\
+def _vnni_store(c, y, colsum, bzv, az, rowfac, mult, bias, zp, lo, hi):
+    m, n = y.shape
+    mr = 1 if mult.shape[0] > 1 else 0
+    bsr = 1 if bias.shape[0] > 1 else 0
+    z = zp[0]
+    a_z = az[0]
+    for jb in prange((n + 63) // 64):
+        j0 = jb * 64
+        w = min(j0 + 64, n) - j0
+        buf = np.empty((m, 64), np.int32)
+        for jj in range(w):
+            cr = c[j0 + jj]
+            for i in range(m):
+                buf[i, jj] = cr[i]
+        rf = rowfac[j0 : j0 + w]
+        for i in range(m):
+            yr = y[i, j0 : j0 + w]
+            br_ = buf[i]
+            cz = a_z * colsum[i]
+            bz_i = bzv[i]
+            mj = mult[i * mr, 0]
+            bj = bias[i * bsr, 0]
+            for j in range(w):
+                s = np.int32(br_[j] - cz - bz_i * rf[j])
+{store}
+"""
+"""y (B columns, A rows) from C (A rows, B columns): a convolution's (channels, pixels) from
+the tiles' (pixels, channels), 64 pixels at a time through a small buffer (a strided read of
+C per output value costs several times more); parameters by row (channel) only."""
 
 _STORES = {
     "int": "yr[j] = s",
@@ -295,6 +316,7 @@ class VnniGemm:
         from .quant_gemm import int_range
 
         self.variant = variant
+        self.transposed = transposed
         self.out = np.dtype(out)
         self.lo, self.hi = int_range(self.out) if variant == "requant" else (0, 0)
         arr = numba_array
@@ -308,11 +330,11 @@ class VnniGemm:
             types.int64, arr(i32, 2, readonly=False, layout="C"),
         )  # fmt: skip
         self.driver = SizedKernel(drv, [sig], ctx.parallel)
-        row, pick = _PICK[transposed]
-        text = _STORE.format(
-            row=_lines(row, 8), pick=_lines(pick, 12), store=_lines(_STORES[variant], 12)
+        text = (_STORE_T if transposed else _STORE).format(
+            store=_lines(_STORES[variant], 16 if transposed else 12)
         )
-        st = cache.load_source(text, f"vnni_store_{variant}")._vnni_store
+        name = f"vnni_store_{variant}{'_t' if transposed else ''}"
+        st = cache.load_source(text, name)._vnni_store
         ivec = arr(i32, 1, readonly=True, layout="C")
         bias = np.dtype(np.float32 if variant == "scale" else np.int32)
         ssig = types.void(
@@ -340,7 +362,9 @@ class VnniGemm:
         needed); `az` A's zero point (1 or `rows` values, int32); `params` (multiplier,
         bias, zero point) as `quant_gemm.Params` over y's rows and columns (the zero point
         per tensor or per row)."""
-        c = np.empty((rows, vb.npad), np.int32)
+        # (a row of C 64 bytes longer than the tiles need: rows 4 KB apart would share L1
+        # sets, and the transposed store reads 64 rows at once)
+        c = np.empty((rows, vb.npad + 16), np.int32)
         work = rows * vb.npad * vb.kq * 4 * len(segs) // 8
         self.driver(work, a, blocks, starts, segs, vb.packed.reshape(-1), vb.kq, c)
         if rowsum is None:
@@ -348,5 +372,11 @@ class VnniGemm:
         else:
             rowfac = (rowsum - vb.k * az).astype(np.int32)
         m, n = y.shape
-        mult, bias, zp = (params[0].grid(m, n), params[1].grid(m, n), params[2].data)
+        mult, bias = params[0].grid(m, n), params[1].grid(m, n)
+        if not self.transposed:  # by column: full rows
+            mult = np.ascontiguousarray(np.broadcast_to(mult, (mult.shape[0], n)))
+            bias = np.ascontiguousarray(np.broadcast_to(bias, (bias.shape[0], n)))
+        elif mult.shape[1] > 1 or bias.shape[1] > 1:
+            raise AssertionError("a transposed store takes parameters by row only")
+        zp = params[2].data
         self.store(y.size, c, y, vb.colsum, vb.zero, az, rowfac, mult, bias, zp, self.lo, self.hi)
