@@ -1,0 +1,201 @@
+"""End to end: models that onnxruntime's quantization tools write (and its optimizer fuses),
+from turnout's benchmark models, run on turnout as on onnxruntime.
+
+- `quantize_static(..., QuantFormat.QOperator)`: QLinearConv, QLinearMatMul, QLinearAdd,
+  QLinearGlobalAveragePool, QGemm; outputs within 2% of the output range.
+- `MatMulNBitsQuantizer` (4 bits, block 32, symmetric and asymmetric): MatMulNBits, also with
+  the bias onnxruntime's optimizer folds into it; within 0.1% (2% at accuracy level 4, where
+  onnxruntime quantizes the activations too).
+- `quantize_dynamic`, then onnxruntime's optimizer (which fuses MatMulInteger and its scaling
+  into DynamicQuantizeMatMul and MatMulIntegerToFloat): within 2%.
+
+Each test prints its max |difference| / output range (`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+import turnout
+from turnout.contrib import DOMAIN
+from turnout.models import zoo
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these checks")
+
+
+def _tools() -> Any:
+    try:
+        from onnxruntime import quantization
+    except Exception as e:  # a build without its quantization tools
+        pytest.skip(f"onnxruntime.quantization does not import: {e}")
+    return quantization
+
+
+def _ops(model: onnx.ModelProto) -> collections.Counter[tuple[str, str]]:
+    return collections.Counter((n.domain or "ai.onnx", n.op_type) for n in model.graph.node)
+
+
+def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random float inputs of the model's (static) shapes; an attention mask of ones."""
+    out = {}
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        shape = [d.dim_value or 1 for d in tt.shape.dim]
+        if tt.elem_type == onnx.TensorProto.FLOAT:
+            out[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            out[vi.name] = np.ones(shape, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return out
+
+
+def _ort_session(model: onnx.ModelProto | str, **options: Any) -> Any:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for k, v in options.items():
+        setattr(so, k, v)
+    data = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _parity(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tol: float) -> float:
+    """max |turnout - onnxruntime| / onnxruntime's output range, over every output; asserts
+    it is within `tol`."""
+    want = _ort_session(model).run(None, feeds)
+    got = turnout.InferenceSession(model.SerializeToString()).run(None, feeds)
+    worst = 0.0
+    for w, g in zip(want, got, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        span = float(w.max() - w.min()) or 1.0
+        worst = max(worst, float(np.abs(g.astype(np.float64) - w).max()) / span)
+    print(f"max |diff| / range = {worst:.2e}")
+    assert worst <= tol
+    return worst
+
+
+class _Calibration:
+    """A CalibrationDataReader of a few random batches."""
+
+    def __init__(self, model: onnx.ModelProto, rng: np.random.Generator, batches: int = 4):
+        self._data: Iterator[dict[str, np.ndarray]] = iter(
+            [_feeds(model, rng) for _ in range(batches)]
+        )
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._data, None)
+
+    def rewind(self) -> None:  # onnxruntime's reader interface
+        pass
+
+
+STATIC_MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, int]]] = {
+    "resnet18_like": (
+        lambda: zoo.resnet18_like(size=32),
+        {"QLinearConv": 20, "QLinearAdd": 8, "QLinearGlobalAveragePool": 1, "QGemm": 1},
+    ),
+    "mlp": (lambda: zoo.mlp(batch=4), {"QLinearMatMul": 3, "QLinearAdd": 3}),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param("resnet18_like", marks=pytest.mark.slow), "mlp"])
+def test_quantize_static_qoperator(name: str, tmp_path: Path, rng: np.random.Generator) -> None:
+    q = _tools()
+    make, expected = STATIC_MODELS[name]
+    model = make()
+    onnx.save(model, tmp_path / "float.onnx")
+    q.quantize_static(
+        str(tmp_path / "float.onnx"),
+        str(tmp_path / "q.onnx"),
+        _Calibration(model, rng),
+        quant_format=q.QuantFormat.QOperator,
+    )
+    quantized = onnx.load(tmp_path / "q.onnx")
+    ops = {op: n for (_, op), n in _ops(quantized).items()}
+    assert {op: ops.get(op, 0) for op in expected} == expected
+    _parity(quantized, _feeds(model, rng), 0.02)
+
+
+def _nbits(model: onnx.ModelProto, symmetric: bool, accuracy_level: int | None) -> onnx.ModelProto:
+    _tools()
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    except Exception as e:  # it needs onnx_ir
+        pytest.skip(f"onnxruntime's MatMulNBitsQuantizer does not import: {e}")
+    quantizer = MatMulNBitsQuantizer(
+        model, bits=4, block_size=32, is_symmetric=symmetric, accuracy_level=accuracy_level
+    )
+    quantizer.process()
+    out: onnx.ModelProto = quantizer.model.model
+    return out
+
+
+def _ort_optimized(model: onnx.ModelProto, tmp_path: Path, **kwargs: Any) -> onnx.ModelProto:
+    """The model as onnxruntime's extended optimizer leaves it (its fusions saved)."""
+    path = tmp_path / "ort_optimized.onnx"
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(path)
+    ort.InferenceSession(model.SerializeToString(), so, ["CPUExecutionProvider"], **kwargs)
+    return onnx.load(path)
+
+
+NBITS_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "mlp": lambda: zoo.mlp(batch=4),
+    "bert_like": lambda: zoo.bert_like(layers=1, hidden=64, heads=4, seq=16, batch=2),
+}
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "asymmetric"])
+@pytest.mark.parametrize("name", sorted(NBITS_MODELS))
+def test_matmul_nbits_quantizer(
+    name: str, symmetric: bool, tmp_path: Path, rng: np.random.Generator
+) -> None:
+    model = NBITS_MODELS[name]()
+    feeds = _feeds(model, rng)
+    quantized = _nbits(model, symmetric, None)
+    assert _ops(quantized)[(DOMAIN, "MatMulNBits")] >= 3
+    _parity(quantized, feeds, 1e-3)
+    if name == "mlp":  # onnxruntime's optimizer folds each bias Add into MatMulNBits
+        fused = _ort_optimized(quantized, tmp_path)
+        with_bias = [n for n in fused.graph.node if n.op_type == "MatMulNBits" and len(n.input) > 5]
+        assert len(with_bias) == 3
+        _parity(fused, feeds, 1e-3)
+
+
+def test_matmul_nbits_accuracy_level_4(rng: np.random.Generator) -> None:
+    model = zoo.mlp(batch=4)
+    feeds = _feeds(model, rng)
+    _parity(_nbits(model, False, 4), feeds, 0.02)
+
+
+@pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
+@pytest.mark.parametrize("name", ["mlp", "bert_like"])
+def test_quantize_dynamic_fused_by_onnxruntime(
+    name: str, weight_type: str, tmp_path: Path, rng: np.random.Generator
+) -> None:
+    q = _tools()
+    model = NBITS_MODELS[name]()
+    feeds = _feeds(model, rng)
+    onnx.save(model, tmp_path / "float.onnx")
+    q.quantize_dynamic(
+        str(tmp_path / "float.onnx"),
+        str(tmp_path / "q.onnx"),
+        weight_type=getattr(q.QuantType, weight_type),
+        extra_options={"MatMulConstBOnly": True},
+    )
+    # FusedMatMul (attention's scaled Q K^T) is no quantized op: that fusion stays off
+    fused = _ort_optimized(
+        onnx.load(tmp_path / "q.onnx"), tmp_path, disabled_optimizers=["MatMulScaleFusion"]
+    )
+    ops = _ops(fused)
+    assert ops[(DOMAIN, "DynamicQuantizeMatMul")] >= 3
+    if name == "bert_like":  # Q, K and V share one quantized input
+        assert ops[(DOMAIN, "MatMulIntegerToFloat")] == 3
+    _parity(fused, feeds, 0.02)
