@@ -94,6 +94,10 @@ class PartitionReport:
     hosts: list[str] = field(default_factory=list)
     """Providers that served the `CPUExecutionProvider` request (placed ahead of its numpy
     kernels); their nodes count as CPU nodes, not as fallbacks."""
+    peak_bytes: dict[str, int] = field(default_factory=dict)
+    """The plan's peak of live intermediate bytes per device, from the shapes known at
+    session creation (values of unknown size count 0; `unsized` says how many)."""
+    unsized: int = 0
 
     def mark_hosts(self, hosts: Sequence[str]) -> None:
         """Record the host providers, in this report and its nested graphs'."""
@@ -154,6 +158,8 @@ class PartitionReport:
             "declines": self.declines,
             "copies": self.copies,
             "hosts": self.hosts,
+            "peak_bytes": self.peak_bytes,
+            "unsized_values": self.unsized,
             "subgraphs": {k: v.to_dict() for k, v in self.subgraphs.items()},
         }
 
@@ -193,4 +199,12 @@ class PartitionReport:
         for p, ds in self.declines.items():
             for d in ds:
                 lines.append(f"{indent}  declined by {p}: {d['node']}: {d['reason']}")
+        if self.peak_bytes:
+            unsized = (
+                f" ({self.unsized} values of unknown size not counted)" if self.unsized else ""
+            )
+            peaks = ", ".join(
+                f"{d} {b / 2**20:.1f} MiB" for d, b in sorted(self.peak_bytes.items())
+            )
+            lines.append(f"{indent}  planned peak of intermediate values: {peaks}{unsized}")
         return "\n".join(lines)

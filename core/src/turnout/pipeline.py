@@ -163,10 +163,13 @@ def compile(
     return compile_partition(part, providers, reports, "", constants_override)
 
 
-def plan(prepared: PreparedGraph, device_outputs: frozenset[str] = frozenset()) -> Plan:
+def plan(
+    prepared: PreparedGraph, options: SessionOptions, device_outputs: frozenset[str] = frozenset()
+) -> Plan:
     """Insert the copies where values cross devices and order the steps into a runnable plan
-    (`device_outputs` stay on their device, for IO binding)."""
-    return prepared.plan(device_outputs)
+    (`device_outputs` stay on their device, for IO binding). Each intermediate is released
+    after its last reader unless `options.enable_mem_reuse` is off."""
+    return prepared.plan(device_outputs, release=bool(options.enable_mem_reuse))
 
 
 def save_optimized(model: onnx.ModelProto, options: SessionOptions) -> None:

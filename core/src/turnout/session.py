@@ -30,6 +30,7 @@ from .errors import (
     InvalidArgument,
     ModelLoadCanceled,
 )
+from .executor.memory import peak_live_bytes, static_sizes
 from .executor.plan import NO_TERMINATE, Plan, RunTerminated
 from .feeds import InputSpec, ort_invalid_argument
 from .ir import ValueInfo
@@ -225,7 +226,10 @@ class InferenceSession:
         part = pipeline.partition(self._graph, instances)
         self._prepared = pipeline.compile(part, instances, self._reports, self._overrides)
         self._reports[""].mark_hosts(chosen.hosts)
-        self._plan: Plan = pipeline.plan(self._prepared)
+        self._plan: Plan = pipeline.plan(self._prepared, self._sess_options)
+        report = self._reports[""]
+        sizes, report.unsized = static_sizes(self._plan.steps, self._graph.value_infos)
+        report.peak_bytes = self._peak(self._plan, sizes)
         self._device_plans: dict[frozenset[str], Plan] = {}
         if providers is not None and chosen.requested != [CPU_PROVIDER]:
             self._apply_fallback_policy()
@@ -355,12 +359,24 @@ class InferenceSession:
             f"Required inputs ({missing}) are missing from input feed ({list(input_feed)})."
         )
 
+    def _peak(self, plan: Plan, sizes: dict[str, int]) -> dict[str, int]:
+        """Peak live bytes of `plan`'s intermediates per device, given their sizes."""
+        devices = {p.name: str(p.device) for p in self._providers}
+        return peak_live_bytes(
+            plan.steps,
+            sizes,
+            lambda st: devices.get(st.provider, "cpu"),
+            set(plan.output_names),
+            plan.release,
+        )
+
     def _plan_keeping_on_device(self, names: frozenset[str]) -> Plan:
         """The plan variant whose outputs `names` stay on their device (IO binding)."""
         with self._lock:
             plan = self._device_plans.get(names)
             if plan is None:
-                plan = self._device_plans[names] = self._prepared.plan(names)
+                plan = pipeline.plan(self._prepared, self._sess_options, names)
+                self._device_plans[names] = plan
             return plan
 
     def _select_plan(
@@ -410,6 +426,8 @@ class InferenceSession:
                     self._profiler.event(
                         "Session", "model_run", t0, time.perf_counter_ns() - t0, {}
                     )
+                    peak = self._peak(plan, plan.last_sizes)
+                    self._profiler.event("Session", "peak_memory", t0, 0, {"bytes": peak})
                 else:
                     outs = plan.run(*args, ro)
         finally:

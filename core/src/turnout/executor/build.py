@@ -49,7 +49,7 @@ class PreparedGraph:
     outputs: list[str]
     report: PartitionReport
 
-    def plan(self, device_outputs: frozenset[str] = frozenset()) -> Plan:
+    def plan(self, device_outputs: frozenset[str] = frozenset(), release: bool = True) -> Plan:
         steps, constants, outputs, copies = insert_copies(
             self.steps,
             self.providers,
@@ -61,7 +61,7 @@ class PreparedGraph:
         )
         if not device_outputs:
             self.report.copies = [asdict(c) for c in copies]
-        return Plan(self.graph.name, steps, self.inputs, self.outer, outputs, constants)
+        return Plan(self.graph.name, steps, self.inputs, self.outer, outputs, constants, release)
 
 
 def prepare_graph(

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import Fail, InvalidArgument, InvalidGraph, RuntimeException, TurnoutError
 from ..provider import KernelFn
+from .memory import value_bytes
 
 __all__ = ["Plan", "RunTerminated", "Step"]
 
@@ -58,8 +59,10 @@ class Plan:
         outer_names: Sequence[str],
         output_names: Sequence[str],
         constants: dict[str, Any],
+        release: bool = True,
     ) -> None:
         self.graph_name = graph_name
+        self.release = release  # free each intermediate after its last reader
         self.steps = tuple(steps)
         self.input_names = tuple(input_names)
         self.outer_names = tuple(outer_names)
@@ -119,7 +122,12 @@ class Plan:
                 for x in dict.fromkeys(st.inputs)
                 if x and last_use.get(x) == i and x not in keep and slot[x].startswith("v")
             ]
-            if frees:
+            frees += [  # produced, never read, not an output: nothing needs it
+                slot[y]
+                for y in dict.fromkeys(st.outputs)
+                if y and y not in last_use and y not in keep
+            ]
+            if frees and self.release:
                 body.append("    " + " = ".join(frees) + " = None")
             if (i + 1) % TERMINATE_EVERY == 0 and i + 1 < len(self.steps):
                 body.append("    if _ro.terminate: raise _Term(_TERM_MSG)")
@@ -208,6 +216,7 @@ class Plan:
                 self.outer_names,
                 outputs,
                 self.constants,
+                self.release,
             )
             self._pruned[outputs] = plan
             return plan
@@ -218,7 +227,10 @@ class Plan:
         record: Callable[[Step, int, int, list[Any], Sequence[Any]], None],
         run_options: Any = NO_TERMINATE,
     ) -> tuple[Any, ...]:
-        """Interpreted run that times every step: record(step, start_ns, dur_ns, ins, outs)."""
+        """Interpreted run that times every step: record(step, start_ns, dur_ns, ins, outs).
+        The sizes of the values it produced are left in `last_sizes` (for peak memory)."""
+        sizes: dict[str, int] = {}
+        self.last_sizes = sizes
         env: dict[str, Any] = dict(self.constants)
         names = self.input_names + self.outer_names
         env.update(zip(names, args))
@@ -238,6 +250,7 @@ class Plan:
             for y, v in zip(st.outputs, outs):
                 if y:
                     env[y] = v
+                    sizes[y] = value_bytes(v)
         return tuple(env[y] for y in self.output_names)
 
     def _explain_step(self, i: int, e: Exception) -> Exception:
