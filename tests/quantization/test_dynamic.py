@@ -199,3 +199,10 @@ def test_an_overridable_initializer_is_not_a_weight(rng: np.random.Generator) ->
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(NothingToQuantize, match="not an initializer"):
         quantize_dynamic(model, None)
+
+
+def test_weights_inside_control_flow_are_named_as_the_reason() -> None:
+    from turnout.models.apps import vad_like
+
+    with pytest.raises(NothingToQuantize, match="nodes inside If bodies are not quantized"):
+        quantize_dynamic(vad_like(), None)

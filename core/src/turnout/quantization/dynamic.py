@@ -315,7 +315,7 @@ def quantize_dynamic(
             reasons.append(f"{node.op_type} {node.name or node.output[0]!r}: {why}")
             nodes.append(node)
     if done == 0:
-        raise nothing_done(reasons)
+        raise nothing_done(reasons, model.graph)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     editor.drop_unused_initializers(quantizer.replaced)

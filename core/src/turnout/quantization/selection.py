@@ -69,6 +69,17 @@ def check_extra_options(
     return options
 
 
-def nothing_done(reasons: list[str]) -> NothingToQuantize:
+def nothing_done(reasons: list[str], graph: onnx.GraphProto) -> NothingToQuantize:
+    """The error for a model left unchanged: each candidate's reason, and a word on control
+    flow when the model's weighted ops may sit inside If/Loop/Scan bodies."""
     detail = "\n".join(f"  - {r}" for r in reasons) or "  (no node of a quantizable op type)"
+    bodies = sorted(
+        {
+            n.op_type
+            for n in graph.node
+            if any(a.type == onnx.AttributeProto.GRAPH for a in n.attribute)
+        }
+    )
+    if bodies:
+        detail += f"\n  nodes inside {'/'.join(bodies)} bodies are not quantized"
     return NothingToQuantize(f"no node of the model was quantized:\n{detail}")

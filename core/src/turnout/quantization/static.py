@@ -347,7 +347,8 @@ def quantize_static(
     plan = planner.plan
     if not plan.activations and not plan.weights:
         raise nothing_done(
-            [f"{n.op_type} {n.name or n.output[0]!r}: no float input or weight" for n in chosen]
+            [f"{n.op_type} {n.name or n.output[0]!r}: no float input or weight" for n in chosen],
+            model.graph,
         )
     own = [name for name, source in plan.activations.items() if source is None]
     ranges = collect_ranges(original, own, calibration_data_reader, method, options)
