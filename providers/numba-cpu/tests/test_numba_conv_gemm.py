@@ -27,6 +27,8 @@ ACTIVATIONS: list[tuple[str, list[float]]] = [
     ("Clip", [-0.5, 0.7]),
     ("Gelu", []),
     ("GeluTanh", []),
+    ("HardSwish", [0.2, 0.4]),
+    ("Swish", [1.5]),
 ]
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 

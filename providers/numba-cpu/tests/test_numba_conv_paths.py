@@ -28,6 +28,8 @@ ACTIVATIONS: list[tuple[str, list[float]]] = [
     ("HardSigmoid", [0.3, 0.4]),
     ("Clip", [-0.5, 0.7]),
     ("Gelu", []),
+    ("HardSwish", [0.2, 0.4]),
+    ("Swish", [1.5]),
 ]
 
 

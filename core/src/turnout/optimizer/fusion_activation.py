@@ -1,6 +1,6 @@
 """Extended passes: MatMul+Add (any rank, constant weights) -> FusedGemm, Conv + residual Add
 (+ activation) -> FusedConv with input Z, and Conv / Gemm / FusedGemm followed by an activation
--> FusedConv / FusedGemm (domain ai.turnout)."""
+(or by SiLU written as y * Sigmoid(y)) -> FusedConv / FusedGemm (domain ai.turnout)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,8 @@ def _activation(g: OptGraph, n: NodeProto) -> tuple[str, list[float]] | None:
         return op, [float(attr(n, "alpha", 0.01))]
     if op == "HardSigmoid":
         return op, [float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5))]
+    if op == "HardSwish":
+        return op, []
     if op == "Gelu":
         return ("GeluTanh" if attr(n, "approximate", "none") == "tanh" else "Gelu"), []
     if op == "Clip":
@@ -127,7 +129,8 @@ def fuse_conv_add_activation(g: OptGraph, ctx: PassContext) -> int:
 
 @graph_pass("fuse_activation", Level.EXTENDED)
 def fuse_activation(g: OptGraph, ctx: PassContext) -> int:
-    """Conv/Gemm/FusedGemm -> activation becomes one FusedConv/FusedGemm with that activation."""
+    """Conv/Gemm/FusedGemm -> activation becomes one FusedConv/FusedGemm with that activation;
+    y * Sigmoid(y) of the product y (SiLU) becomes activation "Swish"."""
     changes = 0
     m = Matcher(g)
     for n in list(g.nodes):
@@ -138,15 +141,22 @@ def fuse_activation(g: OptGraph, ctx: PassContext) -> int:
             continue
         if is_fgemm and attr(n, "activation", ""):
             continue
-        reads = m.readers(n.output[0])
-        if len(reads) != 1 or not m.internal(n.output[0]):
+        if not m.internal(n.output[0]) or g.elem_type(n.output[0]) not in _FLOATS:
             continue
-        act_node = reads[0]
-        act = _activation(g, act_node)
-        if act is None or g.elem_type(n.output[0]) not in _FLOATS:
+        reads = m.readers(n.output[0])
+        swish = _swish(m, n.output[0])
+        act_node: NodeProto | None = None
+        act: tuple[str, list[float]] | None = None
+        removed: list[NodeProto] = []
+        if swish is not None:  # y * Sigmoid(y): the Mul is the activation's output
+            act_node, act, removed = swish[1], ("Swish", []), [swish[0]]
+        elif len(reads) == 1:
+            act_node, act = reads[0], _activation(g, reads[0])
+        if act_node is None or act is None:
             continue
         fused_op = "FusedConv" if is_conv else "FusedGemm"
-        if not ctx.can_emit(TURNOUT_DOMAIN, fused_op, (n.op_type, act_node.op_type)):
+        ops = (n.op_type, *(r.op_type for r in removed), act_node.op_type)
+        if not ctx.can_emit(TURNOUT_DOMAIN, fused_op, ops):
             continue
         if is_gemm and g.opsets.get("", 0) < 7:
             continue
@@ -160,8 +170,24 @@ def fuse_activation(g: OptGraph, ctx: PassContext) -> int:
         if act[1]:
             fused.attribute.append(helper.make_attribute("activation_params", act[1]))
         g.insert_before(act_node, fused)
-        g.remove(n, act_node)
+        g.remove(n, *removed, act_node)
         changes += 1
     if changes:
         g.ensure_opset(TURNOUT_DOMAIN)
     return changes
+
+
+def _swish(m: Matcher, y: str) -> tuple[NodeProto, NodeProto] | None:
+    """(Sigmoid, Mul) when `y` is read only by s = Sigmoid(y) and Mul(y, s), and s only by
+    that Mul: SiLU as exporters write it."""
+    reads = m.readers(y)
+    if len(reads) != 2:
+        return None
+    sig = next((r for r in reads if r.op_type == "Sigmoid" and r.domain in ("", "ai.onnx")), None)
+    mul = next((r for r in reads if r.op_type == "Mul" and r.domain in ("", "ai.onnx")), None)
+    if sig is None or mul is None or sorted(mul.input) != sorted([y, sig.output[0]]):
+        return None
+    after = m.readers(sig.output[0])
+    if len(after) != 1 or after[0] is not mul or not m.internal(sig.output[0]):
+        return None
+    return sig, mul

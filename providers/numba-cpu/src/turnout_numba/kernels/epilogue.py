@@ -21,6 +21,7 @@ from turnout.providers.cpu.kernels.fused import ACTIVATION_DEFAULTS
 from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
+from ..vecmath import horner, sigmoid_f32, tanh_f32
 
 __all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines"]
 
@@ -40,6 +41,13 @@ ACTIVATIONS: dict[str, str] = {
     "GeluTanh": (
         "v = T(0.5) * v * (one + np.tanh(T(0.7978845608028654) * (v + T(0.044715) * v * v * v)))"
     ),
+    "HardSwish": (
+        "h_ = v * a0 + a1\nh_ = zero if h_ < zero else h_\nh_ = one if h_ > one else h_\nv = v * h_"
+    ),
+    "Swish": (
+        "u_ = a0 * v\ne = np.exp(-abs(u_))\n"
+        "v = v * (one / (one + e) if u_ >= zero else e / (one + e))"
+    ),
 }
 assert ACTIVATIONS.keys() == ACTIVATION_DEFAULTS.keys()
 
@@ -58,29 +66,31 @@ _ERF_Q = (1.0, 0.49885329604148865, 0.1126558929681778, 0.014685029163956642,
           0.001133485697209835, 3.872278830385767e-05)  # fmt: skip
 
 
-def _horner(coeffs: tuple[float, ...], var: str) -> str:
-    expr = f"T({coeffs[-1]!r})"
-    for c in reversed(coeffs[:-1]):
-        expr = f"({expr} * {var} + T({c!r}))"
-    return expr
-
-
 _GELU_F32 = (
     "u = v * T(0.7071067811865476)\n"
     "u = T(-3.925) if u < T(-3.925) else u\n"
     "u = T(3.925) if u > T(3.925) else u\n"
     "s = u * u\n"
-    f"e = u * {_horner(_ERF_P, 's')} / {_horner(_ERF_Q, 's')}\n"
+    f"e = u * {horner(_ERF_P, 's')} / {horner(_ERF_Q, 's')}\n"
     "e = one if e > one else e\n"
     "e = -one if e < -one else e\n"
     "v = T(0.5) * v * (one + e)"
 )
 
 
+# float32 activations that call exp or erf: vectorizable statements instead (`vecmath`)
+_F32 = {
+    "Gelu": _GELU_F32,
+    "Sigmoid": "\n".join(sigmoid_f32("v", "v")),
+    "Swish": "\n".join(["u_ = a0 * v", *sigmoid_f32("u_", "s_"), "v = v * s_"]),
+    "Tanh": "\n".join(tanh_f32("v", "v")),
+}
+
+
 def activation_lines(dtype: np.dtype[Any], act: str, indent: int) -> str:
     """The statements applying `act` to `v`, indented for a generated loop body. They use the
     names `T`, `zero`, `one`, `a0` and `a1`, which the kernel defines."""
-    body = _GELU_F32 if act == "Gelu" and dtype == np.float32 else ACTIVATIONS[act]
+    body = _F32[act] if act in _F32 and dtype == np.float32 else ACTIVATIONS[act]
     return "".join(f"{' ' * indent}{line}\n" for line in body.splitlines())
 
 

@@ -50,6 +50,8 @@ ACTIVATION_DEFAULTS: dict[str, tuple[float, float]] = {
     "Clip": (-np.inf, np.inf),
     "Gelu": (0.0, 0.0),
     "GeluTanh": (0.0, 0.0),
+    "HardSwish": (1 / 6, 0.5),  # x * HardSigmoid(x)
+    "Swish": (1.0, 0.0),  # x * sigmoid(alpha * x): SiLU at alpha 1
 }
 
 
@@ -90,6 +92,10 @@ def activation(name: str, a: float, b: float, owned: bool = False) -> Callable[[
         return lambda x: np.minimum(np.maximum(x, x.dtype.type(a)), x.dtype.type(b))
     if name == "Gelu":
         return _gelu
+    if name == "HardSwish":
+        return lambda x: x * np.clip(x * x.dtype.type(a) + x.dtype.type(b), 0, 1).astype(x.dtype)
+    if name == "Swish":
+        return lambda x: x * logistic(x * x.dtype.type(a))
     assert name == "GeluTanh", name  # activation_of() admits only ACTIVATION_DEFAULTS' names
     return _gelu_tanh
 
