@@ -216,3 +216,50 @@ def test_a_shared_dequantize_stays_for_its_other_reader() -> None:
 def test_basic_level_does_not_fold() -> None:
     _, report = optimize(_unit(), Level.BASIC)
     assert report.ops_after.get("Conv") == 1 and report.ops_after.get("DequantizeLinear") == 2
+
+
+# ------------------------------------------------------------------ dynamic quantization
+
+
+def _dynamic(model: onnx.ModelProto, tmp: Any, weight_type: Any) -> onnx.ModelProto:
+    src, dst = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dyn.onnx")
+    onnx.save(model, src)
+    oq.quantize_dynamic(src, dst, weight_type=weight_type, op_types_to_quantize=["MatMul"])
+    return onnx.load(dst)
+
+
+def _always(domain: str, op: str, replaced: tuple[str, ...]) -> bool:
+    return True
+
+
+@pytest.mark.parametrize("weights", ["QInt8", "QUInt8"])
+def test_dynamic_quant_matmul_fuses(tmp_path: Any, weights: str) -> None:
+    """quantize_dynamic's DynamicQuantizeLinear/MatMulInteger/Cast/Mul chains fuse, where the
+    owner runs the fused op; the numba kernel's result is the unfused graph's, bit for bit."""
+    model = _dynamic(zoo.mlp(batch=8), tmp_path, getattr(oq.QuantType, weights))
+    chains = Counter(n.op_type for n in model.graph.node)["MatMulInteger"]
+    fused, report = optimize(model, Level.ALL, supports=_always)
+    ops = report.ops_after
+    assert chains and ops.get("ai.turnout::DynamicQuantizeMatMul") == chains
+    assert not {"DynamicQuantizeLinear", "MatMulInteger", "Cast"} & set(ops)
+    # the numpy CPU provider has no kernel for it: its sessions keep the chains
+    cpu = _turnout(model, Level.ALL, "CPUExecutionProvider").optimization_report().ops_after
+    assert cpu.get("MatMulInteger") == chains
+    pytest.importorskip("turnout_numba", reason="the numba provider runs the fused op")
+    feeds = _feeds(model)
+    unfused = _turnout(model, Level.BASIC, "NumbaExecutionProvider").run(None, feeds)[0]
+    got = _turnout(fused, Level.DISABLE, "NumbaExecutionProvider").run(None, feeds)[0]
+    np.testing.assert_array_equal(got, unfused)
+    assert _gap(got, _onnxruntime(model, feeds)) <= TOLERANCE
+
+
+def test_dynamic_quant_shared_by_projections(tmp_path: Any) -> None:
+    """One DynamicQuantizeLinear read by several MatMulIntegers (Q/K/V of one input) fuses
+    into each, and goes with the last."""
+    model = _dynamic(zoo.bert_like(), tmp_path, oq.QuantType.QInt8)
+    dqls = Counter(n.op_type for n in model.graph.node)["DynamicQuantizeLinear"]
+    chains = Counter(n.op_type for n in model.graph.node)["MatMulInteger"]
+    assert chains > dqls  # some are shared
+    _, report = optimize(model, Level.ALL, supports=_always)
+    assert report.ops_after.get("ai.turnout::DynamicQuantizeMatMul") == chains
+    assert "DynamicQuantizeLinear" not in report.ops_after

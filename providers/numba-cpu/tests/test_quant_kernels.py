@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from turnout.errors import InvalidArgument
-from turnout.testing import provider_session
+from turnout.testing import cpu_session, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for requantization")
 
@@ -358,3 +358,63 @@ def test_conv_integer_errors(rng: np.random.Generator) -> None:
     sess: Any = provider_session(model, "NumbaExecutionProvider")
     with pytest.raises(InvalidArgument, match="do not match group"):
         sess.run(None, {"x": feeds["x"], "w": _ints(rng, np.uint8, (2, 3, 3, 3))})
+
+
+# ---------------------------------------------------------------------------------------------
+# DynamicQuantizeMatMul (ai.turnout): the optimizer's fusion of quantize_dynamic's chains
+
+
+def _dynamic_models(
+    a_shape: tuple[int, ...], w: np.ndarray, w_s: np.ndarray, w_z: np.ndarray, bias: bool
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """(the fused one-node model, the unfused chain onnxruntime's quantize_dynamic writes)."""
+    fl = onnx.TensorProto.FLOAT
+    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("w_s", w_s), ("w_z", w_z))]
+    if bias:
+        inits.append(numpy_helper.from_array(np.linspace(-1, 1, w.shape[1], dtype=np.float32), "b"))
+    io = (
+        [helper.make_tensor_value_info("a", fl, list(a_shape))],
+        [helper.make_tensor_value_info("y", fl, None)],
+    )
+    ins = ["a", "w", "w_s", "w_z", "b"] if bias else ["a", "w", "w_s", "w_z"]
+    fused = helper.make_graph(
+        [helper.make_node("DynamicQuantizeMatMul", ins, ["y"], domain="ai.turnout")],
+        "fused", *io, inits,
+    )  # fmt: skip
+    chain = [
+        helper.make_node("DynamicQuantizeLinear", ["a"], ["aq", "as", "az"]),
+        helper.make_node("Mul", ["as", "w_s"], ["s"]),
+        helper.make_node("MatMulInteger", ["aq", "w", "az", "w_z"], ["yi"]),
+        helper.make_node("Cast", ["yi"], ["yf"], to=fl),
+        helper.make_node("Mul", ["yf", "s"], ["ys" if bias else "y"]),
+    ]
+    if bias:
+        chain.append(helper.make_node("Add", ["ys", "b"], ["y"]))
+    unfused = helper.make_graph(chain, "unfused", *io, inits)
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("ai.turnout", 1)]
+    return (
+        helper.make_model(fused, opset_imports=opsets),
+        helper.make_model(unfused, opset_imports=opsets[:1]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dynamic_quantize_matmul(seed: int, gemm_path: str) -> None:
+    """Bit-equal to onnxruntime running the unfused chain (same float32 operations)."""
+    rng = np.random.default_rng(seed)
+    wt = (np.int8, np.uint8)[seed % 2]
+    k, n = (int(v) for v in rng.integers(1, 200, 2))
+    a_shape = (int(rng.choice([1, 3, 8])), k) if seed % 3 else (2, 3, k)
+    w = _ints(rng, wt, (k, n))
+    per_col = seed % 4 == 3
+    w_s = rng.uniform(0.001, 0.01, (n,) if per_col else ()).astype(np.float32)
+    w_z = np.zeros((n,) if per_col else (), wt) if wt == np.int8 else _ints(rng, wt, ())
+    fused, unfused = _dynamic_models(a_shape, w, w_s, w_z, bias=seed % 2 == 1)
+    a = rng.standard_normal(a_shape).astype(np.float32) * np.float32(seed + 1)
+    if seed == 5:
+        a[...] = 0  # an all-zero input: scale 1, as onnxruntime
+    got = _numba(fused, {"a": a}, threads=1 + seed % 2)
+    want = _ort(unfused, {"a": a})
+    if want is None:  # per-column zero points onnxruntime lacks: turnout's numpy kernels
+        want = np.asarray(cpu_session(unfused).run(None, {"a": a})[0])
+    np.testing.assert_array_equal(got, want)

@@ -28,7 +28,7 @@ from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows, shifted, shifted_t
 from .quant_vnni import AVAILABLE as VNNI
 from .quant_vnni import VnniB, VnniGemm, row_blocks
 
-__all__ = ["EIGHT_BIT", "eight_bit_applies", "matmul_shapes"]
+__all__ = ["EIGHT_BIT", "MatMulEngine", "eight_bit_applies", "matmul_shapes"]
 
 EIGHT_BIT = ("uint8", "int8")
 
@@ -117,7 +117,7 @@ def _pack8(name: str, b: Array, zp: Any) -> VnniB:
     return VnniB.of(b, zp)
 
 
-class _Engine:
+class MatMulEngine:
     """One node's products: the VNNI tiles where the host has them, else the int16 GEMM.
     `product(a, b, a_zp, b_zp, out, params)`; `params(rows, cols, m)` gives the store's
     (multiplier, bias, zero point) for a block of `rows` rows, `m` per matrix."""
@@ -125,7 +125,7 @@ class _Engine:
     def __init__(self, kn: KernelNode, ctx: BuildContext, variant: str, out: Any, b: int, zp: int):
         self.name = kn.name
         self.vnni = VnniGemm(ctx, variant, out, transposed=False) if VNNI else None
-        self.gemm = IntGemm(ctx, variant, out)
+        self.gemm = IntGemm(ctx, variant, out, np.float32 if variant == "scale" else np.int32)
         self.packed = _PackedB(kn, b, zp, _pack8 if VNNI else _pack16)
         self.plans: dict[int, tuple[Any, Any]] = {}
 
@@ -221,7 +221,7 @@ def _matmul_integer_applies(kn: KernelNode) -> str | None:
 
 
 def _build_matmul_integer(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    engine = _Engine(kn, ctx, "int", np.int32, 1, 3)
+    engine = MatMulEngine(kn, ctx, "int", np.int32, 1, 3)
     out = np.dtype(np.int32)
 
     def run(a: Array, b: Array, a_zp: Any = None, b_zp: Any = None) -> tuple[Array]:
@@ -271,7 +271,7 @@ def _qlinear_matmul_applies(kn: KernelNode) -> str | None:
 def _build_qlinear_matmul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     name = kn.name
     out = np.dtype(kn.outputs[0].dtype)
-    engine = _Engine(kn, ctx, "requant", out, 3, 5)
+    engine = MatMulEngine(kn, ctx, "requant", out, 3, 5)
     no_bias = Params.scalar(0, np.int32)
 
     def run(
