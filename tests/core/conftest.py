@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 import turnout
 from turnout.testing import one_node_model, positional_inputs
@@ -60,7 +61,9 @@ def contrib_parity() -> Parity:
 
     `inputs` hold one value per node input (None for an absent optional one). Without
     `reference` the oracle is onnxruntime's CPU provider; with it, `reference(*inputs)`.
-    Integer outputs must be equal, or within `steps` when that is given.
+    Integer outputs must be equal, or within `steps` when that is given. The inputs at the
+    indices in `constant` are initializers (onnxruntime wants some constant; its Python API
+    feeds no int4 arrays).
     """
 
     def parity(
@@ -70,9 +73,16 @@ def contrib_parity() -> Parity:
         tol: float | None = None,
         opset: int = 17,
         steps: int = 0,
+        constant: frozenset[int] | set[int] = frozenset(),
     ) -> list[np.ndarray]:
         model = one_node_model(node, inputs, {"": opset})
-        feeds = {n: v for n, v in zip(node.input, positional_inputs(node, inputs)) if n}
+        values = dict(zip(node.input, positional_inputs(node, inputs)))
+        fixed = {node.input[i] for i in constant if node.input[i]}
+        kept = [vi for vi in model.graph.input if vi.name not in fixed]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        model.graph.initializer.extend(numpy_helper.from_array(values[n], n) for n in fixed)
+        feeds = {n: v for n, v in values.items() if n and n not in fixed}
         got = turnout.InferenceSession(model.SerializeToString()).run(None, feeds)
         if reference is None:
             want = _run_ort(model, feeds)
