@@ -206,3 +206,16 @@ def test_weights_inside_control_flow_are_named_as_the_reason() -> None:
 
     with pytest.raises(NothingToQuantize, match="nodes inside If bodies are not quantized"):
         quantize_dynamic(vad_like(), None)
+
+
+def test_external_data_format_writes_weights_beside_the_model(
+    tmp_path: Path, tiny_cnn: onnx.ModelProto
+) -> None:
+    dst = tmp_path / "q.onnx"
+    returned = quantize_dynamic(tiny_cnn, dst, use_external_data_format=True)
+    assert (tmp_path / "q.onnx.data").is_file()
+    assert dst.stat().st_size < returned.ByteSize() / 2  # the weights are not in the .onnx
+    loaded = {t.name: numpy_helper.to_array(t) for t in onnx.load(dst).graph.initializer}
+    held = {t.name: numpy_helper.to_array(t) for t in returned.graph.initializer}
+    assert loaded.keys() == held.keys()  # the returned model still holds the weights
+    assert all(np.array_equal(loaded[k], held[k]) for k in held)

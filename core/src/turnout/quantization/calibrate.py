@@ -211,9 +211,10 @@ def collect_ranges(
     reader: Any,
     method: CalibrationMethod,
     options: Mapping[str, Any],
+    providers: Sequence[Any] = ("CPUExecutionProvider",),
 ) -> dict[str, tuple[float, float]]:
     """(min, max) of each float tensor in `tensors` over the calibration data, as `method`
-    sets it. Runs `model` (unchanged) on turnout's CPU provider."""
+    sets it. Runs `model` (unchanged) on turnout with `providers`."""
     from ..options import GraphOptimizationLevel, SessionOptions
     from ..session import InferenceSession
 
@@ -230,9 +231,7 @@ def collect_ranges(
             )
     opts = SessionOptions()
     opts.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = InferenceSession(
-        exposed.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    session = InferenceSession(exposed.SerializeToString(), opts, providers=list(providers))
     collectors = {t: _collector(method, options) for t in tensors}
     batches = 0
     for index, raw in enumerate(_feeds(reader)):

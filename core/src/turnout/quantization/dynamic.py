@@ -256,6 +256,7 @@ def quantize_dynamic(
     weight_type: QuantType = QuantType.QInt8,
     nodes_to_quantize: Iterable[str] | None = None,
     nodes_to_exclude: Iterable[str] | None = None,
+    use_external_data_format: bool = False,
     extra_options: Mapping[str, Any] | None = None,
 ) -> onnx.ModelProto:
     """Quantize the weights of Conv, MatMul and Gemm to 8 bits and their inputs at run time;
@@ -320,5 +321,5 @@ def quantize_dynamic(
     model.graph.node.extend(nodes)
     editor.drop_unused_initializers(quantizer.replaced)
     onnx.checker.check_model(model)
-    save_model(model, model_output)
+    save_model(model, model_output, use_external_data_format)
     return model

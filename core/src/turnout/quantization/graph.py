@@ -30,15 +30,24 @@ def load_model(model: ModelInput) -> onnx.ModelProto:
     return onnx.load(str(path))
 
 
-def save_model(model: onnx.ModelProto, target: ModelInput | None) -> None:
-    """Write `model` to the path `target`, or into the ModelProto `target`."""
+def save_model(
+    model: onnx.ModelProto, target: ModelInput | None, external_data: bool = False
+) -> None:
+    """Write `model` to the path `target` (its weights to `<name>.data` beside it when
+    `external_data`, or when the model is too large for one protobuf), or into the ModelProto
+    `target`."""
     if target is None:
         return
     if isinstance(target, onnx.ModelProto):
         target.CopyFrom(model)
         return
-    large = model.ByteSize() > 2**31 - 1_000_000
-    onnx.save(model, str(target), save_as_external_data=large)
+    path = Path(target)
+    if external_data or model.ByteSize() > 2**31 - 1_000_000:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # onnx.save moves the weights out of the proto it is given
+        onnx.save(copy, str(path), save_as_external_data=True, location=f"{path.name}.data")
+    else:
+        onnx.save(model, str(path))
 
 
 def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:

@@ -9,7 +9,7 @@ calibrates the activations on the unchanged float model; `_write` inserts the Q/
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,7 +295,9 @@ def quantize_static(
     weight_type: QuantType = QuantType.QInt8,
     nodes_to_quantize: Iterable[str] | None = None,
     nodes_to_exclude: Iterable[str] | None = None,
+    use_external_data_format: bool = False,
     calibrate_method: CalibrationMethod = CalibrationMethod.MinMax,
+    calibration_providers: Sequence[Any] | None = None,
     extra_options: Mapping[str, Any] | None = None,
 ) -> onnx.ModelProto:
     """Calibrate activation ranges on turnout over `calibration_data_reader` and write a QDQ
@@ -303,7 +305,8 @@ def quantize_static(
     a QuantizeLinear/DequantizeLinear pair on each quantized activation.
 
     `calibration_data_reader` is a CalibrationDataReader (anything with `get_next()`) or an
-    iterable of feed dicts. `model_input`/`model_output` are paths or ModelProtos; the
+    iterable of feed dicts; the calibration runs on turnout with `calibration_providers`
+    (default: the CPU). `model_input`/`model_output` are paths or ModelProtos; the
     quantized model is returned. Raises NothingToQuantize when nothing could be quantized and
     InvalidArgument naming the input when a calibration feed does not fit the model.
     """
@@ -351,8 +354,9 @@ def quantize_static(
             model.graph,
         )
     own = [name for name, source in plan.activations.items() if source is None]
-    ranges = collect_ranges(original, own, calibration_data_reader, method, options)
+    providers = list(calibration_providers or ["CPUExecutionProvider"])
+    ranges = collect_ranges(original, own, calibration_data_reader, method, options, providers)
     _write(editor, plan, ranges, settings)
     onnx.checker.check_model(model)
-    save_model(model, model_output)
+    save_model(model, model_output, use_external_data_format)
     return model
