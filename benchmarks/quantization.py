@@ -1,7 +1,7 @@
 """turnout.quantization beside onnxruntime.quantization on the benchmark models.
 
     python -m benchmarks.quantization [--models mlp,tiny_cnn] [--calib 16] [--eval 64]
-                                      [--numpy-only] [--json FILE]
+                                      [--preprocess] [--numpy-only] [--json FILE]
 
 For each model and method (dynamic; static QDQ MinMax per tensor; static QDQ MinMax per
 channel), both tools quantize the same float model with the same options (activations uint8,
@@ -21,6 +21,9 @@ own feed generator). Every quantized model then runs on onnxruntime over evaluat
 - time: seconds to quantize (calibration included), turnout's / onnxruntime's;
 - ms: median milliseconds of one run on onnxruntime (one thread) of the float model / turnout's
   quantized model / onnxruntime's (does turnout's Q/DQ placement let onnxruntime fuse as well?).
+
+With --preprocess both tools get the model after turnout.quantization.quant_pre_process
+(BatchNormalization folded into Conv, MatMul + Add as Gemm), the step onnxruntime advises.
 
 The models have seeded random weights and the inputs are synthetic, so the numbers compare the
 tools with each other, not with a trained model's accuracy. Needs onnxruntime (the oracle).
@@ -158,14 +161,23 @@ def _top1(out: np.ndarray) -> np.ndarray:
 
 
 def measure(
-    name: str, spec: QuantModel, n_calib: int, n_eval: int, numpy_only: bool = False
+    name: str,
+    spec: QuantModel,
+    n_calib: int,
+    n_eval: int,
+    numpy_only: bool = False,
+    preprocess: bool = False,
 ) -> list[dict[str, Any]]:
-    """One row per method for model `name`."""
+    """One row per method for model `name`; with `preprocess`, both tools quantize the model
+    after turnout.quantization.quant_pre_process (BatchNormalization folded into Conv)."""
     import onnxruntime.quantization as ort_quant
 
     import turnout.quantization as our_quant
 
     model = spec.build()
+    if preprocess:
+        model = our_quant.quant_pre_process(model)
+        name += " pre"
     calib = [spec.feeds(1000 + i) for i in range(n_calib)]
     evals = [spec.feeds(i) for i in range(n_eval)]
     ref, ms_float = _run_ort(model, evals)
@@ -252,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval", type=int, default=64, help="evaluation batches")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     parser.add_argument(
+        "--preprocess",
+        action="store_true",
+        help="quantize after turnout.quantization.quant_pre_process (both tools)",
+    )
+    parser.add_argument(
         "--numpy-only",
         action="store_true",
         help="run the quantized models on turnout's numpy kernels only (no turnout-numba)",
@@ -265,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         if name not in specs:
             parser.error(f"unknown model {name!r}; known: {', '.join(MODELS)}")
-        rows += measure(name, specs[name], args.calib, args.eval, args.numpy_only)
+        rows += measure(name, specs[name], args.calib, args.eval, args.numpy_only, args.preprocess)
         print(f"{name}: done", flush=True)
     print(markdown(rows))
     if args.json:

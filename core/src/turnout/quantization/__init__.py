@@ -7,7 +7,8 @@ The API follows onnxruntime.quantization, so switching is an import change:
 
 `quantize_dynamic` stores int8 weights and quantizes activations at run time;
 `quantize_static` calibrates activation ranges by running the model on turnout over a
-`CalibrationDataReader` and writes QuantizeLinear/DequantizeLinear (QDQ) pairs. Outputs use
+`CalibrationDataReader` and writes QuantizeLinear/DequantizeLinear (QDQ) pairs;
+`quant_pre_process` folds BatchNormalization into Conv (and the like) first. Outputs use
 standard ONNX ops only and run on turnout and onnxruntime alike (docs/quantization.md).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from .calibrate import CalibrationDataReader
 from .dynamic import quantize_dynamic
+from .preprocess import quant_pre_process
 from .selection import NothingToQuantize
 from .static import quantize_static
 from .types import CalibrationMethod, QuantFormat, QuantType
@@ -25,6 +27,7 @@ __all__ = [
     "NothingToQuantize",
     "QuantFormat",
     "QuantType",
+    "quant_pre_process",
     "quantize_dynamic",
     "quantize_static",
 ]
