@@ -23,7 +23,11 @@ from .errors import Fail
 from .plugins import registry
 from .provider import ProviderFactory
 
-__all__ = ["register_execution_provider_library", "unregister_execution_provider_library"]
+__all__ = [
+    "load_module",
+    "register_execution_provider_library",
+    "unregister_execution_provider_library",
+]
 
 _registered: dict[str, list[str]] = {}  # registration name -> factory names
 _lock = threading.Lock()
@@ -36,7 +40,7 @@ def register_execution_provider_library(registration_name: str, path: str) -> No
         if name in _registered:
             raise Fail(f"Execution provider library: {name} is already registered.")
         try:
-            module = _load(Path(path), name)
+            module = load_module(Path(path), name)
             factories = _factories(module)
         except Fail:
             raise
@@ -63,7 +67,8 @@ def unregister_execution_provider_library(registration_name: str) -> None:
     clear_cache()
 
 
-def _load(path: Path, registration_name: str) -> ModuleType:
+def load_module(path: Path, registration_name: str) -> ModuleType:
+    """Import the module (.py), package folder or pure-Python wheel at `path`."""
     if not path.exists():
         raise Fail(f"Failed to load library {path} with error: no such file or folder")
     if path.is_file() and path.suffix in {".whl", ".zip"}:

@@ -46,7 +46,9 @@ def turnout_graph_passes() -> list[Any]:
 # --- custom operators --------------------------------------------------------------------------
 @hookspec
 def turnout_custom_ops() -> list[Any]:
-    """Return (domain, KernelRegistry) pairs for operator domains beyond the ONNX standard.
+    """Return `turnout.custom_ops.CustomOpSet`s: operator domains beyond the ONNX standard,
+    each with a `KernelRegistry` of numpy kernels and the ops' schemas (`turnout.contrib.OpSpec`).
 
-    Called once when providers are discovered; the domains become loadable in models.
+    Called once when providers are discovered. Models using the domains then load, type and
+    shape inference know the ops, and the CPU provider runs them with these kernels.
     """

@@ -239,10 +239,24 @@ class SessionOptions:
         self._cancel_load = bool(value)
 
     def register_custom_ops_library(self, path: str) -> None:
-        raise InvalidArgument(
-            f"custom op libraries are native onnxruntime plugins; turnout loads custom ops from "
-            f"plugins (turnout_custom_ops hook), not from {path!r}"
-        )
+        """Install the op sets of a Python module, package or wheel at `path` that defines the
+        `turnout_custom_ops` hook (onnxruntime loads a native library here; a native one is
+        refused, saying so). The domains stay known for the whole process."""
+        from pathlib import Path
+
+        from .custom_ops import install
+        from .ep_library import load_module
+
+        if Path(path).suffix in {".so", ".dll", ".dylib"}:
+            raise InvalidArgument(
+                f"custom op libraries are native onnxruntime plugins; turnout loads custom ops "
+                f"from Python (a turnout_custom_ops hook in a module), not from {path!r}"
+            )
+        module = load_module(Path(path), f"custom_ops_{abs(hash(str(path)))}")
+        hook = getattr(module, "turnout_custom_ops", None)
+        if not callable(hook):
+            raise InvalidArgument(f"{path}: the module defines no turnout_custom_ops() hook")
+        install(hook() or [], str(path))
 
 
 class RunOptions:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from .custom_ops import custom_domains
 from .errors import GraphPassError, OptimizationSkippedWarning
 from .executor.build import PreparedGraph, compile_partition
 from .executor.plan import Plan
@@ -74,6 +75,7 @@ def load(source: ModelSource, options: SessionOptions) -> onnx.ModelProto:
     refuse what cannot be read or uses operators nobody defines."""
     model = read_model(
         source,
+        custom_domains=custom_domains(),
         supplied=_supplied_data(options),
         allow_unknown=allow_unknown_domains(options._config),
     )

@@ -48,7 +48,6 @@ class ProviderRegistry:
         self._loaded = False
         self.factories: list[ProviderFactory] = []
         self.broken: list[BrokenPlugin] = []
-        self.custom_domains: set[str] = set()
         self.graph_passes: list[Any] = []
         self._probes: dict[str, Availability] = {}
 
@@ -89,6 +88,7 @@ class ProviderRegistry:
                         logger.warning("turnout plugin %r: %s", impl.plugin_name, refusal)
             self.factories = factories
             self.graph_passes = _collect_graph_passes(pm, self.broken)
+            _install_custom_ops(pm, self.broken)
             self._loaded = True
 
     def register(self, factory: ProviderFactory) -> None:
@@ -193,6 +193,18 @@ def _collect_graph_passes(pm: pluggy.PluginManager, broken: list[BrokenPlugin]) 
         except Exception as e:
             broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
     return out
+
+
+def _install_custom_ops(pm: pluggy.PluginManager, broken: list[BrokenPlugin]) -> None:
+    """Op sets plugins bring; a hook that raises or returns something else marks its plugin
+    broken, like providers."""
+    from .custom_ops import install
+
+    for impl in pm.hook.turnout_custom_ops.get_hookimpls():
+        try:
+            install(cast("list[Any]", impl.function() or []), f"plugin {impl.plugin_name!r}")
+        except Exception as e:
+            broken.append(BrokenPlugin(impl.plugin_name, f"{type(e).__name__}: {e}"))
 
 
 def graph_passes() -> list[Any]:

@@ -12,6 +12,8 @@ from typing import Any
 from ... import __version__
 from ...blas_threads import BlasThreads
 from ...contrib import unsupported_reason
+from ...custom_ops import CUSTOM_SOURCE
+from ...custom_ops import lookup as lookup_custom_op
 from ...model import known_domain
 from ...provider import (
     CONTRACT_VERSION,
@@ -65,12 +67,18 @@ class CPUExecutionProvider(ExecutionProvider):
         self._run_state.blas = None
 
     def _claim_unmatched(self, node: KernelNode, reason: str) -> Capability | str:
-        """No own kernel: run it on onnx.reference when that can, marked as such.
+        """No own kernel: a plugin's custom-op kernel, or onnx.reference when that can run it,
+        marked as such.
 
         A com.microsoft op without a kernel is declined saying so. A node of a domain turnout
         does not define (the loader let it through: session.turnout.allow_unknown_domains)
         is claimed with a kernel that fails, naming the node, only if the node runs.
         """
+        custom = lookup_custom_op(node)  # a plugin's op domain (turnout_custom_ops)
+        if isinstance(custom, str):
+            return custom
+        if custom is not None:
+            return Capability((node.name,), custom, source=CUSTOM_SOURCE)
         if (node.domain, node.op_type) not in self.kernels.ops():
             contrib_reason = unsupported_reason(node.domain, node.op_type)
             if contrib_reason is not None:
