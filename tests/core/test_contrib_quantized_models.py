@@ -276,3 +276,31 @@ def test_quantize_dynamic_lstm(tmp_path: Path, rng: np.random.Generator) -> None
     quantized = onnx.load(tmp_path / "q.onnx")
     assert _ops(quantized)[(DOMAIN, "DynamicQuantizeLSTM")] == 1
     _parity(quantized, _feeds(model, rng), 0.02)
+
+
+@pytest.mark.parametrize(
+    ("weight_type", "options"),
+    [("QInt4", {}), ("QInt8", {"UseQDQContribOps": True})],
+    ids=["int4_weights", "UseQDQContribOps"],
+)
+def test_quantize_static_qdq_contrib(
+    weight_type: str, options: dict[str, Any], tmp_path: Path, rng: np.random.Generator
+) -> None:
+    """The QDQ format writes com.microsoft QuantizeLinear/DequantizeLinear for 4-bit weights
+    below opset 21, and when asked to."""
+    q = _tools()
+    model = zoo.mlp(batch=4)
+    onnx.save(model, tmp_path / "float.onnx")
+    q.quantize_static(
+        str(tmp_path / "float.onnx"),
+        str(tmp_path / "q.onnx"),
+        _Calibration(model, rng),
+        quant_format=q.QuantFormat.QDQ,
+        weight_type=getattr(q.QuantType, weight_type),
+        extra_options=options,
+    )
+    quantized = onnx.load(tmp_path / "q.onnx")
+    ops = _ops(quantized)
+    assert ops[(DOMAIN, "QuantizeLinear")] and ops[(DOMAIN, "DequantizeLinear")]
+    assert not ops[("ai.onnx", "QuantizeLinear")]
+    _parity(quantized, _feeds(model, rng), 0.02)
