@@ -20,6 +20,7 @@ from turnout.quantization import (
     NothingToQuantize,
     QuantFormat,
     QuantType,
+    quantize_dynamic,
     quantize_static,
 )
 
@@ -243,3 +244,29 @@ def test_unsupported_requests_are_refused(tiny_cnn: onnx.ModelProto, make_batche
         quantize_static(tiny_cnn, None, feeds, op_types_to_quantize=["Resize"])
     with pytest.raises(InvalidArgument, match="calibrate_method"):
         quantize_static(tiny_cnn, None, feeds, calibrate_method="Distribution")  # type: ignore[arg-type]
+
+
+def test_a_shared_weight_is_quantized_once(rng: np.random.Generator) -> None:
+    from onnx import TensorProto, helper
+
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["a"], "mm0"),
+            helper.make_node("MatMul", ["a", "w"], ["y"], "mm1"),
+        ],
+        "shared_weight",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": rng.standard_normal((3, 8)).astype(np.float32)}]
+    for per_channel in (False, True):
+        quant = quantize_static(model, None, feeds, per_channel=per_channel)
+        weights = [t for t in quant.graph.initializer if list(t.dims) == [8, 8]]
+        assert [t.data_type for t in weights] == [TensorProto.INT8]  # one int8 copy, no float
+        readers = [n for n in quant.graph.node if n.op_type == "MatMul"]
+        assert readers[0].input[1] == readers[1].input[1]
+    dynamic = quantize_dynamic(model, None, per_channel=True)
+    assert [list(t.dims) for t in dynamic.graph.initializer].count([8, 8]) == 1

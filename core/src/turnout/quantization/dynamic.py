@@ -50,6 +50,7 @@ class _DynamicQuantizer:
         self.s = settings
         self.quantized_inputs: dict[str, tuple[str, str, str]] = {}
         self.replaced: set[str] = set()  # float initializers now stored quantized
+        self.weights: dict[tuple[str, int, bool, bool], tuple[str, str, np.ndarray]] = {}
 
     def activation(self, name: str, out: list[onnx.NodeProto]) -> tuple[str, str, str]:
         """(x_q, x_scale, x_zp) of activation `name`, adding its DynamicQuantizeLinear once."""
@@ -71,28 +72,33 @@ class _DynamicQuantizer:
         axis: int,
         scale_shape: tuple[int, ...] | None,
         one_zero_point: bool = False,
+        transposed: bool = False,
     ) -> tuple[str, str, np.ndarray]:
-        """(w_q, w_zp) initializers and the float scale of `value`; per channel along `axis`
-        when asked, the scale reshaped to `scale_shape` so it broadcasts over the output.
-        `one_zero_point` makes per-channel weights symmetric, so that a single zero point
-        serves every channel (onnxruntime's ConvInteger takes no per-channel zero point)."""
-        per_channel = self.s.per_channel
-        q, params = quantize_weight(
-            value,
-            self.s.weight_type,
-            self.s.symmetric or (per_channel and one_zero_point),
-            axis if per_channel else None,
-            self.s.reduce_range,
-        )
-        zero = params.zero_point
-        if (zero == zero.reshape(-1)[0]).all():  # one zero point serves every channel
-            zero = zero.reshape(-1)[0].reshape(())
-        q_name = self.ed.add_initializer(q, f"{name}_quantized")
-        zp_name = self.ed.add_initializer(zero, f"{name}_zero_point")
-        scale = params.scale
+        """(w_q, w_zp) initializers and the float scale of `value` (initializer `name`, or its
+        transpose); per channel along `axis` when asked, the scale reshaped to `scale_shape`
+        so it broadcasts over the output. `one_zero_point` makes per-channel weights symmetric,
+        so that a single zero point serves every channel (onnxruntime's ConvInteger takes no
+        per-channel zero point). Nodes that share a weight share its quantized initializers."""
+        key = (name, axis, one_zero_point, transposed)
+        if key not in self.weights:
+            per_channel = self.s.per_channel
+            q, params = quantize_weight(
+                value,
+                self.s.weight_type,
+                self.s.symmetric or (per_channel and one_zero_point),
+                axis if per_channel else None,
+                self.s.reduce_range,
+            )
+            zero = params.zero_point
+            if (zero == zero.reshape(-1)[0]).all():  # one zero point serves every channel
+                zero = zero.reshape(-1)[0].reshape(())
+            q_name = self.ed.add_initializer(q, f"{name}_quantized")
+            zp_name = self.ed.add_initializer(zero, f"{name}_zero_point")
+            self.weights[key] = (q_name, zp_name, params.scale)
+            self.replaced.add(name)
+        q_name, zp_name, scale = self.weights[key]
         if self.s.per_channel and scale_shape is not None:
             scale = scale.reshape(scale_shape)
-        self.replaced.add(name)
         return q_name, zp_name, scale
 
     def rescale(
@@ -195,7 +201,7 @@ class _DynamicQuantizer:
             return "its input B is not an initializer (only constant weights are quantized)"
         if w.ndim < 2:
             return "its input B is 1-D"
-        self._matmul_integer(node, node.input[1], w, 1.0, None, out)
+        self._matmul_integer(node, w, 1.0, None, out)
         return None
 
     def gemm(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> str | None:
@@ -221,20 +227,23 @@ class _DynamicQuantizer:
             else:
                 return f"its input C is computed and beta={beta}"
         alpha = float(attrs.get("alpha", 1.0))
-        self._matmul_integer(node, node.input[1], np.ascontiguousarray(w), alpha, bias, out)
+        transposed = bool(attrs.get("transB", 0))
+        self._matmul_integer(node, np.ascontiguousarray(w), alpha, bias, out, transposed)
         return None
 
     def _matmul_integer(
         self,
         node: onnx.NodeProto,
-        w_name: str,
         w: np.ndarray,
         alpha: float,
         bias: str | None,
         out: list[onnx.NodeProto],
+        transposed: bool = False,
     ) -> None:
         x_q, x_scale, x_zp = self.activation(node.input[0], out)
-        w_q, w_zp, w_scale = self.weight(w_name, w, -1, (w.shape[-1],))
+        w_q, w_zp, w_scale = self.weight(
+            node.input[1], w, -1, (w.shape[-1],), transposed=transposed
+        )
         base = node.name or node.output[0]
         int_node = helper.make_node(
             "MatMulInteger",

@@ -56,11 +56,11 @@ class _Settings:
 class _Plan:
     """What `_write` changes: activations (None: own range; else the tensor whose scale and
     zero point they reuse), weights (consumer, input index, per-channel axis) and biases
-    (consumer, input, weight, bias names)."""
+    (consumer, its input's name, the bias's name)."""
 
     activations: dict[str, str | None] = field(default_factory=dict)
     weights: list[tuple[onnx.NodeProto, int, int | None]] = field(default_factory=list)
-    biases: list[tuple[onnx.NodeProto, str, str, str]] = field(default_factory=list)
+    biases: list[tuple[onnx.NodeProto, str, str]] = field(default_factory=list)
     removed: int = 0
 
     def root(self, name: str) -> str:
@@ -164,7 +164,7 @@ class _Planner:
             and attrs.get("alpha", 1.0) == 1.0
             and attrs.get("beta", 1.0) == 1.0
         ):
-            self.plan.biases.append((node, x, w, node.input[2]))
+            self.plan.biases.append((node, x, node.input[2]))
         self._outputs(node)
 
 
@@ -176,7 +176,8 @@ class _Writer:
         self.s = settings
         self.front: list[onnx.NodeProto] = []
         self.after: dict[int, list[onnx.NodeProto]] = {}
-        self.weight_params: dict[str, QuantParams] = {}
+        self.weights: dict[tuple[str, int | None], tuple[str, QuantParams]] = {}
+        self.weight_params: dict[tuple[int, int], QuantParams] = {}  # (id(node), input index)
         self.replaced: set[str] = set()
 
     def scale_zero(self, params: QuantParams, hint: str) -> tuple[str, str]:
@@ -204,19 +205,22 @@ class _Writer:
         return dq
 
     def weight(self, node: onnx.NodeProto, index: int, axis: int | None) -> None:
+        """Input `index` of `node` read through one DequantizeLinear of the int8 weight, shared
+        by every node that reads the same weight with the same axis."""
         name = node.input[index]
-        value = self.ed.constant(name)
-        assert value is not None
-        q, params = quantize_weight(
-            value, self.s.weight_type, self.s.weight_symmetric, axis, self.s.reduce_range
-        )
-        self.weight_params[name] = params
-        node.input[index] = self._dequantize(q, params, name, self.front)
+        if (name, axis) not in self.weights:
+            value = self.ed.constant(name)
+            assert value is not None
+            q, params = quantize_weight(
+                value, self.s.weight_type, self.s.weight_symmetric, axis, self.s.reduce_range
+            )
+            self.weights[name, axis] = (self._dequantize(q, params, name, self.front), params)
+        node.input[index], self.weight_params[id(node), index] = self.weights[name, axis]
 
-    def bias(self, node: onnx.NodeProto, x_scale: np.ndarray, w: str, b: str) -> None:
+    def bias(self, node: onnx.NodeProto, x_scale: np.ndarray, b: str) -> None:
         value = self.ed.constant(b)
         assert value is not None
-        scale = x_scale * self.weight_params[w].scale
+        scale = x_scale * self.weight_params[id(node), 1].scale
         q, params = quantize_bias(value, scale)
         node.input[2] = self._dequantize(q, params, b, self.front)
 
@@ -270,8 +274,8 @@ def _write(
         for name, source in plan.activations.items()
         if source is None
     }
-    for node, x, w, b in plan.biases:
-        writer.bias(node, params[plan.root(x)].scale, w, b)
+    for node, x, b in plan.biases:
+        writer.bias(node, params[plan.root(x)].scale, b)
     producers = {out: n for n in editor.graph.node for out in n.output}
     shared: dict[str, tuple[str, str]] = {}
     for name in plan.activations:
