@@ -148,3 +148,20 @@ def test_importing_turnout_or_its_cli_does_not_import_ray() -> None:
         "assert 'ray' not in sys.modules and 'pyarrow' not in sys.modules, 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_errors_from_ray_come_back_typed() -> None:
+    from turnout import Fail
+    from turnout.ray.errors import from_ray
+
+    class TaskError(Exception):  # what Ray raises for a task: the worker's error as `cause`
+        cause = BatchError(1, 2, "ValueError: x")
+
+    class InitError(Exception):  # an actor whose constructor raised: only text comes back
+        actor_init_failed = True
+
+    assert from_ray(TaskError()) is TaskError.cause
+    err = from_ray(InitError("Traceback ...\n  File ...\nturnout.errors.InvalidGraph: no\n"))
+    assert isinstance(err, Fail)
+    assert str(err) == "a worker could not build its session: turnout.errors.InvalidGraph: no"
+    assert from_ray(ValueError("other")) is None

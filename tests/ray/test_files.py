@@ -4,6 +4,7 @@ file, without Ray."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -80,11 +81,31 @@ def test_parquet_plan_numbers_rows_across_files(tmp_path: Path) -> None:
     plan = plan_input(folder, [spec], block_rows=3)
     assert plan.rows == 15 and plan.blocks == 5
     assert [i["first_row"] for i in plan.items] == [0, 4, 8, 10, 14]
-    pieces = list(
-        plan.reader({k: np.array([v]) for k, v in plan.items[1].items()}, **plan.reader_kwargs)
-    )
+    pieces = _read(plan, plan.items[1])
     assert [p["row"].tolist() for p in pieces] == [[4, 5, 6], [7]]
     assert pieces[0]["x"].shape == (3, 4)  # the file's only column feeds the only input
+
+
+def _read(plan: Any, item: dict[str, Any]) -> list[dict[str, np.ndarray]]:
+    return list(plan.reader({k: np.array([v]) for k, v in item.items()}, **plan.reader_kwargs))
+
+
+def test_a_lone_row_group_is_cut_so_every_worker_gets_rows(tmp_path: Path) -> None:
+    src = _input_file(tmp_path / "one.parquet", 20, 100)
+    plan = plan_input(src, [InputSpec("x", F32, ("n", 4))], block_rows=3, min_blocks=4)
+    assert [(i["first_row"], i["skip"], i["rows"]) for i in plan.items] == [
+        (0, 0, 6),
+        (6, 6, 6),
+        (12, 12, 6),
+        (18, 18, 2),
+    ]
+    for item in plan.items:
+        ids = np.concatenate([p["row"] for p in _read(plan, item)])
+        values = np.concatenate([p["x"] for p in _read(plan, item)])
+        np.testing.assert_array_equal(
+            ids, np.arange(item["first_row"], item["first_row"] + item["rows"])
+        )
+        np.testing.assert_array_equal(values[:, 0], ids * 4)
 
 
 def test_folder_plans(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from turnout import Fail
 from turnout.cli import main
 from turnout.models import shipped_model
 from turnout.models.zoo import mlp
@@ -172,3 +173,20 @@ def test_a_killed_worker_loses_no_row_and_repeats_none(
     np.testing.assert_array_equal(ids, np.arange(6000))
     (expected,) = reference(str(TINY_CNN), {"image": x.reshape(-1, 1, 28, 28)}, 100)
     np.testing.assert_array_equal(np.concatenate(probabilities), expected)
+
+
+@pytest.mark.slow
+def test_a_model_the_workers_cannot_load_fails_the_run(
+    ray_cluster: Any, tmp_path: Path, parquet_input: Callable[..., Path]
+) -> None:
+    from onnx import TensorProto, helper, save
+
+    node = helper.make_node("Bar", ["x"], ["y"], domain="no.such.domain")
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["n", 4]) for n in "xy"]
+    graph = helper.make_graph([node], "g", info[:1], info[1:])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("no.such.domain", 1)]
+    model = tmp_path / "bad.onnx"
+    save(helper.make_model(graph, opset_imports=opsets), model)
+    src = parquet_input(tmp_path / "in.parquet", {"x": np.zeros((8, 4), np.float32)}, 8)
+    with pytest.raises(Fail, match=r"could not build its session: .*unknown operator domain"):
+        run_batch(model, src, tmp_path / "out.parquet", progress=False)

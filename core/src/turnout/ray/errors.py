@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import RuntimeException
+from ..errors import Fail, RuntimeException, TurnoutError
 
-__all__ = ["BatchError"]
+__all__ = ["BatchError", "from_ray"]
 
 
 class BatchError(RuntimeException):
@@ -22,3 +22,19 @@ class BatchError(RuntimeException):
 
     def __reduce__(self) -> tuple[type[BatchError], tuple[int, int, str]]:
         return type(self), (self.first_row, self.last_row, self.error)
+
+
+def from_ray(error: BaseException) -> TurnoutError | None:
+    """The turnout error behind an exception Ray raised on the driver, or None.
+
+    Ray re-raises a worker's exception wrapped (its `cause` is the original, for a batch); an
+    actor whose constructor failed (the session could not be built) reaches the driver only as
+    text, whose last line names the original error.
+    """
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, TurnoutError):
+        return cause
+    if getattr(error, "actor_init_failed", False):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return Fail(f"a worker could not build its session: {lines[-1] if lines else error}")
+    return None

@@ -4,14 +4,15 @@ it joins, or an embedded local Ray it starts and stops). What `turnout batch` ru
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import onnx
 
-from ..errors import InvalidArgument, NoSuchFile, TurnoutError
+from ..errors import InvalidArgument, InvalidProtobuf, NoSuchFile
 from .batching import model_inputs
+from .errors import from_ray
 from .predict import predict
 from .predictor import DEFAULT_BATCH_SIZE, ProviderSpec, SessionPredictor
 from .runtime import cluster
@@ -41,14 +42,18 @@ def run_batch(
     gpus_per_worker: float = 0,
     progress: bool = True,
     predictor: type[SessionPredictor] = SessionPredictor,
+    predictor_kwargs: Mapping[str, Any] | None = None,
 ) -> BatchSummary:
     """Score every row of `input` with `model` into `output` (Parquet: a `row` column, a `path`
     column for folder inputs, one column per model output), rows in input order. `predictor`
-    may be a subclass that adds pre- or post-processing."""
+    may be a subclass that adds pre- or post-processing, with `predictor_kwargs`."""
     model_path = Path(model)
     if not model_path.is_file():
         raise NoSuchFile(f"model {str(model_path)!r} does not exist")
-    proto = onnx.load(str(model_path), load_external_data=False)
+    try:
+        proto = onnx.load(str(model_path), load_external_data=False)
+    except Exception as e:  # protobuf's DecodeError, or a file that is not a model at all
+        raise InvalidProtobuf(f"model {str(model_path)!r} is not an ONNX model: {e}") from e
     inputs = model_inputs(proto)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
     # bytes travel through the object store to any node; a model with external data must be
@@ -72,6 +77,7 @@ def run_batch(
             num_gpus=gpus_per_worker,
             keep_columns=plan.keep_columns,
             predictor=predictor,
+            predictor_kwargs=predictor_kwargs,
         )
         outputs.context.enable_progress_bars = progress
         first: list[float] = []
@@ -79,9 +85,9 @@ def run_batch(
             batches = outputs.iter_batches(batch_size=None, batch_format="numpy")
             per_worker = write_parquet(_stamp_first(batches, first), output, plan.rows)
         except Exception as e:
-            cause = getattr(e, "cause", None)  # Ray's task error wraps what the worker raised
-            if isinstance(cause, TurnoutError):
-                raise cause from e
+            ours = from_ray(e)
+            if ours is not None:
+                raise ours from e
             raise
         seconds = time.perf_counter() - began
     first_rows = (first[0] if first else time.perf_counter()) - began

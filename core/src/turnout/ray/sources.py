@@ -62,7 +62,7 @@ def plan_input(
     if src.is_file():
         if src.suffix != ".parquet":
             raise InvalidArgument(f"input {str(src)!r}: a file must be Parquet (.parquet)")
-        return _parquet([src], inputs, block_rows)
+        return _parquet([src], inputs, block_rows, min_blocks)
     files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
     kinds = {
         "parquet": [p for p in files if p.suffix == ".parquet"],
@@ -74,16 +74,20 @@ def plan_input(
         what = "a mix of " + ", ".join(found) if found else "no .parquet, .npy or image files"
         raise InvalidArgument(f"input folder {str(src)!r} holds {what}; it must hold one kind")
     if found[0] == "parquet":
-        return _parquet(kinds["parquet"], inputs, block_rows)
+        return _parquet(kinds["parquet"], inputs, block_rows, min_blocks)
     return _files(kinds[found[0]], found[0], inputs, block_rows, min_blocks)
 
 
-def _parquet(files: list[Path], inputs: Sequence[InputSpec], block_rows: int) -> InputPlan:
+def _parquet(
+    files: list[Path], inputs: Sequence[InputSpec], block_rows: int, min_blocks: int
+) -> InputPlan:
+    """One block per row group, or per part of one: a row group is cut (at multiples of
+    `block_rows`) when there would be fewer than `min_blocks` blocks otherwise. Each part of a
+    cut group decodes the group from its start, so only inputs with few groups are cut."""
     import pyarrow.parquet as pq
 
     columns: dict[str, str] | None = None
-    fragments: list[dict[str, Any]] = []
-    rows = 0
+    groups: list[tuple[str, int, int]] = []
     for f in files:
         meta = pq.ParquetFile(f).metadata
         names = meta.schema.to_arrow_schema().names
@@ -91,13 +95,22 @@ def _parquet(files: list[Path], inputs: Sequence[InputSpec], block_rows: int) ->
         if columns is not None and found != columns:
             raise InvalidArgument(f"{str(f)!r} has other columns than {str(files[0])!r}")
         columns = found
-        for group in range(meta.num_row_groups):
-            n = meta.row_group(group).num_rows
-            if n:
-                fragments.append({"path": str(f), "row_group": group, "first_row": rows})
-                rows += n
-    if not fragments:
+        groups += [(str(f), g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+    rows = sum(n for _, _, n in groups)
+    if not rows:
         raise InvalidArgument(f"input {str(files[0].parent)!r}: no rows")
+    part = rows  # a whole group, unless there are too few groups
+    if len(groups) < min_blocks:
+        part = block_rows * max(1, math.ceil(rows / min_blocks / block_rows))
+    fragments: list[dict[str, Any]] = []
+    first = 0
+    for path, group, n in groups:
+        for skip in range(0, n, part):
+            take = min(part, n - skip)
+            fragments.append(
+                {"path": path, "row_group": group, "first_row": first, "skip": skip, "rows": take}
+            )
+            first += take
     kwargs = {"columns": columns, "block_rows": block_rows}
     return InputPlan(fragments, len(fragments), _read_parquet, kwargs, rows, ())
 
@@ -116,17 +129,26 @@ def _input_columns(names: list[str], inputs: Sequence[InputSpec], f: Path) -> di
 def _read_parquet(
     batch: Mapping[str, np.ndarray], columns: dict[str, str], block_rows: int
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Read task: each row group (one per block) streamed in pieces of `block_rows` rows,
-    columns renamed to the model's inputs."""
+    """Read task: rows `skip` to `skip + rows` of a row group, streamed in pieces of
+    `block_rows` rows, columns renamed to the model's inputs."""
     import pyarrow.parquet as pq
 
-    for path, group, first in zip(batch["path"], batch["row_group"], batch["first_row"]):
-        offset = int(first)
+    fragments = zip(
+        batch["path"], batch["row_group"], batch["first_row"], batch["skip"], batch["rows"]
+    )
+    for path, group, first, skip, rows in fragments:
         reader = pq.ParquetFile(str(path))
         chunks = reader.iter_batches(
             batch_size=block_rows, row_groups=[int(group)], columns=list(columns.values())
         )
-        for chunk in chunks:
+        offset, at, stop = int(first), 0, int(skip) + int(rows)
+        for piece in chunks:
+            start, at = at, at + piece.num_rows
+            if at <= skip:
+                continue
+            if start >= stop:
+                break
+            chunk = piece.slice(max(0, int(skip) - start), min(at, stop) - max(start, int(skip)))
             n = chunk.num_rows
             out = {ROW_COLUMN: np.arange(offset, offset + n, dtype=np.int64)}
             try:
