@@ -132,14 +132,16 @@ class _IntConv:
         if w is not None and w.ndim in (3, 4) and (wz is not None or not has_zp):
             self.kept = (w, wz, self._pack(w, wz))
 
-    def _vnni(self, seglen: int) -> bool:
-        """Whether the VNNI tiles take runs of `seglen` bytes (whole 4-byte words)."""
-        return self.vnni is not None and seglen % 4 == 0
-
-    def _seglen(self, w: Array) -> int:
-        cg, kw = w.shape[1], w.shape[-1]
-        dilations = self.kn.attr("dilations", None) or [1]
-        return int(kw * cg) if self.group == 1 and dilations[-1] == 1 else int(cg)
+    def _channels8(self, c: int, cg: int) -> int | None:
+        """The channels of the VNNI layout, None where the int16 kernel runs: one group's C
+        rounded up to whole 4-byte words (the extra channels hold the zero point, against
+        weights of 0 after their zero point: they add nothing), or C when every group's C is
+        whole words."""
+        if self.vnni is None:
+            return None
+        if self.group == 1:
+            return -(-c // 4) * 4
+        return c if cg % 4 == 0 else None
 
     def _const(self, i: int) -> Array | None:
         if not constant_input(self.kn, i):
@@ -149,7 +151,7 @@ class _IntConv:
 
     def _pack(self, w: Array, wz: Any) -> Any:
         """W as the kernel that will run reads it: VNNI tiles per group, else int16 rows."""
-        if w.ndim in (3, 4) and self._vnni(self._seglen(w)):
+        if w.ndim in (3, 4) and self._channels8(w.shape[1] * self.group, w.shape[1]) is not None:
             return self._pack8(w, wz)
         return self._pack16(w, wz)
 
@@ -160,7 +162,13 @@ class _IntConv:
         m, group = w.shape[0], self.group
         mg = m // group if group > 0 else m
         w4 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]) if w.ndim == 3 else w
-        runs = w4.shape[2] * w4.shape[3] * w4.shape[1] // self._seglen(w)
+        c8 = self._channels8(w4.shape[1] * group, w4.shape[1])
+        if group == 1 and c8 is not None and c8 > w4.shape[1]:  # whole words: zero points
+            fill = np.zeros((), w.dtype) if wz is None else wz.reshape(-1, 1, 1, 1)
+            extra = np.broadcast_to(fill, (m, c8 - w4.shape[1], *w4.shape[2:])).astype(w.dtype)
+            w4 = np.concatenate([w4, extra], axis=1)
+        dilations = self.kn.attr("dilations", None) or [1]
+        runs = w4.shape[2] if group == 1 and dilations[-1] == 1 else w4.shape[2] * w4.shape[3]
         out = []
         for g in range(group):
             b = np.moveaxis(w4[g * mg : (g + 1) * mg], 1, 3).reshape(mg, -1).T
@@ -229,22 +237,24 @@ class _IntConv:
         wp = max(wd + pb[1], (ow - 1) * strides[1] + (kernel[1] - 1) * dilations[1] + 1, 1)
         cg = w.shape[1]
         (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
-        line = wp * c_  # int16 values per padded row
+        c8 = self._channels8(c_, cg)
+        ch = c_ if c8 is None else c8  # channels of the channels-last layout
+        line = wp * ch  # values per padded row
         if group == 1 and dw == 1:  # a kernel row's taps are one run of KW * C values
             runs = [[i * dh * line for i in range(kh)]]
-            seglen = kw * c_
+            seglen = kw * ch
         else:
             runs = [
-                [i * dh * line + j * dw * c_ + g * cg for i in range(kh) for j in range(kw)]
+                [i * dh * line + j * dw * ch + g * cg for i in range(kh) for j in range(kw)]
                 for g in range(group)
             ]
-            seglen = cg
+            seglen = ch if group == 1 else cg
         segs = tuple(np.array(r, np.int64) for r in runs)
-        steps = (ow, sh * line, sw * c_)
+        steps = (ow, sh * line, sw * ch)
         window = (kh, kw, sh, sw, dh, dw, oh, ow)
-        tiles = row_blocks(oh * ow, ow, sh * line, sw * c_) if self._vnni(seglen) else None
+        tiles = None if c8 is None else row_blocks(oh * ow, ow, sh * line, sw * ch)
         return _Plan(
-            final, x4, (hp, wp, c_), (pb[0], pb[1]), oh * ow, segs, seglen, steps, window, tiles
+            final, x4, (hp, wp, ch), (pb[0], pb[1]), oh * ow, segs, seglen, steps, window, tiles
         )
 
     def conv(
