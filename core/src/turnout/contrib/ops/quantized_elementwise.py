@@ -118,7 +118,9 @@ define(
 )
 
 
-def _pooled(size: Dim, k: int, s: int, pads: tuple[int, int], auto: str, ceil: bool) -> Dim:
+def window_output(size: Dim, k: int, s: int, pads: tuple[int, int], auto: str, ceil: bool) -> Dim:
+    """Output size of a sliding window (size k, the effective one when dilated) along one
+    axis."""
     if not isinstance(size, int):
         return None
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -141,7 +143,7 @@ def _avg_pool(types: NodeTypes) -> list[TensorType | None]:
     last = bool(types.attr("channels_last", 0))
     spatial = x.shape[1:-1] if last else x.shape[2:]
     out = tuple(
-        _pooled(spatial[i], kernel[i], strides[i], (pads[i], pads[i + nd]), auto, ceil)
+        window_output(spatial[i], kernel[i], strides[i], (pads[i], pads[i + nd]), auto, ceil)
         for i in range(nd)
     )
     shape = (x.shape[0], *out, x.shape[-1]) if last else (*x.shape[:2], *out)
