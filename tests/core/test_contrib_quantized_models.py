@@ -3,6 +3,8 @@ from turnout's benchmark models, run on turnout as on onnxruntime.
 
 - `quantize_static(..., QuantFormat.QOperator)`: QLinearConv, QLinearMatMul, QLinearAdd,
   QLinearGlobalAveragePool, QGemm; outputs within 2% of the output range.
+  At onnxruntime's highest level, its NHWC transformer rewrites the convolutions into
+  com.microsoft QLinearConv with `channels_last` (its NCHWc layout ops left off).
 - `MatMulNBitsQuantizer` (4 bits, block 32, symmetric and asymmetric): MatMulNBits, also with
   the bias onnxruntime's optimizer folds into it; within 0.1% (2% at accuracy level 4, where
   onnxruntime quantizes the activations too).
@@ -139,12 +141,14 @@ def _nbits(model: onnx.ModelProto, symmetric: bool, accuracy_level: int | None) 
     return out
 
 
-def _ort_optimized(model: onnx.ModelProto, tmp_path: Path, **kwargs: Any) -> onnx.ModelProto:
-    """The model as onnxruntime's extended optimizer leaves it (its fusions saved)."""
+def _ort_optimized(
+    model: onnx.ModelProto, tmp_path: Path, level: str = "ORT_ENABLE_EXTENDED", **kwargs: Any
+) -> onnx.ModelProto:
+    """The model as onnxruntime's optimizer leaves it at `level` (its fusions saved)."""
     path = tmp_path / "ort_optimized.onnx"
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     so.optimized_model_filepath = str(path)
     ort.InferenceSession(model.SerializeToString(), so, ["CPUExecutionProvider"], **kwargs)
     return onnx.load(path)
@@ -304,3 +308,33 @@ def test_quantize_static_qdq_contrib(
     assert ops[(DOMAIN, "QuantizeLinear")] and ops[(DOMAIN, "DequantizeLinear")]
     assert not ops[("ai.onnx", "QuantizeLinear")]
     _parity(quantized, _feeds(model, rng), 0.02)
+
+
+@pytest.mark.slow
+def test_qoperator_nhwc_from_onnxruntime_optimizer(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    q = _tools()
+    model = zoo.resnet18_like(size=32)
+    onnx.save(model, tmp_path / "float.onnx")
+    q.quantize_static(
+        str(tmp_path / "float.onnx"),
+        str(tmp_path / "q.onnx"),
+        _Calibration(model, rng),
+        quant_format=q.QuantFormat.QOperator,
+    )
+    nhwc = _ort_optimized(
+        onnx.load(tmp_path / "q.onnx"),
+        tmp_path,
+        "ORT_ENABLE_ALL",
+        disabled_optimizers=["NchwcTransformer"],  # its layout ops are no com.microsoft ops
+    )
+    last = [
+        n
+        for n in nhwc.graph.node
+        if n.op_type == "QLinearConv"
+        and n.domain == DOMAIN
+        and any(a.name == "channels_last" and a.i == 1 for a in n.attribute)
+    ]
+    assert len(last) == 20
+    _parity(nhwc, _feeds(model, rng), 0.02)
