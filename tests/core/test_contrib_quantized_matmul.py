@@ -278,3 +278,15 @@ def test_gather_block_quantized_int4(
     )
     # onnxruntime's Python API feeds no int4 arrays: the table is an initializer
     contrib_parity(node, _present(inputs), constant={0, 3} if with_zp else {0})
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape"), [((4, 8), (8, 5)), ((2, 3, 16), (16, 4))])
+def test_matmul_integer16(
+    contrib_parity: Any,
+    rng: np.random.Generator,
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+) -> None:
+    """onnxruntime's CPU kernel takes int16 x int16 only."""
+    a, b = _q(rng, a_shape, np.int16) // 4, _q(rng, b_shape, np.int16) // 4
+    contrib_parity(_node("MatMulInteger16", ["a", "b"]), [a, b])

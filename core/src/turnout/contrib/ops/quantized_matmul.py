@@ -199,3 +199,22 @@ define(
         ),
     )
 )
+
+
+def _int16_product(types: NodeTypes) -> list[TensorType | None]:
+    """int32, or uint32 when both operands are uint16."""
+    a, b = types.input(0), types.input(1)
+    unsigned = a is not None and b is not None and a.elem_type == b.elem_type == TensorProto.UINT16
+    elem = TensorProto.UINT32 if unsigned else TensorProto.INT32
+    return [TensorType(elem, _matmul_shape(a, b))]
+
+
+define(
+    OpSpec(
+        "MatMulInteger16",
+        (Arg("A", "T1"), Arg("B", "T2")),
+        (Arg("Y", "T3"),),
+        {"T1": ("int16", "uint16"), "T2": ("int16", "uint16"), "T3": ("int32", "uint32")},
+        _int16_product,
+    )
+)

@@ -289,3 +289,16 @@ def gather_block_quantized(node: KernelNode) -> KernelFn:
         return ((out * mask).astype(scales.dtype),)
 
     return run
+
+
+@cpu_kernel("MatMulInteger16", since=1, domain=DOMAIN)
+def matmul_integer16(node: KernelNode) -> KernelFn:
+    """A @ B of 16-bit integers, exact, as int32 (uint32 for two uint16 operands); a sum
+    beyond 32 bits wraps, as onnxruntime's does."""
+
+    def run(a: Array, b: Array) -> tuple[Array]:
+        unsigned = a.dtype == b.dtype == np.uint16
+        acc = integer_product(node.name, a, None, b, None).astype(np.int64)
+        return (acc.astype(np.uint32 if unsigned else np.int32),)
+
+    return run
