@@ -68,12 +68,14 @@ def exp_f32(x: str, out: str) -> list[str]:
 
 def sigmoid_f32(x: str, out: str) -> list[str]:
     """Statements leaving 1 / (1 + exp(-x)) in `out`, from e = exp(-|x|) (never overflows):
-    1 / (1 + e) for x >= 0, e / (1 + e) below (relative accuracy in both tails); NaN stays."""
-    e = f"{out}_e"
+    1 / (1 + e) for x >= 0, e * (1 / (1 + e)) below (relative accuracy in both tails); NaN
+    stays."""
+    e, d = f"{out}_e", f"{out}_d"
     return [
         f"{out}_a = -abs({x})",
         *exp_f32(f"{out}_a", e),
-        f"{out} = {_F}(1.0) / ({_F}(1.0) + {e}) if {x} >= 0 else {e} / ({_F}(1.0) + {e})",
+        f"{d} = {_F}(1.0) / ({_F}(1.0) + {e})",  # one division for both signs
+        f"{out} = {d} if {x} >= 0 else {e} * {d}",
     ]
 
 
