@@ -324,7 +324,7 @@ class _IntConv:
             for g, vb in enumerate(vbs):
                 rowsum = (
                     _patch_sums(xp[:, :, g * cg : (g + 1) * cg], p.window)
-                    if vb.zero.any()
+                    if vb.zero_points
                     else None
                 )
                 ps = NO_PARAMS

@@ -261,7 +261,7 @@ class VnniB:
     """B packed for the tiles, with what the zero-point correction needs: its column sums
     (of the int8 values packed) and its zero point in that domain (per tensor or column)."""
 
-    __slots__ = ("colsum", "k", "kq", "n", "npad", "packed", "zero")
+    __slots__ = ("colsum", "k", "kq", "n", "npad", "packed", "zero", "zero_points")
 
     def __init__(self, segments: list[np.ndarray[Any, Any]], zero: np.ndarray[Any, Any], k: int):
         """`segments`: B's int8 values (each (Ks, N)); `zero`: its zero point less the same
@@ -273,6 +273,7 @@ class VnniB:
         )
         z = np.asarray(zero, np.int32).reshape(-1)
         self.zero = np.ascontiguousarray(np.broadcast_to(z, (self.n,)))
+        self.zero_points = bool(self.zero.any())  # (whether A's row sums are needed)
         self.k = k
 
     @classmethod
@@ -308,6 +309,24 @@ def row_blocks(rows: int, ow: int, rstep: int, cs: int) -> tuple[Any, Any]:
 
 class VnniGemm:
     """The compiled driver and store for one node (variant as in `quant_gemm`)."""
+
+    _kept: tuple[Any, int, int, Any] | None = None
+
+    def _store_params(self, params: Any, m: int, n: int) -> Any:
+        """(multiplier, bias, zero point) as the store reads them; kept while the same
+        parameters come in (a node's constant scales give the same objects every run)."""
+        kept = self._kept
+        if kept is not None and kept[0] is params and kept[1] == m and kept[2] == n:
+            return kept[3]
+        mult, bias = params[0].grid(m, n), params[1].grid(m, n)
+        if not self.transposed:  # by column: full rows
+            mult = np.ascontiguousarray(np.broadcast_to(mult, (mult.shape[0], n)))
+            bias = np.ascontiguousarray(np.broadcast_to(bias, (bias.shape[0], n)))
+        elif mult.shape[1] > 1 or bias.shape[1] > 1:
+            raise AssertionError("a transposed store takes parameters by row only")
+        out = (mult, bias, params[2].data)
+        self._kept = (params, m, n, out)
+        return out
 
     def __init__(self, ctx: Any, variant: str, out: Any, transposed: bool) -> None:
         from .. import cache
@@ -371,12 +390,5 @@ class VnniGemm:
             rowfac = np.zeros(rows, np.int32)
         else:
             rowfac = (rowsum - vb.k * az).astype(np.int32)
-        m, n = y.shape
-        mult, bias = params[0].grid(m, n), params[1].grid(m, n)
-        if not self.transposed:  # by column: full rows
-            mult = np.ascontiguousarray(np.broadcast_to(mult, (mult.shape[0], n)))
-            bias = np.ascontiguousarray(np.broadcast_to(bias, (bias.shape[0], n)))
-        elif mult.shape[1] > 1 or bias.shape[1] > 1:
-            raise AssertionError("a transposed store takes parameters by row only")
-        zp = params[2].data
+        mult, bias, zp = self._store_params(params, *y.shape)
         self.store(y.size, c, y, vb.colsum, vb.zero, az, rowfac, mult, bias, zp, self.lo, self.hi)
