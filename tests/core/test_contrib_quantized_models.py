@@ -10,9 +10,10 @@ from turnout's benchmark models, run on turnout as on onnxruntime.
   onnxruntime quantizes the activations too).
 - `quantize_dynamic`, then onnxruntime's optimizer (which fuses MatMulInteger and its scaling
   into DynamicQuantizeMatMul and MatMulIntegerToFloat): within 2%.
-- `quantize_dynamic` on com.microsoft Attention (QAttention) and on LSTM
-  (DynamicQuantizeLSTM): within 2%. (bert_like's own attention is no pattern onnxruntime's
-  optimizer fuses into Attention, so a one-layer model written as it writes it stands in.)
+- `quantize_dynamic` on com.microsoft Attention (QAttention), EmbedLayerNormalization
+  (QEmbedLayerNormalization) and on LSTM (DynamicQuantizeLSTM): within 2%. (bert_like's own
+  attention is no pattern onnxruntime's optimizer fuses into Attention, so small models
+  written as it writes them stand in.)
 
 Each test prints its max |difference| / output range (`pytest -s` shows them).
 """
@@ -234,6 +235,45 @@ def _attention_model(rng: np.random.Generator, hidden: int = 32, heads: int = 4)
     return helper.make_model(graph, opset_imports=opsets)
 
 
+def _embedded_attention_model(rng: np.random.Generator, hidden: int = 32) -> onnx.ModelProto:
+    """BERT's front as onnxruntime's transformer optimizer writes it: EmbedLayerNormalization
+    (whose mask index feeds Attention), then Attention."""
+    tables = {
+        "word": rng.standard_normal((50, hidden)),
+        "position": rng.standard_normal((16, hidden)),
+        "segment": rng.standard_normal((2, hidden)),
+        "gamma": 1 + rng.standard_normal(hidden) * 0.1,
+        "beta": rng.standard_normal(hidden) * 0.1,
+        "w": rng.standard_normal((hidden, 3 * hidden)) * 0.2,
+        "b": rng.standard_normal(3 * hidden) * 0.1,
+    }
+    nodes = [
+        helper.make_node(
+            "EmbedLayerNormalization",
+            ["ids", "segments", "word", "position", "segment", "gamma", "beta", "mask"],
+            ["embedded", "mask_index"],
+            domain=DOMAIN,
+            epsilon=1e-12,
+        ),
+        helper.make_node(
+            "Attention", ["embedded", "w", "b", "mask_index"], ["y"], domain=DOMAIN, num_heads=4
+        ),
+    ]
+    ints = [
+        helper.make_tensor_value_info(n, TensorProto.INT32, ["batch", "seq"])
+        for n in ("ids", "segments", "mask")
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "embedded_attention",
+        ints,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", hidden])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in tables.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
 def _lstm_model(rng: np.random.Generator, size: int = 16, hidden: int = 24) -> onnx.ModelProto:
     """A bidirectional LSTM over [seq, batch, size] inputs."""
     weights = {
@@ -268,6 +308,26 @@ def test_quantize_dynamic_attention(tmp_path: Path, rng: np.random.Generator) ->
     assert _ops(quantized)[(DOMAIN, "QAttention")] == 1
     x = rng.standard_normal((2, 6, 32)).astype(np.float32)
     _parity(quantized, {"x": x, "lengths": np.array([6, 4], np.int32)}, 0.02)
+
+
+def test_quantize_dynamic_embedding_and_attention(tmp_path: Path, rng: np.random.Generator) -> None:
+    """quantize_dynamic turns EmbedLayerNormalization into QEmbedLayerNormalization and
+    Attention into QAttention."""
+    q = _tools()
+    model = _embedded_attention_model(rng)
+    onnx.save(model, tmp_path / "float.onnx")
+    q.quantize_dynamic(str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"))
+    quantized = onnx.load(tmp_path / "q.onnx")
+    ops = _ops(quantized)
+    assert ops[(DOMAIN, "QEmbedLayerNormalization")] == ops[(DOMAIN, "QAttention")] == 1
+    mask = np.ones((2, 9), np.int32)
+    mask[1, 5:] = 0
+    feeds = {
+        "ids": rng.integers(0, 50, (2, 9)).astype(np.int32),
+        "segments": rng.integers(0, 2, (2, 9)).astype(np.int32),
+        "mask": mask,
+    }
+    _parity(quantized, feeds, 0.02)
 
 
 def test_quantize_dynamic_lstm(tmp_path: Path, rng: np.random.Generator) -> None:
