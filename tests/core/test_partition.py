@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout import plugins
@@ -247,7 +247,25 @@ def test_report_formats(fake: FakeDeviceProviderFactory) -> None:
     assert dot.startswith('digraph "g"') and '"relu0" -> "neg1" [style=dashed, label=copy]' in dot
     page = report.to_html()
     assert page.startswith("<!doctype html>") and "neg1" in page and "http" not in page
-    assert "copy t0: fake:0 -> cpu (for neg1)" in report.to_text()
+    assert "copy each run t0: fake:0 -> cpu (for neg1)" in report.to_text()
+
+
+def test_initializer_uploads_are_counted_apart_from_copies(
+    fake: FakeDeviceProviderFactory,
+) -> None:
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [w],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    report = turnout.InferenceSession(model, providers=[FAKE]).partition_report()
+    kinds = {(c["value"], c["dst"]): c["once"] for c in report.copies}
+    assert kinds == {("w", "fake:0"): True, ("x", "fake:0"): False, ("y", "cpu"): False}
+    assert "upload once w: cpu -> fake:0 (for add)" in report.to_text()
 
 
 # -- discovery ------------------------------------------------------------------------------

@@ -192,8 +192,9 @@ class PartitionReport:
                 if key.split("/", 1)[0] == a.node:
                     lines.append(sub.to_text(indent + "    "))
         for c in self.copies:
+            kind = "upload once" if c.get("once") else "copy each run"
             lines.append(
-                f"{indent}  copy {c['value']}: {c['src']} -> {c['dst']} "
+                f"{indent}  {kind} {c['value']}: {c['src']} -> {c['dst']} "
                 f"(for {', '.join(c['consumers'])})"
             )
         for p, ds in self.declines.items():

@@ -25,13 +25,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         text = report.to_html()
     else:
         counts = ", ".join(f"{p}: {n}" for p, n in sorted(report.counts().items()))
+        uploads = sum(bool(c.get("once")) for c in report.copies)
         fell = report.fallbacks("CPUExecutionProvider")
         text = "\n".join(
             [
                 report.to_text(),
                 "",
                 f"nodes per provider: {counts}",
-                f"copies inserted: {len(report.copies)}",
+                f"copies each run: {len(report.copies) - uploads}, "
+                f"one-time uploads of initializers: {uploads}",
                 f"nodes that fell back to CPUExecutionProvider: {len(fell)}",
             ]
         )

@@ -32,12 +32,14 @@ class HostIO:
 
 @dataclass(frozen=True)
 class Copy:
-    """One inserted copy: `value` moved from `src` to `dst` for `consumers`."""
+    """One inserted copy: `value` moved from `src` to `dst` for `consumers`. `once`: an
+    initializer uploaded when the session is built, not a copy made on every run."""
 
     value: str
     src: str
     dst: str
     consumers: tuple[str, ...]
+    once: bool = False
 
 
 def _copy_fn(
@@ -131,5 +133,8 @@ def insert_copies(
         if home.get(y, CPU) != CPU and y not in device_outputs:
             y = copy_of(y, CPU, "<graph output>")
         final.append(y)
-    copies = [Copy(v, str(home.get(v, CPU)), str(d), tuple(consumers[(v, d)])) for (v, d) in made]
+    copies = [
+        Copy(v, str(home.get(v, CPU)), str(d), tuple(consumers[(v, d)]), made[(v, d)] in constants)
+        for (v, d) in made
+    ]
     return out, constants, final, copies
