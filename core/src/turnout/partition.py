@@ -89,7 +89,7 @@ class PartitionReport:
     providers: list[str]
     assignments: list[Assignment]
     declines: dict[str, list[dict[str, str]]]
-    copies: list[dict[str, str]] = field(default_factory=list)
+    copies: list[dict[str, Any]] = field(default_factory=list)
     subgraphs: dict[str, PartitionReport] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
     """Providers that served the `CPUExecutionProvider` request (placed ahead of its numpy
