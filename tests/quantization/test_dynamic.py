@@ -154,6 +154,10 @@ def test_bad_options_are_named(tiny_cnn: onnx.ModelProto) -> None:
         quantize_dynamic(tiny_cnn, None, op_types_to_quantize=["Conv", "LSTM"])
     with pytest.raises(TurnoutNotImplemented, match="Bogus"):
         quantize_dynamic(tiny_cnn, None, extra_options={"Bogus": 1})
+    with pytest.raises(TurnoutNotImplemented, match=r"MatMulConstBOnly.*supports only True"):
+        quantize_dynamic(tiny_cnn, None, extra_options={"MatMulConstBOnly": False})
+    # onnxruntime's options at the value that is turnout's behaviour pass
+    quantize_dynamic(tiny_cnn, None, extra_options={"MatMulConstBOnly": True})
     with pytest.raises(TurnoutNotImplemented, match="weight_type"):
         quantize_dynamic(tiny_cnn, None, weight_type="QInt16")  # type: ignore[arg-type]
 

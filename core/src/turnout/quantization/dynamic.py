@@ -23,7 +23,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .. import errors
 from .graph import GraphEditor, ModelInput, load_model, save_model
 from .params import quantize_weight
 from .selection import check_extra_options, nothing_done, selected_nodes
@@ -33,7 +32,9 @@ __all__ = ["quantize_dynamic"]
 
 DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Gather")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-_EXTRA_OPTIONS: dict[str, Any] = {"WeightSymmetric": None, "MatMulConstBOnly": True}
+_EXTRA_OPTIONS: dict[str, Any] = {"WeightSymmetric": None}
+# onnxruntime options accepted at the one value that is turnout's behaviour
+_FIXED_OPTIONS = {"MatMulConstBOnly": True, "EnableSubgraph": False}
 
 
 @dataclass
@@ -278,11 +279,7 @@ def quantize_dynamic(
     node could be quantized, with the reason for each candidate.
     """
     wtype = QuantType.of(weight_type, "weight_type")
-    options = check_extra_options(extra_options, _EXTRA_OPTIONS)
-    if not options["MatMulConstBOnly"]:
-        raise errors.NotImplemented(
-            "extra_options MatMulConstBOnly=False: only constant weights are quantized"
-        )
+    options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     symmetric = options["WeightSymmetric"]
     settings = _Settings(
         wtype,

@@ -54,16 +54,27 @@ def selected_nodes(
 
 
 def check_extra_options(
-    extra_options: Mapping[str, Any] | None, known: Mapping[str, Any]
+    extra_options: Mapping[str, Any] | None,
+    known: Mapping[str, Any],
+    fixed: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`extra_options` over the defaults in `known`; a key turnout does not implement is an
-    error naming it (onnxruntime would ignore a misspelt key silently)."""
+    """`extra_options` over the defaults in `known`. `fixed` holds onnxruntime options whose
+    only supported value is turnout's behaviour: passing that value is accepted, another is an
+    error; so is a key turnout does not know (onnxruntime would ignore a misspelt key)."""
     options = dict(known)
     for key, value in (extra_options or {}).items():
+        if fixed is not None and key in fixed:
+            if value != fixed[key]:
+                raise errors.NotImplemented(
+                    f"extra_options[{key!r}]={value!r}: turnout.quantization supports only "
+                    f"{fixed[key]!r}"
+                )
+            continue
         if key not in known:
+            supported = sorted([*known, *(fixed or {})])
             raise errors.NotImplemented(
                 f"extra_options[{key!r}] is not supported by turnout.quantization; "
-                f"supported keys: {sorted(known)}"
+                f"supported keys: {supported}"
             )
         options[key] = value
     return options

@@ -38,6 +38,15 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "ForceQuantizeNoInputCheck": False,
     "OpTypesToExcludeOutputQuantization": (),
 }
+# onnxruntime options accepted at the one value that is turnout's behaviour
+_FIXED_OPTIONS = {
+    "QuantizeBias": True,
+    "DedicatedQDQPair": False,
+    "AddQDQPairToWeight": False,
+    "UseQDQContribOps": False,
+    "EnableSubgraph": False,
+    "CalibTensorRangeSymmetric": False,
+}
 
 
 @dataclass
@@ -321,7 +330,7 @@ def quantize_static(
         )
     method = check_enum(calibrate_method, CalibrationMethod, "calibrate_method")
     assert isinstance(method, CalibrationMethod)
-    options = check_extra_options(extra_options, _EXTRA_OPTIONS)
+    options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     wtype = QuantType.of(weight_type, "weight_type")
     w_symmetric = options["WeightSymmetric"]
     settings = _Settings(
