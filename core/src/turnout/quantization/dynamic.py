@@ -46,6 +46,9 @@ class _Settings:
 
 
 class _DynamicQuantizer:
+    """Rewrites one chosen node at a time into `out`; each handler returns why it left the
+    node float (None when it quantized it), and changes nothing in that case."""
+
     def __init__(self, editor: GraphEditor, settings: _Settings) -> None:
         self.ed = editor
         self.s = settings

@@ -79,6 +79,9 @@ class _Plan:
 
 
 class _Planner:
+    """Walks the chosen nodes in graph order (so a pass-through op sees whether its input is
+    quantized yet) and fills the plan; only dropping Relu/Clip changes the graph here."""
+
     def __init__(self, editor: GraphEditor, settings: _Settings) -> None:
         self.ed = editor
         self.s = settings
