@@ -418,3 +418,66 @@ def test_dynamic_quantize_matmul(seed: int, gemm_path: str) -> None:
     if want is None:  # per-column zero points onnxruntime lacks: turnout's numpy kernels
         want = np.asarray(cpu_session(unfused).run(None, {"a": a})[0])
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear
+
+
+def _qdq_model(op: str, x: np.ndarray, scale: np.ndarray, zp: Any, axis: int, out: int) -> Any:
+    feeds = {"x": x, "scale": scale, "zp": zp}
+    model = _model(op, feeds, ("scale", "zp"), out)
+    if axis != 1:
+        model.graph.node[0].attribute.append(helper.make_attribute("axis", axis))
+    return model
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_quantize_dequantize_linear(seed: int) -> None:
+    """Bit-equal to onnxruntime both ways, per tensor and per axis, uint8 and int8."""
+    rng = np.random.default_rng(seed)
+    dt = (np.uint8, np.int8)[seed % 2]
+    shape = tuple(int(v) for v in rng.integers(2, 7, int(rng.integers(1, 5))))
+    axis = int(rng.integers(-len(shape), len(shape)))
+    per_axis = seed % 4 >= 2
+    n = shape[axis] if per_axis else 1
+    scale = rng.uniform(0.005, 0.1, (n,) if per_axis else ()).astype(np.float32)
+    zp = _ints(rng, dt, (n,) if per_axis else ())
+    x = (rng.standard_normal(shape) * 8).astype(np.float32)
+    x.reshape(-1)[:2] = [2.5 * float(scale.reshape(-1)[0]), 1e9]  # a tie; a saturating value
+    out = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    q = _qdq_model("QuantizeLinear", x, scale, zp, axis, out)
+    got = _numba(q, {"x": x})
+    assert got.dtype == dt
+    np.testing.assert_array_equal(got, _ort(q, {"x": x}))
+    dq = _qdq_model("DequantizeLinear", got, scale, zp, axis, onnx.TensorProto.FLOAT)
+    back = _numba(dq, {"x": got})
+    np.testing.assert_array_equal(back, _ort(dq, {"x": got}))
+    np.testing.assert_array_equal(back, _reference(dq, {"x": got}))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dynamic_quantize_linear(seed: int) -> None:
+    TP = onnx.TensorProto
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((3, int(rng.integers(1, 40)))) * (seed + 0.5)).astype(np.float32)
+    if seed == 1:
+        x = np.abs(x)  # the range starts at 0
+    if seed == 2:
+        x[...] = 0  # scale 1, as onnxruntime
+    g = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TP.FLOAT, list(x.shape))],
+        [
+            helper.make_tensor_value_info(n, t, None)
+            for n, t in (("y", TP.UINT8), ("s", TP.FLOAT), ("z", TP.UINT8))
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    sess: Any = provider_session(model, "NumbaExecutionProvider")
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    so = ort.SessionOptions()
+    want = ort.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})
+    for g_, w_ in zip(sess.run(None, {"x": x}), want):
+        np.testing.assert_array_equal(g_, w_)

@@ -13,45 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from .. import cache
-from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
 from .quant_gemm import Params
+from .quant_linear import DynamicQuantizer
 from .quant_matmul import MatMulEngine, eight_bit_applies
 
 __all__: list[str] = []
 
-_UNITUPLE: Any = types.UniTuple  # (numba's type constructors are untyped)
-_PAIR = _UNITUPLE(types.float32, 2)
 
 Array = np.ndarray[Any, Any]
-
-
-def _range(x: Any) -> Any:  # pragma: no cover - compiled by numba
-    """(min(x, 0), max(x, 0))."""
-    lo = np.float32(0)
-    hi = np.float32(0)
-    for i in range(x.shape[0]):
-        v = x[i]
-        lo = min(lo, v)
-        hi = max(hi, v)
-    return lo, hi
-
-
-def _quantize(x: Any, scale: Any, zp: Any, out: Any) -> None:  # pragma: no cover
-    """out = saturate(round_half_even(x / scale) + zp) into uint8 (MLAS QuantizeLinear)."""
-    for i in prange(x.shape[0]):
-        v = x[i] / scale
-        v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
-        v = v + zp
-        v = max(v, np.float32(0))
-        v = min(v, np.float32(255))
-        out[i] = np.uint8(v)
 
 
 def _applies(kn: KernelNode) -> str | None:
@@ -64,22 +38,12 @@ def _applies(kn: KernelNode) -> str | None:
 def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     name = kn.name
     engine = MatMulEngine(kn, ctx, "scale", np.float32, 1, 3)
-    vec = numba_array(np.dtype(np.float32), 1, readonly=True, layout="C")
-    rng = cache.jit(_range, [_PAIR(vec)])  # (a reduction: serial)
-    f32 = types.float32
-    u8 = numba_array(np.dtype(np.uint8), 1, readonly=False, layout="C")
-    quant = ctx.jit(_quantize, [types.void(vec, f32, f32, u8)])
+    dq = DynamicQuantizer(ctx)
 
     def run(a: Array, b: Array, b_s: Array, b_zp: Any = None, bias: Any = None) -> tuple[Array]:
         if a.dtype != np.float32:
             raise InvalidArgument(f"{name}: A must be float32, got {a.dtype}")
-        flat = np.ascontiguousarray(a).reshape(-1)
-        lo, hi = rng(flat) if flat.size else (np.float32(0), np.float32(0))
-        # onnxruntime's GetQuantizationParameter, in float32
-        scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
-        zf = np.float32(np.rint(min(max(np.float32(0) - lo / scale, 0), 255)))
-        q = np.empty(flat.size, np.uint8)
-        quant(flat.size, flat, scale, zf, q)
+        q, scale, zp = dq(a)
         n = b.shape[-1]
         bs = np.asarray(b_s, np.float32).reshape(-1)
         if bs.size not in (1, n):
@@ -95,8 +59,8 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 add = Params(np.ascontiguousarray(np.broadcast_to(bias, (cols,)), np.float32), 0, 1)
             return mult, add, Params(np.zeros(1, np.int32))
 
-        a_zp = np.asarray(np.uint8(zf))
-        return (engine.product(q.reshape(a.shape), b, a_zp, b_zp, np.dtype(np.float32), params),)
+        a_zp = np.asarray(zp)
+        return (engine.product(q, b, a_zp, b_zp, np.dtype(np.float32), params),)
 
     return run
 
