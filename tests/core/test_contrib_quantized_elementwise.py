@@ -159,3 +159,40 @@ def test_where(contrib_parity: Any, rng: np.random.Generator, dt: Any) -> None:
     inputs = [cond, _q(rng, (4, 6), dt), _scale(rng), _zp(rng, dt)]
     inputs += [_q(rng, (3, 4, 1), dt), _scale(rng), _zp(rng, dt), _scale(rng), _zp(rng, dt)]
     contrib_parity(_node("QLinearWhere", 9), inputs)
+
+
+@pytest.mark.parametrize(("axes", "keepdims"), [([1], 1), ([0, 2], 0), ([-1], 1)])
+@pytest.mark.parametrize("dt", DTYPES)
+def test_reduce_mean_against_its_formula(
+    contrib_parity: Any, rng: np.random.Generator, dt: Any, axes: list[int], keepdims: int
+) -> None:
+    """onnxruntime has no CPU kernel for QLinearReduceMean: its documented result is the
+    float32 mean of the dequantized data, quantized (half to even, saturated)."""
+    x, xs, xz, ys, yz = _q(rng, (3, 5, 4), dt), _scale(rng), _zp(rng, dt), _scale(rng), _zp(rng, dt)
+
+    def reference(x: Any, xs: Any, xz: Any, ys: Any, yz: Any) -> list[np.ndarray]:
+        xf = (x.astype(np.float64) - float(xz)) * float(xs)
+        y = xf.mean(axis=tuple(axes), keepdims=bool(keepdims))
+        info = np.iinfo(dt)
+        return [np.clip(np.rint(y / float(ys)) + float(yz), info.min, info.max).astype(dt)]
+
+    node = _node("QLinearReduceMean", 5, axes=axes, keepdims=keepdims)
+    contrib_parity(node, [x, xs, xz, ys, yz], reference=reference, steps=1)
+
+
+@pytest.mark.parametrize("with_zp", [True, False])
+@pytest.mark.parametrize("dt", DTYPES)
+def test_mul_integer_against_its_formula(
+    contrib_parity: Any, rng: np.random.Generator, dt: Any, with_zp: bool
+) -> None:
+    """onnxruntime has no CPU kernel for MulInteger: (A - a_zp) * (B - b_zp) in int32."""
+    a, b = _q(rng, (2, 3, 4), dt), _q(rng, (3, 1), dt)
+    az, bz = (_zp(rng, dt), _zp(rng, dt)) if with_zp else (None, None)
+
+    def reference(a: Any, az: Any, b: Any, bz: Any = None) -> list[np.ndarray]:
+        za = 0 if az is None else int(az)
+        zb = 0 if bz is None else int(bz)
+        return [((a.astype(np.int64) - za) * (b.astype(np.int64) - zb)).astype(np.int32)]
+
+    node = _node("MulInteger", 4, () if with_zp else (1, 3))
+    contrib_parity(node, [a, az, b, bz] if with_zp else [a, None, b], reference=reference)

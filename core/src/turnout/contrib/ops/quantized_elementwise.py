@@ -1,12 +1,14 @@
-"""Quantized element-wise, pooling, concat and softmax ops that onnxruntime's static quantizer
-writes in its QOperator format (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
-QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QLinearSoftmax, QLinearWhere).
-Each takes uint8 or int8 data with float scales and zero points of the data's type, and gives
-data of that type."""
+"""Quantized element-wise, pooling, concat, softmax and reduction ops that onnxruntime's static
+quantizer writes in its QOperator format (QLinearAdd, QLinearMul, QLinearSigmoid,
+QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QLinearSoftmax,
+QLinearWhere, QLinearReduceMean). Each takes uint8 or int8 data with float scales and zero
+points of the data's type, and gives data of that type; MulInteger gives the int32 products."""
 
 from __future__ import annotations
 
 import math
+
+from onnx import TensorProto
 
 from ..inference import Dim, InferFn, NodeTypes, TensorType, same_as
 from ..spec import Arg, Attr, OpSpec, define
@@ -240,5 +242,55 @@ define(
         (Arg("Z", "T"),),
         {"B": ("bool",), "TF": ("float",), "T": ("uint8", "int8")},
         _broadcasting(0, 1, 4, type_of=1),
+    )
+)
+
+
+def _reduced(types: NodeTypes) -> list[TensorType | None]:
+    x = types.input(0)
+    if x is None or x.shape is None:
+        return [x]
+    rank = len(x.shape)
+    axes = {int(a) % rank for a in types.attr("axes", []) or range(rank)}
+    keep = bool(types.attr("keepdims", 1))
+    dims = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
+    return [TensorType(x.elem_type, tuple(dims))]
+
+
+define(
+    OpSpec(
+        "QLinearReduceMean",
+        (
+            Arg("data", "T"),
+            Arg("data_scale", _SCALE),
+            Arg("data_zero_point", "T", optional=True),
+            Arg("reduced_scale", _SCALE),
+            Arg("reduced_zero_point", "T", optional=True),
+        ),
+        (Arg("reduced", "T"),),
+        _Q,
+        _reduced,
+        attrs=(Attr("axes", "ints", required=True), Attr("keepdims", "int", required=True)),
+    )
+)
+
+
+def _int32_product(types: NodeTypes) -> list[TensorType | None]:
+    (c,) = _broadcasting(0, 2, type_of=0)(types)
+    return [None if c is None else TensorType(TensorProto.INT32, c.shape)]
+
+
+define(
+    OpSpec(
+        "MulInteger",
+        (
+            Arg("A", "T"),
+            Arg("A_zero_point", "T", optional=True),
+            Arg("B", "T"),
+            Arg("B_zero_point", "T", optional=True),
+        ),
+        (Arg("C", "T1"),),
+        {"T": ("uint8", "int8"), "T1": ("int32",)},
+        _int32_product,
     )
 )

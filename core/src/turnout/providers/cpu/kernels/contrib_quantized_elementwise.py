@@ -245,3 +245,38 @@ def qlinear_where(node: KernelNode) -> KernelFn:
             raise _broadcast_error(node, cond.shape, x.shape, y.shape) from None
 
     return run
+
+
+@cpu_kernel("QLinearReduceMean", since=1, domain=DOMAIN)
+def qlinear_reduce_mean(node: KernelNode) -> KernelFn:
+    """ReduceMean of the dequantized data in float32, requantized."""
+    axes = node.attr("axes")
+    keep = bool(node.attr("keepdims", 1))
+
+    def run(
+        x: Array, x_scale: Array, x_zp: Array | None, y_scale: Array, y_zp: Array | None = None
+    ) -> tuple[Array]:
+        xf = dequantize(x, _scalar(node, "data_scale", x_scale), _scalar(node, "zero point", x_zp))
+        try:
+            axis = tuple(int(a) for a in axes) if axes else None
+            y = xf.mean(axis=axis, keepdims=keep, dtype=np.float32)
+        except (ValueError, np.exceptions.AxisError) as e:
+            raise InvalidArgument(f"{node.name}: axes {axes} for shape {x.shape}: {e}") from None
+        return (quantize(y, _scalar(node, "reduced_scale", y_scale), y_zp, x.dtype),)
+
+    return run
+
+
+@cpu_kernel("MulInteger", since=1, domain=DOMAIN)
+def mul_integer(node: KernelNode) -> KernelFn:
+    """(A - A_zero_point) * (B - B_zero_point) as int32."""
+
+    def run(a: Array, a_zp: Array | None, b: Array, b_zp: Array | None = None) -> tuple[Array]:
+        try:
+            return (
+                dequantize(a, 1, a_zp).astype(np.int32) * dequantize(b, 1, b_zp).astype(np.int32),
+            )
+        except ValueError:
+            raise _broadcast_error(node, a.shape, b.shape) from None
+
+    return run
