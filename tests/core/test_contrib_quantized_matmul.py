@@ -14,6 +14,7 @@ import pytest
 from onnx import helper
 
 from turnout.contrib import DOMAIN
+from turnout.testing import run_onnxruntime
 
 
 def _q(rng: np.random.Generator, shape: tuple[int, ...], dt: Any) -> np.ndarray:
@@ -290,3 +291,31 @@ def test_matmul_integer16(
     """onnxruntime's CPU kernel takes int16 x int16 only."""
     a, b = _q(rng, a_shape, np.int16) // 4, _q(rng, b_shape, np.int16) // 4
     contrib_parity(_node("MatMulInteger16", ["a", "b"]), [a, b])
+
+
+@pytest.mark.parametrize("trans_b", [1, 0])
+@pytest.mark.parametrize("quant_type", [0, 1], ids=["fp4", "nf4"])
+@pytest.mark.parametrize(("n", "k", "block"), [(8, 32, 16), (5, 24, 64), (3, 7, 16)])
+def test_matmul_bnb4(
+    contrib_parity: Any,
+    rng: np.random.Generator,
+    n: int,
+    k: int,
+    block: int,
+    quant_type: int,
+    trans_b: int,
+) -> None:
+    """transB=0 against its documented product A @ W, W [N, K] read from onnxruntime's
+    transB=1 result on the identity (its CPU kernel returns garbage for transB=0)."""
+    b = _q(rng, ((n * k + 1) // 2,), np.uint8)
+    absmax = rng.uniform(0.5, 2, -(-n * k // block)).astype(np.float32)
+    a = _f(rng, (2, 3, k if trans_b else n))
+    attrs = {"K": k, "N": n, "block_size": block, "quant_type": quant_type}
+    node = _node("MatMulBnb4", ["a", "b", "m"], transB=trans_b, **attrs)
+    if trans_b:
+        contrib_parity(node, [a, b, absmax], constant={1, 2})
+        return
+    identity = np.eye(k, dtype=np.float32)
+    w_t = run_onnxruntime(_node("MatMulBnb4", ["a", "b", "m"], **attrs), [identity, b, absmax], 17)
+    want = a.astype(np.float64) @ w_t[0].T.astype(np.float64)
+    contrib_parity(node, [a, b, absmax], reference=lambda *_: [want.astype(np.float32)])

@@ -1,7 +1,8 @@
 """Quantized matrix products and quantized lookups that onnxruntime's quantization tools and
 optimizer write: QGemm (QOperator Gemm), MatMulIntegerToFloat and DynamicQuantizeMatMul (its
 fusions of a dynamically quantized MatMul), MatMulNBits (block-quantized weights of 2 to 8
-bits) and GatherBlockQuantized (a block-quantized embedding table)."""
+bits), MatMulBnb4 (bitsandbytes' FP4/NF4 weights), MatMulInteger16 and GatherBlockQuantized
+(a block-quantized embedding table)."""
 
 from __future__ import annotations
 
@@ -216,5 +217,32 @@ define(
         (Arg("Y", "T3"),),
         {"T1": ("int16", "uint16"), "T2": ("int16", "uint16"), "T3": ("int32", "uint32")},
         _int16_product,
+    )
+)
+
+
+def _bnb4(types: NodeTypes) -> list[TensorType | None]:
+    a = types.input(0)
+    if a is None:
+        return [None]
+    n = types.attr("K") if not types.attr("transB", 1) else types.attr("N")
+    return [TensorType(a.elem_type, None if a.shape is None else (*a.shape[:-1], n))]
+
+
+define(
+    OpSpec(
+        "MatMulBnb4",
+        (Arg("A", "T1"), Arg("B", "T2"), Arg("absmax", "T1")),
+        (Arg("Y", "T1"),),
+        {"T1": ("float", "float16", "bfloat16"), "T2": ("uint8",)},
+        _bnb4,
+        attrs=(
+            Attr("K", "int", required=True),
+            Attr("N", "int", required=True),
+            Attr("block_size", "int", required=True),
+            Attr("quant_type", "int", required=True),
+            Attr("training_mode", "int", 0),
+            Attr("transB", "int", 1),
+        ),
     )
 )

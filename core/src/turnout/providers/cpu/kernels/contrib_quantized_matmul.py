@@ -302,3 +302,56 @@ def matmul_integer16(node: KernelNode) -> KernelFn:
         return (acc.astype(np.uint32 if unsigned else np.int32),)
 
     return run
+
+
+_FP4 = (0.0, 0.0052083333, 0.6666667, 1.0, 0.3333333, 0.5, 0.1666667, 0.25)
+_NF4 = (
+    *(-1.0, -0.6961928, -0.52507305, -0.3949175, -0.28444138, -0.18477343, -0.09105004, 0.0),
+    *(0.0795803, 0.1609302, 0.2461123, 0.33791524, 0.44070983, 0.562617, 0.72295684, 1.0),
+)
+_BNB4_CODES = {0: (*_FP4, *(-v for v in _FP4)), 1: _NF4}
+"""The values of the 4-bit codes: quant_type 0, bitsandbytes' FP4 (codes 8-15 the negatives of
+0-7); 1, NF4 (the normal-float levels of the QLoRA paper)."""
+
+
+@cpu_kernel("MatMulBnb4", since=1, domain=DOMAIN)
+def matmul_bnb4(node: KernelNode) -> KernelFn:
+    """A @ W^T (transB, the default) or A @ W, W [N, K] the codes' values (two a byte, high
+    nibble first, over the flattened weight) times their block's absmax."""
+    n, k, block = int(node.attr("N")), int(node.attr("K")), int(node.attr("block_size"))
+    trans_b = bool(node.attr("transB", 1))
+    quant_type = int(node.attr("quant_type"))
+    if quant_type not in _BNB4_CODES:
+        raise InvalidArgument(
+            f"{node.name}: quant_type {quant_type} is neither 0 (FP4) nor 1 (NF4)"
+        )
+    codes = np.array(_BNB4_CODES[quant_type], np.float32)
+    constant = constant_input(node, 1) and constant_input(node, 2)
+    kept: list[Any] = [None, None]
+
+    def weight(b: Array, absmax: Array) -> Array:
+        key = (id(b), id(absmax))
+        if kept[0] == key:
+            w: Array = kept[1]
+            return w
+        blocks = -(-n * k // block)
+        if b.size != (n * k + 1) // 2 or absmax.size != blocks:
+            raise InvalidArgument(
+                f"{node.name}: B {b.shape} / absmax {absmax.shape} do not fit N={n}, K={k}, "
+                f"block_size={block}: {(n * k + 1) // 2} bytes and {blocks} blocks expected"
+            )
+        q = np.stack([b.reshape(-1) >> 4, b.reshape(-1) & 15], axis=-1).reshape(-1)[: n * k]
+        scale = np.repeat(_float32(absmax).reshape(-1), block)[: n * k]
+        w = (codes[q] * scale).reshape(n, k)
+        w = np.ascontiguousarray(w.T if trans_b else w)
+        if constant:
+            kept[:] = [key, w]
+        return w
+
+    def run(a: Array, b: Array, absmax: Array) -> tuple[Array]:
+        w = weight(b, absmax)
+        if a.ndim < 1 or a.shape[-1] != w.shape[0]:
+            raise InvalidArgument(f"{node.name}: A {a.shape} must end in {w.shape[0]}")
+        return (np.matmul(a.astype(np.float32, copy=False), w).astype(a.dtype, copy=False),)
+
+    return run
