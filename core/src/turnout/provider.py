@@ -16,6 +16,7 @@ Work that depends only on attributes belongs in the factory, so the kernel funct
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ __all__ = [
     "Device",
     "DeviceEntry",
     "ExecutionProvider",
+    "KernelContext",
     "KernelDef",
     "KernelFn",
     "KernelNode",
@@ -100,15 +102,33 @@ class Availability:
 # Kernels
 
 
+@dataclass(frozen=True)
+class KernelContext:
+    """What a kernel may use besides its node, handed over instead of kept in globals: the
+    session's provider (its name), its options as parsed, the thread count it was given (0:
+    its default), its allocator and data transfer, a stream (None for providers without
+    streams) and the logger to report through."""
+
+    provider: str
+    options: Mapping[str, Any]
+    threads: int
+    allocator: Allocator
+    data_transfer: DataTransfer
+    logger: logging.Logger
+    stream: Any = None
+
+
 class KernelNode:
     """What a kernel factory sees: one node with decoded attributes and known input/output types.
 
     `inputs`/`outputs` are `ir.ValueInfo` entries (name, elem_type, dtype, shape) or None for an
     absent optional input. `subgraph(attr)` returns a callable running a nested graph (If, Loop,
     Scan bodies) with the session's providers: `run(inputs: list, outer: dict) -> list`.
+    `context` is the `KernelContext` of the provider building the kernel (None outside a
+    session).
     """
 
-    __slots__ = ("_subgraph_builder", "node", "opset", "since_version")
+    __slots__ = ("_subgraph_builder", "context", "node", "opset", "since_version")
 
     def __init__(
         self,
@@ -116,11 +136,13 @@ class KernelNode:
         opset: int,
         since_version: int,
         subgraph_builder: Callable[[Graph], Callable[..., list[Any]]] | None = None,
+        context: KernelContext | None = None,
     ) -> None:
         self.node = node
         self.opset = opset
         self.since_version = since_version
         self._subgraph_builder = subgraph_builder
+        self.context = context
 
     @property
     def op_type(self) -> str:
@@ -364,6 +386,20 @@ class ExecutionProvider:
         self.kernels = KernelRegistry(self.name)
         self.allocator = Allocator()
         self.data_transfer = DataTransfer()
+
+    def kernel_context(self) -> KernelContext:
+        """The context this provider's kernels are built with (see `KernelContext`); a
+        provider with streams or its own logger overrides it."""
+        from .logs import logger
+
+        return KernelContext(
+            provider=self.name,
+            options=dict(self.options),
+            threads=int(self.options.get("intra_op_num_threads", 0) or 0),
+            allocator=self.allocator,
+            data_transfer=self.data_transfer,
+            logger=logger,
+        )
 
     # -- compiled artifacts (turnout compile / ModelCompiler) --------------------------------
     def compatibility_info(self) -> str:

@@ -141,6 +141,7 @@ def _steps(
 ) -> list[Step]:
     graph = part.graph
     by_name = {n.name: n for n in graph.nodes}
+    contexts = {p.name: p.kernel_context() for p in providers}
     single: dict[str, Step] = {}
     fused_steps: list[Step] = []
     fused_by_provider: dict[str, list[Any]] = {}
@@ -157,7 +158,7 @@ def _steps(
             plan = build_plan(g, providers, sub_reports, key)
             return _runner(plan)
 
-        kn = KernelNode(node, opset, since, builder)
+        kn = KernelNode(node, opset, since, builder, contexts[provider.name])
         assert cap.kernel is not None
         try:
             fn = cap.kernel.factory(kn)
