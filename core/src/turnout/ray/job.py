@@ -25,7 +25,7 @@ __all__ = ["run_batch"]
 T = TypeVar("T")
 
 BLOCKS_PER_BATCH = 4
-"""Rows are read in blocks of this many batches: big enough that a read task's overhead is
+"""Rows are read in blocks of this many batches: big enough that a block's overhead is
 small, small enough that the workers share the last blocks evenly."""
 
 
@@ -68,7 +68,7 @@ def run_batch(
         startup = time.perf_counter() - started
         began = time.perf_counter()
         outputs = predict(
-            plan.dataset(),
+            plan.dataset(cpus_per_worker, gpus_per_worker),
             shared,
             workers=workers,
             batch_size=batch_size,

@@ -1,5 +1,5 @@
 """Input files to numpy rows: Parquet columns, `.npy` files and images. Plain functions, run
-inside Ray's read tasks; no Ray here, so each format is testable on its own.
+inside Ray's workers; no Ray here, so each format is testable on its own.
 
 Parquet columns may hold scalars, (nested) lists of equal length, fixed-size lists, or Arrow's
 fixed-shape tensors; a column of lists of unequal length comes back as one array per row, and

@@ -2,10 +2,11 @@
 or a folder of `.npy` files or images (one row per file, in name order).
 
 The driver only plans (`plan_input`, before Ray starts, so a bad INPUT fails at once): it lists
-files and Parquet row groups and numbers the rows. Ray read tasks do the reading, so on a
-cluster the files must be where every node sees them. Read tasks ask for no CPU: a machine
-whose CPUs all went to workers still reads (the predictor actors would otherwise wait for rows
-that no task may start to read).
+files and Parquet row groups and numbers the rows, and the dataset holds only that plan. The
+workers read: the read step asks for the same resources as the predictor, so Ray Data fuses it
+into the predictor's actors. Rows then go from file to model in one process, no worker process
+is started for reading, and reading never waits for a CPU the workers hold. On a cluster the
+files must be where every node sees them.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ PATH_COLUMN = "path"
 
 @dataclass(frozen=True)
 class InputPlan:
-    """A planned input: read tasks' work items (`items`, in `blocks` blocks, each a call of
-    `reader` with `reader_kwargs`), the row count, and the columns to carry to the output."""
+    """A planned input: the work items (`items`, in `blocks` blocks, each a call of `reader`
+    with `reader_kwargs`), the row count, and the columns to carry to the output."""
 
     items: list[dict[str, Any]]
     blocks: int
@@ -43,11 +44,16 @@ class InputPlan:
     rows: int
     keep_columns: tuple[str, ...]
 
-    def dataset(self) -> Any:
-        """The Ray dataset of numbered rows, columns named after the model's inputs."""
+    def dataset(self, num_cpus: float = 1, num_gpus: float = 0) -> Any:
+        """The Ray dataset of numbered rows, columns named after the model's inputs; give it
+        the predictor's `num_cpus` and `num_gpus`, so that Ray fuses reading into its actors."""
         ray = require_ray()
         return ray.data.from_items(self.items, override_num_blocks=self.blocks).map_batches(
-            self.reader, fn_kwargs=self.reader_kwargs, batch_size=None, num_cpus=0
+            self.reader,
+            fn_kwargs=self.reader_kwargs,
+            batch_size=None,
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
         )
 
 
@@ -129,7 +135,7 @@ def _input_columns(names: list[str], inputs: Sequence[InputSpec], f: Path) -> di
 def _read_parquet(
     batch: Mapping[str, np.ndarray], columns: dict[str, str], block_rows: int
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Read task: rows `skip` to `skip + rows` of a row group, streamed in pieces of
+    """Reader: rows `skip` to `skip + rows` of a row group, streamed in pieces of
     `block_rows` rows, columns renamed to the model's inputs."""
     import pyarrow.parquet as pq
 
@@ -174,7 +180,7 @@ def _files(
 
 
 def _load_files(batch: Mapping[str, np.ndarray], spec: InputSpec, kind: str) -> dict[str, Any]:
-    """Read task: one row per file, in the column named after the model's input."""
+    """Reader: one row per file, in the column named after the model's input."""
     ids, paths = batch[ROW_COLUMN], batch[PATH_COLUMN]
     rows = []
     for i, p in zip(ids, paths):
