@@ -42,11 +42,13 @@ __all__ = [
     "Availability",
     "Capability",
     "CompiledKernel",
+    "CompiledState",
     "DataTransfer",
     "Decline",
     "Device",
     "DeviceEntry",
     "ExecutionProvider",
+    "FusedSubgraph",
     "KernelContext",
     "KernelDef",
     "KernelFn",
@@ -333,6 +335,41 @@ class CompiledKernel:
     outputs: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class FusedSubgraph:
+    """One fused group as `compile_subgraphs` gets it: its nodes in graph order, the values
+    crossing its boundary with their types and shapes, and the initializers among its inputs
+    that no feed can replace (the provider may keep them on its device: onnxruntime's
+    drop_constant_initializers). The graph a provider sees is the optimized one."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    inputs: tuple[Any, ...]  # ir.ValueInfo of each boundary input, in first-read order
+    outputs: tuple[Any, ...]  # ir.ValueInfo of each value read outside, or a graph output
+    constants: Mapping[str, Any]
+    view: GraphView
+
+    def kernel_node(self, node: Node) -> KernelNode:
+        """The `KernelNode` of a member (its types and schema version), for a kernel
+        registry to match and build."""
+        return self.view.kernel_node(node)
+
+
+@dataclass(frozen=True)
+class CompiledState:
+    """`compile_subgraphs`' answer for one group, in onnxruntime's compiled-node shape:
+    `create()` makes the group's state once (device buffers, a compiled program), `compute(
+    state, *inputs)` runs it and returns one value per output, `release(state)` frees what
+    `create` made when the session goes away."""
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    compute: Callable[..., tuple[Any, ...]]
+    create: Callable[[], Any] = field(default=lambda: None)
+    release: Callable[[Any], None] = field(default=lambda state: None)
+
+
 # --------------------------------------------------------------------------------------------
 # Memory
 
@@ -465,6 +502,15 @@ class ExecutionProvider:
 
     def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
         raise EPFail(f"{self.name} claimed fused groups but does not implement _compile")
+
+    def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
+        """Compile fused groups given as subgraphs (nodes, typed boundary, constants): the
+        contract-2 form of `compile`. turnout calls it instead of `compile` when a provider
+        overrides it; one `CompiledState` per subgraph, same order."""
+        raise NotImplementedError
+
+    def uses_compile_subgraphs(self) -> bool:
+        return type(self).compile_subgraphs is not ExecutionProvider.compile_subgraphs
 
     def on_run_start(self) -> None:
         """Called before each run (device providers: pick a stream)."""

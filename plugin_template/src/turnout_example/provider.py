@@ -2,8 +2,10 @@
 
 The base class's `_get_capability` claims, one node at a time, every node the kernel registry
 matches (op type, opset version, dtypes) and declines the rest with the registry's reason. This
-provider then merges chains of claimed elementwise nodes into fused groups (option `fuse`), which
-turnout hands back to `_compile` at session creation.
+provider then merges groups of claimed elementwise nodes (found by `turnout.fusion`; option
+`fuse`), which turnout hands back to `compile_subgraphs` at session creation as subgraphs with
+their typed boundary. Note that the graph a provider sees is the optimized one: MatMul + Add
+arrives as Gemm, Conv + Relu as a fused Conv, unless the session's optimization level is lower.
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from turnout.ir import GraphView
-from turnout.provider import Capability, CompiledKernel, Decline, ExecutionProvider
+from turnout.provider import (
+    Capability,
+    CompiledState,
+    Decline,
+    ExecutionProvider,
+    FusedSubgraph,
+)
 
 from . import ALIAS, PROVIDER_NAME
 from .allocator import DEVICE, ExampleAllocator
 from .data_transfer import ExampleDataTransfer
 from .kernels import KERNELS
-from .kernels.fused import compile_chain, find_chains
+from .kernels.fused import compile_group, find_fused_groups
 
 __all__ = ["ExampleProvider"]
 
@@ -38,18 +46,13 @@ class ExampleProvider(ExecutionProvider):
         claims, declines = super()._get_capability(graph)
         if not self.fuse:
             return claims, declines
-        by_node = {c.nodes[0]: c for c in claims}
-        merged: list[Capability] = []
-        for chain in find_chains(graph, by_node):
-            if len(chain) == 1:
-                merged.append(by_node[chain[0]])
-            else:
-                name = f"{ALIAS}_fused_{chain[0]}"
-                merged.append(Capability(tuple(chain), kernel=None, name=name))
+        groups = find_fused_groups(graph, {c.nodes[0] for c in claims})
+        grouped = {n for g in groups for n in g}
+        merged = [c for c in claims if c.nodes[0] not in grouped]
+        for group in groups:
+            name = f"{ALIAS}_fused_{group[0]}"
+            merged.append(Capability(tuple(group), kernel=None, name=name))
         return merged, declines
 
-    def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
-        return [
-            compile_chain(cap.name or f"{ALIAS}_fused_{cap.nodes[0]}", graph, cap.nodes, KERNELS)
-            for cap, graph in groups
-        ]
+    def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
+        return [compile_group(subgraph, KERNELS) for subgraph in subgraphs]

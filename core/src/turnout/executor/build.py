@@ -6,6 +6,7 @@ control-flow kernel asks its `KernelNode.subgraph(...)` for a runner.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -13,9 +14,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import EPFail, InvalidGraph, TurnoutError
+from ..fusion import GraphIndex, group_inputs, group_outputs
 from ..ir import Graph, GraphView, schema_since_version
 from ..partition import GraphPartition, PartitionReport, partition_graph
-from ..provider import ExecutionProvider, KernelNode
+from ..provider import (
+    Capability,
+    CompiledKernel,
+    ExecutionProvider,
+    FusedSubgraph,
+    KernelNode,
+)
 from ..values import SparseTensor
 from .copies import HostIO, insert_copies
 from .plan import Plan, Step
@@ -26,6 +34,7 @@ __all__ = [
     "SubgraphRunner",
     "build_plan",
     "compile_partition",
+    "fused_subgraph",
     "prepare_graph",
 ]
 
@@ -187,7 +196,11 @@ def _steps(
         groups = fused_by_provider.get(provider.name)
         if not groups:
             continue
-        compiled = provider.compile(groups)
+        compiled = (
+            _compile_subgraphs(provider, groups)
+            if provider.uses_compile_subgraphs()
+            else provider.compile(groups)
+        )
         _check_group_outputs(graph, groups, compiled, provider.name)
         for ck in compiled:
             fused_steps.append(
@@ -197,6 +210,54 @@ def _steps(
     if fused_steps:
         ordered = _toposort(ordered + fused_steps, graph)
     return ordered
+
+
+def fused_subgraph(cap: Capability, view: GraphView) -> FusedSubgraph:
+    """A claimed group as a subgraph: its nodes, its typed boundary (`turnout.fusion`), and
+    the initializers it reads that no feed can replace."""
+    idx = GraphIndex.of(view)
+    members = list(cap.nodes)
+    inputs = group_inputs(members, idx)
+    fed = {i.name for i in view.inputs}
+    constants = {x: view.initializer(x) for x in inputs if view.is_initializer(x) and x not in fed}
+    return FusedSubgraph(
+        name=cap.name or f"fused_{members[0]}",
+        nodes=tuple(idx.by_name[n] for n in members),
+        inputs=tuple(view.value_info(x) for x in inputs),
+        outputs=tuple(view.value_info(y) for y in group_outputs(members, idx)),
+        constants=constants,
+        view=view,
+    )
+
+
+def _compile_subgraphs(
+    provider: ExecutionProvider, groups: Sequence[tuple[Capability, GraphView]]
+) -> list[CompiledKernel]:
+    """The contract-2 compile: subgraphs in, create/compute/release states out, each state
+    created now and released when its kernel function is dropped with the session."""
+    subgraphs = [fused_subgraph(cap, view) for cap, view in groups]
+    try:
+        states = provider.compile_subgraphs(subgraphs)
+    except TurnoutError:
+        raise
+    except Exception as e:  # a compiler bug must name the provider
+        raise EPFail(f"{provider.name}: compile failed: {type(e).__name__}: {e}") from e
+    if len(states) != len(subgraphs):
+        raise EPFail(
+            f"{provider.name}: compile_subgraphs returned {len(states)} states for "
+            f"{len(subgraphs)} subgraphs"
+        )
+    out = []
+    for state in states:
+        handle = state.create()
+        compute = state.compute
+
+        def fn(*args: Any, _compute: Any = compute, _handle: Any = handle) -> Any:
+            return _compute(_handle, *args)
+
+        weakref.finalize(fn, state.release, handle)
+        out.append(CompiledKernel(state.name, fn, state.inputs, state.outputs))
+    return out
 
 
 def _check_group_outputs(

@@ -19,7 +19,7 @@ __all__ = ["FUSABLE"]
 FLOAT32 = {TensorProto.FLOAT}
 
 FUSABLE = frozenset({"Add", "Relu"})
-"""Op types that `fused.find_chains` may merge into one compiled group."""
+"""Op types that `fused.find_fused_groups` may merge into one compiled group."""
 
 
 @KERNELS.register("Add", since=7, dtypes={"T": FLOAT32})

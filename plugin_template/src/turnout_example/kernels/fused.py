@@ -1,76 +1,59 @@
-"""Fused groups: chains of elementwise nodes compiled into one kernel function.
+"""Fused groups: connected elementwise nodes compiled into one kernel.
 
-`find_chains` proposes maximal chains n1 -> n2 -> ... -> nk of claimed elementwise nodes in which
-each node's output is read only by the next node (and is not a graph output), so the chain's
-intermediate values never leave it and merging it cannot create a cycle. `compile_chain` turns a
-chain into one `CompiledKernel` that runs the nodes' kernels back to back. A compiling backend
-would generate a single device kernel for the chain here instead.
+`find_fused_groups` asks `turnout.fusion` for maximal convex groups of the claimed nodes whose op
+is in `FUSABLE` (the graph analysis is turnout's: producers, readers, convexity); the provider
+keeps only its rule of which ops fuse. `compile_group` turns one `FusedSubgraph` (its nodes in
+order, its typed boundary, the constants it reads) into a `CompiledState`: `create` builds the
+member kernels once, `compute` runs them back to back, `release` drops them. A compiling
+backend would generate one device kernel for the subgraph in `create` instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from turnout.errors import EPFail
+from turnout.fusion import GraphIndex, find_groups
 from turnout.ir import GraphView
-from turnout.provider import CompiledKernel, KernelRegistry
+from turnout.provider import CompiledState, FusedSubgraph, KernelRegistry
 
 from .elementwise import FUSABLE
 
-__all__ = ["compile_chain", "find_chains"]
+__all__ = ["compile_group", "find_fused_groups"]
+
+_Step = tuple[Callable[..., Sequence[Any]], Sequence[str], Sequence[str]]
 
 
-def find_chains(graph: GraphView, claimed: Collection[str]) -> list[list[str]]:
-    """Split the `claimed` nodes (names) into maximal fusable chains, in graph order."""
-    nodes = {n.name: n for n in graph.nodes if n.name in claimed}
-    graph_outputs = {v.name for v in graph.outputs}
-    successor: dict[str, str] = {}
-    has_predecessor: set[str] = set()
-    for node in nodes.values():
-        if node.op_type not in FUSABLE or len(node.outputs) != 1:
-            continue
-        if node.outputs[0] in graph_outputs:
-            continue
-        readers = graph.consumers(node.outputs[0])
-        if len(readers) != 1:
-            continue
-        nxt = readers[0]
-        if nxt.name in nodes and nxt.op_type in FUSABLE and nxt.name not in has_predecessor:
-            successor[node.name] = nxt.name
-            has_predecessor.add(nxt.name)
-    chains = []
-    for name in nodes:
-        if name in has_predecessor:
-            continue
-        chain = [name]
-        while chain[-1] in successor:
-            chain.append(successor[chain[-1]])
-        chains.append(chain)
-    return chains
-
-
-def compile_chain(
-    name: str, graph: GraphView, chain: Sequence[str], registry: KernelRegistry
-) -> CompiledKernel:
-    """One kernel function over the chain's boundary: its outside inputs in, its outputs out."""
+def find_fused_groups(graph: GraphView, claimed: Collection[str]) -> list[list[str]]:
+    """Groups of two or more claimed elementwise nodes that can run as one step."""
     by_name = {n.name: n for n in graph.nodes}
-    nodes = [by_name[x] for x in chain]
-    produced = {y for n in nodes for y in n.outputs}
-    inputs = tuple(dict.fromkeys(x for n in nodes for x in n.inputs if x not in produced))
-    outputs = tuple(nodes[-1].outputs)
-    steps = []
-    for node in nodes:
-        kn = graph.kernel_node(node)
-        kernel, reason = registry.match(kn)
-        if kernel is None:
-            raise EPFail(f"{name}: node {node.name!r} has no kernel: {reason}")
-        steps.append((kernel.factory(kn), node.inputs, node.outputs))
+    fusible = {n for n in claimed if by_name[n].op_type in FUSABLE}
+    return find_groups(GraphIndex.of(graph), fusible)
 
-    def run(*args: Any) -> tuple[Any, ...]:
+
+def compile_group(subgraph: FusedSubgraph, registry: KernelRegistry) -> CompiledState:
+    """One state over the subgraph's boundary: its inputs in, its outputs out."""
+    inputs = tuple(v.name for v in subgraph.inputs)
+    outputs = tuple(v.name for v in subgraph.outputs)
+
+    def create() -> list[_Step]:
+        steps: list[_Step] = []
+        for node in subgraph.nodes:
+            kn = subgraph.kernel_node(node)
+            kernel, reason = registry.match(kn)
+            if kernel is None:
+                raise EPFail(f"{subgraph.name}: node {node.name!r} has no kernel: {reason}")
+            steps.append((kernel.factory(kn), node.inputs, node.outputs))
+        return steps
+
+    def compute(steps: list[_Step], *args: Any) -> tuple[Any, ...]:
         values = dict(zip(inputs, args, strict=True))
         for fn, ins, outs in steps:
             values.update(zip(outs, fn(*[values[x] for x in ins]), strict=True))
         return tuple(values[y] for y in outputs)
 
-    return CompiledKernel(name, run, inputs, outputs)
+    def release(steps: list[_Step]) -> None:
+        steps.clear()  # a device backend frees its buffers and programs here
+
+    return CompiledState(subgraph.name, inputs, outputs, compute, create, release)
