@@ -6,7 +6,8 @@
   and its range (clipped at 0, or at Clip's bounds) does the clipping in QuantizeLinear.
 - passthrough: ops that move or select values without changing them; quantized only when their
   input is, and their outputs reuse the input's scale and zero point (no requantization). A
-  Gather from a constant table quantizes the table as a weight instead.
+  Gather from a constant table (an embedding) quantizes the table in the activation type from
+  its own min/max, and the output reuses the table's scale and zero point.
 - generic: every float input and the outputs get their own calibrated range.
 - normalization: input 0 and the output are activations, input 1 (the scale) a weight.
 """

@@ -21,7 +21,13 @@ from .. import errors
 from .calibrate import collect_ranges
 from .graph import GraphEditor, ModelInput, load_model, save_model
 from .ops import STATIC_ROLES, weight_axis
-from .params import QuantParams, params_for_range, quantize_bias, quantize_weight
+from .params import (
+    QuantParams,
+    params_for_range,
+    quantize_array,
+    quantize_bias,
+    quantize_weight,
+)
 from .selection import check_extra_options, nothing_done, selected_nodes
 from .types import CalibrationMethod, QuantFormat, QuantType, check_enum
 
@@ -68,6 +74,8 @@ class _Plan:
     (consumer, its input's name, the bias's name)."""
 
     activations: dict[str, str | None] = field(default_factory=dict)
+    # Gather outputs (-> their Gather) that reuse the scale and zero point of its constant table
+    table_outputs: dict[str, onnx.NodeProto] = field(default_factory=dict)
     weights: list[tuple[onnx.NodeProto, int, int | None]] = field(default_factory=list)
     biases: list[tuple[onnx.NodeProto, str, str]] = field(default_factory=list)
     removed: int = 0
@@ -141,7 +149,12 @@ class _Planner:
         elif role == "passthrough":
             x = node.input[0]
             if node.op_type == "Gather" and x in self.ed.initializers:
-                self._input(node, 0)  # an embedding table: int8 behind a DequantizeLinear
+                # an embedding table: quantized as an activation from its own min/max, and the
+                # rows picked keep its scale and zero point (the same initializers), so that a
+                # runtime gathers 8-bit rows instead of dequantizing the whole table
+                if self.ed.is_float(x):
+                    self.plan.table_outputs[node.output[0]] = node
+                    self._activation(node.output[0])
                 return
             if x not in self.plan.activations and self.s.force_passthrough:
                 self._activation(x)
@@ -229,6 +242,32 @@ class _Writer:
             self.weights[name, axis] = (self._dequantize(q, params, name, self.front), params)
         node.input[index], self.weight_params[id(node), index] = self.weights[name, axis]
 
+    def table(self, node: onnx.NodeProto) -> tuple[str, str, QuantParams]:
+        """The constant table of Gather `node` in the activation type, behind a
+        DequantizeLinear; returns its (scale, zero point) initializers, for the output to
+        share, and their values."""
+        name = node.input[0]
+        value = self.ed.constant(name)
+        assert value is not None
+        s = self.s
+        params = params_for_range(
+            value.min(), value.max(), s.activation_type, s.activation_symmetric
+        )
+        scale, zero = self.scale_zero(params, name)
+        q_name = self.ed.add_initializer(quantize_array(value, params), f"{name}_quantized")
+        dq = self.ed.fresh(f"{name}_DequantizeLinear_Output")
+        self.front.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [q_name, scale, zero],
+                [dq],
+                self.ed.fresh(f"{name}_DequantizeLinear"),
+            )
+        )
+        node.input[0] = dq
+        self.replaced.add(name)
+        return scale, zero, params
+
     def bias(self, node: onnx.NodeProto, x_scale: np.ndarray, b: str) -> None:
         value = self.ed.constant(b)
         assert value is not None
@@ -284,12 +323,14 @@ def _write(
     params = {
         name: params_for_range(*ranges[name], s.activation_type, s.activation_symmetric)
         for name, source in plan.activations.items()
-        if source is None
+        if source is None and name not in plan.table_outputs
     }
+    tables = {name: writer.table(gather) for name, gather in plan.table_outputs.items()}
+    params.update({name: table[2] for name, table in tables.items()})
     for node, x, b in plan.biases:
         writer.bias(node, params[plan.root(x)].scale, b)
     producers = {out: n for n in editor.graph.node for out in n.output}
-    shared: dict[str, tuple[str, str]] = {}
+    shared = {name: (table[0], table[1]) for name, table in tables.items()}
     for name in plan.activations:
         root = plan.root(name)
         if root not in shared:
@@ -369,7 +410,11 @@ def quantize_static(
             [f"{n.op_type} {n.name or n.output[0]!r}: no float input or weight" for n in chosen],
             model.graph,
         )
-    own = [name for name, source in plan.activations.items() if source is None]
+    own = [
+        name
+        for name, source in plan.activations.items()
+        if source is None and name not in plan.table_outputs
+    ]
     providers = list(calibration_providers or ["CPUExecutionProvider"])
     ranges = collect_ranges(original, own, calibration_data_reader, method, options, providers)
     _write(editor, plan, ranges, settings)
