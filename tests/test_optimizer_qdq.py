@@ -228,29 +228,26 @@ def _dynamic(model: onnx.ModelProto, tmp: Any, weight_type: Any) -> onnx.ModelPr
     return onnx.load(dst)
 
 
-def _always(domain: str, op: str, replaced: tuple[str, ...]) -> bool:
-    return True
-
-
 @pytest.mark.parametrize("weights", ["QInt8", "QUInt8"])
 def test_dynamic_quant_matmul_fuses(tmp_path: Any, weights: str) -> None:
-    """quantize_dynamic's DynamicQuantizeLinear/MatMulInteger/Cast/Mul chains fuse, where the
-    owner runs the fused op; the numba kernel's result is the unfused graph's, bit for bit."""
+    """quantize_dynamic's DynamicQuantizeLinear/MatMulInteger/Cast/Mul chains fuse into
+    com.microsoft::DynamicQuantizeMatMul, as onnxruntime fuses them; each provider's kernel for
+    it gives the unfused graph's result, bit for bit."""
     model = _dynamic(zoo.mlp(batch=8), tmp_path, getattr(oq.QuantType, weights))
     chains = Counter(n.op_type for n in model.graph.node)["MatMulInteger"]
-    fused, report = optimize(model, Level.ALL, supports=_always)
-    ops = report.ops_after
-    assert chains and ops.get("ai.turnout::DynamicQuantizeMatMul") == chains
-    assert not {"DynamicQuantizeLinear", "MatMulInteger", "Cast"} & set(ops)
-    # the numpy CPU provider has no kernel for it: its sessions keep the chains
-    cpu = _turnout(model, Level.ALL, "CPUExecutionProvider").optimization_report().ops_after
-    assert cpu.get("MatMulInteger") == chains
-    pytest.importorskip("turnout_numba", reason="the numba provider runs the fused op")
     feeds = _feeds(model)
-    unfused = _turnout(model, Level.BASIC, "NumbaExecutionProvider").run(None, feeds)[0]
-    got = _turnout(fused, Level.DISABLE, "NumbaExecutionProvider").run(None, feeds)[0]
-    np.testing.assert_array_equal(got, unfused)
-    assert _gap(got, _onnxruntime(model, feeds)) <= TOLERANCE
+    want = _onnxruntime(model, feeds)
+    for provider in PROVIDERS:
+        if provider == "NumbaExecutionProvider":
+            pytest.importorskip("turnout_numba", reason="the numba provider runs the fused op")
+        sess = _turnout(model, Level.ALL, provider)
+        ops = sess.optimization_report().ops_after
+        assert chains and ops.get("com.microsoft::DynamicQuantizeMatMul") == chains
+        assert not {"DynamicQuantizeLinear", "MatMulInteger", "Cast"} & set(ops)
+        unfused = _turnout(model, Level.BASIC, provider).run(None, feeds)[0]
+        got = sess.run(None, feeds)[0]
+        np.testing.assert_array_equal(got, unfused)
+        assert _gap(got, want) <= TOLERANCE
 
 
 def test_dynamic_quant_shared_by_projections(tmp_path: Any) -> None:
@@ -260,6 +257,6 @@ def test_dynamic_quant_shared_by_projections(tmp_path: Any) -> None:
     dqls = Counter(n.op_type for n in model.graph.node)["DynamicQuantizeLinear"]
     chains = Counter(n.op_type for n in model.graph.node)["MatMulInteger"]
     assert chains > dqls  # some are shared
-    _, report = optimize(model, Level.ALL, supports=_always)
-    assert report.ops_after.get("ai.turnout::DynamicQuantizeMatMul") == chains
+    _, report = optimize(model, Level.ALL)
+    assert report.ops_after.get("com.microsoft::DynamicQuantizeMatMul") == chains
     assert "DynamicQuantizeLinear" not in report.ops_after

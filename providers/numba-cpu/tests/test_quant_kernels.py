@@ -361,7 +361,7 @@ def test_conv_integer_errors(rng: np.random.Generator) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# DynamicQuantizeMatMul (ai.turnout): the optimizer's fusion of quantize_dynamic's chains
+# com.microsoft::DynamicQuantizeMatMul: the optimizer's fusion of quantize_dynamic's chains
 
 
 def _dynamic_models(
@@ -378,7 +378,7 @@ def _dynamic_models(
     )
     ins = ["a", "w", "w_s", "w_z", "b"] if bias else ["a", "w", "w_s", "w_z"]
     fused = helper.make_graph(
-        [helper.make_node("DynamicQuantizeMatMul", ins, ["y"], domain="ai.turnout")],
+        [helper.make_node("DynamicQuantizeMatMul", ins, ["y"], domain="com.microsoft")],
         "fused", *io, inits,
     )  # fmt: skip
     chain = [
@@ -391,7 +391,7 @@ def _dynamic_models(
     if bias:
         chain.append(helper.make_node("Add", ["ys", "b"], ["y"]))
     unfused = helper.make_graph(chain, "unfused", *io, inits)
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("ai.turnout", 1)]
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
     return (
         helper.make_model(fused, opset_imports=opsets),
         helper.make_model(unfused, opset_imports=opsets[:1]),

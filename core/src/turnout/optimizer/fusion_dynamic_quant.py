@@ -1,6 +1,6 @@
 """Extended pass: the dynamically quantized MatMul that onnxruntime's `quantize_dynamic` writes
--> one ai.turnout::DynamicQuantizeMatMul (inputs as onnxruntime's com.microsoft op of that name:
-A, B, b_scale, b_zero_point).
+-> one com.microsoft::DynamicQuantizeMatMul(A, B, b_scale, b_zero_point), as onnxruntime's
+DynamicQuantizeMatMulFusion writes it.
 
     x ─ DynamicQuantizeLinear ─┬─ x_q ──── MatMulInteger(x_q, W, x_zp, W_zp) ─ Cast(float) ─┐
                                ├─ x_zp ───┘                                                 Mul ─► y
@@ -8,10 +8,10 @@ A, B, b_scale, b_zero_point).
 
 `y = float32(sum (x_q - x_zp)(W - W_zp)) * float32(x_scale * W_scale)`: the fused kernel
 quantizes x, multiplies in int32 and scales as it stores, with the same float32 operations,
-so the result is the unfused graph's bit for bit. The fusion fires only where the provider
-that takes the nodes runs the fused op (the numba provider does; the numpy CPU provider does
-not, and keeps the unfused graph). A DynamicQuantizeLinear read by several products (one per
-projection of the same input) fuses into each; it goes when the last one does.
+so the result is the unfused graph's bit for bit (the numba provider's kernel and the CPU
+provider's contrib kernel both). The fusion fires only where the provider that takes the nodes
+runs the fused op. A DynamicQuantizeLinear read by several products (one per projection of the
+same input) fuses into each; it goes when the last one does.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 import onnx
 from onnx import NodeProto
 
-from .base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
+from ..contrib import DOMAIN
+from .base import Level, PassContext, graph_pass
 from .graph import OptGraph, attr
 from .match import Matcher
 
@@ -63,7 +64,7 @@ def _fuse_one(g: OptGraph, m: Matcher, dql: NodeProto, mmi: NodeProto) -> bool:
         return False
     scale_node = m.prod[m.other(mul, cast.output[0]) or ""]
     fused = g.make_node(
-        FUSED, [dql.input[0], mmi.input[1], w_scale, w_zp], [mul.output[0]], domain=TURNOUT_DOMAIN
+        FUSED, [dql.input[0], mmi.input[1], w_scale, w_zp], [mul.output[0]], domain=DOMAIN
     )
     g.insert_before(mul, fused)
     m.remove(mmi, cast, mul, scale_node)
@@ -76,7 +77,7 @@ def _fuse_one(g: OptGraph, m: Matcher, dql: NodeProto, mmi: NodeProto) -> bool:
 def fuse_dynamic_quant_matmul(g: OptGraph, ctx: PassContext) -> int:
     """DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(scales) -> DynamicQuantizeMatMul."""
     dqls = [n for n in g.nodes if n.op_type == "DynamicQuantizeLinear" and n.domain == ""]
-    if not dqls or not ctx.can_emit(TURNOUT_DOMAIN, FUSED, _REPLACED):
+    if not dqls or not ctx.can_emit(DOMAIN, FUSED, _REPLACED):
         return 0
     changes = 0
     m = Matcher(g)
@@ -87,5 +88,5 @@ def fuse_dynamic_quant_matmul(g: OptGraph, ctx: PassContext) -> int:
             if mmi.op_type == "MatMulInteger" and mmi.domain == "" and _fuse_one(g, m, dql, mmi):
                 changes += 1
         if changes:
-            g.ensure_opset(TURNOUT_DOMAIN)
+            g.ensure_opset(DOMAIN)
     return changes

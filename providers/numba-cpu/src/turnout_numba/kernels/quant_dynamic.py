@@ -1,5 +1,5 @@
-"""ai.turnout::DynamicQuantizeMatMul (the optimizer's fusion of onnxruntime's dynamically
-quantized MatMul; inputs as onnxruntime's com.microsoft op: A, B, b_scale, b_zero_point, bias):
+"""com.microsoft::DynamicQuantizeMatMul (what the optimizer fuses onnxruntime's dynamically
+quantized MatMul into, as onnxruntime does; A, B, b_scale, b_zero_point, bias):
 A is quantized to uint8 with its own range (as DynamicQuantizeLinear: the range holds 0, scale
 `(max - min) / 255`, zero point rounded half to even), multiplied by the 8-bit B in int32
 (`quant_matmul.MatMulEngine`: the VNNI tiles or the int16 GEMM) and scaled as it is stored,
@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from turnout.contrib import DOMAIN
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
@@ -35,8 +36,25 @@ def _applies(kn: KernelNode) -> str | None:
     return eight_bit_applies(kn, (1,))
 
 
+NO_ZERO = Params(np.zeros(1, np.int32))
+
+
 def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     name = kn.name
+    kept: list[Any] = [None]  # (bias, its full row as Params)
+
+    def bias_row(bias: Any, cols: int) -> Params:
+        """The bias as a full float32 row, kept while the same read-only bias comes in."""
+        last = kept[0]
+        if last is not None and last[0] is bias and last[1].data.shape[0] == cols:
+            return last[1]  # type: ignore[no-any-return]
+        row = np.zeros(cols, np.float32) if bias is None else bias
+        row = np.ascontiguousarray(np.broadcast_to(row, (cols,)), np.float32)
+        p = Params(row, 0, 1)
+        if bias is None or not bias.flags.writeable:
+            kept[0] = (bias, p)
+        return p
+
     engine = MatMulEngine(kn, ctx, "scale", np.float32, 1, 3)
     dq = DynamicQuantizer(ctx)
 
@@ -52,12 +70,10 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             )
 
         def params(rows: int, cols: int, m: int) -> tuple[Params, Params, Params]:
-            mult = Params(np.ascontiguousarray(scale * bs), 0, int(bs.size > 1))
-            if bias is None:
-                add = Params(np.zeros(1, np.float32))
-            else:
-                add = Params(np.ascontiguousarray(np.broadcast_to(bias, (cols,)), np.float32), 0, 1)
-            return mult, add, Params(np.zeros(1, np.int32))
+            # full rows: the store takes them as they are (A's scale changes every run)
+            mult = np.empty(cols, np.float32)
+            np.multiply(scale, bs, out=mult)
+            return Params(mult, 0, 1), bias_row(bias, cols), NO_ZERO
 
         a_zp = np.asarray(zp)
         return (engine.product(q, b, a_zp, b_zp, np.dtype(np.float32), params),)
@@ -65,4 +81,4 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     return run
 
 
-numba_kernel("DynamicQuantizeMatMul", since=1, domain="ai.turnout", applies=_applies)(_build)
+numba_kernel("DynamicQuantizeMatMul", since=1, domain=DOMAIN, applies=_applies)(_build)

@@ -320,8 +320,10 @@ class VnniGemm:
             return kept[3]
         mult, bias = params[0].grid(m, n), params[1].grid(m, n)
         if not self.transposed:  # by column: full rows
-            mult = np.ascontiguousarray(np.broadcast_to(mult, (mult.shape[0], n)))
-            bias = np.ascontiguousarray(np.broadcast_to(bias, (bias.shape[0], n)))
+            if mult.shape[1] != n:
+                mult = np.ascontiguousarray(np.broadcast_to(mult, (mult.shape[0], n)))
+            if bias.shape[1] != n:
+                bias = np.ascontiguousarray(np.broadcast_to(bias, (bias.shape[0], n)))
         elif mult.shape[1] > 1 or bias.shape[1] > 1:
             raise AssertionError("a transposed store takes parameters by row only")
         out = (mult, bias, params[2].data)
