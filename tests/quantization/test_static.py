@@ -270,3 +270,38 @@ def test_a_shared_weight_is_quantized_once(rng: np.random.Generator) -> None:
         assert readers[0].input[1] == readers[1].input[1]
     dynamic = quantize_dynamic(model, None, per_channel=True)
     assert [list(t.dims) for t in dynamic.graph.initializer].count([8, 8]) == 1
+
+
+def test_clip_is_folded_into_its_producers_range(rng: np.random.Generator) -> None:
+    from onnx import TensorProto, helper
+
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 3, "w0"),
+        numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w1"),
+        numpy_helper.from_array(np.float32(0.0), "lo"),
+        numpy_helper.from_array(np.float32(6.0), "hi"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w0"], ["a"], "mm0"),
+            helper.make_node("Clip", ["a", "lo", "hi"], ["c"], "relu6"),
+            helper.make_node("MatMul", ["c", "w1"], ["y"], "mm1"),
+        ],
+        "clip",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 4])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": rng.standard_normal((16, 8)).astype(np.float32)} for _ in range(3)]
+    quant = quantize_static(model, None, feeds)
+    assert "Clip" not in [n.op_type for n in quant.graph.node]
+    q = _quantize_node_of(quant, "c")
+    scale, zero = _inits(quant)[q.input[1]], _inits(quant)[q.input[2]]
+    assert int(zero) == 0 and scale == pytest.approx(6.0 / 255, rel=1e-6)  # [0, 6] exactly
+    feed = feeds[0]
+    ref = _run(model, feed, "turnout")
+    ours, theirs = _run(quant, feed, "turnout"), _run(quant, feed, "onnxruntime")
+    span = ref.max() - ref.min()
+    assert np.abs(ours - theirs).max() < 0.02 * span
+    assert np.abs(ours - ref).max() < 0.05 * span
