@@ -51,6 +51,9 @@ def _run_ort(model: onnx.ModelProto, feeds: dict[str, Any]) -> list[np.ndarray]:
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # one thread: some kernels' rounding depends on how they split the work (DynamicQuantizeLSTM
+    # quantizes each thread's part of the batch on its own range); the oracle must not
+    so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return list(sess.run(None, feeds))
 

@@ -2,9 +2,10 @@
 bidirectional, int8 and uint8 weights with per-direction or per-column parameters, bias,
 initial state, sequence lengths, peepholes.
 
-onnxruntime quantizes X and every step's hidden state to uint8 for its integer products;
-turnout keeps them float, so outputs agree within 2% of their range (the quantized pipeline
-tolerance), not 0.1%."""
+Both round X and every step's hidden state to uint8 before the products with the weights, so
+outputs agree within 0.1% of their range with onnxruntime on one thread (more threads split
+its batch, each part's state rounded on its own range: within 2%, the quantized-pipeline
+tolerance, as the end-to-end test shows)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from onnx import helper
 from turnout.contrib import DOMAIN
 
 STEPS, BATCH, INPUT, HIDDEN = 6, 3, 10, 8
-TOL = 0.02
+TOL = 1e-3
 WEIGHTS = {1, 2, 8, 9, 10, 11}  # initializers, as onnxruntime's quantizer writes them
 
 

@@ -1,8 +1,12 @@
 """numpy kernel of DynamicQuantizeLSTM (com.microsoft): W and R dequantized ((q - zero point) *
 scale, per direction or per gate column) and transposed to ONNX's layout, then the LSTM kernel.
 
-onnxruntime also quantizes X and each step's hidden state to uint8 for its integer GEMMs;
-turnout keeps them float, so the two differ within that quantization (about 1% of the range).
+As onnxruntime does for its integer GEMMs, X (its steps up to the longest sequence, all at once)
+and each step's hidden state (the batch of one direction at once) are rounded to uint8 by
+DynamicQuantizeLinear's rule first; their products with the dequantized weights equal the
+scaled integer products up to float32 rounding. onnxruntime splits the batch across its
+intra-op threads and rounds each part's state on its own range, so it matches this exactly when
+it runs one thread (or the batch is 1), and within about 0.1% of the range otherwise.
 The dequantized weights of constant inputs are kept for the next run.
 """
 
@@ -16,8 +20,8 @@ from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ..registry import constant_input, cpu_kernel
-from .quant import dequantize
-from .rnn import lstm
+from .quant import dequantize, dynamic_quantize_linear
+from .rnn import quantized_lstm
 
 __all__: list[str] = []
 
@@ -38,9 +42,28 @@ def _weights(node: KernelNode, what: str, q: Array, scale: Array, zp: Array) -> 
     return np.ascontiguousarray(out)
 
 
+def _rounder(node: KernelNode) -> Any:
+    """x -> x rounded to uint8 on its own range and back."""
+    quantize = dynamic_quantize_linear(node)
+
+    def rounded(x: Array) -> Array:
+        q, scale, zp = quantize(x)
+        out: Array = dequantize(q, scale, zp)
+        return out
+
+    return rounded
+
+
 @cpu_kernel("DynamicQuantizeLSTM", since=1, domain=DOMAIN)
 def dynamic_quantize_lstm(node: KernelNode) -> KernelFn:
-    cell = lstm(node)
+    rounded = _rounder(node)
+
+    def state(h: Array) -> Array:
+        """One direction's [batch, hidden] state, or both as [2, batch, hidden], each on its
+        own range (onnxruntime multiplies each direction's on its own)."""
+        return np.stack([rounded(d) for d in h]) if h.ndim == 3 else rounded(h)
+
+    cell = quantized_lstm(node, state)
     kept: dict[str, tuple[tuple[int, ...], Array]] = {}
 
     def weights(what: str, indices: tuple[int, int, int], q: Array, s: Array, z: Array) -> Array:
@@ -69,6 +92,9 @@ def dynamic_quantize_lstm(node: KernelNode) -> KernelFn:
     ) -> tuple[Array | None, ...]:
         wf = weights("W", (1, 8, 9), w, w_scale, w_zp)
         rf = weights("R", (2, 10, 11), r, r_scale, r_zp)
-        return tuple(cell(x, wf, rf, b, seq_lens, init_h, init_c, p))
+        steps = x.shape[0] if seq_lens is None or x.ndim != 3 else int(np.max(seq_lens, initial=0))
+        xq = np.array(x, np.float32)
+        xq[:steps] = rounded(xq[:steps])
+        return tuple(cell(xq, wf, rf, b, seq_lens, init_h, init_c, p))
 
     return run

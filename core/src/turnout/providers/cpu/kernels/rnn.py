@@ -19,7 +19,7 @@ from ....provider import KernelFn, KernelNode
 from ..registry import constant_input, cpu_kernel
 from .activation import logistic
 
-__all__: list[str] = []
+__all__ = ["quantized_lstm"]
 
 Act = Callable[[np.ndarray], np.ndarray]
 Step = Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, Any]]
@@ -353,6 +353,9 @@ class _LSTM(_Recurrent):
     gates = 4
     default_acts = ("Sigmoid", "Tanh", "Tanh")
     has_cell = True
+    state_filter: Act | None = None
+    """Applied to each step's hidden state (one direction's [batch, hidden], or both as
+    [2, batch, hidden]) before its product with R; see `quantized_lstm`."""
 
     def __init__(self, node: KernelNode) -> None:
         super().__init__(node)
@@ -378,11 +381,12 @@ class _LSTM(_Recurrent):
         clip = self._clipper()
         rt, rb = w["rt"], w["rb"]
         input_forget = self.input_forget
+        sf = self.state_filter
         h2, h3 = 2 * hs, 3 * hs
         if "pi" not in w:
 
             def step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, np.ndarray]:
-                z = xw + h @ rt
+                z = xw + (h if sf is None else sf(h)) @ rt
                 if rb is not None:
                     z += rb
                 ifo = f(clip(z[..., :h3]))  # no peepholes: the i, o, f gates in one call
@@ -395,7 +399,7 @@ class _LSTM(_Recurrent):
         pi, po, pf = w["pi"], w["po"], w["pf"]
 
         def peephole_step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, np.ndarray]:
-            z = xw + h @ rt
+            z = xw + (h if sf is None else sf(h)) @ rt
             if rb is not None:
                 z += rb
             zi, zo, zf, zc = z[..., :hs], z[..., hs:h2], z[..., h2:h3], z[..., h3:]
@@ -423,3 +427,11 @@ def _factory(cls: type[_Recurrent]) -> Callable[[KernelNode], KernelFn]:
 rnn = cpu_kernel("RNN", since=1)(_factory(_RNN))
 gru = cpu_kernel("GRU", since=1)(_factory(_GRU))
 lstm = cpu_kernel("LSTM", since=1)(_factory(_LSTM))
+
+
+def quantized_lstm(node: KernelNode, state: Act) -> KernelFn:
+    """The LSTM kernel with each step's hidden state passed through `state` before its
+    product with R: DynamicQuantizeLSTM rounds it to uint8 there, as onnxruntime does."""
+    cell = _LSTM(node)
+    cell.state_filter = state
+    return cell
