@@ -331,8 +331,9 @@ def test_quantize_dynamic_embedding_and_attention(tmp_path: Path, rng: np.random
 
 
 def test_quantize_dynamic_lstm(tmp_path: Path, rng: np.random.Generator) -> None:
-    """quantize_dynamic turns LSTM into DynamicQuantizeLSTM; onnxruntime's kernel quantizes X
-    and the hidden state too, so the two agree within the quantized-pipeline 2%."""
+    """quantize_dynamic turns LSTM into DynamicQuantizeLSTM. Both round X and the hidden state
+    to uint8, but onnxruntime rounds each of its threads' part of the batch on its own range
+    (and its activations are approximations, which can move a rounding): within 2%."""
     q = _tools()
     model = _lstm_model(rng)
     onnx.save(model, tmp_path / "float.onnx")
