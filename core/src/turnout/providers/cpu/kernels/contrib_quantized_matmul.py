@@ -1,12 +1,13 @@
 """numpy kernels of the quantized matrix products and lookups of com.microsoft: QGemm,
-MatMulIntegerToFloat, DynamicQuantizeMatMul, MatMulNBits and GatherBlockQuantized.
+MatMulIntegerToFloat, DynamicQuantizeMatMul, MatMulInteger16, MatMulNBits, MatMulBnb4 and
+GatherBlockQuantized.
 
 Integer products are exact (`matmul.integer_product`) and scaled in float32 as onnxruntime's
 output processors do (`acc * (a_scale * b_scale)`, requantized half to even when the output is
 quantized). Block-quantized weights are unpacked (low bits first) and dequantized to float32,
 then multiplied in float32: onnxruntime's result at accuracy level 0 (its int8 level 4 quantizes
-A as well, a difference within the quantization of A). MatMulNBits keeps the dequantized
-weight of a constant B for the next run.
+A as well, a difference within the quantization of A). MatMulNBits and MatMulBnb4 keep the
+dequantized weight of a constant B for the next run.
 """
 
 from __future__ import annotations
