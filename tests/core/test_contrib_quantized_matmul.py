@@ -319,3 +319,19 @@ def test_matmul_bnb4(
     w_t = run_onnxruntime(_node("MatMulBnb4", ["a", "b", "m"], **attrs), [identity, b, absmax], 17)
     want = a.astype(np.float64) @ w_t[0].T.astype(np.float64)
     contrib_parity(node, [a, b, absmax], reference=lambda *_: [want.astype(np.float32)])
+
+
+@pytest.mark.parametrize(
+    ("block", "scale_rows"), [(16, 6), (0, 6), (16, 1)], ids=["blocks", "whole_row", "shared"]
+)
+@pytest.mark.parametrize("dt", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2])
+def test_gather_block_quantized_float8(
+    contrib_parity: Any, rng: np.random.Generator, dt: Any, block: int, scale_rows: int
+) -> None:
+    """float8 tables: code * its block's scale (block_size 0: one scale per row; a scales
+    axis of 1 shared by every row), no zero points."""
+    data = rng.standard_normal((6, 32)).astype(dt)
+    scales = rng.uniform(0.5, 2, (scale_rows, 32 // block if block else 1)).astype(np.float32)
+    indices = np.array([[5, 0], [-1, 2]], np.int64)
+    node = _node("GatherBlockQuantized", ["d", "i", "s"], block_size=block, quantize_axis=1)
+    contrib_parity(node, [data, indices, scales], constant={0})

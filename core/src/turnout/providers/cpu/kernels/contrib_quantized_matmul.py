@@ -275,11 +275,11 @@ def gather_block_quantized(node: KernelNode) -> KernelFn:
                 z = gathered(zp)
                 z = unpack_bits(z, bits) if packed else z
                 z = z[..., : scales.shape[-1]] if q_axis == rank - 1 else z
-        else:  # int4 / uint4 (numpy takes no slices of them) and the float8 / float4 codes
-            wide = np.float32 if data.dtype in _FLOAT_CODES else np.int8
-            values = gathered(data.astype(wide)).astype(np.float32)
+        else:  # int4 / uint4 and the float8 / float4 codes: one byte each, gathered as bytes
+            # (numpy's take refuses these types), then read as their type
+            values = gathered(data.view(np.uint8)).view(data.dtype).astype(np.float32)
             if zp is not None:
-                z = gathered(zp.astype(np.int8))
+                z = gathered(zp.view(np.uint8)).view(zp.dtype)
         size = values.shape[out_axis]
         s = _along(gathered(_float32(scales)), out_axis, size, block)
         if z is not None:
