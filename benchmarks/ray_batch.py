@@ -75,6 +75,14 @@ def _read_column(path: Path, name: str) -> Any:
     return column.to_numpy_ndarray() if hasattr(column, "to_numpy_ndarray") else column.to_numpy()
 
 
+def _workers(summary: Any) -> str:
+    """Each worker's rows and its rows/s while its session ran them."""
+    return "; ".join(
+        f"{w.rows:,} at {w.rows / w.busy_seconds:,.0f}/s"
+        for w in sorted(summary.per_worker.values(), key=lambda w: -w.rows)
+    )
+
+
 def _batch_runs(
     label: str,
     model: str,
@@ -96,15 +104,13 @@ def _batch_runs(
         out = tmp / f"{label}-{workers}.parquet"
         s = run_batch(model, source, out, workers=workers, batch_size=batch_size, progress=False)
         same = np.array_equal(_read_column(out, output_name), expected)
-        steady = (
-            (rows / (s.seconds - s.first_rows_seconds)) if s.seconds > s.first_rows_seconds else 0
-        )
         lines.append(
             f"| {label} | Ray, {workers} worker{'s' if workers > 1 else ''} | {s.seconds:.2f} "
-            f"| {rows / s.seconds:,.0f} | {s.first_rows_seconds:.2f} | {s.startup_seconds:.2f} "
-            f"| {s.seconds / loop_seconds:.1f}x | {'yes' if same else 'NO'} |"
+            f"| {rows / s.seconds:,.0f} | {_workers(s)} | {s.first_rows_seconds:.2f} "
+            f"| {s.startup_seconds:.2f} | {s.seconds / loop_seconds:.1f}x "
+            f"| {'yes' if same else 'NO'} |"
         )
-        print(lines[-1], f"(steady after first rows ~{steady:,.0f} rows/s)", flush=True)
+        print(lines[-1], flush=True)
     return lines
 
 
@@ -128,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     from turnout.ray.readers import load_image
 
     header = [
-        "| model | how | time (s) | rows/s | first rows (s) | Ray startup (s) | vs loop, 1 thread "
-        "| identical |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | how | time (s) | rows/s | each worker: rows, rows/s while busy "
+        "| first rows (s) | Ray startup (s) | vs loop, 1 thread | identical |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(header), flush=True)
     lines = list(header)
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         _, default = _loop(model, {"x": x}, 64, 0)
         for how, seconds in (("loop, 1 thread", one), ("loop, default threads", default)):
             lines.append(
-                f"| MLP | {how} | {seconds:.2f} | {args.rows / seconds:,.0f} | | | "
+                f"| MLP | {how} | {seconds:.2f} | {args.rows / seconds:,.0f} | | | | "
                 f"{seconds / one:.1f}x | |"
             )
             print(lines[-1], flush=True)
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         _, default = _loop(cnn, {"image": images}, 128, 0)
         for how, seconds in (("loop, 1 thread", one), ("loop, default threads", default)):
             lines.append(
-                f"| tiny CNN | {how} | {seconds:.2f} | {args.images / seconds:,.0f} | | | "
+                f"| tiny CNN | {how} | {seconds:.2f} | {args.images / seconds:,.0f} | | | | "
                 f"{seconds / one:.1f}x | |"
             )
             print(lines[-1], flush=True)
@@ -209,8 +215,9 @@ def _kill_run(model: str, source: Path, expected: Any, tmp: Path) -> str:
     assert marker.exists(), f"no worker was killed ({time.perf_counter() - began:.1f} s)"
     return (
         f"| MLP | Ray, 2 workers, one killed at row {rows // 2} | {s.seconds:.2f} "
-        f"| {rows / s.seconds:,.0f} | {s.first_rows_seconds:.2f} | {s.startup_seconds:.2f} | "
-        f"| {'yes' if same else 'NO'}, every row once: {'yes' if once else 'NO'} |"
+        f"| {rows / s.seconds:,.0f} | {_workers(s)} | {s.first_rows_seconds:.2f} "
+        f"| {s.startup_seconds:.2f} | | {'yes' if same else 'NO'}, every row once: "
+        f"{'yes' if once else 'NO'} |"
     )
 
 

@@ -14,7 +14,7 @@ from turnout.models import build_tiny_cnn
 from turnout.models.zoo import mlp, small_classifier
 from turnout.ray import BatchError, SessionPredictor
 from turnout.ray.batching import InputSpec, fixed_batch, model_inputs, run_in_chunks, to_feed
-from turnout.ray.predictor import WORKER_COLUMN, choose_providers
+from turnout.ray.predictor import BOOKKEEPING_COLUMNS, choose_providers
 
 F32 = np.dtype(np.float32)
 
@@ -82,7 +82,7 @@ def test_predictor_equals_a_session_on_fixed_batches(rng: np.random.Generator) -
     assert predictor.rows_per_call == 8  # the model fixes it
     x = rng.random((20, 784), dtype=np.float32)
     out = predictor({"row": np.arange(100, 120), "x": x, "other": np.zeros(20)})
-    assert sorted(out) == sorted(["row", "logits", WORKER_COLUMN])
+    assert sorted(out) == sorted(["row", "logits", *BOOKKEEPING_COLUMNS])
     np.testing.assert_array_equal(out["row"], np.arange(100, 120))
     session = InferenceSession(model, one_thread())
     padded = np.concatenate([x, np.repeat(x[-1:], 4, axis=0)])

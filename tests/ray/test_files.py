@@ -11,11 +11,11 @@ import pytest
 
 from turnout import Fail, InvalidArgument, NoSuchFile
 from turnout.ray.batching import InputSpec
-from turnout.ray.predictor import WORKER_COLUMN
+from turnout.ray.predictor import SECONDS_COLUMN, WORKER_COLUMN
 from turnout.ray.readers import column_values, image_layout, load_image, stack_rows
 from turnout.ray.sink import write_parquet
 from turnout.ray.sources import plan_input
-from turnout.ray.summary import BatchSummary
+from turnout.ray.summary import BatchSummary, WorkerStats
 
 pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (it comes with turnout[ray])")
 pq = pytest.importorskip("pyarrow.parquet", reason="Parquet needs pyarrow")
@@ -137,13 +137,14 @@ def _batch(rows: range, worker: str) -> dict[str, np.ndarray]:
         "row": ids,
         "y": np.stack([ids, ids]).T.astype(np.float32),
         WORKER_COLUMN: np.full(len(ids), worker),
+        SECONDS_COLUMN: np.full(len(ids), 0.5),
     }
 
 
 def test_output_file_in_row_order(tmp_path: Path) -> None:
     out = tmp_path / "out.parquet"
     counts = write_parquet([_batch(range(0, 3), "a"), _batch(range(3, 5), "b")], out, 5)
-    assert counts == {"a": 3, "b": 2}
+    assert counts == {"a": WorkerStats(3, 1.5), "b": WorkerStats(2, 1.0)}
     table = pq.read_table(out)
     assert table.column_names == ["row", "y"]
     np.testing.assert_array_equal(table.column("row").to_numpy(), np.arange(5))
@@ -169,10 +170,11 @@ def test_a_lost_or_repeated_row_fails_and_leaves_no_file(
 
 
 def test_summary_lines() -> None:
-    lines = BatchSummary(1000, 2.0, 4.0, 0.5, {"w1": 600, "w2": 400}).lines()
+    workers = {"w2": WorkerStats(400, 0.5), "w1": WorkerStats(600, 1.5)}
+    lines = BatchSummary(1000, 2.0, 4.0, 0.5, workers).lines()
     assert lines == [
         "rows: 1000",
         "time: 2.00 s (500 rows/s); first rows after 0.50 s; Ray startup 4.00 s",
-        "worker w1: 600 rows, 300 rows/s",
-        "worker w2: 400 rows, 200 rows/s",
+        "worker w1: 600 rows, 300 rows/s; model busy 1.50 s (400 rows/s while busy)",
+        "worker w2: 400 rows, 200 rows/s; model busy 0.50 s (800 rows/s while busy)",
     ]

@@ -14,7 +14,7 @@ from .errors import BatchError
 from .job import run_batch
 from .predict import predict
 from .predictor import DEFAULT_BATCH_SIZE, ROW_COLUMN, WORKER_COLUMN, SessionPredictor
-from .summary import BatchSummary
+from .summary import BatchSummary, WorkerStats
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -23,6 +23,7 @@ __all__ = [
     "BatchError",
     "BatchSummary",
     "SessionPredictor",
+    "WorkerStats",
     "predict",
     "run_batch",
 ]

@@ -91,7 +91,7 @@ def run_batch(
             raise
         seconds = time.perf_counter() - began
     first_rows = (first[0] if first else time.perf_counter()) - began
-    return BatchSummary(plan.rows, seconds, startup, first_rows, dict(per_worker))
+    return BatchSummary(plan.rows, seconds, startup, first_rows, per_worker)
 
 
 def _stamp_first(batches: Iterable[T], stamps: list[float]) -> Iterator[T]:

@@ -4,6 +4,7 @@ model loaded once, then every batch turned into feeds, run, and returned as colu
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,8 +19,10 @@ from .errors import BatchError
 from .runtime import gpu_ids, worker_name
 
 __all__ = [
+    "BOOKKEEPING_COLUMNS",
     "DEFAULT_BATCH_SIZE",
     "ROW_COLUMN",
+    "SECONDS_COLUMN",
     "WORKER_COLUMN",
     "SessionPredictor",
     "choose_providers",
@@ -29,7 +32,11 @@ DEFAULT_BATCH_SIZE = 256
 ROW_COLUMN = "row"
 """The row-id column: it places a failing batch, and proves every row came back exactly once."""
 WORKER_COLUMN = "_turnout_worker"
-"""Added to every output batch (which worker ran it) for the run's summary; drop before use."""
+"""Added to every output batch: which worker ran it (for the run's summary; drop before use)."""
+SECONDS_COLUMN = "_turnout_seconds"
+"""Added to every output batch: the seconds the predictor spent on it, shared out evenly over
+its rows, so that a worker's sum is its busy time (for the summary; drop before use)."""
+BOOKKEEPING_COLUMNS = (WORKER_COLUMN, SECONDS_COLUMN)
 
 GPU_PROVIDER = "CuPyExecutionProvider"
 
@@ -99,6 +106,7 @@ class SessionPredictor:
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Outputs for one batch as columns, in the batch's row order, with the kept columns."""
+        began = time.perf_counter()
         rows = len(next(iter(batch.values()))) if batch else 0
         numbered = ROW_COLUMN in batch
         ids = batch[ROW_COLUMN] if numbered else np.arange(rows)
@@ -112,6 +120,7 @@ class SessionPredictor:
         result = {c: batch[c] for c in self.keep_columns if c in batch}
         result.update(zip(self.output_names, outs))
         result[WORKER_COLUMN] = np.full(rows, self.worker)
+        result[SECONDS_COLUMN] = np.full(rows, (time.perf_counter() - began) / max(rows, 1))
         return result
 
     def _column(self, batch: Mapping[str, np.ndarray], input_name: str) -> np.ndarray:

@@ -9,7 +9,7 @@ the end, so a failed run leaves no file that looks finished.
 from __future__ import annotations
 
 import os
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import Fail, InvalidArgument
-from .predictor import ROW_COLUMN, WORKER_COLUMN
+from .predictor import BOOKKEEPING_COLUMNS, ROW_COLUMN, SECONDS_COLUMN, WORKER_COLUMN
+from .summary import WorkerStats
 
 __all__ = ["to_arrow", "write_parquet"]
 
@@ -39,14 +40,15 @@ def to_arrow(name: str, values: np.ndarray) -> Any:
 
 def write_parquet(
     batches: Iterable[Mapping[str, np.ndarray]], path: str | Path, rows: int
-) -> Counter[str]:
-    """Write `rows` rows from `batches` (in row order) to `path`; returns rows per worker."""
+) -> dict[str, WorkerStats]:
+    """Write `rows` rows from `batches` (in row order) to `path`; returns what each worker
+    ran (from the predictor's bookkeeping columns, which the file does not get)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     target = Path(path)
     partial = target.with_name(f".{target.name}.partial")
-    per_worker: Counter[str] = Counter()
+    tally: defaultdict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     expected = 0
     writer = None
     try:
@@ -58,9 +60,14 @@ def write_parquet(
                     f"{ids[:5].tolist()}...; a row was lost or repeated"
                 )
             expected += len(ids)
-            workers, counts = np.unique(batch[WORKER_COLUMN], return_counts=True)
-            per_worker.update(dict(zip(map(str, workers), map(int, counts))))
-            table = pa.table({k: to_arrow(k, v) for k, v in batch.items() if k != WORKER_COLUMN})
+            workers, where = np.unique(batch[WORKER_COLUMN], return_inverse=True)
+            counts = np.bincount(where, minlength=len(workers))
+            seconds = np.bincount(where, weights=batch[SECONDS_COLUMN], minlength=len(workers))
+            for worker, n, s in zip(workers, counts, seconds):
+                tally[str(worker)][0] += int(n)
+                tally[str(worker)][1] += float(s)
+            columns = {k: v for k, v in batch.items() if k not in BOOKKEEPING_COLUMNS}
+            table = pa.table({k: to_arrow(k, v) for k, v in columns.items()})
             if writer is None:
                 writer = pq.ParquetWriter(partial, table.schema)
             writer.write_table(table)
@@ -74,4 +81,4 @@ def write_parquet(
         if writer is not None:
             writer.close()
         partial.unlink(missing_ok=True)
-    return per_worker
+    return {w: WorkerStats(int(n), s) for w, (n, s) in tally.items()}
