@@ -2,7 +2,9 @@
 from turnout's benchmark models, run on turnout as on onnxruntime.
 
 - `quantize_static(..., QuantFormat.QOperator)`: QLinearConv, QLinearMatMul, QLinearAdd,
-  QLinearGlobalAveragePool, QGemm; outputs within 2% of the output range.
+  QLinearGlobalAveragePool, QGemm, and (on a small model of those ops) QLinearSigmoid,
+  QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearMul, QLinearSoftmax; outputs
+  within 2% of the output range.
   At onnxruntime's highest level, its NHWC transformer rewrites the convolutions into
   com.microsoft QLinearConv with `channels_last` (its NCHWc layout ops left off).
 - `MatMulNBitsQuantizer` (4 bits, block 32, symmetric and asymmetric): MatMulNBits, also with
@@ -125,6 +127,44 @@ def test_quantize_static_qoperator(name: str, tmp_path: Path, rng: np.random.Gen
     quantized = onnx.load(tmp_path / "q.onnx")
     ops = {op: n for (_, op), n in _ops(quantized).items()}
     assert {op: ops.get(op, 0) for op in expected} == expected
+    _parity(quantized, _feeds(model, rng), 0.02)
+
+
+def _elementwise_model() -> onnx.ModelProto:
+    """Sigmoid and LeakyRelu of one input, concatenated, pooled, multiplied, added, softmaxed:
+    each an op the QOperator format writes as its com.microsoft QLinear form."""
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["a"]),
+        helper.make_node("LeakyRelu", ["x"], ["b"], alpha=0.1),
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+        helper.make_node("AveragePool", ["c"], ["d"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Mul", ["d", "d"], ["e"]),
+        helper.make_node("Add", ["e", "d"], ["f"]),
+        helper.make_node("Softmax", ["f"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "elementwise",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_static_qoperator_elementwise(tmp_path: Path, rng: np.random.Generator) -> None:
+    q = _tools()
+    model = _elementwise_model()
+    onnx.save(model, tmp_path / "float.onnx")
+    q.quantize_static(
+        str(tmp_path / "float.onnx"),
+        str(tmp_path / "q.onnx"),
+        _Calibration(model, rng),
+        quant_format=q.QuantFormat.QOperator,
+    )
+    quantized = onnx.load(tmp_path / "q.onnx")
+    ops = _ops(quantized)
+    for op in ("Sigmoid", "LeakyRelu", "Concat", "AveragePool", "Mul", "Add", "Softmax"):
+        assert ops[(DOMAIN, f"QLinear{op}")] == 1, op
     _parity(quantized, _feeds(model, rng), 0.02)
 
 
