@@ -34,6 +34,8 @@ def test_schema_matches_onnxruntime(spec: OpSpec) -> None:
             want = "Variadic" if a.variadic else "Optional" if a.optional else "Single"
             assert _option(p) == want, f"{kind} {a.name}"
             assert a.type == p.typeStr, f"{kind} {a.name}"
+            if a.variadic:
+                assert a.homogeneous == p.isHomogeneous, f"{kind} {a.name}: homogeneous"
     constraints = {t.type_param_str: set(t.allowed_type_strs) for t in ort.type_constraints}
     assert {k: {f"tensor({t})" for t in v} for k, v in spec.types.items()} == constraints
     assert sorted(a.name for a in spec.attrs) == sorted(ort.attributes)
