@@ -481,3 +481,21 @@ def test_dynamic_quantize_linear(seed: int) -> None:
     want = ort.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})
     for g_, w_ in zip(sess.run(None, {"x": x}), want):
         np.testing.assert_array_equal(g_, w_)
+
+
+@pytest.mark.parametrize("mix", range(4))
+def test_pointwise_convolutions(mix: int, gemm_path: str) -> None:
+    """1x1 stride-1 convolutions (a plain product on the VNNI path): every mix, a channel
+    count that is not whole 4-byte words, two images, per-channel weight zero points."""
+    rng = np.random.default_rng(mix)
+    tx, tw = MIXES[mix]
+    x = _ints(rng, tx, (2, 7, 5, 9))
+    w = _ints(rng, tw, (11, 7, 1, 1))
+    feeds = {
+        "x": x,
+        "w": w,
+        "x_zero_point": _ints(rng, tx, ()),
+        "w_zero_point": _ints(rng, tw, (11,)),
+    }
+    model = _conv_model("ConvInteger", feeds, ("w", "w_zero_point"), onnx.TensorProto.INT32)
+    np.testing.assert_array_equal(_numba(model, feeds), _reference(model, feeds))

@@ -32,7 +32,9 @@ from ..registry import BuildContext, SizedKernel, numba_kernel
 from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows
 from .quant_matmul import eight_bit_applies
 from .quant_vnni import AVAILABLE as VNNI
-from .quant_vnni import VnniB, VnniGemm, row_blocks
+from .quant_vnni import COLS, VnniB, VnniGemm, row_blocks
+
+_ONE_RUN = np.zeros(1, np.int64)
 
 __all__: list[str] = []
 
@@ -57,6 +59,68 @@ def _channels_last8(x: Any, flip: Any, xp: Any, pt: Any, pl: Any) -> None:  # pr
             d = xp[h + pt, w + pl]
             for c in range(c_):
                 d[c] = x[c, h, w] ^ flip
+
+
+def _pack_pixels(x: Any, flip: Any, fill: Any, out: Any, colsum: Any) -> None:  # pragma: no cover
+    """A pointwise convolution's input (C, P) as the VNNI tiles' B: out[b, q, i, k] = pixel
+    b * 32 + i, channel q * 4 + k, as int8 (uint8 less 128: its bits flipped), `fill` past
+    the channels and pixels; colsum[p] = the sum of pixel p's values. Whole blocks (32 pixels,
+    4 channels) are copied without a test per value: 4 rows of 32 bytes into 128 bytes."""
+    c_, p_ = x.shape
+    nb, kq = out.shape[0], out.shape[1]
+    qf = c_ // 4  # channel words inside C
+    for b in prange(nb):
+        p0 = b * 32
+        cs = colsum[p0 : p0 + 32]
+        for i in range(32):
+            cs[i] = 0
+        whole = p0 + 32 <= p_
+        for q in range(kq):
+            o = out[b, q]
+            if whole and q < qf:
+                r0 = x[q * 4, p0 : p0 + 32]
+                r1 = x[q * 4 + 1, p0 : p0 + 32]
+                r2 = x[q * 4 + 2, p0 : p0 + 32]
+                r3 = x[q * 4 + 3, p0 : p0 + 32]
+                for i in range(32):
+                    v0 = np.int8(r0[i] ^ flip)
+                    v1 = np.int8(r1[i] ^ flip)
+                    v2 = np.int8(r2[i] ^ flip)
+                    v3 = np.int8(r3[i] ^ flip)
+                    o[i, 0] = v0
+                    o[i, 1] = v1
+                    o[i, 2] = v2
+                    o[i, 3] = v3
+                    cs[i] += np.int32(v0) + np.int32(v1) + np.int32(v2) + np.int32(v3)
+            else:
+                for i in range(32):
+                    for k in range(4):
+                        ch = q * 4 + k
+                        p = p0 + i
+                        v = np.int8(x[ch, p] ^ flip) if ch < c_ and p < p_ else np.int8(fill)
+                        o[i, k] = v
+                        cs[i] += np.int32(v)
+
+
+def _pack_pixels_kernel(ctx: BuildContext) -> SizedKernel:
+    sig = types.void(
+        numba_array(np.dtype(np.uint8), 2, readonly=True, layout="C"), types.uint8, types.uint8,
+        numba_array(np.dtype(np.int8), 4, readonly=False, layout="C"),
+        numba_array(np.dtype(np.int32), 1, readonly=False, layout="C"),
+    )  # fmt: skip
+    return ctx.jit(_pack_pixels, [sig])
+
+
+@dataclass(frozen=True)
+class _WeightRows:
+    """A pointwise convolution's weights as the VNNI tiles' A (rows = output channels): uint8
+    (int8 plus 128) with K padded to whole words, their zero point in that domain, row sums."""
+
+    a: Array  # flat (M * K4) uint8
+    az: Array  # int32, 1 or M values
+    rowsum: Array  # int32 (M,)
+    k4: int
+    tiles: tuple[Any, Any]  # `row_blocks` of the M rows
 
 
 def _layout8_kernel(ctx: BuildContext) -> SizedKernel:
@@ -124,6 +188,13 @@ class _IntConv:
         self.layout = _layout_kernel(ctx)
         self.vnni = VnniGemm(ctx, variant, out, transposed=True) if VNNI else None
         self.layout8 = _layout8_kernel(ctx) if VNNI else None
+        # a pointwise convolution (1x1, stride 1, no padding, one group) is a plain product of
+        # the weights and the input as it is: output rows are channels, no transposition
+        strides = kn.attr("strides", None) or [1]
+        pads = kn.attr("pads", None) or [0]
+        self.pointwise = VNNI and self.group == 1 and all(v == 1 for v in strides) and not any(pads)
+        self.rows8 = VnniGemm(ctx, variant, out, False, by_row=True) if self.pointwise else None
+        self.pack_px = _pack_pixels_kernel(ctx) if self.pointwise else None
         self.plans: dict[tuple[Any, Any], _Plan] = {}
         self.kept: tuple[Any, Any, Array] | None = None  # (W, w zero point, packed)
         w = self._const(self.w_index)
@@ -150,7 +221,10 @@ class _IntConv:
         return v if isinstance(v, np.ndarray) else None
 
     def _pack(self, w: Array, wz: Any) -> Any:
-        """W as the kernel that will run reads it: VNNI tiles per group, else int16 rows."""
+        """W as the kernel that will run reads it: VNNI rows for a pointwise convolution,
+        VNNI tiles per group, else int16 rows."""
+        if self.pointwise and w.ndim in (3, 4) and all(k == 1 for k in w.shape[2:]):
+            return self._pack_rows(w, wz)
         if w.ndim in (3, 4) and self._channels8(w.shape[1] * self.group, w.shape[1]) is not None:
             return self._pack8(w, wz)
         return self._pack16(w, wz)
@@ -175,6 +249,18 @@ class _IntConv:
             z = wz if wz is None or wz.size == 1 else wz[g * mg : (g + 1) * mg]
             out.append(VnniB.of(np.ascontiguousarray(b), z, runs))
         return out
+
+    def _pack_rows(self, w: Array, wz: Any) -> _WeightRows:
+        self._check_zero(w, wz)
+        m, c = w.shape[:2]
+        k4 = -(-c // 4) * 4
+        off = 128 if w.dtype == np.int8 else 0
+        a = np.zeros((m, k4), np.uint8)
+        a[:, :c] = (w.reshape(m, c).astype(np.int16) + off).astype(np.uint8)
+        az = np.zeros(1, np.int32) if wz is None else np.asarray(wz).astype(np.int32).reshape(-1)
+        rowsum = a.sum(axis=1, dtype=np.int32)
+        a.flags.writeable = False
+        return _WeightRows(a.reshape(-1), az + off, rowsum, k4, row_blocks(m, m, k4, k4))
 
     def _check_zero(self, w: Array, wz: Any) -> None:
         m = w.shape[0]
@@ -278,6 +364,9 @@ class _IntConv:
         y = np.empty((n_, m_, p.pixels), self.out)
         if y.size == 0:
             return y.reshape(p.final)
+        if isinstance(wk, _WeightRows):
+            self._pointwise(x, xz, wk, p, y, params)
+            return y.reshape(p.final)
         if p.tiles is not None:
             self._conv8(x, xz, wk, p, y, params)
             return y.reshape(p.final)
@@ -303,6 +392,30 @@ class _IntConv:
                     mult, bias, zp = (_rows(q, g * mg, mg) for q in params)
                     self.gemm(wg, rows, yg, mult, bias, zp)
         return y.reshape(p.final)
+
+    def _pointwise(
+        self, x: Array, xz: Any, wr: _WeightRows, p: _Plan, y: Array, params: Any
+    ) -> None:
+        """y[n] = W . X[n] on the VNNI tiles, X packed as their B (pixels as columns)."""
+        assert self.rows8 is not None and self.pack_px is not None
+        if p.pixels != p.x4[2] * p.x4[3]:
+            raise InvalidArgument(f"{self.name}: a pointwise convolution keeps the input size")
+        flip = 0x80 if x.dtype == np.uint8 else 0
+        zval = 0 if xz is None else int(xz.reshape(()))
+        zero8 = zval - 128 if flip else zval  # X's zero point as the int8 B holds it
+        n_, c_ = p.x4[:2]
+        pix = p.pixels
+        nb = -(-pix // COLS)
+        packed = np.empty((nb, wr.k4 // 4, COLS, 4), np.int8)
+        colsum = np.empty(nb * COLS, np.int32)
+        zero = np.full(pix, zero8, np.int32)
+        xu = x.view(np.uint8).reshape(n_, c_, pix)
+        fill = np.uint8((zval & 0xFF) ^ flip)
+        ps = NO_PARAMS if params is None else params
+        for n in range(n_):
+            self.pack_px(xu[n].size, xu[n], np.uint8(flip), fill, packed, colsum)
+            vb = VnniB.raw(packed, wr.k4 // 4, pix, colsum, zero, wr.k4)
+            self.rows8(wr.a, *wr.tiles, _ONE_RUN, vb, y.shape[1], y[n], wr.rowsum, wr.az, ps)
 
     def _conv8(self, x: Array, xz: Any, vbs: list[VnniB], p: _Plan, y: Array, params: Any) -> None:
         """The convolution on the VNNI tiles: the channels-last uint8 input (int8 flipped to

@@ -200,14 +200,13 @@ def _vnni_store(c, y, colsum, bzv, az, rowfac, mult, bias, zp, lo, hi):
         z = zp[i * zr]
         a_z = az[i * ar]
         rf = rowfac[i]
-        for j in range(n):
+{by_row}        for j in range(n):
             s = np.int32(c[i, j] - a_z * colsum[j] - rf * bzv[j])
-            mj = mrow[j]
-            bj = brow[j]
-{store}
+{by_col}{store}
 """
-"""y (A rows, B columns) from C (A rows, B columns); parameters by column come as full rows
-(a select between a row and its first value would keep the loop from vectorizing)."""
+"""y (A rows, B columns) from C (A rows, B columns); parameters by column come as full rows,
+by row as one value per row (a select between the two would keep the loop from
+vectorizing)."""
 
 _STORE_T = """\
 def _vnni_store(c, y, colsum, bzv, az, rowfac, mult, bias, zp, lo, hi):
@@ -277,6 +276,15 @@ class VnniB:
         self.k = k
 
     @classmethod
+    def raw(cls, packed: Any, kq: int, n: int, colsum: Any, zero: Any, k: int) -> VnniB:
+        """B already packed (by a kernel, per run): its parts as `__init__` would make them."""
+        vb = cls.__new__(cls)
+        vb.packed, vb.kq, vb.npad, vb.n = packed, kq, packed.shape[0] * COLS, n
+        vb.colsum, vb.zero, vb.k = colsum, zero, k
+        vb.zero_points = bool(zero.any())
+        return vb
+
+    @classmethod
     def of(cls, b: np.ndarray[Any, Any], zp: Any, segments: int = 1) -> VnniB:
         """B (K, N) uint8 or int8 and its zero point (None, a scalar or N values); K split into
         `segments` equal runs, each padded with zeros to a multiple of 4."""
@@ -319,18 +327,20 @@ class VnniGemm:
         if kept is not None and kept[0] is params and kept[1] == m and kept[2] == n:
             return kept[3]
         mult, bias = params[0].grid(m, n), params[1].grid(m, n)
-        if not self.transposed:  # by column: full rows
+        if not self.transposed and not self.by_row:  # by column: full rows
             if mult.shape[1] != n:
                 mult = np.ascontiguousarray(np.broadcast_to(mult, (mult.shape[0], n)))
             if bias.shape[1] != n:
                 bias = np.ascontiguousarray(np.broadcast_to(bias, (bias.shape[0], n)))
         elif mult.shape[1] > 1 or bias.shape[1] > 1:
-            raise AssertionError("a transposed store takes parameters by row only")
+            raise AssertionError("this store takes parameters by row only")
         out = (mult, bias, params[2].data)
         self._kept = (params, m, n, out)
         return out
 
-    def __init__(self, ctx: Any, variant: str, out: Any, transposed: bool) -> None:
+    def __init__(
+        self, ctx: Any, variant: str, out: Any, transposed: bool, by_row: bool = False
+    ) -> None:
         from .. import cache
         from ..codegen import numba_array
         from ..registry import SizedKernel
@@ -351,10 +361,17 @@ class VnniGemm:
             types.int64, arr(i32, 2, readonly=False, layout="C"),
         )  # fmt: skip
         self.driver = SizedKernel(drv, [sig], ctx.parallel)
-        text = (_STORE_T if transposed else _STORE).format(
-            store=_lines(_STORES[variant], 16 if transposed else 12)
-        )
-        name = f"vnni_store_{variant}{'_t' if transposed else ''}"
+        self.by_row = by_row
+        if transposed:
+            text = _STORE_T.format(store=_lines(_STORES[variant], 16))
+        else:
+            row, col = (
+                ("mj = mrow[0]\nbj = brow[0]", "") if by_row else ("", "mj = mrow[j]\nbj = brow[j]")
+            )
+            text = _STORE.format(
+                by_row=_lines(row, 8), by_col=_lines(col, 12), store=_lines(_STORES[variant], 12)
+            )
+        name = f"vnni_store_{variant}{'_t' if transposed else '_r' if by_row else ''}"
         st = cache.load_source(text, name)._vnni_store
         ivec = arr(i32, 1, readonly=True, layout="C")
         bias = np.dtype(np.float32 if variant == "scale" else np.int32)
