@@ -9,6 +9,11 @@ each output pixel's patch read in place (no im2col copy: with one group and no c
 dilation, a kernel row's taps are one contiguous run of KW*C values; otherwise each tap is a
 run of C/group channels; `quant_gemm.Rows`).
 
+On the VNNI tiles (`quant_vnni`) the input is uint8 channels-last (int8 flipped to x + 128,
+the padding holding the zero point) and the tiles' (pixels, channels) sums are stored
+transposed; a pointwise convolution (1x1, stride 1, no padding, one group) is instead a plain
+product, the weights as A and the input packed per image as B, stored as it comes.
+
 Zero points: x per tensor; w per tensor or per output channel. QLinearConv's bias is added to
 the int32 sums, its output requantized as onnxruntime does (multiplier `x_scale * w_scale /
 y_scale` in float32, per tensor or per output channel): bit-equal to onnxruntime.
