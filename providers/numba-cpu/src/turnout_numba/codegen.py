@@ -294,13 +294,19 @@ def _kind(dt: np.dtype[Any] | None) -> str:
     return "b" if dt == np.bool_ else str(dt.kind)
 
 
+DOMAIN_ALIASES = frozenset({("ai.turnout", "Gelu")})
+"""Ops of other domains with the semantics of the ONNX op of the same name: the optimizer's
+Gelu below opset 20 (turnout's domain, `approximate` as ONNX's), generated like ONNX Gelu."""
+
+
 def ew_supports(node: Node, since: int) -> str | None:
     """None when `node` can be generated (as a kernel or inside a group), else why not."""
     spec = EW_OPS.get(node.op_type)
-    if spec is None or node.domain:
+    alias = (node.domain, node.op_type) in DOMAIN_ALIASES
+    if spec is None or (node.domain and not alias):
         return f"{node.op_type} is not an elementwise op of the numba code generator"
     kinds, min_since, _ = spec
-    if since < min_since:
+    if since < min_since and not alias:
         return f"opset version {since} of {node.op_type} (numba covers since {min_since})"
     if node.op_type == "Clip" and since < 11 and since != 6:
         return "Clip before opset 6"

@@ -32,3 +32,5 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
 for _op in EW_OPS:
     numba_kernel(_op, since=1, applies=_applies)(_build)
+# the optimizer's Gelu below opset 20 (Erf * 0.5 * x fused): the same op in turnout's domain
+numba_kernel("Gelu", since=1, domain="ai.turnout", applies=_applies)(_build)
