@@ -733,13 +733,19 @@ def _compile_dynamic(
     mod = cache.load_source(source, "ew")
     in_c = [_group_dtype(info[x]) for x in ext]
     out_c = [_group_dtype(info[y]) for y in outputs]
-    sig = types.void(
-        *[numba_array(d, rank, readonly=True) for d in in_c],
-        *[numba_array(d, rank, readonly=False, layout="C") for d in out_c],
-    )
-    kern = cache.jit(mod.kernel, [sig], parallel=parallel)
+    # two signatures: any strides (broadcast views, read-only arrays), and writable
+    # C-contiguous inputs, an exact match that numba picks when the run's arrays are (no
+    # broadcasting; the kernel never writes them): only that loop vectorizes
+    sigs = [
+        types.void(
+            *[numba_array(d, rank, readonly=readonly, layout=layout) for d in in_c],
+            *[numba_array(d, rank, readonly=False, layout="C") for d in out_c],
+        )
+        for layout, readonly in (("A", True), ("C", False))
+    ]
+    kern = cache.jit(mod.kernel, sigs, parallel=parallel)
     # small runs take the serial variant: see SERIAL_WORK
-    small = cache.jit(mod.kernel, [sig], parallel=False) if parallel else kern
+    small = cache.jit(mod.kernel, sigs, parallel=False) if parallel else kern
     fn = _wrapper(nodes, ext, outputs, info, rank, kern, small, name)
     return GroupKernel(name, tuple(ext), tuple(outputs), fn, source)
 
@@ -754,6 +760,8 @@ class _BroadcastPlan:
     broadcast: list[bool]
     finish: list[tuple[tuple[slice, ...] | None, tuple[int, ...] | None]]
     parallel: bool
+    contiguous: bool
+    """No input is broadcast: views are copied to C order, for the contiguous kernel."""
 
 
 def _wrapper(
@@ -777,6 +785,7 @@ def _wrapper(
     shape_steps = [(n.outputs[0], [x for x in n.inputs if x], n.op_type == "PRelu") for n in nodes]
     broadcast_shapes = np.broadcast_shapes
     broadcast_to = np.broadcast_to
+    c_order = _c_order
     empty = np.empty
     prod = math.prod
 
@@ -808,8 +817,9 @@ def _wrapper(
             ps = (1,) * (rank - len(s)) + s
             cut = tuple(slice(0, d) for d in ps) if ps != full else None
             finish.append((cut, s if len(s) != rank else None))
+        broadcast = [x != full for x in shapes]
         return _BroadcastPlan(
-            shapes, full, [x != full for x in shapes], finish, prod(full) >= small_below
+            shapes, full, broadcast, finish, prod(full) >= small_below, not any(broadcast)
         )
 
     last: list[_BroadcastPlan | None] = [None]  # the plan of the last shapes seen
@@ -822,7 +832,10 @@ def _wrapper(
             p = plan(shapes)
             last[0] = p
         full = p.full
-        views = [broadcast_to(x, full) if b else x for x, b in zip(xs, p.broadcast)]
+        if p.contiguous:
+            views = [x if x.flags.c_contiguous else c_order(x) for x in xs]
+        else:
+            views = [broadcast_to(x, full) if b else x for x, b in zip(xs, p.broadcast)]
         bufs = [empty(full, c) for c in out_c]
         (kern if p.parallel else small)(*views, *bufs)
         res = []

@@ -1,0 +1,84 @@
+"""Groups whose shapes are known only at run time: the contiguous kernel (inputs of the full
+shape, views copied to C order) and the strided one (broadcasting, read-only inputs) give the
+same results."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import turnout
+
+F = TensorProto.FLOAT
+
+
+def _session(
+    nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]
+) -> turnout.InferenceSession:
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, ["a", "b"]),
+            helper.make_tensor_value_info("z", F, ["c", "d"]),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    return turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+
+
+def _silu_add() -> turnout.InferenceSession:
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["x", "s"], ["m"]),
+        helper.make_node("Add", ["m", "z"], ["y"]),
+    ]
+    return _session(nodes, [])
+
+
+def _want(x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    y: np.ndarray = (x64 / (1 + np.exp(-x64)) + z).astype(np.float32)
+    return y
+
+
+def test_views_and_broadcasts_agree() -> None:
+    sess = _silu_add()
+    assert {a.source for a in sess.partition_report().assignments} == {"fused"}
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((70, 50)).astype(np.float32) * 4
+    z = rng.standard_normal((50, 70)).astype(np.float32)
+    cases = [
+        (base.T, z),  # a transposed view: copied, contiguous kernel
+        (base.T.copy(), z.T.copy().T),  # a copy and a view
+        (base.T.copy(), z[:1]),  # broadcasting: the strided kernel
+        (base.T.copy(), z[0].copy()[None, :]),
+    ]
+    for x, zz in cases:
+        (got,) = sess.run(None, {"x": x, "z": zz})
+        np.testing.assert_allclose(got, _want(x, zz), rtol=2e-6, atol=1e-6)
+
+
+def test_read_only_inputs() -> None:
+    sess = _silu_add()
+    x = np.linspace(-20, 20, 600, dtype=np.float32).reshape(20, 30)
+    z = np.ones((20, 30), np.float32)
+    x.flags.writeable = False
+    (got,) = sess.run(None, {"x": x, "z": z})
+    np.testing.assert_allclose(got, _want(x, z), rtol=2e-6, atol=1e-6)
+
+
+def test_constant_operand() -> None:
+    """An initializer (read-only) next to a run-time input of unknown shape."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["p"]), helper.make_node("Add", ["p", "z"], ["y"])]
+    k = np.arange(12, dtype=np.float32).reshape(3, 4)
+    sess = _session(nodes, [numpy_helper.from_array(k, "k")])
+    x = np.ones((4, 3), np.float32).T
+    z = np.full((3, 4), 0.5, np.float32)
+    (got,) = sess.run(None, {"x": x, "z": z})
+    np.testing.assert_array_equal(got, x * k + z)
