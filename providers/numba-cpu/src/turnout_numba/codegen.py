@@ -736,12 +736,13 @@ def _compile_dynamic(
     # two signatures: any strides (broadcast views, read-only arrays), and writable
     # C-contiguous inputs, an exact match that numba picks when the run's arrays are (no
     # broadcasting; the kernel never writes them): only that loop vectorizes
+    variants: tuple[tuple[Literal["A", "C"], bool], ...] = (("A", True), ("C", False))
     sigs = [
         types.void(
             *[numba_array(d, rank, readonly=readonly, layout=layout) for d in in_c],
             *[numba_array(d, rank, readonly=False, layout="C") for d in out_c],
         )
-        for layout, readonly in (("A", True), ("C", False))
+        for layout, readonly in variants
     ]
     kern = cache.jit(mod.kernel, sigs, parallel=parallel)
     # small runs take the serial variant: see SERIAL_WORK
