@@ -83,8 +83,7 @@ def test_a_failing_batch_fails_the_run_and_names_its_rows(
     out = tmp_path / "out.parquet"
     with pytest.raises(BatchError, match=r"input 'image': row 250 is float32 \[783\]") as e:
         run_batch(TINY_CNN, src, out, batch_size=64, progress=False)
-    assert e.value.first_row <= 250 <= e.value.last_row
-    assert e.value.last_row - e.value.first_row < 64
+    assert 200 <= e.value.first_row <= 250 <= e.value.last_row <= 299  # its row group at most
     assert list(tmp_path.iterdir()) == [src]
 
 

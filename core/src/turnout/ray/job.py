@@ -78,6 +78,7 @@ def run_batch(
             keep_columns=plan.keep_columns,
             predictor=predictor,
             predictor_kwargs=predictor_kwargs,
+            whole_blocks=True,  # the plan's rows are files and row groups, one block each
         )
         outputs.context.enable_progress_bars = progress
         first: list[float] = []

@@ -31,6 +31,7 @@ def predict(
     keep_columns: Sequence[str] = (),
     predictor: type[SessionPredictor] = SessionPredictor,
     predictor_kwargs: Mapping[str, Any] | None = None,
+    whole_blocks: bool = False,
 ) -> Any:
     """The lazily mapped `ray.data.Dataset` of `model`'s outputs for `dataset`'s rows.
 
@@ -42,7 +43,10 @@ def predict(
     2.60). A batch that fails raises `BatchError` naming its rows. The session uses `num_cpus`
     threads unless `session_options` says otherwise. `predictor` may be a subclass of
     `SessionPredictor` that adds pre- or post-processing, and `predictor_kwargs` its own
-    constructor arguments.
+    constructor arguments. With `whole_blocks`, each of the dataset's blocks is handed to the
+    predictor whole (it still runs the model in calls of `batch_size` rows): for datasets whose
+    rows are work items that a fused read step turns into data, as `turnout batch`'s are, where
+    Ray would otherwise bundle `batch_size` items into one task.
     """
     ray = require_ray()
     if workers < 1:
@@ -66,7 +70,7 @@ def predict(
             "keep_columns": tuple(keep_columns),
             **(predictor_kwargs or {}),
         },
-        batch_size=batch_size,
+        batch_size=None if whole_blocks else batch_size,
         batch_format="numpy",
         zero_copy_batch=True,
         compute=ray.data.ActorPoolStrategy(size=workers),
