@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
         "--batch-size",
         type=int,
         default=DEFAULT_BATCH_SIZE,
-        help="rows per batch (a model with a fixed batch size runs them in its own size)",
+        help="rows per model call (a model with a fixed batch size uses its own)",
     )
     b.add_argument("--providers", help="comma-separated provider names, in priority order")
     b.add_argument("--address", help="join this Ray cluster (default: an embedded local Ray)")
