@@ -189,3 +189,20 @@ def test_a_model_the_workers_cannot_load_fails_the_run(
     src = parquet_input(tmp_path / "in.parquet", {"x": np.zeros((8, 4), np.float32)}, 8)
     with pytest.raises(Fail, match=r"could not build its session: .*unknown operator domain"):
         run_batch(model, src, tmp_path / "out.parquet", progress=False)
+
+
+@pytest.mark.slow
+def test_a_folder_of_npy_files(ray_cluster: Any, tmp_path: Path, reference: Any) -> None:
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    x = digits(200, 6)
+    for i, row in enumerate(x):
+        np.save(folder / f"{i:03}.npy", row)
+    out = tmp_path / "out.parquet"
+    summary = run_batch(TINY_CNN, folder, out, workers=2, batch_size=32, progress=False)
+    assert summary.rows == 200
+    got = read_output(out)
+    assert list(got) == ["row", "path", "probabilities"]
+    assert got["path"][7] == str(folder / "007.npy")
+    (expected,) = reference(str(TINY_CNN), {"image": x.reshape(200, 1, 28, 28)}, 32)
+    np.testing.assert_array_equal(got["probabilities"], expected)
