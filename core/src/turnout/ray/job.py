@@ -15,7 +15,7 @@ from .batching import model_inputs
 from .errors import from_ray
 from .predict import predict
 from .predictor import DEFAULT_BATCH_SIZE, ProviderSpec, SessionPredictor
-from .runtime import cluster
+from .runtime import cluster, require_ray
 from .sink import write_parquet
 from .sources import plan_input
 from .summary import BatchSummary
@@ -47,6 +47,7 @@ def run_batch(
     """Score every row of `input` with `model` into `output` (Parquet: a `row` column, a `path`
     column for folder inputs, one column per model output), rows in input order. `predictor`
     may be a subclass that adds pre- or post-processing, with `predictor_kwargs`."""
+    require_ray()  # the extra's packages (Ray Data, pyarrow), or a typed error naming it
     model_path = Path(model)
     if not model_path.is_file():
         raise NoSuchFile(f"model {str(model_path)!r} does not exist")
