@@ -36,17 +36,22 @@ def predict(
     """The lazily mapped `ray.data.Dataset` of `model`'s outputs for `dataset`'s rows.
 
     `workers` actors, each with `num_cpus` and `num_gpus` (a GPU actor gets the CuPy provider,
-    when installed, unless `providers` says otherwise), each holding one session. A model given
-    as bytes or a ModelProto is put in Ray's object store once. Outputs keep the input's row
-    order. A killed actor is restarted and its batch rerun: Ray Data's actor pools restart and
-    retry without limit by default (its per-call settings for this are deprecated since Ray
-    2.60). A batch that fails raises `BatchError` naming its rows. The session uses `num_cpus`
-    threads unless `session_options` says otherwise. `predictor` may be a subclass of
-    `SessionPredictor` that adds pre- or post-processing, and `predictor_kwargs` its own
-    constructor arguments. With `whole_blocks`, each of the dataset's blocks is handed to the
-    predictor whole (it still runs the model in calls of `batch_size` rows): for datasets whose
-    rows are work items that a fused read step turns into data, as `turnout batch`'s are, where
-    Ray would otherwise bundle `batch_size` items into one task.
+    when installed, unless `providers` says otherwise), each holding one session that uses
+    `num_cpus` threads unless `session_options` says otherwise. A model given as bytes or a
+    ModelProto is put in Ray's object store once.
+
+    Outputs keep the input's row order: this sets `preserve_order` (and
+    `raise_original_map_exception`, so that a failing batch raises `BatchError` naming its
+    rows) on the dataset's DataContext, which Ray shares with the datasets it was derived from.
+    A killed actor is restarted and its batch rerun: Ray Data's actor pools restart and retry
+    without limit by default (its per-call settings for this are deprecated since Ray 2.60).
+
+    `predictor` may be a subclass of `SessionPredictor` that adds pre- or post-processing, and
+    `predictor_kwargs` its own constructor arguments. With `whole_blocks`, each of the
+    dataset's blocks is handed to the predictor whole (it still runs the model in calls of
+    `batch_size` rows): for datasets whose rows are work items that a fused read step turns
+    into data, as `turnout batch`'s are, where Ray would otherwise bundle `batch_size` items
+    into one task.
     """
     ray = require_ray()
     if workers < 1:
