@@ -82,3 +82,34 @@ def test_constant_operand() -> None:
     z = np.full((3, 4), 0.5, np.float32)
     (got,) = sess.run(None, {"x": x, "z": z})
     np.testing.assert_array_equal(got, x * k + z)
+
+
+def test_declared_unit_dimensions_are_read_at_index_zero() -> None:
+    """[B, N, 1] * [B, N, K] + bias[K] with B, N symbolic: the unit dimension and the bias's
+    missing ones are indexed, not broadcast; serial and parallel kernels agree with numpy."""
+    nodes = [helper.make_node("Mul", ["o", "c"], ["p"]), helper.make_node("Add", ["p", "k"], ["y"])]
+    k = np.linspace(-1, 1, 80, dtype=np.float32)
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("o", F, ["b", "n", 1]),
+            helper.make_tensor_value_info("c", F, ["b", "n", 80]),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(k, "k")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    rng = np.random.default_rng(2)
+    full = rng.standard_normal((2, 700, 85)).astype(np.float32)
+    o, c = full[..., 4:5], full[..., 5:]  # views, as a Split gives them
+    for threads in (1, 2):
+        so = turnout.SessionOptions()
+        so.fallback = "error"
+        sess = turnout.InferenceSession(
+            m, so, providers=[("NumbaExecutionProvider", {"intra_op_num_threads": threads})]
+        )
+        (got,) = sess.run(None, {"o": o, "c": c})
+        np.testing.assert_array_equal(got, o * c + k)
+        (got,) = sess.run(None, {"o": o[:1], "c": c})  # B broadcast: the strided kernel
+        np.testing.assert_array_equal(got, o[:1] * c + k)

@@ -724,31 +724,47 @@ def _compile_dynamic(
     name: str,
     parallel: bool,
 ) -> GroupKernel:
-    """A kernel over the runtime broadcast shape: inputs arrive broadcast to full rank."""
+    """A kernel over the runtime broadcast shape: inputs arrive at full rank, broadcast views
+    or (when nothing needs broadcasting) C-contiguous arrays. A dimension an input declares as
+    1 is read at index 0, so a [B, N, 1] operand next to [B, N, 80] needs no broadcast view."""
     rank = max(1, max(_rank(info[v]) for v in info))
-    idx = "[" + ", ".join(f"i{d}" for d in range(rank)) + "]"
-    body, var = _scalar_body(nodes, {x: f"in{k}{idx}" for k, x in enumerate(ext)})
+    ones = [_declared_ones(info[x].shape, rank) for x in ext]
+    read = {
+        x: f"in{k}[{', '.join('0' if ones[k][d] else f'i{d}' for d in range(rank))}]"
+        for k, x in enumerate(ext)
+    }
+    body, var = _scalar_body(nodes, read)
     stores = [f"out{k}[IDX] = {var[y]}" for k, y in enumerate(outputs)]
-    source = _loop_source(rank, len(ext), len(outputs), body, stores)
+    text = _loop_source(rank, len(ext), len(outputs), body, stores)
+    # the same loop twice: for any strides (broadcast views), and for C-contiguous inputs, the
+    # only one LLVM vectorizes; the run picks one
+    source = text + "\n\n" + text.replace(_PRELUDE_SRC, "").replace("def kernel(", "def kernel_c(")
     mod = cache.load_source(source, "ew")
     in_c = [_group_dtype(info[x]) for x in ext]
     out_c = [_group_dtype(info[y]) for y in outputs]
-    # two signatures: any strides (broadcast views, read-only arrays), and writable
-    # C-contiguous inputs, an exact match that numba picks when the run's arrays are (no
-    # broadcasting; the kernel never writes them): only that loop vectorizes
-    variants: tuple[tuple[Literal["A", "C"], bool], ...] = (("A", True), ("C", False))
-    sigs = [
-        types.void(
-            *[numba_array(d, rank, readonly=readonly, layout=layout) for d in in_c],
+
+    def sig(layout: Literal["A", "C"]) -> Any:
+        return types.void(
+            *[numba_array(d, rank, readonly=True, layout=layout) for d in in_c],
             *[numba_array(d, rank, readonly=False, layout="C") for d in out_c],
         )
-        for layout, readonly in variants
-    ]
-    kern = cache.jit(mod.kernel, sigs, parallel=parallel)
-    # small runs take the serial variant: see SERIAL_WORK
-    small = cache.jit(mod.kernel, sigs, parallel=False) if parallel else kern
-    fn = _wrapper(nodes, ext, outputs, info, rank, kern, small, name)
-    return GroupKernel(name, tuple(ext), tuple(outputs), fn, source)
+
+    kernels = []
+    layouts: tuple[Literal["A", "C"], ...] = ("A", "C")
+    for fn, layout in zip((mod.kernel, mod.kernel_c), layouts):
+        kern = cache.jit(fn, [sig(layout)], parallel=parallel)
+        # small runs take the serial variant: see SERIAL_WORK
+        small = cache.jit(fn, [sig(layout)], parallel=False) if parallel else kern
+        kernels.append((kern, small))
+    run = _wrapper(nodes, ext, outputs, info, rank, ones, kernels, name)
+    return GroupKernel(name, tuple(ext), tuple(outputs), run, source)
+
+
+def _declared_ones(shape: Sequence[Any], rank: int) -> tuple[bool, ...]:
+    """Per dimension of the full rank: whether the value's declared shape has 1 there (the
+    leading dimensions a lower-rank value lacks count as 1)."""
+    lead = rank - len(shape)
+    return (True,) * lead + tuple(e == 1 and isinstance(e, int) for e in shape)
 
 
 @dataclass(frozen=True)
@@ -761,8 +777,9 @@ class _BroadcastPlan:
     broadcast: list[bool]
     finish: list[tuple[tuple[slice, ...] | None, tuple[int, ...] | None]]
     parallel: bool
-    contiguous: bool
-    """No input is broadcast: views are copied to C order, for the contiguous kernel."""
+    contiguous: list[tuple[int, ...] | None] | None
+    """When no input needs a broadcast view: per input, its full-rank shape where its rank is
+    lower (a reshape), else None; the inputs then go to the contiguous kernel in C order."""
 
 
 def _wrapper(
@@ -771,10 +788,11 @@ def _wrapper(
     outputs: Sequence[str],
     info: dict[str, Any],
     rank: int,
-    kern: Any,
-    small: Any,
+    ones: list[tuple[bool, ...]],
+    kernels: list[tuple[Any, Any]],
     name: str,
 ) -> Callable[..., tuple[Any, ...]]:
+    (kern, small), (kern_c, small_c) = kernels
     in_cast = [compute_dtype(info[x].dtype) for x in ext]
     in_cast_needed = [info[x].dtype != c for x, c in zip(ext, in_cast)]
     out_dt = [info[y].dtype for y in outputs]
@@ -819,8 +837,18 @@ def _wrapper(
             cut = tuple(slice(0, d) for d in ps) if ps != full else None
             finish.append((cut, s if len(s) != rank else None))
         broadcast = [x != full for x in shapes]
+        padded = [(1,) * (rank - len(x)) + x for x in shapes]
+        for x, ps, one in zip(ext, padded, ones):
+            if any(o and e != 1 for o, e in zip(one, ps)):
+                raise InvalidArgument(f"{name}: input {x!r} has shape {ps}, declared 1 where not")
+        needs_view = any(
+            e != f and not o for ps, one in zip(padded, ones) for e, f, o in zip(ps, full, one)
+        )
+        contiguous = None
+        if not needs_view:
+            contiguous = [ps if len(x) != rank else None for x, ps in zip(shapes, padded)]
         return _BroadcastPlan(
-            shapes, full, broadcast, finish, prod(full) >= small_below, not any(broadcast)
+            shapes, full, broadcast, finish, prod(full) >= small_below, contiguous
         )
 
     last: list[_BroadcastPlan | None] = [None]  # the plan of the last shapes seen
@@ -833,12 +861,15 @@ def _wrapper(
             p = plan(shapes)
             last[0] = p
         full = p.full
-        if p.contiguous:
-            views = [x if x.flags.c_contiguous else c_order(x) for x in xs]
+        bufs = [empty(full, c) for c in out_c]
+        if p.contiguous is not None:
+            views = [
+                c_order(x) if r is None else c_order(x).reshape(r) for x, r in zip(xs, p.contiguous)
+            ]
+            (kern_c if p.parallel else small_c)(*views, *bufs)
         else:
             views = [broadcast_to(x, full) if b else x for x, b in zip(xs, p.broadcast)]
-        bufs = [empty(full, c) for c in out_c]
-        (kern if p.parallel else small)(*views, *bufs)
+            (kern if p.parallel else small)(*views, *bufs)
         res = []
         for b, (cut, reshape) in zip(bufs, p.finish):
             if cut is not None:
