@@ -24,6 +24,7 @@ from .logs import logger
 from .options import SessionOptions
 from .plugins import registry
 from .provider import Availability, ExecutionProvider, ProviderFactory
+from .provider_options import parse_bool
 
 __all__ = [
     "CPU_NUMPY_ONLY_ENV",
@@ -41,8 +42,6 @@ ProviderSpec = str | tuple[str, dict[str, Any]]
 CPU_PROVIDER = "CPUExecutionProvider"
 CPU_NUMPY_ONLY_KEY = "session.turnout.cpu_numpy_only"
 CPU_NUMPY_ONLY_ENV = "TURNOUT_CPU_NUMPY_ONLY"
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
 
 # onnxruntime's provider names: requesting one that turnout has no plugin for is "unavailable"
 # (a warning, as in onnxruntime); so is a name nobody knows, with the installed ones listed.
@@ -90,10 +89,10 @@ def cpu_numpy_only(opts: SessionOptions) -> bool:
     if raw is None:
         raw = os.environ.get(CPU_NUMPY_ONLY_ENV, "")
         source = f"environment variable {CPU_NUMPY_ONLY_ENV}"
-    value = raw.strip().lower()
-    if value not in _TRUE | _FALSE:
+    value = parse_bool(raw) if raw.strip() else False
+    if value is None:
         raise InvalidArgument(f"{source} must be 1 or 0, not {raw!r}")
-    return value in _TRUE
+    return value
 
 
 def select_providers(
