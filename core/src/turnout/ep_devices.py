@@ -24,6 +24,7 @@ from typing import Any
 
 from .errors import Fail, InvalidArgument
 from .provider import DeviceEntry, ProviderFactory
+from .provider_selection import CPU_PROVIDER
 
 __all__ = [
     "EpSelectionDelegate",
@@ -37,8 +38,6 @@ __all__ = [
     "policy_provider_specs",
     "specs_for_devices",
 ]
-
-CPU_PROVIDER = "CPUExecutionProvider"
 
 
 class OrtHardwareDeviceType(enum.IntEnum):
