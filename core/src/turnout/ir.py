@@ -182,8 +182,13 @@ class Graph:
             graph.initializers[sp.values.name] = SparseTensor.from_proto(sp)
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             graph.value_infos[vi.name] = ValueInfo.from_proto(vi.name, vi.type)
+        fed = {i.name for i in g.input}
         for name, arr in graph.initializers.items():
-            if name not in graph.value_infos or graph.value_infos[name].elem_type is None:
+            # an initializer no feed can replace is what its data says, whatever a value_info
+            # declares (onnxruntime ignores such a declaration); an overridable one keeps its
+            # input's declaration, which a feed must match
+            info = graph.value_infos.get(name)
+            if name not in fed or info is None or info.elem_type is None:
                 graph.value_infos[name] = _info_of_constant(name, arr)
         graph.inputs = [graph.value_infos[i.name] for i in g.input]
         graph.outputs = [graph.value_infos[o.name] for o in g.output]
