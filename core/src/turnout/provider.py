@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import errors
 from .errors import EPFail, InvalidArgument
 from .provider_options import ProviderOption
 
@@ -47,6 +48,7 @@ __all__ = [
     "Decline",
     "Device",
     "DeviceEntry",
+    "Event",
     "ExecutionProvider",
     "FusedSubgraph",
     "KernelContext",
@@ -55,6 +57,7 @@ __all__ = [
     "KernelNode",
     "KernelRegistry",
     "ProviderFactory",
+    "Stream",
 ]
 
 KernelFn = Callable[..., Sequence[Any]]
@@ -109,7 +112,11 @@ class KernelContext:
     """What a kernel may use besides its node, handed over instead of kept in globals: the
     session's provider (its name), its options as parsed, the thread count it was given (0:
     its default), its allocator and data transfer, a stream (None for providers without
-    streams) and the logger to report through."""
+    streams) and the logger to report through.
+
+    A kernel asks for its output buffers with `allocate(shape, dtype)` rather than allocating
+    them itself, so they come from the provider's allocator (a device pool) and go back to it
+    when the plan says they are dead."""
 
     provider: str
     options: Mapping[str, Any]
@@ -117,7 +124,11 @@ class KernelContext:
     allocator: Allocator
     data_transfer: DataTransfer
     logger: logging.Logger
-    stream: Any = None
+    stream: Stream | None = None
+
+    def allocate(self, shape: Sequence[int], dtype: Any) -> Any:
+        """A new, uninitialized buffer of `shape` and `dtype` from the provider's allocator."""
+        return self.allocator.empty(tuple(shape), np.dtype(dtype))
 
 
 class KernelNode:
@@ -375,19 +386,93 @@ class CompiledState:
 
 
 class Allocator:
-    """Device buffers. The CPU one hands out numpy arrays; device providers pool their own."""
+    """A provider's buffers on its device. The CPU one hands out numpy arrays.
+
+    turnout allocates through it: `KernelContext.allocate` (a kernel's outputs) and the copy
+    steps (the destination of a batched copy) call `empty`, and the plan calls `free` on each
+    such value once its last reader has run (a graph output is never freed). An allocator that
+    pools overrides `_free` to take the buffer back; the default leaves it to the garbage
+    collector. A freed value may still share memory with a live one (a kernel that returned its
+    input or a view of it), so a pool reuses memory only once nothing references it: a pool of
+    Python objects gets a buffer back when the last array over it is dropped."""
 
     device: Device = CPU
+
+    def __init__(self, device: Device | None = None) -> None:
+        if device is not None:
+            self.device = device
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         return self._empty(tuple(int(s) for s in shape), np.dtype(dtype))
 
+    def free(self, value: Any) -> None:
+        """Hand back a value the runtime no longer holds; values this allocator did not make
+        (a feed, another provider's array) must be ignored."""
+        self._free(value)
+
+    @property
+    def pools(self) -> bool:
+        """True when the allocator takes buffers back (`_free` overridden): only then does the
+        plan call `free`, so allocators without a pool cost nothing per value."""
+        return type(self)._free is not Allocator._free
+
     def _empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         return np.empty(shape, dtype)
+
+    def _free(self, value: Any) -> None:
+        pass
+
+
+class Event:
+    """A point in a stream's work (onnxruntime's notification): `wait()` blocks the host until
+    the work enqueued before it is done. This base is always complete: work on a provider
+    without streams is done when its call returns."""
+
+    def wait(self) -> None:
+        """Block the host until the work before this event is done."""
+
+
+class Stream:
+    """An ordered queue of one provider's device work (onnxruntime's sync stream); optional.
+
+    A provider that has one sets `ExecutionProvider.stream`; its kernels find it in
+    `KernelContext.stream` and enqueue on it, and its transfer's `copy_tensors` may enqueue
+    copies on it without waiting. Wherever a value crosses to another provider, turnout records
+    an event on the stream that made it and, before the consumer runs, waits for it: on the
+    consumer's stream (`wait_event`) when the consumer has one, else on the host."""
+
+    def __init__(self, device: Device = CPU) -> None:
+        self.device = device
+
+    @property
+    def handle(self) -> Any:
+        """The native object (an OpenCL command queue), for code that enqueues directly."""
+        return None
+
+    def record(self) -> Event:
+        """An event that completes once the work enqueued so far on this stream is done."""
+        return COMPLETE
+
+    def wait_event(self, event: Event) -> None:
+        """Make work enqueued on this stream from now on wait for `event`. The default blocks
+        the host; a device that can wait on its own side overrides it."""
+        event.wait()
+
+    def synchronize(self) -> None:
+        """Block the host until everything enqueued on this stream is done."""
+
+
+COMPLETE = Event()
 
 
 class DataTransfer:
     """Copies between host memory and the provider's device (and between its devices)."""
+
+    device: Device = CPU
+
+    def __init__(self, device: Device | None = None) -> None:
+        if device is not None:
+            self.device = device
 
     def to_device(self, value: Any, device: Device) -> Any:
         return self._to_device(value, device)
@@ -398,6 +483,36 @@ class DataTransfer:
     def is_device_value(self, value: Any) -> bool:
         """True when `value` already lives on this provider's device (no copy needed)."""
         return isinstance(value, np.ndarray)
+
+    def copy_tensors(self, pairs: Sequence[tuple[Any, Any]], stream: Stream | None = None) -> None:
+        """Copy each source tensor into its destination (same shape and dtype; each side host
+        memory or this provider's device), like onnxruntime's `CopyTensors`. A transfer with a
+        stream may only enqueue the copies: the caller records an event on `stream` and waits
+        for it before reading a destination. The default copies one pair at a time and
+        synchronously (`_copy_into`)."""
+        for src, dst in pairs:
+            self._copy_into(src, dst)
+
+    @property
+    def batched(self) -> bool:
+        """True when the transfer copies into buffers turnout allocates (`copy_tensors` or
+        `_copy_into` overridden): copy steps then allocate each destination from the receiving
+        side's allocator and hand a whole batch to one `copy_tensors` call."""
+        cls = type(self)
+        return (
+            cls.copy_tensors is not DataTransfer.copy_tensors
+            or cls._copy_into is not DataTransfer._copy_into
+        )
+
+    def _copy_into(self, src: Any, dst: Any) -> None:
+        """One synchronous copy of `src` into `dst`. The default writes host destinations
+        only; a device provider overrides it (or `copy_tensors`) to write its own buffers."""
+        if not isinstance(dst, np.ndarray):
+            raise errors.NotImplemented(
+                f"{type(self).__name__} cannot copy into a {type(dst).__name__}: the provider "
+                "implements neither copy_tensors nor _copy_into"
+            )
+        np.copyto(dst, self.to_host(src) if self.is_device_value(src) else np.asarray(src))
 
     def _to_device(self, value: Any, device: Device) -> Any:
         return value
@@ -415,14 +530,29 @@ class ExecutionProvider:
 
     name: str = "ExecutionProvider"
     device: Device = CPU
+    stream: Stream | None = None
+    """The provider's `Stream`, or None for a provider whose work is done when a call returns
+    (the default). Kernels see it as `KernelContext.stream`."""
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        options: Mapping[str, Any] | None = None,
+        factory: ProviderFactory | None = None,
+        device_id: int = 0,
+    ) -> None:
+        """`factory`: the factory creating this provider; its `name` and `device(device_id)`
+        become the provider's, and the default allocator and transfer are on that device, so
+        the device is declared once (contract 2). Without it the class declares `name` and
+        `device` itself (contract 1)."""
+        if factory is not None:
+            self.name = factory.name
+            self.device = factory.device(device_id)
         self.options: dict[str, Any] = dict(options or {})
         self.requested_options: dict[str, Any] = dict(self.options)
         """The options the session asked for (`get_provider_options()`), before defaults."""
         self.kernels = KernelRegistry(self.name)
-        self.allocator = Allocator()
-        self.data_transfer = DataTransfer()
+        self.allocator = Allocator(self.device)
+        self.data_transfer = DataTransfer(self.device)
 
     def kernel_context(self) -> KernelContext:
         """The context this provider's kernels are built with (see `KernelContext`); a
@@ -436,6 +566,7 @@ class ExecutionProvider:
             allocator=self.allocator,
             data_transfer=self.data_transfer,
             logger=logger,
+            stream=self.stream,
         )
 
     # -- compiled artifacts (turnout compile / ModelCompiler) --------------------------------
@@ -538,7 +669,9 @@ class ProviderFactory:
     vendor: str = ""
     """Who makes the provider (`OrtEpDevice.ep_vendor`)."""
     device_type: str = "cpu"
-    """The `Device.type` its values live on; OrtValues for that device type use its transfer."""
+    """The `Device.type` its values live on; OrtValues for that device type use its transfer.
+    The one declaration of the device: `device(i)` builds the provider's, its allocator's, its
+    transfer's and its probe entries' `Device` from it."""
     serves_cpu_requests: bool = False
     """A host provider: when a session asks for `CPUExecutionProvider` (by name, by default, or
     as the implicit fallback), turnout places this provider ahead of the numpy kernels, so that
@@ -575,7 +708,32 @@ class ProviderFactory:
             typed[key] = schema[key].parse(self.name, raw) if key in schema else raw
         provider = self._create(typed)
         provider.requested_options = {k: typed[k] for k in opts}
+        self._adopt(provider)
         return provider
+
+    def device(self, device_id: int = 0) -> Device:
+        """Device `device_id` of this factory's `device_type`, for probe entries and providers."""
+        return Device(self.device_type, device_id)
+
+    def _adopt(self, provider: ExecutionProvider) -> None:
+        """Hold `provider` to the factory's declaration: it takes the factory's name when its
+        class has none, an allocator or transfer that declares no device takes the provider's,
+        and a contract-2 provider on another device type than `device_type` is refused."""
+        if provider.name == ExecutionProvider.name:
+            provider.name = provider.kernels.provider_name = self.name
+        if self.contract_version < 2:
+            return
+        parts = {"provider": provider, "allocator": provider.allocator}
+        parts["data transfer"] = provider.data_transfer
+        for what, part in parts.items():
+            if part is not provider and part.device == CPU and "device" not in vars(part):
+                part.device = provider.device
+            if part.device.type != self.device_type:
+                raise EPFail(
+                    f"{self.name}: its {what} is on {part.device}, but the factory declares "
+                    f"device_type {self.device_type!r}; build them from the factory "
+                    "(ExecutionProvider(options, factory))"
+                )
 
     def default_options(self) -> dict[str, Any]:
         """Every typed option's default (what a probe's `DeviceEntry` lists)."""

@@ -191,6 +191,7 @@ def _steps(
             fn,
             node.inputs + node.implicit_inputs,
             node.outputs,
+            _free_of(provider),
         )
     for provider in providers:
         groups = fused_by_provider.get(provider.name)
@@ -204,12 +205,26 @@ def _steps(
         _check_group_outputs(graph, groups, compiled, provider.name)
         for ck in compiled:
             fused_steps.append(
-                Step(ck.name, "FusedGroup", provider.name, ck.fn, ck.inputs, ck.outputs)
+                Step(
+                    ck.name,
+                    "FusedGroup",
+                    provider.name,
+                    ck.fn,
+                    ck.inputs,
+                    ck.outputs,
+                    _free_of(provider),
+                )
             )
     ordered = [single[n.name] for n in graph.nodes if n.name in single]
     if fused_steps:
         ordered = _toposort(ordered + fused_steps, graph)
     return ordered
+
+
+def _free_of(provider: ExecutionProvider) -> Callable[[Any], None] | None:
+    """The allocator's `free` for the plan to call on the provider's dead values, when it
+    pools (a plain allocator is left to the garbage collector, at no cost per value)."""
+    return provider.allocator.free if provider.allocator.pools else None
 
 
 def fused_subgraph(cap: Capability, view: GraphView) -> FusedSubgraph:

@@ -3,6 +3,7 @@
 Each step is (kernel function, input names, output names). `Plan` turns the list into Python
 source with one line per node and local variables for values, so the hot loop does no dict
 lookups, no per-node bookkeeping, and a value is released (`v = None`) right after its last use.
+A value whose producer's allocator pools is handed back to it (`free(v)`) just before that.
 A kernel error is mapped back to its node through the line number of the generated code.
 """
 
@@ -30,7 +31,9 @@ class RunTerminated(Fail):
 
 @dataclass(frozen=True)
 class Step:
-    """One node ready to run: its kernel function and the value names it reads and writes."""
+    """One node ready to run: its kernel function and the value names it reads and writes.
+    `free`: the provider allocator's `free`, called on each output once it is dead, when that
+    allocator pools (None otherwise)."""
 
     name: str
     op_type: str
@@ -38,6 +41,7 @@ class Step:
     fn: KernelFn
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    free: Callable[[Any], None] | None = None
 
 
 class _NoTerminate:
@@ -89,6 +93,14 @@ class Plan:
                 if x:
                     last_use[x] = i
         keep = set(self.output_names) | set(self.constants)
+        free_of: dict[str, str] = {}  # produced value -> name of its allocator's free
+        frees_fns: list[Callable[[Any], None]] = []
+        for st in self.steps:
+            if st.free is not None and self.release:
+                if st.free not in frees_fns:
+                    frees_fns.append(st.free)
+                k = frees_fns.index(st.free)
+                free_of.update((y, f"fr{k}") for y in st.outputs if y)
         body: list[str] = []
         body_step: dict[int, int] = {}  # body line index -> step index
         for i, st in enumerate(self.steps):
@@ -117,18 +129,17 @@ class Plan:
                 if outs
                 else f"    f{i}({', '.join(args)})"
             )
-            frees = [
-                slot[x]
+            dead = [
+                x
                 for x in dict.fromkeys(st.inputs)
                 if x and last_use.get(x) == i and x not in keep and slot[x].startswith("v")
             ]
-            frees += [  # produced, never read, not an output: nothing needs it
-                slot[y]
-                for y in dict.fromkeys(st.outputs)
-                if y and y not in last_use and y not in keep
+            dead += [  # produced, never read, not an output: nothing needs it
+                y for y in dict.fromkeys(st.outputs) if y and y not in last_use and y not in keep
             ]
-            if frees and self.release:
-                body.append("    " + " = ".join(frees) + " = None")
+            if dead and self.release:
+                body.extend(f"    {free_of[x]}({slot[x]})" for x in dead if x in free_of)
+                body.append("    " + " = ".join(slot[x] for x in dead) + " = None")
             if (i + 1) % TERMINATE_EVERY == 0 and i + 1 < len(self.steps):
                 body.append("    if _ro.terminate: raise _Term(_TERM_MSG)")
         for y in self.output_names:
@@ -137,10 +148,12 @@ class Plan:
         ret = ", ".join(slot[y] for y in self.output_names)
         fn_names = ", ".join(f"f{i}" for i in range(len(self.steps)))
         c_names = ", ".join(f"c{i}" for i in range(len(consts)))
+        fr_names = "".join(f"fr{k}, " for k in range(len(frees_fns)))
         src = [
-            "def _make(_fns, _consts):",
+            "def _make(_fns, _consts, _frees):",
             f"    {fn_names + ',' if self.steps else '_'} = _fns" if self.steps else "    pass",
             f"    {c_names + ',' if consts else '_'} = _consts" if consts else "    pass",
+            f"    {fr_names} = _frees" if frees_fns else "    pass",
             f"    def run({', '.join([*params, '_ro=_NO_TERM'])}):",
         ]
         # 1-based line number of each step's line in the generated source
@@ -158,7 +171,9 @@ class Plan:
             "_NO_TERM": NO_TERMINATE,
         }
         exec(code, ns)
-        fast = ns["_make"]([st.fn for st in self.steps], [self.constants[c] for c in consts])
+        fast = ns["_make"](
+            [st.fn for st in self.steps], [self.constants[c] for c in consts], frees_fns
+        )
         return self._with_error_context(fast)
 
     def _with_error_context(

@@ -11,7 +11,6 @@ from turnout.provider import (
     CONTRACT_VERSION,
     Availability,
     DataTransfer,
-    Device,
     DeviceEntry,
     ExecutionProvider,
     ProviderFactory,
@@ -142,7 +141,7 @@ class OpenCLProviderFactory(ProviderFactory):
             for di, d in enumerate(_devices_of(p, "all")):
                 entries.append(
                     DeviceEntry(
-                        Device("opencl", len(entries)),
+                        self.device(len(entries)),
                         device_metadata(d),
                         {"platform": pi, "device_type": "all", "device_id": di},
                         hardware_type=hardware_type(d),
@@ -164,7 +163,9 @@ class OpenCLProviderFactory(ProviderFactory):
             raise InvalidArgument(f"{self.name}: {e}") from None
         from .provider import OpenCLExecutionProvider
 
-        return OpenCLExecutionProvider(options, device, index)
+        provider = OpenCLExecutionProvider(options, device, index)
+        provider.stream = provider.rt.stream
+        return provider
 
     def data_transfer(self) -> DataTransfer:
         if not hasattr(self, "_transfer"):

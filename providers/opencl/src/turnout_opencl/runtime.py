@@ -18,11 +18,12 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from turnout.dtypes import ELEM_TYPE_NAMES, np_dtype
+from turnout.provider import Event, Stream
 
 from .allocator import OpenCLAllocator
 from .program_cache import ProgramCache
 
-__all__ = ["CTYPES", "Runtime", "lit"]
+__all__ = ["CTYPES", "OpenCLEvent", "OpenCLStream", "Runtime", "lit"]
 
 CTYPES: dict[np.dtype[Any], str] = {
     np.dtype(np.bool_): "uchar",
@@ -92,6 +93,47 @@ __kernel void f2b(long n, __global ushort* o, __global const float* x) {
 """
 
 
+class OpenCLEvent(Event):
+    """A marker enqueued on a session's queue: done when the commands before it are."""
+
+    __slots__ = ("native", "queue")
+
+    def __init__(self, native: cl.Event, queue: cl.CommandQueue) -> None:
+        self.native = native
+        self.queue = queue
+
+    def wait(self) -> None:
+        self.native.wait()
+
+
+class OpenCLStream(Stream):
+    """The session's in-order command queue as turnout's stream: kernels and copies enqueued
+    on it run in order, so only a reader elsewhere (the host, another queue) waits."""
+
+    def __init__(self, queue: cl.CommandQueue, device: Any) -> None:
+        super().__init__(device)
+        self.queue = queue
+
+    @property
+    def handle(self) -> cl.CommandQueue:
+        return self.queue
+
+    def record(self) -> OpenCLEvent:
+        return OpenCLEvent(cl.enqueue_marker(self.queue), self.queue)
+
+    def wait_event(self, event: Event) -> None:
+        if isinstance(event, OpenCLEvent):
+            if event.queue is self.queue:
+                return  # in order: later commands already follow it
+            if event.queue.context == self.queue.context:
+                cl.enqueue_barrier(self.queue, wait_for=[event.native])
+                return
+        event.wait()
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+
 class Runtime:
     """Context, queue and helpers shared by every kernel of one provider instance."""
 
@@ -109,7 +151,8 @@ class Runtime:
         self.max_wg = int(device.max_work_group_size)
         self.local_mem = int(device.local_mem_size)
         self.name = device.name.strip()
-        self.allocator = OpenCLAllocator(self.queue, turnout_device)
+        self.allocator = OpenCLAllocator(self.queue, turnout_device, frozenset(CTYPES))
+        self.stream = OpenCLStream(self.queue, turnout_device)
         self.programs = ProgramCache(self.context, device)
         self._meta: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._meta_lock = threading.Lock()
@@ -245,9 +288,8 @@ class Runtime:
             return buf
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> cla.Array:
-        return cla.empty(
-            self.queue, tuple(int(s) for s in shape), dtype, allocator=self.allocator.pool
-        )
+        """A kernel's output buffer, from the provider's allocator (its pool)."""
+        return self.allocator.empty(shape, dtype)  # type: ignore[no-any-return]
 
     def upload(self, host: np.ndarray) -> cla.Array:
         return self.allocator.upload(host)
