@@ -1,0 +1,38 @@
+"""The emulated backend as a provider factory: for tests and the compile-only check, never
+registered by the plugin and never what a user gets.
+
+`EmulatedFactory` makes a `CuPyExecutionProvider` whose backend is numpy: the same capability
+decisions, kernels, fusion and CUDA source generation as on a GPU, with numpy doing the
+arithmetic. A pass here checks kernel logic, not CUDA: nothing runs on a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnout.provider import CONTRACT_VERSION, Availability, ExecutionProvider, ProviderFactory
+
+from . import __version__
+from .factory import OPTIONS
+
+__all__ = ["EMULATED_NAME", "EmulatedFactory"]
+
+EMULATED_NAME = "CuPyEmulatedExecutionProvider"
+
+
+class EmulatedFactory(ProviderFactory):
+    name = EMULATED_NAME
+    options = OPTIONS
+    version = __version__
+    contract_version = CONTRACT_VERSION
+
+    def _probe(self) -> Availability:
+        return Availability(True, version=f"{__version__} (emulated on numpy: no CUDA)")
+
+    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        from .backend import emulated_backend
+        from .provider import CuPyExecutionProvider
+
+        provider = CuPyExecutionProvider(options, emulated_backend())
+        provider.name = EMULATED_NAME
+        return provider

@@ -1,0 +1,76 @@
+"""CuPyProviderFactory: probe (the CUDA stack, or exactly why it cannot run here) and create
+(validated `device_id`, `stream` and `fuse` options)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from turnout.errors import EPFail, InvalidArgument
+from turnout.provider import (
+    CONTRACT_VERSION,
+    Availability,
+    DataTransfer,
+    ExecutionProvider,
+    ProviderFactory,
+)
+from turnout.provider_options import ProviderOption
+
+from . import ALIASES, PROVIDER_NAME, __version__, probe
+
+__all__ = ["OPTIONS", "CuPyProviderFactory"]
+
+OPTIONS = (
+    ProviderOption("device_id", (int,), 0, "Index of the CUDA device (as CuPy numbers them)", 0),
+    ProviderOption(
+        "stream",
+        (int,),
+        0,
+        "A cudaStream_t (as an int, like onnxruntime's user_compute_stream) the session's "
+        "kernels and copies run on; 0: the session makes its own non-blocking stream",
+        minimum=0,
+    ),
+    ProviderOption(
+        "fuse", (bool,), True, "Compile connected elementwise nodes into one CUDA kernel"
+    ),
+)
+
+
+class CuPyProviderFactory(ProviderFactory):
+    name = PROVIDER_NAME
+    aliases = ALIASES
+    default_priority = 100
+    options = OPTIONS
+    version = __version__
+    vendor = "turnout"
+    contract_version = CONTRACT_VERSION
+    device_type = "cuda"
+
+    def _probe(self) -> Availability:
+        return probe.decide(probe.gather(), __version__)
+
+    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        avail = self.probe()
+        if not avail.ok:
+            raise EPFail(f"{self.name} cannot run here: {avail.reason}")
+        device_id = int(options["device_id"])
+        if device_id >= len(avail.devices):
+            raise InvalidArgument(
+                f"{self.name}: device_id {device_id} requested; "
+                f"{len(avail.devices)} CUDA device(s) present"
+            )
+        from .backend import cupy_backend
+        from .provider import CuPyExecutionProvider, make_stream
+
+        stream = make_stream(device_id, int(options["stream"]))
+        return CuPyExecutionProvider(options, cupy_backend(device_id, stream))
+
+    def data_transfer(self) -> DataTransfer:
+        if not hasattr(self, "_transfer"):
+            self._transfer = self.create({}).data_transfer
+        return self._transfer
+
+    def expected_failures(self) -> Mapping[str, str]:
+        from .expected_failures import EXPECTED_FAILURES
+
+        return EXPECTED_FAILURES

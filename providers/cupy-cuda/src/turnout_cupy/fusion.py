@@ -1,0 +1,193 @@
+"""Fused elementwise groups: which claimed nodes fuse, and each group as one CUDA kernel.
+
+The graph analysis is core's (`turnout.fusion.find_groups`); the rules here are this
+provider's: an op in `codegen.FUSED_OPS`, float32/float64 values (Where's condition bool), and a
+fully known output shape, which is the group key: every member of a group has the group's output
+shape, so one index space covers the whole group and broadcasting happens only at its inputs.
+A node that fuses with nothing becomes a group of one, so every float elementwise node runs as
+generated CUDA (one launch), and the tests check one code path.
+
+`compile_group` turns a `FusedSubgraph` into a `CompiledState`. `create` builds the
+`GroupProgram`; `compute` picks the launch layout (`Variant`) from the input shapes and strides,
+compiles that variant once (`cupy.RawKernel`, cached in memory and in CuPy's on-disk kernel
+cache) and launches it on the session's stream. On the emulated backend it records the same
+source and runs the member kernels with numpy instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import EPFail, InvalidArgument
+from turnout.fusion import GraphIndex, find_groups
+from turnout.ir import GraphView, Node
+from turnout.provider import CompiledState, FusedSubgraph, KernelFn, KernelRegistry
+
+from .backend import Backend
+from .codegen import FUSED_OPS, GroupProgram, Step, Variant
+
+__all__ = ["BLOCK", "compile_group", "fusible", "fused_groups"]
+
+BLOCK = 256
+_MAX_GRID = 1 << 20
+_FLOATS = frozenset({"float32", "float64"})
+
+
+def _clip_ok(node: Node) -> bool:
+    return node.op_type != "Clip" or not ({"min", "max"} & set(node.attrs))
+
+
+def fusible(node: Node) -> bool:
+    """Whether `node` may be compiled into a generated kernel (see the module docstring)."""
+    if node.op_type not in FUSED_OPS or node.domain not in ("", "ai.onnx") or not _clip_ok(node):
+        return False
+    out = node.output_infos[0] if node.output_infos else None
+    if out is None or out.dtype is None or out.dtype.name not in _FLOATS:
+        return False
+    if out.shape is None or any(d is None for d in out.shape) or len(node.outputs) != 1:
+        return False
+    for k, info in enumerate(node.input_infos):
+        if info is None:
+            continue
+        want = "bool" if node.op_type == "Where" and k == 0 else out.dtype.name
+        if info.dtype is None or info.dtype.name != want:
+            return False
+    return True
+
+
+def fused_groups(graph: GraphView, claimed: Collection[str]) -> list[list[str]]:
+    """Groups of claimed fusible nodes (one output shape each), singletons included."""
+    by_name = {n.name: n for n in graph.nodes}
+    ok = {n for n in claimed if fusible(by_name[n])}
+    idx = GraphIndex.of(graph)
+    groups = find_groups(idx, ok, key=lambda n: by_name[n].output_infos[0].shape)
+    grouped = {n for g in groups for n in g}
+    singles = [[n] for n in sorted(ok - grouped, key=idx.order.__getitem__)]
+    return groups + singles
+
+
+def _program(sg: FusedSubgraph) -> GroupProgram:
+    steps = [Step(n.op_type, dict(n.attrs), tuple(n.inputs), n.outputs[0]) for n in sg.nodes]
+    dtype = sg.outputs[0].dtype
+    inputs = [(v.name, np.dtype(v.dtype)) for v in sg.inputs]
+    return GroupProgram(sg.name, inputs, steps, [v.name for v in sg.outputs], dtype)
+
+
+def layout(
+    shapes: Sequence[tuple[int, ...]],
+    strides: Sequence[tuple[int, ...]],
+    contiguous: Sequence[bool],
+    out_shape: tuple[int, ...],
+) -> tuple[Variant, list[int]]:
+    """The launch variant for inputs of these shapes and element strides, and the integer
+    arguments after `n` (dims, then each strided input's broadcast strides)."""
+    rank = len(out_shape)
+    dense = tuple(c and tuple(s) == out_shape for s, c in zip(shapes, contiguous))
+    if all(dense):
+        return Variant(0, dense), []
+    args = [int(d) for d in out_shape]
+    for shape, st, d in zip(shapes, strides, dense):
+        if d:
+            continue
+        pad = rank - len(shape)
+        for k in range(rank):
+            j = k - pad
+            args.append(0 if j < 0 or shape[j] == 1 else int(st[j]))
+    return Variant(rank, dense), args
+
+
+def compile_group(
+    sg: FusedSubgraph, be: Backend, registry: KernelRegistry, sources: list[str] | None = None
+) -> CompiledState:
+    """One `CompiledState` for `sg`; `sources` (if given) collects every generated source."""
+    inputs = tuple(v.name for v in sg.inputs)
+    outputs = tuple(v.name for v in sg.outputs)
+    program = _program(sg)
+    launch = _emulated_runner(sg, registry) if be.emulated else _cupy_launcher(be)
+
+    def create() -> dict[Variant, Any]:
+        return {}
+
+    def compute(kernels: dict[Variant, Any], *args: Any) -> tuple[Any, ...]:
+        xp = be.xp
+        shapes = [tuple(a.shape) for a in args]
+        try:
+            out_shape = tuple(np.broadcast_shapes(*shapes))
+        except ValueError as e:
+            raise InvalidArgument(f"{sg.name}: inputs do not broadcast ({e})") from None
+        itemsize = [a.dtype.itemsize for a in args]
+        strides = [tuple(s // k for s in a.strides) for a, k in zip(args, itemsize)]
+        contiguous = [bool(a.flags.c_contiguous) for a in args]
+        variant, ints = layout(shapes, strides, contiguous, out_shape)
+        kernel = kernels.get(variant)
+        if kernel is None:
+            source = program.source(variant)
+            if sources is not None:
+                sources.append(source)
+            kernel = kernels[variant] = launch.build(program, variant, source)
+        outs = [xp.empty(out_shape, program.dtype) for _ in outputs]
+        n = int(np.prod(out_shape, dtype=np.int64))
+        if n:
+            launch.run(kernel, args, outs, n, ints)
+        return tuple(outs)
+
+    def release(kernels: dict[Variant, Any]) -> None:
+        kernels.clear()
+
+    return CompiledState(sg.name, inputs, outputs, compute, create, release)
+
+
+class _CupyLauncher:
+    def __init__(self, be: Backend) -> None:
+        self.be = be
+
+    def build(self, program: GroupProgram, variant: Variant, source: str) -> Any:
+        import cupy
+
+        try:
+            return cupy.RawKernel(source, program.kernel_name(variant), options=("--std=c++14",))
+        except Exception as e:  # a generator bug must name the group
+            raise EPFail(f"CuPyExecutionProvider: group {program.name}: {e}") from e
+
+    def run(self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]):
+        grid = min((n + BLOCK - 1) // BLOCK, _MAX_GRID)
+        params = (*args, *outs, np.int64(n), *(np.int64(x) for x in ints))
+        kernel((grid,), (BLOCK,), params, stream=self.be.stream)
+
+
+def _cupy_launcher(be: Backend) -> _CupyLauncher:
+    return _CupyLauncher(be)
+
+
+class _EmulatedRunner:
+    """Runs the members' numpy kernels in order (the emulated backend has no CUDA)."""
+
+    def __init__(self, sg: FusedSubgraph, registry: KernelRegistry) -> None:
+        self.sg = sg
+        self.steps: list[tuple[KernelFn, Sequence[str], Sequence[str]]] = []
+        for node in sg.nodes:
+            kn = sg.kernel_node(node)
+            kdef, reason = registry.match(kn)
+            if kdef is None:
+                raise EPFail(f"{sg.name}: node {node.name!r} has no kernel: {reason}")
+            self.steps.append((kdef.factory(kn), node.inputs, node.outputs))
+
+    def build(self, program: GroupProgram, variant: Variant, source: str) -> Any:
+        return source
+
+    def run(self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]):
+        values = dict(zip((v.name for v in self.sg.inputs), args))
+        for fn, ins, names in self.steps:
+            values.update(zip(names, fn(*[values[x] if x else None for x in ins])))
+        for out, v in zip(outs, self.sg.outputs):
+            out[...] = values[v.name]
+
+
+def _emulated_runner(sg: FusedSubgraph, registry: KernelRegistry) -> _EmulatedRunner:
+    return _EmulatedRunner(sg, registry)
+
+
+Launcher = Callable[..., Any]

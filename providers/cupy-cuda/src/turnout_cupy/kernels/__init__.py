@@ -1,0 +1,7 @@
+"""Importing this package registers every kernel module's kernels in `registry.SPECS`."""
+
+from __future__ import annotations
+
+from . import elementwise, matmul, norm, reduce, shape  # noqa: F401
+
+__all__: list[str] = []

@@ -1,0 +1,313 @@
+"""Shape and index ops on `be.xp`: views where the layout allows (Reshape, Squeeze, Unsqueeze,
+Flatten, Transpose), copies otherwise, and indexed reads bounds-checked on the device.
+
+Shape-like inputs (Reshape's shape, Slice's starts/ends/axes/steps, Expand's shape, Tile's
+repeats, axes inputs) stay in host memory (`host_inputs`), as do Shape's and Size's outputs.
+Gather and GatherElements check their indices on the device: the kernel records a device flag
+(`DeviceChecks`), reads with a clamped index, and the run raises `InvalidArgument` naming the
+node and the input when the flag is set, after the stream is synchronized, without a host
+round trip per node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout.dtypes import np_dtype
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+
+from ..backend import Backend
+from .registry import cuda_kernel
+
+__all__ = ["checked_indices"]
+
+
+def _ints(v: Any) -> list[int]:
+    return [int(a) for a in np.asarray(v).ravel()]
+
+
+def checked_indices(be: Backend, kn: KernelNode, idx: Any, n: int, axis: int) -> Any:
+    """`idx` (negative counts from the end) as in-range indices into an extent of `n`; an
+    index outside [-n, n) flags the run's error, naming the node and the indices input."""
+    xp = be.xp
+    if idx.size:
+        bad = xp.any((idx < -n) | (idx >= n))
+        name = kn.inputs[1].name if len(kn.inputs) > 1 and kn.inputs[1] is not None else "?"
+        be.checks.flag(
+            bad,
+            f"{kn.op_type} node {kn.name!r}: an index in {name!r} is out of range "
+            f"[-{n}, {n - 1}] for axis {axis} (checked on the device)",
+        )
+    idx = xp.where(idx < 0, idx + n, idx)
+    return xp.clip(idx, 0, max(n - 1, 0))
+
+
+@cuda_kernel("Reshape", 5, host_inputs=(1,))
+def reshape(kn: KernelNode, be: Backend) -> KernelFn:
+    allow_zero = bool(kn.attr("allowzero", 0))
+
+    def run(x: Any, shape: Any) -> tuple[Any]:
+        dims = _ints(shape)
+        if not allow_zero:
+            dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        try:
+            return (x.reshape(dims),)
+        except ValueError as e:
+            raise InvalidArgument(
+                f"Reshape node {kn.name!r}: cannot reshape {tuple(x.shape)} to {dims}: {e}"
+            ) from None
+
+    return run
+
+
+@cuda_kernel("Flatten", 1)
+def flatten(kn: KernelNode, be: Backend) -> KernelFn:
+    axis = int(kn.attr("axis", 1))
+
+    def run(x: Any) -> tuple[Any]:
+        ax = axis % (x.ndim + 1) if axis < 0 else axis
+        rows = int(np.prod(x.shape[:ax], dtype=np.int64))
+        return (x.reshape(rows, int(np.prod(x.shape[ax:], dtype=np.int64))),)
+
+    return run
+
+
+def _squeeze(from_input: bool) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        attr = kn.attr("axes")
+
+        def run(x: Any, axes: Any = None) -> tuple[Any]:
+            raw = axes if from_input else attr
+            if raw is None:
+                return (x.reshape([d for d in x.shape if d != 1]),)
+            drop = {a % x.ndim for a in _ints(raw)}
+            return (x.reshape([d for i, d in enumerate(x.shape) if i not in drop]),)
+
+        return run
+
+    return build
+
+
+def _unsqueeze(from_input: bool) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        attr = kn.attr("axes")
+
+        def run(x: Any, axes: Any = None) -> tuple[Any]:
+            raw = _ints(axes if from_input else attr)
+            rank = x.ndim + len(raw)
+            add = sorted(a % rank for a in raw)
+            shape = list(x.shape)
+            for a in add:
+                shape.insert(a, 1)
+            return (x.reshape(shape),)
+
+        return run
+
+    return build
+
+
+cuda_kernel("Squeeze", 1, until=12)(_squeeze(False))
+cuda_kernel("Squeeze", 13, host_inputs=(1,))(_squeeze(True))
+cuda_kernel("Unsqueeze", 1, until=12)(_unsqueeze(False))
+cuda_kernel("Unsqueeze", 13, host_inputs=(1,))(_unsqueeze(True))
+
+
+@cuda_kernel("Transpose", 1)
+def transpose(kn: KernelNode, be: Backend) -> KernelFn:
+    perm = kn.attr("perm")
+
+    def run(x: Any) -> tuple[Any]:
+        p = list(perm) if perm is not None else list(reversed(range(x.ndim)))
+        return (be.xp.ascontiguousarray(x.transpose(p)),)
+
+    return run
+
+
+@cuda_kernel("Concat", 4)
+def concat(kn: KernelNode, be: Backend) -> KernelFn:
+    axis = int(kn.attr("axis"))
+    return lambda *xs: (be.xp.concatenate(xs, axis=axis % xs[0].ndim),)
+
+
+def _split(kind: str) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        axis = int(kn.attr("axis", 0))
+        n_out = len(kn.node.outputs)
+        attr = kn.attr("split")
+        num_outputs = kn.attr("num_outputs")
+
+        def run(x: Any, split: Any = None) -> tuple[Any, ...]:
+            ax = axis % x.ndim
+            size = x.shape[ax]
+            raw = split if kind == "input" else attr
+            if raw is not None and len(_ints(raw)):
+                sizes = _ints(raw)
+            else:
+                parts = int(num_outputs) if num_outputs is not None else n_out
+                chunk = -(-size // parts)
+                sizes = [min(chunk, max(size - chunk * k, 0)) for k in range(parts)]
+            if sum(sizes) != size:
+                raise InvalidArgument(
+                    f"Split node {kn.name!r}: split sizes {sizes} do not sum to {size}"
+                )
+            bounds = np.cumsum([0, *sizes])
+            return tuple(
+                be.xp.ascontiguousarray(
+                    x[(slice(None),) * ax + (slice(int(bounds[k]), int(bounds[k + 1])),)]
+                )
+                for k in range(len(sizes))
+            )
+
+        return run
+
+    return build
+
+
+cuda_kernel("Split", 2, until=12)(_split("attr"))
+cuda_kernel("Split", 13, host_inputs=(1,))(_split("input"))
+
+
+@cuda_kernel("Slice", 10, host_inputs=(1, 2, 3, 4))
+def slice_(kn: KernelNode, be: Backend) -> KernelFn:
+    def run(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
+        s, e = _ints(starts), _ints(ends)
+        ax = _ints(axes) if axes is not None else list(range(len(s)))
+        st = _ints(steps) if steps is not None else [1] * len(s)
+        index = [slice(None)] * x.ndim
+        for a, b, c, d in zip(ax, s, e, st):
+            if d == 0:
+                raise InvalidArgument(f"Slice node {kn.name!r}: a step of 0")
+            index[a % x.ndim] = slice(*slice(b, c, d).indices(x.shape[a % x.ndim]))
+        return (be.xp.ascontiguousarray(x[tuple(index)]),)
+
+    return run
+
+
+@cuda_kernel("Expand", 8, host_inputs=(1,))
+def expand(kn: KernelNode, be: Backend) -> KernelFn:
+    def run(x: Any, shape: Any) -> tuple[Any]:
+        target = np.broadcast_shapes(tuple(x.shape), tuple(_ints(shape)))
+        return (be.xp.ascontiguousarray(be.xp.broadcast_to(x, target)),)
+
+    return run
+
+
+@cuda_kernel("Tile", 6, host_inputs=(1,))
+def tile(kn: KernelNode, be: Backend) -> KernelFn:
+    return lambda x, reps: (be.xp.tile(x, _ints(reps)),)
+
+
+@cuda_kernel("Shape", 1, host_outputs=(0,))
+def shape(kn: KernelNode, be: Backend) -> KernelFn:
+    start, end = kn.attr("start", 0), kn.attr("end")
+
+    def run(x: Any) -> tuple[Any]:
+        dims = list(x.shape)
+        n = len(dims)
+        lo = min(max(start + n if start < 0 else start, 0), n)
+        hi = n if end is None else min(max(end + n if end < 0 else end, 0), n)
+        return (np.array(dims[lo:hi], dtype=np.int64),)
+
+    return run
+
+
+@cuda_kernel("Size", 1, host_outputs=(0,))
+def size(kn: KernelNode, be: Backend) -> KernelFn:
+    return lambda x: (np.array(x.size, dtype=np.int64),)
+
+
+@cuda_kernel("ConstantOfShape", 9, host_inputs=(0,))
+def constant_of_shape(kn: KernelNode, be: Backend) -> KernelFn:
+    value = kn.attr("value")
+    fill = np.asarray(value).ravel()[0] if value is not None else np.float32(0)
+
+    def run(shape: Any) -> tuple[Any]:
+        return (be.xp.full(tuple(_ints(shape)), fill, dtype=np.asarray(fill).dtype),)
+
+    return run
+
+
+@cuda_kernel("Range", 11, host_inputs=(0, 1, 2))
+def range_(kn: KernelNode, be: Backend) -> KernelFn:
+    def run(start: Any, limit: Any, delta: Any) -> tuple[Any]:
+        dt = np.asarray(start).dtype
+        s, lim, d = (np.asarray(v).item() for v in (start, limit, delta))
+        n = max(int(np.ceil((lim - s) / d)), 0)
+        return ((be.xp.arange(n, dtype=dt) * d + s).astype(dt),)
+
+    return run
+
+
+@cuda_kernel("Gather", 13)
+def gather(kn: KernelNode, be: Backend) -> KernelFn:
+    axis = int(kn.attr("axis", 0))
+
+    def run(x: Any, idx: Any) -> tuple[Any]:
+        ax = axis % x.ndim
+        i = checked_indices(be, kn, idx.astype(np.int64), x.shape[ax], ax)
+        return (be.xp.take(x, i, axis=ax),)
+
+    return run
+
+
+@cuda_kernel("GatherElements", 13)
+def gather_elements(kn: KernelNode, be: Backend) -> KernelFn:
+    axis = int(kn.attr("axis", 0))
+
+    def run(x: Any, idx: Any) -> tuple[Any]:
+        ax = axis % x.ndim
+        i = checked_indices(be, kn, idx.astype(np.int64), x.shape[ax], ax)
+        return (be.xp.take_along_axis(x, i, axis=ax),)
+
+    return run
+
+
+@cuda_kernel("Trilu", 14, host_inputs=(1,))
+def trilu(kn: KernelNode, be: Backend) -> KernelFn:
+    upper = bool(kn.attr("upper", 1))
+
+    def run(x: Any, k: Any = None) -> tuple[Any]:
+        kk = _ints(k)[0] if k is not None else 0
+        return ((be.xp.triu if upper else be.xp.tril)(x, kk),)
+
+    return run
+
+
+@cuda_kernel("EyeLike", 9)
+def eye_like(kn: KernelNode, be: Backend) -> KernelFn:
+    k = int(kn.attr("k", 0))
+    dtype = kn.attr("dtype")
+
+    def run(x: Any) -> tuple[Any]:
+        dt = np_dtype(int(dtype)) if dtype is not None else x.dtype
+        return (be.xp.eye(x.shape[0], x.shape[1], k=k, dtype=dt),)
+
+    return run
+
+
+def _depth_space(to_space: bool) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        b = int(kn.attr("blocksize"))
+        crd = kn.attr("mode", "DCR") == "CRD"
+
+        def run(x: Any) -> tuple[Any]:
+            n, c, h, w = x.shape
+            if to_space:
+                if crd:
+                    y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+                else:
+                    y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+                return (be.xp.ascontiguousarray(y).reshape(n, c // (b * b), h * b, w * b),)
+            y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+            return (be.xp.ascontiguousarray(y).reshape(n, c * b * b, h // b, w // b),)
+
+        return run
+
+    return build
+
+
+cuda_kernel("DepthToSpace", 13)(_depth_space(True))
+cuda_kernel("SpaceToDepth", 13)(_depth_space(False))

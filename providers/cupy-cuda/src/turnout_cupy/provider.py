@@ -1,0 +1,151 @@
+"""CuPyExecutionProvider: ONNX nodes as CuPy calls (cuBLAS, CuPy's reductions) and generated
+CUDA kernels on one device, on one stream per session.
+
+`get_capability` claims each node a kernel in `kernels/` applies to and declines the rest with
+the reason; then claimed float elementwise nodes become fused groups (`fusion.fused_groups`),
+compiled into one CUDA kernel each (`compile_subgraphs`). A run makes the session's device and
+stream current (`on_run_start`), and `on_run_end` synchronizes the stream and raises what a
+kernel flagged on the device (an index out of range). Runs of one session take turns (a lock),
+as kernels enqueue on the session's one stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout.ir import GraphView
+from turnout.logs import logger
+from turnout.provider import (
+    Capability,
+    CompiledState,
+    Decline,
+    ExecutionProvider,
+    FusedSubgraph,
+    KernelContext,
+    KernelFn,
+    KernelNode,
+)
+
+from . import PROVIDER_NAME, __version__
+from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
+from .backend import Backend
+from .fusion import compile_group, fused_groups
+from .kernels.registry import SPECS, KernelSpec
+
+__all__ = ["CuPyExecutionProvider", "make_stream"]
+
+
+def make_stream(device_id: int, handle: int) -> Any:
+    """The session's stream: CuPy's wrapper of the caller's `cudaStream_t`, or a new one."""
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        if handle:
+            return cupy.cuda.ExternalStream(handle, device_id)
+        return cupy.cuda.Stream(non_blocking=True)
+
+
+class CuPyExecutionProvider(ExecutionProvider):
+    name = PROVIDER_NAME
+
+    def __init__(self, options: Mapping[str, Any] | None, backend: Backend) -> None:
+        super().__init__(options)
+        self.backend = backend
+        self.device = backend.device
+        self.fuse = bool(self.options.get("fuse", True))
+        self.sources: list[str] = []
+        """Every CUDA source this session generated (the compile-only check reads it)."""
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        if not backend.emulated:
+            from .allocator import CuPyAllocator
+            from .data_transfer import CuPyDataTransfer
+
+            self.allocator = CuPyAllocator(backend.device)
+            self.data_transfer = CuPyDataTransfer(backend.device, backend.stream)
+        for spec in SPECS:
+            self._register(spec)
+
+    def _register(self, spec: KernelSpec) -> None:
+        be = self.backend
+
+        def factory(kn: KernelNode) -> KernelFn:
+            return spec.build(kn, be)
+
+        self.kernels.register(
+            spec.op_type,
+            spec.since,
+            domain=spec.domain,
+            until=spec.until,
+            supports=spec.applies,
+            host_inputs=spec.host_inputs,
+            host_outputs=spec.host_outputs,
+        )(factory)
+
+    def kernel_context(self) -> KernelContext:
+        return KernelContext(
+            provider=self.name,
+            options=dict(self.options),
+            threads=0,
+            allocator=self.allocator,
+            data_transfer=self.data_transfer,
+            logger=logger,
+            stream=self.backend.stream,
+        )
+
+    # ------------------------------------------------------------------ partitioning
+    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
+        claims, declines = super()._get_capability(graph)
+        if not self.fuse:
+            return claims, declines
+        groups = fused_groups(graph, [c.nodes[0] for c in claims])
+        grouped = {n for g in groups for n in g}
+        claims = [c for c in claims if c.nodes[0] not in grouped]
+        for k, members in enumerate(groups):
+            claims.append(Capability(tuple(members), None, name=f"cupy_fused_{k}_{members[0]}"))
+        return claims, declines
+
+    def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
+        return [compile_group(sg, self.backend, self.kernels, self.sources) for sg in subgraphs]
+
+    def compatibility_info(self) -> str:
+        return f"turnout-cupy {__version__}; {self.device}"
+
+    # ------------------------------------------------------------------ runs
+    def on_run_start(self) -> None:
+        """Take the device for this run and make its device and stream current."""
+        self._lock.acquire()
+        stack = contextlib.ExitStack()
+        try:
+            if self.backend.emulated:
+                stack.enter_context(np.errstate(all="ignore"))
+            else:
+                import cupy
+
+                stack.enter_context(cupy.cuda.Device(self.device.id))
+                stack.enter_context(self.backend.stream)
+        except BaseException:
+            stack.close()
+            self._lock.release()
+            raise
+        self._local.stack = stack
+
+    def on_run_end(self) -> None:
+        """Wait for the stream, raise a flagged device error, and give the device back."""
+        try:
+            if self.backend.stream is not None:
+                self.backend.stream.synchronize()
+            self.backend.checks.raise_pending()
+        finally:
+            stack = getattr(self._local, "stack", None)
+            self._local.stack = None
+            try:
+                if stack is not None:
+                    stack.close()
+            finally:
+                self._lock.release()
