@@ -7,9 +7,10 @@
   cover the node yet (shape/metadata ops, strings, sequences, control flow, BLAS-shaped ops...;
   source "numpy"), so the provider can take whole models;
 - otherwise it declines with both reasons.
-Then connected elementwise nodes become fused groups (`fusion.find_groups`) and `_compile`
-generates one kernel per group (`codegen.compile_group`). Everything compiles while the session
-is created.
+Then connected elementwise nodes become fused groups (`fusion.find_groups`), which turnout hands
+back to `compile_subgraphs` as `FusedSubgraph`s (nodes, typed boundary, constant initializers):
+each becomes one generated kernel (`codegen.compile_group`), wrapped in a `CompiledState`.
+Everything compiles while the session is created.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from turnout.blas_threads import BlasThreads
 from turnout.ir import GraphView
 from turnout.provider import (
     Capability,
-    CompiledKernel,
+    CompiledState,
     Decline,
     ExecutionProvider,
+    FusedSubgraph,
     KernelDef,
     KernelNode,
 )
@@ -39,7 +41,7 @@ from . import artifacts, cache
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .cache import NUMBA_CONFIG
 from .codegen import EW_OPS, compile_group
-from .fusion import GraphIndex, find_groups, group_outputs
+from .fusion import GraphIndex, find_groups
 from .registry import BuildContext, lookup
 from .threading_layer import choose_layer, run_lock
 
@@ -114,17 +116,21 @@ class NumbaExecutionProvider(ExecutionProvider):
             )
         return out
 
-    def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
-        out: list[CompiledKernel] = []
-        for cap, view in groups:
-            idx = GraphIndex.of(view)
-            nodes = [idx.by_name[n] for n in cap.nodes]
-            outputs = group_outputs(cap.nodes, idx)
-            name = cap.name or f"numba_fused_{cap.nodes[0]}"
-            consts = _group_constants(nodes, view)
-            gk = compile_group(nodes, outputs, name, parallel=self.ctx.parallel, constants=consts)
-            out.append(CompiledKernel(name, gk.fn, gk.inputs, gk.outputs))
-        return out
+    def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
+        """One generated kernel per group, compiled now (or loaded from numba's cache)."""
+        return [self._compile_subgraph(sg) for sg in subgraphs]
+
+    def _compile_subgraph(self, sg: FusedSubgraph) -> CompiledState:
+        gk = compile_group(
+            sg.nodes,
+            [o.name for o in sg.outputs],
+            sg.name,
+            parallel=self.ctx.parallel,
+            constants=sg.constants,
+            inputs=sg.inputs,
+        )
+        run = gk.fn
+        return CompiledState(sg.name, gk.inputs, gk.outputs, _compute, create=lambda: run)
 
     # ------------------------------------------------------------------ compiled models
     def compatibility_info(self) -> str:
@@ -202,13 +208,6 @@ def _narrow_float(node: Any) -> bool:
     )
 
 
-def _group_constants(nodes: Sequence[Any], view: GraphView) -> dict[str, Any]:
-    """Initializers a group reads that no feed can replace (not also graph inputs): a group
-    with known shapes binds them into its kernel at compile time."""
-    fed = {i.name for i in view.inputs}
-    return {
-        x: view.initializer(x)
-        for n in nodes
-        for x in n.inputs
-        if x and x not in fed and view.is_initializer(x)
-    }
+def _compute(run: Any, *inputs: Any) -> tuple[Any, ...]:
+    """A group's compute: its state is the compiled kernel's run function (nothing to free)."""
+    return run(*inputs)  # type: ignore[no-any-return]
