@@ -14,10 +14,12 @@ from onnx import TensorProto, helper, numpy_helper
 import turnout
 from turnout.dtypes import elem_type_of
 from turnout.errors import InvalidArgument
+from turnout.executor.build import fused_subgraph
+from turnout.ir import GraphView
 from turnout.models.zoo import tiny_ops_chain
+from turnout.provider import Capability
 from turnout_numba import cache
 from turnout_numba.codegen import SERIAL_WORK, GroupKernel, compile_group
-from turnout_numba.fusion import GraphIndex, group_outputs
 
 F = TensorProto.FLOAT
 
@@ -76,17 +78,16 @@ def _groups(sess: turnout.InferenceSession) -> list[list[str]]:
 def _compile(
     sess: turnout.InferenceSession, members: list[str], *, parallel: bool = False
 ) -> GroupKernel:
-    """The group `members` of `sess`'s graph compiled again, as the provider does."""
-    graph = sess._graph
-    idx = GraphIndex(graph.nodes, [o.name for o in graph.outputs])
-    fed = {i.name for i in graph.inputs}
-    consts = {k: v for k, v in graph.initializers.items() if k not in fed}
+    """The group `members` of `sess`'s graph compiled again, from the subgraph turnout gives
+    the provider."""
+    sg = fused_subgraph(Capability(tuple(members)), GraphView(sess._graph, {}))
     return compile_group(
-        [idx.by_name[n] for n in members],
-        group_outputs(members, idx),
+        sg.nodes,
+        [o.name for o in sg.outputs],
         "grp",
         parallel=parallel,
-        constants=consts,
+        constants=sg.constants,
+        inputs=sg.inputs,
     )
 
 

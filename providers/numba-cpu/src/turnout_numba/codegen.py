@@ -369,22 +369,23 @@ def compile_group(
     *,
     parallel: bool,
     constants: Mapping[str, Any] | None = None,
+    inputs: Sequence[ValueInfo] | None = None,
 ) -> GroupKernel:
     """Generate, compile (now) and wrap one kernel computing `outputs` from `nodes`.
 
-    `nodes` are in topological order; `outputs` are the values read outside the group;
-    `constants` maps initializer names to their values. When every external input's shape is
-    known (and broadcasts), the kernel is specialised to those shapes and the constants are
-    bound into it (see `_compile_static`); otherwise shapes are resolved on each run.
+    `nodes` are in topological order; `inputs` are the group's boundary values, typed, in the
+    order the kernel takes them (a `FusedSubgraph` gives them; for one node, its distinct
+    inputs); `outputs` are the values read outside the group; `constants` maps initializer
+    names to their values. When every external input's shape is known (and broadcasts), the
+    kernel is specialised to those shapes and the constants are bound into it (see
+    `_compile_static`); otherwise shapes are resolved on each run.
     """
-    info: dict[str, Any] = {}
-    ext: list[str] = []
-    produced = {n.outputs[0] for n in nodes}
+    if inputs is None:
+        (node,) = nodes  # a group of several nodes comes with its boundary
+        inputs = [i for i in dict(zip(node.inputs, node.input_infos)).values() if i is not None]
+    ext = [i.name for i in inputs]
+    info: dict[str, Any] = {i.name: i for i in inputs}
     for n in nodes:
-        for x, i in zip(n.inputs, n.input_infos):
-            if x and x not in produced and x not in ext:
-                ext.append(x)
-                info[x] = i
         info[n.outputs[0]] = n.output_infos[0]
     consts = {
         x: v for x in ext if constants is not None and isinstance(v := constants.get(x), np.ndarray)
