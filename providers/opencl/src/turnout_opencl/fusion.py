@@ -15,7 +15,7 @@ from typing import Any
 from turnout import fusion
 from turnout.fusion import GraphIndex
 from turnout.ir import GraphView, Node
-from turnout.provider import KernelFn
+from turnout.provider import FusedSubgraph, KernelFn
 
 from .kernels.elementwise import FUSIBLE, compile_ew
 from .runtime import Runtime
@@ -50,22 +50,15 @@ def find_groups(view: GraphView, claimed: Sequence[str]) -> list[list[str]]:
     return fusion.find_groups(idx, shape_of.keys(), key=shape_of.__getitem__)
 
 
-def compile_group(
-    rt: Runtime, view: GraphView, members: Sequence[str], name: str
-) -> tuple[KernelFn, tuple[str, ...], tuple[str, ...]]:
-    """(kernel function, boundary inputs, exported outputs) of one fused group."""
-    idx = GraphIndex.of(view)
-    nodes = [idx.by_name[n] for n in members]
-    types: dict[str, Any] = {}
-    for n in nodes:
-        for v, info in (*zip(n.inputs, n.input_infos), *zip(n.outputs, n.output_infos)):
-            if v and info is not None:
-                types[v] = info.dtype
-    inputs = fusion.group_inputs(members, idx)
-    outputs = fusion.group_outputs(members, idx)
+def compile_group(rt: Runtime, sg: FusedSubgraph) -> KernelFn:
+    """The kernel function of one fused group over its boundary (`sg.inputs` in, `sg.outputs`
+    out): one generated OpenCL kernel, built now."""
+    types: dict[str, Any] = {v.name: v.dtype for v in sg.inputs}
+    for n in sg.nodes:
+        types.update((y, i.dtype) for y, i in zip(n.outputs, n.output_infos) if i is not None)
     steps = []
-    for n in nodes:
-        kn = view.kernel_node(n)
+    for n in sg.nodes:
+        kn = sg.kernel_node(n)
         steps.append(
             (
                 n.op_type,
@@ -76,6 +69,6 @@ def compile_group(
                 kn.since_version,
             )
         )
-    safe = "".join(c if c.isalnum() else "_" for c in name)[:60]
-    prog = compile_ew(rt, safe, [(x, types[x]) for x in inputs], steps, outputs, types)
-    return prog, tuple(inputs), tuple(outputs)
+    safe = "".join(c if c.isalnum() else "_" for c in sg.name)[:60]
+    inputs = [(v.name, v.dtype) for v in sg.inputs]
+    return compile_ew(rt, safe, inputs, steps, [v.name for v in sg.outputs], types)

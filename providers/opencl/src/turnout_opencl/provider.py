@@ -4,8 +4,9 @@
 creation and held by the device: float64 needs cl_khr_fp64; float16/bfloat16 are 16-bit
 storage computed in float, no extension needed) and declines
 the rest with the reason; then connected elementwise nodes become fused groups
-(`fusion.find_groups`), each compiled by `_compile` into one generated kernel. Every program is
-built while the session is created; a run only enqueues kernels, and `on_run_end` waits for
+(`fusion.find_groups`), which turnout hands back to `compile_subgraphs` as `FusedSubgraph`s
+(nodes, typed boundary): each becomes one generated kernel in a `CompiledState`. Every program
+is built while the session is created; a run only enqueues kernels, and `on_run_end` waits for
 the queue.
 
 Threads: runs of one session share its device state, and that state is not safe to use from
@@ -21,16 +22,17 @@ runs truly in parallel, use a session per thread (each has its own context and q
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from turnout.ir import GraphView
 from turnout.provider import (
     Capability,
-    CompiledKernel,
+    CompiledState,
     Decline,
     Device,
     ExecutionProvider,
+    FusedSubgraph,
     KernelFn,
     KernelNode,
 )
@@ -90,12 +92,15 @@ class OpenCLExecutionProvider(ExecutionProvider):
                     )
         return claims, declines
 
-    def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
-        out: list[CompiledKernel] = []
-        for cap, view in groups:
-            name = cap.name or f"opencl_fused_{cap.nodes[0]}"
-            fn, inputs, outputs = compile_group(self.rt, view, cap.nodes, name)
-            out.append(CompiledKernel(name, fn, inputs, outputs))
+    def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
+        """One generated kernel per group, its program built now (or read from the program
+        cache); the state is the kernel function, and the cache owns the programs."""
+        out: list[CompiledState] = []
+        for sg in subgraphs:
+            fn = compile_group(self.rt, sg)
+            inputs = tuple(v.name for v in sg.inputs)
+            outputs = tuple(v.name for v in sg.outputs)
+            out.append(CompiledState(sg.name, inputs, outputs, _compute, create=_holding(fn)))
         return out
 
     # ------------------------------------------------------------------ runs
@@ -110,3 +115,13 @@ class OpenCLExecutionProvider(ExecutionProvider):
             self.rt.check_errors()
         finally:
             self.rt.run_lock.release()
+
+
+def _holding(fn: KernelFn) -> Callable[[], KernelFn]:
+    """A group's create: the state it makes is its kernel function, built already."""
+    return lambda: fn
+
+
+def _compute(fn: KernelFn, *inputs: Any) -> tuple[Any, ...]:
+    """A group's compute: its state is the group's kernel function."""
+    return fn(*inputs)  # type: ignore[return-value]
