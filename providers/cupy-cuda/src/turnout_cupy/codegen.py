@@ -18,6 +18,7 @@ machine without a GPU.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -199,8 +200,12 @@ class GroupProgram:
         self.ctype = CTYPES[self.dtype.name]
 
     def kernel_name(self, v: Variant) -> str:
+        """Named by a digest of the group's types and statements, and the layout: groups with
+        the same text (one per layer of a model) share one kernel and one CuPy cache entry."""
         mask = "".join("d" if d else "s" for d in v.dense)
-        return f"tn_{self.name}_r{v.rank}_{mask}"
+        text = repr((self.ctype, [dt.name for _, dt in self.inputs], self.body()))
+        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+        return f"tn_{digest}_r{v.rank}_{mask}"
 
     def body(self) -> list[str]:
         """The per-element statements: `T v_k = <expr>;` for each step."""
@@ -218,7 +223,7 @@ class GroupProgram:
         ps = [
             f"const {CTYPES[dt.name]}* __restrict__ p{i}" for i, (_, dt) in enumerate(self.inputs)
         ]
-        ps += [f"T* __restrict__ o{j}" for j in range(len(self.outputs))]
+        ps += [f"{self.ctype}* __restrict__ o{j}" for j in range(len(self.outputs))]
         ps.append("const long long n")
         if not all(v.dense):
             ps += [f"const long long d{k}" for k in range(v.rank)]

@@ -16,7 +16,7 @@ source and runs the member kernels with numpy instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from turnout.provider import CompiledState, FusedSubgraph, KernelFn, KernelRegis
 from .backend import Backend
 from .codegen import FUSED_OPS, GroupProgram, Step, Variant
 
-__all__ = ["BLOCK", "compile_group", "fusible", "fused_groups"]
+__all__ = ["BLOCK", "Generated", "compile_group", "fusible", "fused_groups", "layout"]
 
 BLOCK = 256
 _MAX_GRID = 1 << 20
@@ -99,10 +99,14 @@ def layout(
     return Variant(rank, dense), args
 
 
+Generated = list[tuple[GroupProgram, Variant]]
+
+
 def compile_group(
-    sg: FusedSubgraph, be: Backend, registry: KernelRegistry, sources: list[str] | None = None
+    sg: FusedSubgraph, be: Backend, registry: KernelRegistry, generated: Generated | None = None
 ) -> CompiledState:
-    """One `CompiledState` for `sg`; `sources` (if given) collects every generated source."""
+    """One `CompiledState` for `sg`; `generated` (if given) collects each (program, variant)
+    whose source was generated, for the compile-only check and the tests."""
     inputs = tuple(v.name for v in sg.inputs)
     outputs = tuple(v.name for v in sg.outputs)
     program = _program(sg)
@@ -125,8 +129,8 @@ def compile_group(
         kernel = kernels.get(variant)
         if kernel is None:
             source = program.source(variant)
-            if sources is not None:
-                sources.append(source)
+            if generated is not None:
+                generated.append((program, variant))
             kernel = kernels[variant] = launch.build(program, variant, source)
         outs = [xp.empty(out_shape, program.dtype) for _ in outputs]
         n = int(np.prod(out_shape, dtype=np.int64))
@@ -188,6 +192,3 @@ class _EmulatedRunner:
 
 def _emulated_runner(sg: FusedSubgraph, registry: KernelRegistry) -> _EmulatedRunner:
     return _EmulatedRunner(sg, registry)
-
-
-Launcher = Callable[..., Any]

@@ -34,7 +34,7 @@ from turnout.provider import (
 from . import PROVIDER_NAME, __version__
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .backend import Backend
-from .fusion import compile_group, fused_groups
+from .fusion import Generated, compile_group, fused_groups
 from .kernels.registry import SPECS, KernelSpec
 
 __all__ = ["CuPyExecutionProvider", "make_stream"]
@@ -58,8 +58,9 @@ class CuPyExecutionProvider(ExecutionProvider):
         self.backend = backend
         self.device = backend.device
         self.fuse = bool(self.options.get("fuse", True))
-        self.sources: list[str] = []
-        """Every CUDA source this session generated (the compile-only check reads it)."""
+        self.generated: Generated = []
+        """Each (program, layout) this session generated CUDA for (the compile-only check
+        and the tests read it)."""
         self._lock = threading.Lock()
         self._local = threading.local()
         if not backend.emulated:
@@ -111,7 +112,7 @@ class CuPyExecutionProvider(ExecutionProvider):
         return claims, declines
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
-        return [compile_group(sg, self.backend, self.kernels, self.sources) for sg in subgraphs]
+        return [compile_group(sg, self.backend, self.kernels, self.generated) for sg in subgraphs]
 
     def compatibility_info(self) -> str:
         return f"turnout-cupy {__version__}; {self.device}"

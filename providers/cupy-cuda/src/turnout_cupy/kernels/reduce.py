@@ -44,6 +44,17 @@ REDUCTIONS: dict[str, tuple[int, Reduce, float]] = {
 }
 
 
+def _identity(value: float, dtype: np.dtype[Any]) -> Any:
+    """The reduction's identity in `dtype`: infinities become the integer limits, and for
+    bool Max/Min False/True."""
+    if dtype == np.bool_:
+        return value > 0
+    if dtype.kind in "iu" and np.isinf(value):
+        info = np.iinfo(dtype)
+        return info.max if value > 0 else info.min
+    return value
+
+
 def _reduce_builder(fn: Reduce, identity: float, from_input: bool) -> Any:
     def build(kn: KernelNode, be: Backend) -> KernelFn:
         xp = be.xp
@@ -59,7 +70,8 @@ def _reduce_builder(fn: Reduce, identity: float, from_input: bool) -> Any:
             axes = tuple(sorted({a % x.ndim for a in given})) if given else tuple(range(x.ndim))
             if any(x.shape[a] == 0 for a in axes):
                 shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
-                y = xp.full(shape, identity, dtype=x.dtype)
+                fill = _identity(identity, x.dtype)
+                y = xp.full(shape, fill, dtype=x.dtype)
             else:
                 y = fn(xp, x, axes).astype(x.dtype, copy=False)
             if not keep:

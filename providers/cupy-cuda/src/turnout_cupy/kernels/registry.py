@@ -35,6 +35,7 @@ Builder = Callable[[KernelNode, Backend], KernelFn]
 
 # numpy dtype kinds CuPy holds: bool, ints, unsigned ints, floats (16/32/64), complex
 _HELD_KINDS = frozenset("biufc")
+_NOT_HELD = ("bfloat16", "float8", "float4", "int4", "uint4", "int2", "uint2")  # ml_dtypes
 
 
 def numeric_only(kn: KernelNode) -> str | None:
@@ -48,7 +49,7 @@ def numeric_only(kn: KernelNode) -> str | None:
         dt = info.dtype
         if dt is None:
             return f"type of {info.name!r} unknown at session creation"
-        if np.dtype(dt).kind not in _HELD_KINDS or np.dtype(dt).name == "bfloat16":
+        if np.dtype(dt).kind not in _HELD_KINDS or np.dtype(dt).name.startswith(_NOT_HELD):
             return f"CuPy has no {np.dtype(dt).name} arrays ({info.name!r})"
     return None
 

@@ -68,7 +68,7 @@ def flatten(kn: KernelNode, be: Backend) -> KernelFn:
     axis = int(kn.attr("axis", 1))
 
     def run(x: Any) -> tuple[Any]:
-        ax = axis % (x.ndim + 1) if axis < 0 else axis
+        ax = axis + x.ndim if axis < 0 else axis
         rows = int(np.prod(x.shape[:ax], dtype=np.int64))
         return (x.reshape(rows, int(np.prod(x.shape[ax:], dtype=np.int64))),)
 
@@ -301,7 +301,8 @@ def _depth_space(to_space: bool) -> Any:
                 else:
                     y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
                 return (be.xp.ascontiguousarray(y).reshape(n, c // (b * b), h * b, w * b),)
-            y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+            y = x.reshape(n, c, h // b, b, w // b, b)
+            y = y.transpose(0, 1, 3, 5, 2, 4) if crd else y.transpose(0, 3, 5, 1, 2, 4)
             return (be.xp.ascontiguousarray(y).reshape(n, c * b * b, h // b, w // b),)
 
         return run
