@@ -105,7 +105,6 @@ REVIEWED: dict[str, str] = {
     "get_registered_ep_kernel_defs": _SDK_V2,
     "OrtDeviceEpIncompatibilityReason": _SDK_V2,
     "OrtCompiledModelCompatibility": _SDK_V2,
-    "OrtSyncStream": _SDK_V2,
     "OrtEpContextData": _SDK_V2 + " (EPContext compilation)",
     "OrtEpContextDataBuffer": _SDK_V2 + " (EPContext compilation)",
     "ModelRequiresCompilation": _SDK_V2 + " (EPContext compilation)",

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import backend, capi
 from .capi import onnxruntime_validation
-from .capi.onnxruntime_pybind11_state import copy_tensors, has_collective_ops
+from .capi.onnxruntime_pybind11_state import OrtSyncStream, copy_tensors, has_collective_ops
 from .compiler import ModelCompiler, OrtCompileApiFlags
 from .environment import (
     ORT_API_VERSION,
@@ -135,6 +135,7 @@ __all__ = [
     "OrtMemoryInfo",
     "OrtMemoryInfoDeviceType",
     "OrtSparseFormat",
+    "OrtSyncStream",
     "OrtValue",
     "RunOptions",
     "RuntimeException",

@@ -108,10 +108,14 @@ class OrtEpDevice:
     device: OrtHardwareDevice
     memory_info: Any = None
 
-    def create_sync_stream(self) -> None:
-        raise Fail(
-            f"{self.ep_name}: turnout providers have no sync streams yet (provider SDK v2 work)"
-        )
+    def create_sync_stream(self) -> Any:
+        """An `OrtSyncStream` of the provider (`ProviderFactory.sync_stream`) for
+        `copy_tensors`; its handle is 0 for a provider without streams."""
+        from .capi.onnxruntime_pybind11_state import OrtSyncStream
+        from .plugins import registry
+
+        factory = registry.resolve(self.ep_name)
+        return OrtSyncStream(factory.sync_stream(), self.ep_name)
 
 
 EpSelectionDelegate = Callable[

@@ -104,6 +104,7 @@ def optimize(
     """
     from .optimizer import Level, OptimizationReport
     from .optimizer import optimize as run_passes
+    from .optimizer.layout import nhwc_ops
 
     values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
     if already_optimized:
@@ -117,6 +118,7 @@ def optimize(
             keep_initializers=options._initializers,
             limits=options.resource_limits,
             values=values,
+            nhwc_ops=nhwc_ops(providers, _opsets(model)),
         )
     except GraphPassError as e:
         message = f"{label}: graph optimization skipped: {e}"
@@ -230,17 +232,25 @@ def _fused_op_support(
 ) -> Callable[[str, str, tuple[str, ...]], bool]:
     """Whether a fusion may fire: the first provider (in priority order) that would take the
     fused op or the ops it replaces must have a kernel for the fused op."""
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    from .optimizer.layout import channels_last_ops
+
+    opsets = _opsets(model)
 
     def supports(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
         opset = opsets.get(domain, 1)
         since = schema_since_version(domain, op_type, opset) or opset
         for p in providers:
-            if p.kernels.lookup(domain, op_type, since) is not None:
+            nhwc = channels_last_ops(p)  # Conv run as NhwcConv counts as Conv
+            if p.kernels.lookup(domain, op_type, since) is not None or (domain, op_type) in nhwc:
                 return True
-            ops = set(p.kernels.ops())
+            ops = set(p.kernels.ops()) | nhwc
             if any(("", r) in ops for r in replaced):
                 return False
         return False
 
     return supports
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    """The model's opset imports by domain ("" for ai.onnx)."""
+    return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}

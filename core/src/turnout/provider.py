@@ -526,10 +526,17 @@ class DataTransfer:
 
 
 class ExecutionProvider:
-    """One provider instance per session. Subclasses fill `kernels` and may override `_compile`."""
+    """One provider instance per session. Subclasses fill `kernels` and may override
+    `compile_subgraphs`."""
 
     name: str = "ExecutionProvider"
     device: Device = CPU
+    preferred_layout: str = "NCHW"
+    """The data layout this provider's Conv-like kernels want: "NCHW" (ONNX's, the default) or
+    "NHWC". With "NHWC", each layout-sensitive node that this provider would run, and whose
+    channels-last variant it registers (`turnout.optimizer.layout.NHWC_OPS`: Conv becomes
+    `ai.turnout::NhwcConv`, ...), reaches it as that variant with channels-last data; the
+    optimizer puts transposes only where a chain of such nodes begins and ends."""
     stream: Stream | None = None
     """The provider's `Stream`, or None for a provider whose work is done when a call returns
     (the default). Kernels see it as `KernelContext.stream`."""
@@ -623,7 +630,10 @@ class ExecutionProvider:
         return reason
 
     def compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
-        """Compile fused groups into kernel functions; called once at session creation."""
+        """Deprecated (contract 1): compile fused groups, each a `Capability` with the whole
+        graph's `GraphView`, into kernel functions. turnout calls it only for a provider that
+        does not override `compile_subgraphs`, so that contract-1 providers still load; new
+        providers implement `compile_subgraphs`, which gets each group's boundary."""
         if not groups:
             return []
         try:
@@ -632,6 +642,7 @@ class ExecutionProvider:
             raise EPFail(f"{self.name}: compile failed: {e}") from e
 
     def _compile(self, groups: Sequence[tuple[Capability, GraphView]]) -> list[CompiledKernel]:
+        """Deprecated: the contract-1 compile that `compile` wraps."""
         raise EPFail(f"{self.name} claimed fused groups but does not implement _compile")
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
@@ -749,6 +760,11 @@ class ProviderFactory:
     def data_transfer(self) -> DataTransfer:
         """Host <-> device copies outside a session (OrtValue creation, IO binding)."""
         return self.create({}).data_transfer
+
+    def sync_stream(self) -> Stream | None:
+        """A stream to enqueue `data_transfer()`'s copies on outside a session
+        (`OrtEpDevice.create_sync_stream()`), or None for a provider without streams."""
+        return None
 
     def expected_failures(self) -> Mapping[str, str]:
         """Conformance cases this provider is known to fail: case name or regex -> reason.

@@ -18,7 +18,7 @@ device keeps working while the host runs other nodes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -265,7 +265,7 @@ def insert_copies(
                 x = copy_of(x, want, st.name, batch)
             inputs.append(x)
         wait_for(inputs)
-        slots[-1].append(Step(st.name, st.op_type, st.provider, st.fn, tuple(inputs), st.outputs))
+        slots[-1].append(replace(st, inputs=tuple(inputs)))
         slots.append([])
         for j, y in enumerate(st.outputs):
             if y:

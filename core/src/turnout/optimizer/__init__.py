@@ -38,6 +38,7 @@ from . import (  # noqa: F401 - importing registers the passes, in this order
     fusion_gelu,
     fusion_norm,
     gemm,
+    layout,
     qdq,
     subgraph,
     transpose,
@@ -136,6 +137,7 @@ def optimize(
     fold_max_elements: int | None = None,
     limits: ResourceLimits | None = None,
     values: dict[str, np.ndarray] | None = None,
+    nhwc_ops: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[onnx.ModelProto, OptimizationReport]:
     """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
 
@@ -143,6 +145,7 @@ def optimize(
     overrides its field of that name).
 
     `keep_initializers` names initializers that must stay as they are (overridden at run time).
+    `nhwc_ops` names the Conv-like ops to hand over channels-last (`layout.nhwc_ops`).
     `values`, when given, receives the initializers of the returned model that the optimizer
     holds decoded (each equal to `numpy_helper.to_array` of its proto), so that the caller
     need not decode them again.
@@ -158,10 +161,11 @@ def optimize(
         limits = dataclasses.replace(limits, fold_max_elements=int(fold_max_elements))
     extra = [as_pass(p) for p in extra_passes]
     keep = list(keep_initializers)
-    out, report, g = _optimize(model, lvl, limits, supports, extra, keep, inline=True)
+    run = (model, lvl, limits, supports, extra, keep, nhwc_ops)
+    out, report, g = _optimize(*run, inline=True)
     if g.inlined and not passes_load_checks(out):
         # an inlined branch exposed what only its If's loose types let pass: keep the Ifs
-        out, report, g = _optimize(model, lvl, limits, supports, extra, keep, inline=False)
+        out, report, g = _optimize(*run, inline=False)
     if values is not None:
         values.update(g.values)
     return out, report
@@ -174,6 +178,7 @@ def _optimize(
     supports: SupportsFn | None,
     extra: list[GraphPass],
     keep_initializers: list[str],
+    nhwc_ops: frozenset[tuple[str, str]],
     inline: bool,
 ) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph]:
     from ..model import light_copy
@@ -194,6 +199,7 @@ def _optimize(
         fold_max_total_bytes=limits.fold_max_total_bytes,
         max_tensor_elements=limits.max_tensor_elements,
         inline_ifs=inline,
+        nhwc_ops=nhwc_ops,
     )
     if supports is not None:
         ctx.supports = supports

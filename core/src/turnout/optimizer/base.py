@@ -61,6 +61,7 @@ class PassContext:
     max_tensor_elements: int = 1 << 32  # the largest tensor a pass may materialize at all
     folded_bytes: int = 0  # what folding has kept so far in this run
     inline_ifs: bool = True  # whether inline_constant_if may inline
+    nhwc_ops: frozenset[tuple[str, str]] = frozenset()  # handed over channels-last (layout.py)
 
     def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:
         return self.supports(domain, op_type, tuple(replaced))

@@ -14,6 +14,7 @@ from turnout.provider import (
     DeviceEntry,
     ExecutionProvider,
     ProviderFactory,
+    Stream,
 )
 from turnout.provider_options import ProviderOption
 
@@ -167,10 +168,17 @@ class OpenCLProviderFactory(ProviderFactory):
         provider.stream = provider.rt.stream
         return provider
 
+    def _outside(self) -> ExecutionProvider:
+        """The provider that OrtValues and `copy_tensors` use outside a session (made once)."""
+        if not hasattr(self, "_provider"):
+            self._provider = self.create({})
+        return self._provider
+
     def data_transfer(self) -> DataTransfer:
-        if not hasattr(self, "_transfer"):
-            self._transfer = self.create({}).data_transfer
-        return self._transfer
+        return self._outside().data_transfer
+
+    def sync_stream(self) -> Stream | None:
+        return self._outside().stream
 
     def expected_failures(self) -> Mapping[str, str]:
         from .expected_failures import EXPECTED_FAILURES

@@ -1,0 +1,278 @@
+"""Contract v2 memory, streams and the one device declaration, on the fake device: the plan
+frees dead values through a pooling allocator, kernels allocate through their context, copies
+are batched, copies to the host wait on an event before the host reads them, and a provider
+whose device disagrees with its factory is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import turnout
+from turnout import devices, plugins
+from turnout.errors import EPFail, NotImplemented
+from turnout.fake_device import (
+    SENTINEL,
+    FakeDataTransfer,
+    FakeDeviceArray,
+    FakeDeviceProviderFactory,
+    FakeStream,
+)
+from turnout.provider import (
+    CONTRACT_VERSION,
+    Allocator,
+    DataTransfer,
+    Device,
+    ExecutionProvider,
+    KernelNode,
+    ProviderFactory,
+)
+
+
+def _register(factory: ProviderFactory) -> Iterator[Any]:
+    turnout.register_provider(factory)
+    devices.clear_cache()
+    yield factory
+    plugins.registry.unregister(factory.name)
+    devices.clear_cache()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDeviceProviderFactory]:
+    yield from _register(FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul")))
+
+
+@pytest.fixture
+def fake_streams() -> Iterator[FakeDeviceProviderFactory]:
+    yield from _register(FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul"), streams=True))
+
+
+def _model(nodes: list[onnx.NodeProto], outputs: list[str], n_inputs: int = 1) -> onnx.ModelProto:
+    inputs = [
+        helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [4]) for i in range(n_inputs)
+    ]
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4]) for o in outputs]
+    g = helper.make_graph(nodes, "g", inputs, outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _chain() -> onnx.ModelProto:
+    """x0 -> Relu -> a; Add(a, a) -> b; Mul(b, b) -> y: all on the fake device."""
+    return _model(
+        [
+            helper.make_node("Relu", ["x0"], ["a"], name="relu"),
+            helper.make_node("Add", ["a", "a"], ["b"], name="add"),
+            helper.make_node("Mul", ["b", "b"], ["y"], name="mul"),
+        ],
+        ["y"],
+    )
+
+
+X = np.array([-1, 2, -3, 4], np.float32)
+
+
+def test_the_plan_frees_dead_device_values_through_the_allocator(
+    fake: FakeDeviceProviderFactory,
+) -> None:
+    sess = turnout.InferenceSession(_chain(), providers=[fake.name])
+    allocator = fake.last.allocator  # type: ignore[union-attr]
+    (y,) = sess.run(None, {"x0": X})
+    np.testing.assert_array_equal(y, (2 * np.maximum(X, 0)) ** 2)
+    # x0's upload, a, b and y on the device are dead after their last reader; the host copy
+    # of y is the graph output and is not the device's to free
+    assert allocator.frees == 4
+    assert allocator.empties == 1  # the upload's destination came from the allocator
+
+
+def test_without_memory_reuse_nothing_is_freed(fake: FakeDeviceProviderFactory) -> None:
+    opts = turnout.SessionOptions()
+    opts.enable_mem_reuse = False
+    sess = turnout.InferenceSession(_chain(), opts, providers=[fake.name])
+    sess.run(None, {"x0": X})
+    assert fake.last.allocator.frees == 0  # type: ignore[union-attr]
+
+
+def test_inputs_a_step_needs_from_the_host_travel_in_one_batch(
+    fake: FakeDeviceProviderFactory,
+) -> None:
+    model = _model([helper.make_node("Add", ["x0", "x1"], ["y"], name="add")], ["y"], 2)
+    sess = turnout.InferenceSession(model, providers=[fake.name])
+    transfer = fake.last.data_transfer  # type: ignore[union-attr]
+    (y,) = sess.run(None, {"x0": X, "x1": 2 * X})
+    np.testing.assert_array_equal(y, 3 * X)
+    assert transfer.batches == [2, 1]  # both inputs in one call, then the output back
+    copies = [st for st in sess._plan.steps if st.op_type.startswith("Memcpy")]
+    assert [st.inputs for st in copies] == [("x0", "x1"), ("y",)]
+
+
+def _crossing() -> onnx.ModelProto:
+    """fake Relu(x0) -> a; a host Neg(x1) in between; host Sub(a, c) reads a on the host."""
+    return _model(
+        [
+            helper.make_node("Relu", ["x0"], ["a"], name="relu"),
+            helper.make_node("Neg", ["x1"], ["c"], name="neg"),
+            helper.make_node("Sub", ["a", "c"], ["y"], name="sub"),
+        ],
+        ["y"],
+        2,
+    )
+
+
+def test_a_copy_to_the_host_starts_after_its_producer_and_is_waited_for_by_its_reader(
+    fake_streams: FakeDeviceProviderFactory,
+) -> None:
+    sess = turnout.InferenceSession(_crossing(), providers=[fake_streams.name])
+    order = [st.op_type for st in sess._plan.steps]
+    assert order == ["MemcpyFromHost", "Relu", "MemcpyToHost", "Neg", "EventWait", "Sub"]
+    stream = fake_streams.last.stream  # type: ignore[union-attr]
+    assert isinstance(stream, FakeStream)
+    (y,) = sess.run(None, {"x0": X, "x1": X})
+    np.testing.assert_array_equal(y, np.maximum(X, 0) + X)  # no sentinel: the copy landed
+    assert stream.events == 1 and stream.waits == 1
+
+
+def test_a_stream_copy_lands_only_when_its_event_is_waited_for() -> None:
+    stream = FakeStream(Device("fake"))
+    transfer = FakeDataTransfer(Device("fake"))
+    host = np.empty(4, np.float32)
+    transfer.copy_tensors([(FakeDeviceArray(X.copy()), host)], stream)
+    assert (host == SENTINEL).all()  # why the test above proves the executor waited
+    stream.record().wait()
+    np.testing.assert_array_equal(host, X)
+
+
+def test_graph_outputs_are_waited_for_before_the_run_returns(
+    fake_streams: FakeDeviceProviderFactory,
+) -> None:
+    sess = turnout.InferenceSession(_chain(), providers=[fake_streams.name])
+    assert sess._plan.steps[-1].op_type == "EventWait"
+    (y,) = sess.run(None, {"x0": X})
+    np.testing.assert_array_equal(y, (2 * np.maximum(X, 0)) ** 2)
+
+
+def test_pruned_plans_keep_the_wait(fake_streams: FakeDeviceProviderFactory) -> None:
+    sess = turnout.InferenceSession(_crossing(), providers=[fake_streams.name])
+    ro = turnout.RunOptions()
+    ro.only_execute_path_to_fetches = True
+    (y,) = sess.run(["y"], {"x0": X, "x1": X}, ro)
+    np.testing.assert_array_equal(y, np.maximum(X, 0) + X)
+
+
+def test_kernels_allocate_through_their_context_and_see_the_stream(
+    fake_streams: FakeDeviceProviderFactory,
+) -> None:
+    seen: list[Any] = []
+
+    class Provider(ExecutionProvider):
+        def __init__(self, options: dict[str, Any], factory: ProviderFactory) -> None:
+            super().__init__(options, factory)
+            self.allocator = CountingAllocator(self.device)
+
+            @self.kernels.register("Relu", since=1)
+            def relu(kn: KernelNode) -> Any:
+                ctx = kn.context
+                assert ctx is not None
+                seen.append(ctx.stream)
+
+                def run(x: np.ndarray) -> tuple[np.ndarray]:
+                    out = ctx.allocate(x.shape, x.dtype)
+                    np.maximum(x, 0, out=out)
+                    return (out,)
+
+                return run
+
+    class CountingAllocator(Allocator):
+        made = 0
+
+        def _empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+            CountingAllocator.made += 1
+            return np.empty(shape, dtype)
+
+    class Factory(ProviderFactory):
+        name = "AllocatingExecutionProvider"
+        contract_version = CONTRACT_VERSION
+
+        def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+            return Provider(options, self)
+
+    for _ in _register(Factory()):
+        model = _model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
+        sess = turnout.InferenceSession(model, providers=[Factory.name])
+        (y,) = sess.run(None, {"x0": X})
+        np.testing.assert_array_equal(y, np.maximum(X, 0))
+        assert CountingAllocator.made == 1 and seen == [None]  # no streams: None
+        assert sess._providers[0].allocator.device == Device("cpu")
+
+
+def test_the_provider_takes_its_name_and_device_from_the_factory(
+    fake: FakeDeviceProviderFactory,
+) -> None:
+    turnout.InferenceSession(_chain(), providers=[fake.name])
+    p = fake.last
+    assert p is not None and p.name == fake.name
+    assert p.device == p.allocator.device == p.data_transfer.device == Device("fake", 0)
+    entry = fake.probe().devices[0]
+    assert entry.device == p.device
+
+
+class _OffDevice(ExecutionProvider):
+    name = "OffDeviceExecutionProvider"
+    device = Device("elsewhere", 0)
+
+
+def _off_factory(version: int) -> ProviderFactory:
+    class Factory(ProviderFactory):
+        name = "OffDeviceExecutionProvider"
+        device_type = "fake"
+        contract_version = version
+
+        def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+            return _OffDevice(options)
+
+    return Factory()
+
+
+def test_a_contract_2_provider_on_another_device_than_its_factory_is_refused() -> None:
+    with pytest.raises(EPFail, match="OffDeviceExecutionProvider: its provider is on elsewhere:0"):
+        _off_factory(CONTRACT_VERSION).create({})
+
+
+def test_a_contract_1_provider_keeps_its_own_declarations() -> None:
+    provider = _off_factory(1).create({})
+    assert provider.device == Device("elsewhere", 0)
+    assert provider.allocator.device == provider.data_transfer.device == provider.device
+
+
+def test_a_contract_1_transfer_copies_to_the_host_one_by_one_and_cannot_fill_a_device_buffer() -> (
+    None
+):
+    transfer = DataTransfer()
+    assert not transfer.batched and FakeDataTransfer(Device("fake")).batched
+    host = np.zeros(4, np.float32)
+    transfer.copy_tensors([(X, host)])
+    np.testing.assert_array_equal(host, X)
+    with pytest.raises(NotImplemented, match="DataTransfer cannot copy into a FakeDeviceArray"):
+        transfer.copy_tensors([(X, FakeDeviceArray(host))])
+
+
+def test_capi_copy_tensors_batches_per_device_and_uses_the_sync_stream(
+    fake_streams: FakeDeviceProviderFactory,
+) -> None:
+    (ep_device,) = [d for d in turnout.get_ep_devices() if d.ep_name == fake_streams.name]
+    stream = ep_device.create_sync_stream()
+    assert isinstance(stream, turnout.OrtSyncStream) and stream.get_handle() == 0
+    src = [turnout.OrtValue.ortvalue_from_numpy(X * k) for k in (1, 2)]
+    dst = [turnout.OrtValue.ortvalue_from_shape_and_type([4], np.float32, "fake") for _ in src]
+    transfer = devices.transfer_for("fake")
+    before = len(transfer.batches)  # type: ignore[attr-defined]
+    turnout.copy_tensors(src, dst, stream)
+    assert transfer.batches[before:] == [2]  # type: ignore[attr-defined]
+    assert stream._stream.waits == 1  # enqueued on the stream, landed before the call returned
+    back = [turnout.OrtValue.ortvalue_from_numpy(np.zeros(4, np.float32)) for _ in src]
+    turnout.copy_tensors(dst, back)
+    np.testing.assert_array_equal(back[1].numpy(), 2 * X)
