@@ -181,6 +181,7 @@ def _evaluate(
     """Run `nodes` (all inputs constant or in `known`) in one session; None when any of them
     fails."""
     from ..options import GraphOptimizationLevel, SessionOptions
+    from ..provider_selection import CPU_NUMPY_ONLY_KEY
     from ..session import InferenceSession
 
     produced = {o for n in nodes for o in n.output if o}
@@ -198,6 +199,8 @@ def _evaluate(
     )
     opts = SessionOptions()
     opts.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    # the numpy kernels: a host provider (numba) would compile kernels for a single run
+    opts.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
     try:
         sess = InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         results = sess.run(None, {})
