@@ -476,7 +476,8 @@ def test_vad_like_keeps_its_if_on_the_sample_rate_and_folds_the_branch_constants
     apps = pytest.importorskip("turnout.models.apps")
     model = apps.vad_like()
     before = _body_ops(model)
-    out, _ = optimize(model, Level.ALL)
+    # BASIC: the folding; onnxruntime cannot run the ai.turnout ops the fusions write
+    out, _ = optimize(model, Level.BASIC)
     assert _ops(out).count("If") == 1  # on Equal(sr, 16000): sr is fed at run time
     after = _body_ops(out)
     assert before.count("Constant") > 100 and "Constant" not in after

@@ -96,6 +96,7 @@ ORDER = [
     "fuse_matmul_add",
     "fuse_conv_add_activation",
     "fuse_activation",
+    "fuse_subgraphs",
 ]
 
 
@@ -206,6 +207,7 @@ def _optimize(
     chosen = passes_for(lvl, extra)
     basic = [p for p in chosen if p.level == Level.BASIC]
     later = [p for p in chosen if p.level > Level.BASIC]
+    ctx.body_passes = later
     for _ in range(MAX_ROUNDS):
         if not sum(_run(g, p, ctx, report) for p in basic):
             break

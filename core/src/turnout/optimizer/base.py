@@ -62,6 +62,8 @@ class PassContext:
     folded_bytes: int = 0  # what folding has kept so far in this run
     inline_ifs: bool = True  # whether inline_constant_if may inline
     nhwc_ops: frozenset[tuple[str, str]] = frozenset()  # handed over channels-last (layout.py)
+    # the passes above BASIC that this run chose: fuse_subgraphs runs them in bodies too
+    body_passes: list[GraphPass] = field(default_factory=list)
 
     def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:
         return self.supports(domain, op_type, tuple(replaced))

@@ -6,6 +6,7 @@
   no-ops, constant Ifs inside it, its own bodies, dead nodes), with the outer graph's
   constants that it reads standing in as constants. Folded values become the body's own
   initializers; outer-scope names and the body's inputs and outputs keep their names.
+- `fuse_subgraphs` (extended): the session's extended passes run inside each body too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from .base import Level, PassContext, graph_pass
 from .graph import OptGraph, attr
 from .shapes import light_model
 
-__all__ = ["fold_subgraphs", "free_reads", "inline_constant_if", "passes_load_checks"]
+__all__ = [
+    "fold_subgraphs",
+    "free_reads",
+    "fuse_subgraphs",
+    "inline_constant_if",
+    "passes_load_checks",
+]
 
 MAX_BODY_ROUNDS = 4
 
@@ -171,13 +178,11 @@ def fold_subgraphs(g: OptGraph, ctx: PassContext) -> int:
 
 
 def _fold_body(g: OptGraph, n: NodeProto, key: str, body: GraphProto, ctx: PassContext) -> int:
-    free = sorted(free_reads(body))
-    consts = {x: g.const(x) for x in free}
+    consts = {x: g.const(x) for x in sorted(free_reads(body))}
     settled = (id(n), key, frozenset(x for x, v in consts.items() if v is not None))
     if settled in g.settled:  # optimized before, with the same outer constants
         return 0
-    outer_inits = [_as_proto(g, x, v) for x, v in consts.items() if v is not None]
-    outer_types = {x: g.types.get(x) for x, v in consts.items() if v is None}
+    outer_inits, outer_types = _outer_reads(g, body)
     budget = ctx.folded_bytes
     model, changes = _optimized_body(g, body, outer_inits, outer_types, ctx)
     if model is None:  # an inlined If failed the load checks: again, keeping this body's Ifs
@@ -190,13 +195,47 @@ def _fold_body(g: OptGraph, n: NodeProto, key: str, body: GraphProto, ctx: PassC
     g.settled.add(settled)
     if not changes:
         return 0
-    g.body_changed(n)  # what it reads, and its output types, may differ now
-    del body.node[:]
-    body.node.extend(model.graph.node)
-    del body.initializer[:]
-    body.initializer.extend(model.graph.initializer)
-    del body.value_info[:]
-    body.value_info.extend(model.graph.value_info)
+    _replace_body(g, n, body, model)
+    return changes
+
+
+def _outer_reads(
+    g: OptGraph, body: GraphProto
+) -> tuple[list[onnx.TensorProto], dict[str, onnx.TypeProto | None]]:
+    """What `body` reads from enclosing scopes: the constants among them as TensorProtos, the
+    others with their types (None where unknown)."""
+    consts = {x: g.const(x) for x in sorted(free_reads(body))}
+    inits = [_as_proto(g, x, v) for x, v in consts.items() if v is not None]
+    types = {x: g.types.get(x) for x, v in consts.items() if v is None}
+    return inits, types
+
+
+# ------------------------------------------------------------------------------ body fusions
+@graph_pass("fuse_subgraphs", Level.EXTENDED)
+def fuse_subgraphs(g: OptGraph, ctx: PassContext) -> int:
+    """The session's extended passes (fusions, and plugins' passes of those levels) inside
+    If/Loop/Scan bodies, at every depth: a branch's Conv + Relu fuses as the top graph's
+    does. A fusion asks `ctx.supports` as at the top, so it fires only where the owner of
+    the body's nodes runs the fused op."""
+    if not g.nested or not ctx.body_passes:
+        return 0
+    changes = 0
+    for n in g.nodes:
+        if n.domain not in ("", "ai.onnx") or not g.has_subgraph(n):
+            continue
+        for _, body in _bodies(n):
+            outer_inits, outer_types = _outer_reads(g, body)
+            model, sub = _body_graph(g, body, outer_inits, outer_types)
+            done = 0
+            for p in ctx.body_passes:
+                c = p.fn(sub, ctx)
+                if c and not p.keeps_types:
+                    sub.mark_changed()
+                done += c
+            if done:
+                _commit_body(sub, outer_inits)
+                _replace_body(g, n, body, model)
+                changes += done
     return changes
 
 
@@ -210,6 +249,23 @@ def _optimized_body(
     """`body` optimized as a model of its own (committed into the returned model when it
     changed): the outer constants it reads are initializers there, the other outer values it
     reads typed inputs. No model when it inlined an If and then failed the load checks."""
+    model, sub = _body_graph(g, body, outer_inits, outer_types)
+    changes = _run_body_passes(sub, ctx)
+    if sub.inlined and not passes_load_checks(light_model(sub)):
+        return None, changes
+    if changes:
+        _commit_body(sub, outer_inits)
+    return model, changes
+
+
+def _body_graph(
+    g: OptGraph,
+    body: GraphProto,
+    outer_inits: list[onnx.TensorProto],
+    outer_types: dict[str, onnx.TypeProto | None],
+) -> tuple[onnx.ModelProto, OptGraph]:
+    """`body` as a model of its own, editable by passes: the outer constants it reads are
+    initializers there, the other outer values it reads (with a known type) typed inputs."""
     model = onnx.ModelProto(ir_version=g.model.ir_version)
     model.opset_import.extend(g.model.opset_import)
     model.graph.CopyFrom(body)
@@ -226,15 +282,29 @@ def _optimized_body(
     )
     sub.share_names(g)
     sub.settled = g.settled
-    changes = _run_body_passes(sub, ctx)
-    if sub.inlined and not passes_load_checks(light_model(sub)):
-        return None, changes
-    if changes:
-        for t in outer_inits:
-            sub.drop_init(t.name)
-        sub.toposort()
-        sub.commit()
-    return model, changes
+    return model, sub
+
+
+def _commit_body(sub: OptGraph, outer_inits: list[onnx.TensorProto]) -> None:
+    """Write the edited body back into its model, without the outer constants it was lent."""
+    for t in outer_inits:
+        sub.drop_init(t.name)
+    sub.toposort()
+    sub.commit()
+
+
+def _replace_body(g: OptGraph, n: NodeProto, body: GraphProto, model: onnx.ModelProto) -> None:
+    """Put the optimized body (`model`'s graph) in place of `body` of node `n`; the domains
+    its new nodes use are imported by the outer model too."""
+    g.body_changed(n)  # what it reads, and its output types, may differ now
+    del body.node[:]
+    body.node.extend(model.graph.node)
+    del body.initializer[:]
+    body.initializer.extend(model.graph.initializer)
+    del body.value_info[:]
+    body.value_info.extend(model.graph.value_info)
+    for o in model.opset_import:
+        g.ensure_opset("" if o.domain == "ai.onnx" else o.domain, o.version)
 
 
 def _as_proto(g: OptGraph, name: str, value: np.ndarray) -> onnx.TensorProto:
