@@ -8,7 +8,6 @@ from typing import Any
 
 from turnout.provider import (
     CONTRACT_VERSION,
-    CPU,
     Availability,
     DeviceEntry,
     ExecutionProvider,
@@ -42,6 +41,7 @@ class NumbaProviderFactory(ProviderFactory):
     version = __version__
     vendor = "turnout"
     contract_version = CONTRACT_VERSION
+    device_type = "cpu"  # the one device declaration: probe entries and the provider read it
 
     def _probe(self) -> Availability:
         try:
@@ -57,7 +57,7 @@ class NumbaProviderFactory(ProviderFactory):
             "threads": str(NUMBA_CONFIG.NUMBA_NUM_THREADS),
             "cache_dir": str(cache_dir()),
         }
-        entry = DeviceEntry(CPU, meta, self.default_options())
+        entry = DeviceEntry(self.device(), meta, self.default_options())
         return Availability(True, (entry,), version=__version__)
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
