@@ -499,3 +499,80 @@ def test_pointwise_convolutions(mix: int, gemm_path: str) -> None:
     }
     model = _conv_model("ConvInteger", feeds, ("w", "w_zero_point"), onnx.TensorProto.INT32)
     np.testing.assert_array_equal(_numba(model, feeds), _reference(model, feeds))
+
+
+# (C, H, W, kernel, strides, pads, depth multiplier): depthwise layers of MobileNet-style
+# models (the OCR model's 3x3 at stride 1 and (2, 1), MobileNet's 3x3/5x5 at stride 2) plus
+# uneven pads and a depth multiplier of 2
+DEPTHWISE = [
+    (16, 24, 40, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    (32, 24, 17, (3, 3), (2, 1), (1, 1, 1, 1), 1),
+    (24, 14, 14, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+    (20, 15, 15, (5, 5), (1, 1), (2, 2, 2, 2), 1),
+    (12, 16, 16, (5, 5), (2, 2), (1, 2, 2, 1), 1),
+    (6, 9, 11, (3, 3), (1, 1), (1, 1, 1, 1), 2),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DEPTHWISE) * 2))
+def test_depthwise_qlinear_conv_against_onnxruntime(
+    case: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Depthwise QLinearConv (group == channels) on the direct grouped kernel, bit-equal to
+    onnxruntime: u8 x s8 with per-channel scales (what quantize_static emits) and u8 x u8
+    with a per-tensor weight zero point, bias, one and two images."""
+    from turnout_numba.kernels import quant_grouped
+
+    calls = []
+    real = quant_grouped.GroupedConv.__call__
+    monkeypatch.setattr(
+        quant_grouped.GroupedConv, "__call__", lambda *a: calls.append(1) or real(*a)
+    )
+    c, h, wd, k, strides, pads, mult = DEPTHWISE[case % len(DEPTHWISE)]
+    rng = np.random.default_rng(case)
+    tw = (np.int8, np.uint8)[case // len(DEPTHWISE)]
+    m = c * mult
+    x = _ints(rng, np.uint8, (1 + case % 2, c, h, wd))
+    w = _ints(rng, tw, (m, 1, *k))
+    per_ch = tw == np.int8
+    feeds = {
+        "x": x, "x_scale": np.float32(rng.uniform(0.01, 0.05)), "x_zero_point": np.uint8(117),
+        "w": w, "w_scale": rng.uniform(0.002, 0.02, (m,) if per_ch else ()).astype(np.float32),
+        "w_zero_point": np.zeros(m, np.int8) if per_ch else np.uint8(128),
+        "y_scale": np.float32(rng.uniform(0.05, 0.3)), "y_zero_point": np.uint8(100),
+        "B": rng.integers(-4000, 4000, (m,)).astype(np.int32),
+    }  # fmt: skip
+    const = tuple(n for n in feeds if n != "x")
+    model = _conv_model(
+        "QLinearConv", feeds, const, onnx.TensorProto.UINT8,
+        group=c, strides=list(strides), pads=list(pads), kernel_shape=list(k),
+    )  # fmt: skip
+    got = _numba(model, feeds, threads=1 + case % 2)
+    assert calls, "the direct grouped kernel did not run"
+    want = _ort(model, feeds)
+    assert want is not None
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("tx", [np.uint8, np.int8])
+@pytest.mark.parametrize("cg", [1, 3, 8])
+def test_grouped_conv_integer(tx: Any, cg: int) -> None:
+    """ConvInteger with groups of 1, 3 and 8 channels (the direct kernel's range), a
+    per-channel weight zero point, strides, dilations and uneven pads: exact against
+    onnx.reference."""
+    rng = np.random.default_rng(cg)
+    groups, mg = 4, 2
+    x = _ints(rng, tx, (2, groups * cg, 11, 13))
+    w = _ints(rng, np.int8, (groups * mg, cg, 3, 3))
+    feeds = {"x": x, "w": w, "x_zero_point": _ints(rng, tx, ()), "w_zero_point": None}
+    for attrs in (
+        {"strides": [2, 1], "pads": [1, 0, 1, 2]},
+        {"dilations": [2, 2], "pads": [2, 2, 2, 2]},
+        {"pads": [0, 1, 2, 0]},
+    ):
+        feeds["w_zero_point"] = _ints(rng, np.int8, (groups * mg,))
+        model = _conv_model(
+            "ConvInteger", feeds, ("w", "w_zero_point"), onnx.TensorProto.INT32,
+            group=groups, **attrs,
+        )  # fmt: skip
+        np.testing.assert_array_equal(_numba(model, feeds), _reference(model, feeds))

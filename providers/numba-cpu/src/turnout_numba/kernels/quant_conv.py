@@ -14,6 +14,9 @@ the padding holding the zero point) and the tiles' (pixels, channels) sums are s
 transposed; a pointwise convolution (1x1, stride 1, no padding, one group) is instead a plain
 product, the weights as A and the input packed per image as B, stored as it comes.
 
+A grouped convolution of few channels per group (depthwise above all) runs `quant_grouped`'s
+direct kernel instead: one call for every group, taps walked in place.
+
 Zero points: x per tensor; w per tensor or per output channel. QLinearConv's bias is added to
 the int32 sums, its output requantized as onnxruntime does (multiplier `x_scale * w_scale /
 y_scale` in float32, per tensor or per output channel): bit-equal to onnxruntime.
@@ -35,6 +38,7 @@ from turnout.providers.cpu.registry import constant_input
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel, numba_kernel
 from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows
+from .quant_grouped import GROUPED_MAX_CHANNELS, GroupedConv
 from .quant_matmul import eight_bit_applies
 from .quant_vnni import AVAILABLE as VNNI
 from .quant_vnni import COLS, VnniB, VnniGemm, row_blocks
@@ -128,6 +132,13 @@ class _WeightRows:
     tiles: tuple[Any, Any]  # `row_blocks` of the M rows
 
 
+@dataclass(frozen=True)
+class _Taps:
+    """A grouped convolution's weights for `quant_grouped`: (M, C/group, KH, KW) int16."""
+
+    w16: Array
+
+
 def _layout8_kernel(ctx: BuildContext) -> SizedKernel:
     u8 = np.dtype(np.uint8)
     sig = types.void(
@@ -200,6 +211,9 @@ class _IntConv:
         self.pointwise = VNNI and self.group == 1 and all(v == 1 for v in strides) and not any(pads)
         self.rows8 = VnniGemm(ctx, variant, out, False, by_row=True) if self.pointwise else None
         self.pack_px = _pack_pixels_kernel(ctx) if self.pointwise else None
+        self.grouped = (
+            GroupedConv(ctx, kn.inputs[0].dtype, out, requant) if self.group > 1 else None
+        )
         self.plans: dict[tuple[Any, Any], _Plan] = {}
         self.kept: tuple[Any, Any, Array] | None = None  # (W, w zero point, packed)
         w = self._const(self.w_index)
@@ -227,12 +241,20 @@ class _IntConv:
 
     def _pack(self, w: Array, wz: Any) -> Any:
         """W as the kernel that will run reads it: VNNI rows for a pointwise convolution,
-        VNNI tiles per group, else int16 rows."""
+        VNNI tiles per group, taps for the direct grouped kernel, else int16 rows."""
+        if self._direct(w):
+            self._check_zero(w, wz)
+            w4 = w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]) if w.ndim == 3 else w
+            return _Taps(GroupedConv.pack(w4, wz))
         if self.pointwise and w.ndim in (3, 4) and all(k == 1 for k in w.shape[2:]):
             return self._pack_rows(w, wz)
         if w.ndim in (3, 4) and self._channels8(w.shape[1] * self.group, w.shape[1]) is not None:
             return self._pack8(w, wz)
         return self._pack16(w, wz)
+
+    def _direct(self, w: Array) -> bool:
+        """Whether W runs on the direct grouped kernel: groups of few input channels."""
+        return self.grouped is not None and w.ndim in (3, 4) and w.shape[1] <= GROUPED_MAX_CHANNELS
 
     def _pack8(self, w: Array, wz: Any) -> list[VnniB]:
         """Per group, W (M/group, C/group, KH, KW) as B (K, M/group), K in patch order (KH, KW,
@@ -368,6 +390,13 @@ class _IntConv:
         m_ = w.shape[0]
         y = np.empty((n_, m_, p.pixels), self.out)
         if y.size == 0:
+            return y.reshape(p.final)
+        if isinstance(wk, _Taps):
+            assert self.grouped is not None
+            zval = 0 if xz is None else int(xz.reshape(()))
+            y4 = y.reshape(n_, m_, *p.window[6:])
+            x4 = x.reshape(p.x4)
+            self.grouped(x4, zval, wk.w16, y4, p.window, p.pads, params or NO_PARAMS)
             return y.reshape(p.final)
         if isinstance(wk, _WeightRows):
             self._pointwise(x, xz, wk, p, y, params)
