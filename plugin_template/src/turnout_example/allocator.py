@@ -1,8 +1,11 @@
 """ExampleAllocator: where the provider's buffers live.
 
-This template keeps its values in host memory as numpy arrays, so it runs anywhere. A real
-accelerator sets DEVICE to its own device (`Device("cuda", 0)`, `Device("opencl", 0)`, ...),
-allocates device memory in `_empty` (usually from a pool), and returns its own array type.
+This template keeps its values in host memory as numpy arrays, so it runs anywhere. Its device
+is the one the factory declares (`ExampleFactory.device_type`): turnout passes it in, so the
+allocator does not name a device of its own. A real accelerator allocates device memory in
+`_empty` and returns its own array type; turnout calls `empty` for kernels' outputs
+(`KernelContext.allocate`) and copy destinations, and `free` on each of them once the plan says
+it is dead, so an allocator that keeps a pool takes buffers back in `_free`.
 """
 
 from __future__ import annotations
@@ -10,15 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from turnout.provider import Allocator, Device
+from turnout.provider import Allocator
 
-__all__ = ["DEVICE", "ExampleAllocator"]
-
-DEVICE = Device("cpu")
+__all__ = ["ExampleAllocator"]
 
 
 class ExampleAllocator(Allocator):
-    device = DEVICE
-
     def _empty(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
         return np.empty(shape, dtype)

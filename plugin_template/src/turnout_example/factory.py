@@ -9,7 +9,6 @@ from turnout.provider import CONTRACT_VERSION, Availability, DeviceEntry, Provid
 from turnout.provider_options import ProviderOption
 
 from . import ALIAS, PROVIDER_NAME, __version__
-from .allocator import DEVICE
 from .expected_failures import EXPECTED_FAILURES
 from .provider import ExampleProvider
 
@@ -30,16 +29,18 @@ class ExampleFactory(ProviderFactory):
     options = OPTIONS  # parsed and filled with defaults before _create sees them
     version = __version__
     contract_version = CONTRACT_VERSION  # the provider contract this package is written for
-    device_type = DEVICE.type  # where its values live (OrtValues of this type use its transfer)
+    device_type = "cpu"  # where its values live: the one device declaration (see _create)
 
     def _probe(self) -> Availability:
         # A real accelerator checks its driver, library and devices here, and when it cannot run
         # returns Availability(False, reason="...") with the exact reason users will see.
-        entry = DeviceEntry(DEVICE, {"backend": "numpy"}, self.default_options())
+        entry = DeviceEntry(self.device(), {"backend": "numpy"}, self.default_options())
         return Availability(True, (entry,), version=__version__)
 
     def _create(self, options: dict[str, Any]) -> ExampleProvider:
-        return ExampleProvider(options)
+        # The provider takes its name and device from this factory (and passes the device on
+        # to its allocator and transfer), so neither is declared twice.
+        return ExampleProvider(options, self)
 
     def expected_failures(self) -> Mapping[str, str]:
         """The reviewed list of conformance cases this provider is known to fail."""

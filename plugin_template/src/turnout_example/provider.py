@@ -20,10 +20,11 @@ from turnout.provider import (
     Decline,
     ExecutionProvider,
     FusedSubgraph,
+    ProviderFactory,
 )
 
-from . import ALIAS, PROVIDER_NAME
-from .allocator import DEVICE, ExampleAllocator
+from . import ALIAS
+from .allocator import ExampleAllocator
 from .data_transfer import ExampleDataTransfer
 from .kernels import KERNELS
 from .kernels.fused import compile_group, find_fused_groups
@@ -32,14 +33,11 @@ __all__ = ["ExampleProvider"]
 
 
 class ExampleProvider(ExecutionProvider):
-    name = PROVIDER_NAME
-    device = DEVICE
-
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(options)
+    def __init__(self, options: Mapping[str, Any] | None, factory: ProviderFactory) -> None:
+        super().__init__(options, factory)  # name and device: the factory's
         self.kernels = KERNELS
-        self.allocator = ExampleAllocator()
-        self.data_transfer = ExampleDataTransfer()
+        self.allocator = ExampleAllocator(self.device)
+        self.data_transfer = ExampleDataTransfer(self.device)
         self.fuse = bool(self.options.get("fuse", True))
 
     def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
