@@ -376,7 +376,7 @@ def test_logistic_is_the_where_form_bitwise(
     bits of `where(x >= 0, 1 / (1 + e), e / (1 + e))`, signed zeros and non-finite included."""
     import ml_dtypes
 
-    from turnout.providers.cpu.kernels.activation import logistic
+    from turnout.semantics.numerics import logistic
 
     dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
     x = (rng.standard_normal(size) * 20).astype(dt)

@@ -1,1 +1,23 @@
 """The built-in CPUExecutionProvider (numpy): the last fallback for every standard op."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...provider import KernelRegistry
+
+__all__ = ["numpy_kernels"]
+
+
+def numpy_kernels() -> KernelRegistry:
+    """The CPU provider's numpy kernels, every kernel module loaded.
+
+    A host provider that serves CPU requests (turnout-numba) claims through it the nodes it
+    does not compile, and a kernel may build one of these for a case it leaves to numpy.
+    Loaded on first call: importing this package stays cheap.
+    """
+    from . import kernels as _loaded  # noqa: F401 - importing registers every kernel module
+    from .registry import CPU_KERNELS
+
+    return CPU_KERNELS

@@ -13,10 +13,10 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.numerics import erf, logistic, typed_constants
 from ..registry import cpu_kernel
-from .elementwise import erf
 
-__all__ = ["logistic"]
+__all__: list[str] = []
 
 Array = np.ndarray[Any, Any]
 
@@ -36,62 +36,7 @@ def _act(op: str, since: int) -> Callable[[Callable[[KernelNode], Callable[[Arra
     return deco
 
 
-def typed_constants(*values: float) -> Callable[[np.dtype[Any]], tuple[Array, ...]]:
-    """`get(dtype)`: `values` as read-only 0-d arrays of that dtype, made once per dtype.
-
-    numpy resolves a 0-d array operand ~250 ns faster than a scalar (of any kind) in a ufunc
-    call; the values are `dtype.type(v)`, so results do not change.
-    """
-    made: dict[np.dtype[Any], tuple[Array, ...]] = {}
-
-    def get(dt: np.dtype[Any]) -> tuple[Array, ...]:
-        found = made.get(dt)
-        if found is None:
-            found = tuple(np.asarray(dt.type(v)) for v in values)
-            for a in found:
-                a.flags.writeable = False
-            made[dt] = found
-        return found
-
-    return get
-
-
 _ZERO_ONE = typed_constants(0, 1)
-_SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
-_SIGN_BIT = {n: t(-1) << (8 * n - 1) for n, t in _SIGNED.items()}  # as a signed integer
-_BLEND_ABOVE = 4096  # elements: where np.where's per-element branch costs more than 3 passes
-
-
-def logistic(x: Array) -> Array:
-    """Numerically stable sigmoid: 1 / (1 + e) where x >= 0, else e / (1 + e), e = exp(-|x|).
-
-    exp only ever sees non-positive arguments. Shared by Sigmoid, Swish, the fused ops' and
-    the recurrent ops' activations. The values are those of the `np.where` form, in fewer
-    passes: -|x| is x with its sign bit set, the numerator (1 or e) is chosen before the one
-    division, with scalars of x's type (a Python scalar costs numpy ~1 us of type resolution
-    per call). On large inputs the numerator is chosen by x's sign bit with integer ops, as
-    np.where costs ~3.5 ns an element on a mixed-sign mask; at -0.0, where the sign bit and
-    `x >= 0` disagree, both numerators give 0.5.
-    """
-    signed = _SIGNED.get(x.dtype.itemsize)
-    if x.ndim == 0 or signed is None:  # (a 0-d input's ufunc results are scalars: no `out=`)
-        one = x.dtype.type(1)
-        e0 = np.exp(-np.abs(x))
-        return np.asarray(np.where(x >= 0, one / (one + e0), e0 / (one + e0)))
-    zero, one = _ZERO_ONE(x.dtype)
-    xi = x.view(signed)
-    e = np.bitwise_or(xi, _SIGN_BIT[x.dtype.itemsize]).view(x.dtype)  # -|x|
-    np.exp(e, out=e)
-    d = np.add(e, one)
-    if x.size <= _BLEND_ABOVE:
-        np.copyto(e, one, where=np.greater_equal(x, zero))
-        return np.divide(e, d, out=d)
-    sign = np.right_shift(xi, 8 * x.dtype.itemsize - 1)  # -1 where x's sign bit is set, else 0
-    ei, one_bits = e.view(signed), one.view(signed)
-    np.bitwise_xor(ei, one_bits, out=ei)
-    np.bitwise_and(ei, sign, out=ei)
-    np.bitwise_xor(ei, one_bits, out=ei)  # e where the sign bit is set, else 1
-    return np.divide(e, d, out=d)
 
 
 def _softplus(x: Array) -> Any:

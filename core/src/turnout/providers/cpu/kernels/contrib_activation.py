@@ -10,9 +10,9 @@ import numpy as np
 from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.activations import activation
+from ....semantics.numerics import logistic
 from ..registry import cpu_kernel
-from .activation import logistic
-from .fused import activation
 
 __all__: list[str] = []
 

@@ -18,8 +18,8 @@ import numpy as np
 from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.numerics import logistic
 from ..registry import cpu_kernel
-from .activation import logistic
 from .pool import average_pool
 from .quant import dequantize, quantize
 

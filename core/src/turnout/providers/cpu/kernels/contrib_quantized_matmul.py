@@ -20,7 +20,8 @@ import numpy as np
 from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ..registry import constant_input, cpu_kernel
+from ....semantics.constants import constant_input
+from ..registry import cpu_kernel
 from .matmul import integer_product
 from .quant import dynamic_quantize_linear, quantize
 

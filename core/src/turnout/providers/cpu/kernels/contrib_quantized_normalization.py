@@ -10,7 +10,8 @@ import numpy as np
 
 from ....contrib import DOMAIN
 from ....provider import KernelFn, KernelNode
-from ..registry import constant_input, cpu_kernel
+from ....semantics.constants import constant_input
+from ..registry import cpu_kernel
 from .contrib_normalization import embed_layer_normalization
 from .quant import dequantize
 

@@ -19,7 +19,8 @@ import numpy as np
 from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ..registry import constant_input, cpu_kernel
+from ....semantics.constants import constant_input
+from ..registry import cpu_kernel
 from .quant import dequantize, dynamic_quantize_linear
 from .rnn import quantized_lstm
 

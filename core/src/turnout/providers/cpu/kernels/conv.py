@@ -3,8 +3,9 @@
 Conv is im2col + one batched BLAS matmul per call: the padded input is viewed as sliding
 windows (no copy until the reshape), grouped channels become a batch axis of the matmul.
 ConvTranspose is the adjoint: one matmul to columns, then col2im as a strided add per kernel
-offset. The window geometry helpers here (`conv_geometry`, `window_slices`) are shared with
-the pooling kernels in `pool.py`.
+offset. The window geometry (pads, output size per auto_pad) is `turnout.semantics.geometry`,
+shared with every provider; `pad_spatial` and `window_slices` here serve the pooling kernels in
+`pool.py` too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.geometry import (
+    check_conv_channels,
+    conv_geometry,
+    conv_kernel_shape,
+    spatial_attrs,
+)
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -28,70 +35,6 @@ def compute_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
     if dt == np.float64:
         return np.dtype(np.float64)
     return np.dtype(np.float32)
-
-
-def spatial_attrs(node: KernelNode, nd: int, kernel: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(strides, dilations) with ONNX defaults of 1."""
-    strides = list(node.attr("strides", None) or [1] * nd)
-    dilations = list(node.attr("dilations", None) or [1] * nd)
-    if len(strides) != nd or len(dilations) != nd or len(kernel) != nd:
-        raise InvalidArgument(
-            f"{node.name}: strides/dilations/kernel_shape must have {nd} entries "
-            f"for a {nd}-D spatial input"
-        )
-    return strides, dilations
-
-
-def conv_geometry(
-    node: KernelNode,
-    in_shape: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    ceil_mode: bool = False,
-) -> tuple[list[int], list[int], list[int]]:
-    """(pads_begin, pads_end, out_shape) for a sliding-window op (Conv, pools), per auto_pad.
-
-    SAME_* pads so that out = ceil(in / stride), the odd pixel going at the end (UPPER) or the
-    start (LOWER); NOTSET uses `pads`; ceil_mode drops a last window that would start in the
-    end padding (ONNX/ORT rule).
-    """
-    nd = len(in_shape)
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out = [-(-i // s) for i, s in zip(in_shape, strides)]
-        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, eff, in_shape)]
-        if auto_pad == "SAME_UPPER":
-            pb = [t // 2 for t in total]
-        else:
-            pb = [t - t // 2 for t in total]
-        pe = [t - b for t, b in zip(total, pb)]
-        return pb, pe, out
-    if auto_pad == "VALID":
-        pb = [0] * nd
-        pe = [0] * nd
-    elif auto_pad in ("NOTSET", "", None):
-        pads = list(node.attr("pads", None) or [0] * (2 * nd))
-        if len(pads) != 2 * nd:
-            raise InvalidArgument(f"{node.name}: pads must have {2 * nd} entries, got {len(pads)}")
-        pb, pe = pads[:nd], pads[nd:]
-    else:
-        raise InvalidArgument(f"{node.name}: unknown auto_pad {auto_pad!r}")
-    out = []
-    for i, b, e, k, s in zip(in_shape, pb, pe, eff, strides):
-        span = i + b + e - k
-        if span < 0:
-            raise InvalidArgument(
-                f"{node.name}: kernel (dilated size {k}) larger than padded input ({i + b + e})"
-            )
-        o = (-(-span // s) if ceil_mode else span // s) + 1
-        if ceil_mode and (o - 1) * s >= i + b:
-            o -= 1
-        out.append(o)
-    return pb, pe, out
 
 
 def pad_spatial(
@@ -172,10 +115,7 @@ def conv_nd(
     m = w.shape[0]
     kernel = w.shape[2:]
     nd = len(kernel)
-    if c != w.shape[1] * group or m % group:
-        raise InvalidArgument(
-            f"{name}: input channels {c} and weight shape {w.shape} do not match group={group}"
-        )
+    check_conv_channels(name, x.shape, w.shape, group)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     xp = pad_spatial(x, pb, pe, out, eff, strides)
     cols = _im2col(xp, kernel, strides, dilations, out)  # N, C, *out, *k
@@ -190,11 +130,7 @@ def conv_nd(
 
 
 def _conv_setup(node: KernelNode, x: np.ndarray, w: np.ndarray) -> tuple[Any, ...]:
-    if x.ndim < 3 or w.ndim != x.ndim:
-        raise InvalidArgument(f"{node.name}: X {x.shape} and W {w.shape} must be N-D with N >= 3")
-    kernel = list(node.attr("kernel_shape", None) or w.shape[2:])
-    if tuple(kernel) != tuple(w.shape[2:]):
-        raise InvalidArgument(f"{node.name}: kernel_shape {kernel} does not match W {w.shape}")
+    kernel = conv_kernel_shape(node, x.shape, w.shape)
     strides, dilations = spatial_attrs(node, x.ndim - 2, kernel)
     pb, pe, out = conv_geometry(node, x.shape[2:], kernel, strides, dilations)
     return strides, dilations, pb, pe, out
@@ -217,10 +153,7 @@ def _conv_plan(node: KernelNode, group: int, x: np.ndarray, w: np.ndarray) -> tu
     kernel = w.shape[2:]
     nd = len(kernel)
     ct = compute_dtype(x.dtype)
-    if c != w.shape[1] * group or m % group:
-        raise InvalidArgument(
-            f"{node.name}: input channels {c} and weight shape {w.shape} do not match group={group}"
-        )
+    check_conv_channels(node.name, x.shape, w.shape, group)
     if x.size == 0 or any(b < 0 for b in pb):
         return (None, ct, strides, dilations, pb, pe, out)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]

@@ -16,71 +16,12 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.numerics import erf
 from ..registry import cpu_kernel
 
-__all__ = ["erf"]
+__all__: list[str] = []
 
 Array = np.ndarray[Any, Any]
-
-
-# --------------------------------------------------------------------------------------------
-# erf: numpy has none, so W. J. Cody's rational approximations (double precision, as in
-# netlib's CALERF), evaluated on whole arrays and selected per interval.
-
-_ERF_A = (3.16112374387056560e00, 1.13864154151050156e02, 3.77485237685302021e02,
-          3.20937758913846947e03, 1.85777706184603153e-1)  # fmt: skip
-_ERF_B = (2.36012909523441209e01, 2.44024637934444173e02, 1.28261652607737228e03,
-          2.84423683343917062e03)  # fmt: skip
-_ERF_C = (5.64188496988670089e-1, 8.88314979438837594e00, 6.61191906371416295e01,
-          2.98635138197400131e02, 8.81952221241769090e02, 1.71204761263407058e03,
-          2.05107837782607147e03, 1.23033935479799725e03, 2.15311535474403846e-8)  # fmt: skip
-_ERF_D = (1.57449261107098347e01, 1.17693950891312499e02, 5.37181101862009858e02,
-          1.62138957456669019e03, 3.29079923573345963e03, 4.36261909014324716e03,
-          3.43936767414372164e03, 1.23033935480374942e03)  # fmt: skip
-_ERF_P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
-          1.60837851487422766e-2, 6.58749161529837803e-4, 1.63153871373020978e-2)  # fmt: skip
-_ERF_Q = (2.56852019228982242e00, 1.87295284992346047e00, 5.27905102951428412e-1,
-          6.05183413124413191e-2, 2.33520497626869185e-3)  # fmt: skip
-_RSQRTPI = 0.5641895835477562869480794515607725858440
-
-
-def _erf64(x: Array) -> Array:
-    """erf in float64 (relative error ~1e-16), NaN-preserving."""
-    y = np.abs(x)
-    # |x| <= 0.46875: erf directly.
-    z = np.minimum(y, 0.46875) ** 2
-    num, den = _ERF_A[4] * z, z
-    for i in range(3):
-        num = (num + _ERF_A[i]) * z
-        den = (den + _ERF_B[i]) * z
-    small = x * (num + _ERF_A[3]) / (den + _ERF_B[3])
-    # 0.46875 < |x| <= 4: scaled erfc.
-    t = np.clip(y, 0.46875, 4.0)
-    num, den = _ERF_C[8] * t, t
-    for i in range(7):
-        num = (num + _ERF_C[i]) * t
-        den = (den + _ERF_D[i]) * t
-    mid = (num + _ERF_C[7]) / (den + _ERF_D[7])
-    # |x| > 4: asymptotic scaled erfc (erf is 1 to double precision beyond ~6).
-    u = np.clip(y, 4.0, 8.0)
-    s = 1.0 / (u * u)
-    num, den = _ERF_P[5] * s, s
-    for i in range(4):
-        num = (num + _ERF_P[i]) * s
-        den = (den + _ERF_Q[i]) * s
-    big = (_RSQRTPI - s * (num + _ERF_P[4]) / (den + _ERF_Q[4])) / u
-    scaled = np.where(y <= 4.0, mid, big)
-    # erfc = exp(-y^2) * scaled, with y^2 split for accuracy as Cody does.
-    yc = np.minimum(y, 8.0)
-    ysq = np.trunc(yc * 16.0) / 16.0
-    erfc = np.exp(-ysq * ysq) * np.exp(-(yc - ysq) * (yc + ysq)) * scaled
-    large = np.copysign(1.0 - erfc, x)
-    return np.where(y <= 0.46875, small, np.where(np.isnan(x), x, large))
-
-
-def erf(x: Array) -> Array:
-    """Element-wise erf keeping `x`'s dtype (used by Erf and Gelu)."""
-    return np.asarray(_erf64(x.astype(np.float64)).astype(x.dtype, copy=False))
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,90 +14,16 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.activations import activation, activation_of, gelu_tanh
+from ....semantics.activations import gelu as gelu_erf
 from ..registry import cpu_kernel
-from .activation import logistic, typed_constants
 from .conv import conv_runner
-from .elementwise import erf
 from .norm import _stash_dtype, layer_normalization
 
 __all__: list[str] = []
 
 DOMAIN = "ai.turnout"
 Array = np.ndarray[Any, Any]
-
-
-def _gelu(x: Array) -> Any:
-    t = x.dtype.type
-    return t(0.5) * x * (t(1) + erf(x * t(np.sqrt(0.5))))
-
-
-def _gelu_tanh(x: Array) -> Any:
-    t = x.dtype.type
-    inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
-    return t(0.5) * x * (t(1) + np.tanh(inner))
-
-
-# The fused activations and their (activation_params) defaults: the one list every provider's
-# fused kernels read (the numba provider's epilogue too).
-ACTIVATION_DEFAULTS: dict[str, tuple[float, float]] = {
-    "": (0.0, 0.0),
-    "Identity": (0.0, 0.0),
-    "Relu": (0.0, 0.0),
-    "LeakyRelu": (0.01, 0.0),
-    "Sigmoid": (0.0, 0.0),
-    "Tanh": (0.0, 0.0),
-    "HardSigmoid": (0.2, 0.5),
-    "Clip": (-np.inf, np.inf),
-    "Gelu": (0.0, 0.0),
-    "GeluTanh": (0.0, 0.0),
-    "HardSwish": (1 / 6, 0.5),  # x * HardSigmoid(x)
-    "Swish": (1.0, 0.0),  # x * sigmoid(alpha * x): SiLU at alpha 1
-}
-
-
-def activation_of(node: KernelNode) -> tuple[str, float, float]:
-    """A fused node's activation name and its two parameters, defaults filled in."""
-    name = str(node.attr("activation", "") or "")
-    if name not in ACTIVATION_DEFAULTS:
-        raise InvalidArgument(f"{node.name}: unknown fused activation {name!r}")
-    given = list(node.attr("activation_params", []) or [])
-    p0, p1 = (float(given[i]) if len(given) > i else ACTIVATION_DEFAULTS[name][i] for i in (0, 1))
-    return name, p0, p1
-
-
-_ZERO = typed_constants(0)
-
-
-def activation(name: str, a: float, b: float, owned: bool = False) -> Callable[[Array], Any]:
-    """The element-wise function a fused op applies after its main computation.
-
-    `owned`: the argument is a fresh array of at least one dimension that the caller hands
-    over, so Relu may write into it.
-    """
-    if name in ("", "Identity"):
-        return lambda x: x
-    if name == "Relu":
-        if owned:
-            return lambda x: np.maximum(x, _ZERO(x.dtype)[0], out=x)
-        return lambda x: np.maximum(x, _ZERO(x.dtype)[0])
-    if name == "LeakyRelu":
-        return lambda x: np.where(x < _ZERO(x.dtype)[0], x * x.dtype.type(a), x)
-    if name == "Sigmoid":
-        return logistic
-    if name == "Tanh":
-        return np.tanh
-    if name == "HardSigmoid":
-        return lambda x: np.clip(x * x.dtype.type(a) + x.dtype.type(b), 0, 1).astype(x.dtype)
-    if name == "Clip":
-        return lambda x: np.minimum(np.maximum(x, x.dtype.type(a)), x.dtype.type(b))
-    if name == "Gelu":
-        return _gelu
-    if name == "HardSwish":
-        return lambda x: x * np.clip(x * x.dtype.type(a) + x.dtype.type(b), 0, 1).astype(x.dtype)
-    if name == "Swish":
-        return lambda x: x * logistic(x * x.dtype.type(a))
-    assert name == "GeluTanh", name  # activation_of() admits only ACTIVATION_DEFAULTS' names
-    return _gelu_tanh
 
 
 def _act_of(node: KernelNode, owned: bool = False) -> Callable[[Array], Any]:
@@ -153,7 +79,7 @@ def gelu(node: KernelNode) -> KernelFn:
     approximate = node.attr("approximate", "none")
     if approximate not in ("none", "tanh"):
         raise InvalidArgument(f"{node.name}: approximate must be 'none' or 'tanh'")
-    f = _gelu_tanh if approximate == "tanh" else _gelu
+    f = gelu_tanh if approximate == "tanh" else gelu_erf
     return lambda x: (np.asarray(f(x)),)
 
 

@@ -18,27 +18,13 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.loss import check_loss_shapes
 from ..registry import cpu_kernel
 
-__all__ = ["check_loss_shapes"]
+__all__: list[str] = []
 
 Array = np.ndarray[Any, Any]
 _REDUCTIONS = ("none", "sum", "mean")
-
-
-def check_loss_shapes(name: str, x: Any, target: Any, weight: Any | None) -> None:
-    """The shapes a (softmax) cross-entropy or NLL loss node accepts, the same on every provider:
-    input (N, C, D...), target (N, D...), optional weight (C,)."""
-    if x.ndim < 2:
-        raise InvalidArgument(f"{name}: input must have rank >= 2, got shape {x.shape}")
-    want = (x.shape[0], *x.shape[2:])
-    if target.shape != want:
-        raise InvalidArgument(
-            f"{name}: target shape {target.shape} does not match input shape {x.shape} "
-            f"(expected {want})"
-        )
-    if weight is not None and weight.shape != (x.shape[1],):
-        raise InvalidArgument(f"{name}: weight shape {weight.shape} is not ({x.shape[1]},)")
 
 
 def _supports(kn: KernelNode) -> str | None:

@@ -15,23 +15,16 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.geometry import conv_geometry, pool_kernel_shape, spatial_attrs
 from ..registry import cpu_kernel
-from .conv import compute_dtype, conv_geometry, pad_spatial, spatial_attrs, window_slices
+from .conv import compute_dtype, pad_spatial, window_slices
 
 __all__: list[str] = []
 
 
-def _kernel_shape(node: KernelNode, nd: int) -> Any:
-    """The required kernel_shape attribute, one entry per spatial axis."""
-    kernel = node.attr("kernel_shape", None)
-    if kernel is None or len(kernel) != nd:
-        raise InvalidArgument(f"{node.name}: kernel_shape must have {nd} entries, got {kernel}")
-    return kernel
-
-
 def _setup(node: KernelNode, x: np.ndarray) -> tuple[Any, ...]:
     nd = len(_spatial_axes(node, x))
-    kernel = _kernel_shape(node, nd)
+    kernel = pool_kernel_shape(node, nd)
     strides, dilations = spatial_attrs(node, nd, kernel)
     ceil_mode = bool(node.attr("ceil_mode", 0))
     pb, pe, out = conv_geometry(node, x.shape[2:], kernel, strides, dilations, ceil_mode)
@@ -265,7 +258,7 @@ def max_unpool(node: KernelNode) -> KernelFn:
                 f"{node.name}: X {x.shape} and I {idx.shape} must match and be >= 3-D"
             )
         nd = x.ndim - 2
-        kernel = _kernel_shape(node, nd)
+        kernel = pool_kernel_shape(node, nd)
         strides = list(node.attr("strides", None) or [1] * nd)
         pads = list(node.attr("pads", None) or [0] * (2 * nd))
         inferred = x.shape[:2] + tuple(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,142 +17,20 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.resize import (
+    cubic_weights,
+    extrapolation_fill,
+    filter_taps,
+    nearest_indices,
+    outside_roi,
+    resize_attr_error,
+    resize_targets,
+    source_coordinates,
+)
 from ..registry import cpu_kernel
 from .conv import compute_dtype
 
-__all__ = ["extrapolation_fill", "resize_targets", "source_coordinates"]
-
-_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
-_COORD_MODES = (
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-    "tf_half_pixel_for_nn",
-    "tf_crop_and_resize",
-)
-
-
-def _cubic(t: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic convolution kernel with coefficient `a`, at distances `t`."""
-    t = np.abs(t)
-    t2, t3 = t * t, t * t * t
-    near = (a + 2) * t3 - (a + 3) * t2 + 1
-    far = a * t3 - 5 * a * t2 + 8 * a * t - 4 * a
-    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
-
-
-def source_coordinates(
-    mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] | None = None
-) -> np.ndarray:
-    """Each output position's source coordinate (float64), per coordinate_transformation_mode
-    (`roi` is the axis's start and end for tf_crop_and_resize); the one definition every
-    provider's Resize uses."""
-    y = np.arange(out_len, dtype=np.float64)
-    if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        offset = in_len / 2 * (1 - adjustment)
-        return offset + (y + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (y + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
-    if mode == "align_corners":
-        return y * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
-    if mode == "asymmetric":
-        return y / scale
-    if mode == "tf_half_pixel_for_nn":
-        return (y + 0.5) / scale
-    assert roi is not None  # tf_crop_and_resize
-    start, end = roi
-    if out_len > 1:
-        return start * (in_len - 1) + y * (end - start) * (in_len - 1) / (out_len - 1)
-    return np.full(out_len, 0.5 * (start + end) * (in_len - 1))
-
-
-def _nearest_index(x: np.ndarray, mode: str, scale: float) -> np.ndarray:
-    if mode == "round_prefer_floor":
-        r = np.where(x - np.floor(x) == 0.5, np.floor(x), np.floor(x + 0.5))
-    elif mode == "round_prefer_ceil":
-        r = np.floor(x + 0.5)
-    elif mode == "floor":
-        r = np.floor(x)
-    elif mode == "ceil":
-        r = np.ceil(x)
-    else:  # "simple": Upsample and Resize-10
-        r = np.ceil(x) if scale < 1 else np.floor(x)
-    return r.astype(np.int64)
-
-
-def resize_targets(
-    name: str,
-    axes_attr: list[int] | None,
-    policy: str,
-    coord: str,
-    shape: tuple[int, ...],
-    roi: Any,
-    scales: Any,
-    sizes: Any,
-) -> tuple[list[int], list[float], list[int], list[tuple[float, float] | None]]:
-    """(axes, scales, output sizes, crop boxes) a Resize node asks for on an input `shape`.
-
-    Shared with device providers' Resize kernels, so every provider resizes to the same shape.
-    """
-    rank = len(shape)
-
-    def resolve_axes(n: int) -> list[int]:
-        if axes_attr is None:
-            axes = list(range(rank))
-        else:
-            axes = [a + rank if a < 0 else a for a in axes_attr]
-            if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
-                raise InvalidArgument(f"{name}: axes {axes_attr} invalid for rank {rank}")
-        if n != len(axes):
-            raise InvalidArgument(f"{name}: scales/sizes have {n} entries, expected {len(axes)}")
-        return axes
-
-    has_sizes = sizes is not None and np.asarray(sizes).size > 0
-    has_scales = scales is not None and np.asarray(scales).size > 0
-    if has_sizes == has_scales:
-        raise InvalidArgument(f"{name}: exactly one of scales and sizes must be given")
-    if has_sizes:
-        sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
-        axes = resolve_axes(len(sz))
-        sc = [s / shape[a] if shape[a] else 1.0 for s, a in zip(sz, axes)]
-        if policy != "stretch":
-            s = min(sc) if policy == "not_larger" else max(sc)
-            sc = [s] * len(axes)
-            sz = [int(s * shape[a] + 0.5) for a in axes]
-    else:
-        sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
-        axes = resolve_axes(len(sc))
-        if any(s <= 0 for s in sc):
-            raise InvalidArgument(f"{name}: scales must be positive, got {sc}")
-        sz = [int(np.floor(s * shape[a])) for s, a in zip(sc, axes)]
-    rois: list[tuple[float, float] | None] = [None] * len(axes)
-    if coord == "tf_crop_and_resize":
-        r = np.asarray(roi if roi is not None else [], np.float64).reshape(-1)
-        n = len(axes)
-        if r.size == 2 * rank and n != rank:
-            r = np.concatenate([r[axes], r[[a + rank for a in axes]]])
-        if r.size != 2 * n:
-            raise InvalidArgument(f"{name}: roi must have {2 * n} entries, got {r.size}")
-        rois = [(float(r[i]), float(r[i + n])) for i in range(n)]
-    return axes, sc, sz, rois
-
-
-def extrapolation_fill(value: float, dtype: np.dtype[Any]) -> float | int:
-    """The value tf_crop_and_resize writes outside the roi into a `dtype` output: integers
-    take `value` rounded half to even and saturated (an exact Python int), as onnx.reference
-    does (NaN gives 0); floats take it as it is. (Shared with the OpenCL provider.)"""
-    if dtype.kind not in "iu":
-        return value
-    if math.isnan(value):
-        return 0
-    info = np.iinfo(dtype)
-    r = float(np.rint(value))
-    return info.min if r < info.min else info.max if r > info.max else int(r)
+__all__: list[str] = []
 
 
 class _Resampler:
@@ -171,18 +48,9 @@ class _Resampler:
         self.policy = node.attr("keep_aspect_ratio_policy", "stretch")
         axes = node.attr("axes", None)
         self.axes = None if axes is None else [int(a) for a in axes]
-        if mode not in ("nearest", "linear", "cubic"):
-            raise InvalidArgument(f"{self.name}: unsupported mode {mode!r}")
-        if coord not in _COORD_MODES:
-            raise InvalidArgument(
-                f"{self.name}: unsupported coordinate_transformation_mode {coord!r}"
-            )
-        if nearest not in _NEAREST_MODES:
-            raise InvalidArgument(f"{self.name}: unsupported nearest_mode {nearest!r}")
-        if self.policy not in ("stretch", "not_larger", "not_smaller"):
-            raise InvalidArgument(
-                f"{self.name}: unsupported keep_aspect_ratio_policy {self.policy!r}"
-            )
+        error = resize_attr_error(mode, coord, nearest, self.policy)
+        if error is not None:
+            raise InvalidArgument(f"{self.name}: {error}")
 
     def __call__(
         self,
@@ -227,8 +95,7 @@ class _Resampler:
         if n == out_len and scale == 1.0 and roi is None:
             return x
         src = source_coordinates(self.coord, out_len, n, scale, roi)
-        idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))
-        y = np.take(x, idx, axis=axis)
+        y = np.take(x, nearest_indices(src, self.nearest, scale, n), axis=axis)
         if roi is not None:
             y = self._extrapolate(y, axis, src, n, fill)
         return y
@@ -236,7 +103,7 @@ class _Resampler:
     def _extrapolate(
         self, y: np.ndarray, axis: int, src: np.ndarray, n: int, fill: float | int
     ) -> np.ndarray:
-        outside = (src < 0) | (src > n - 1)
+        outside = outside_roi(src, n)
         if not outside.any():
             return y
         shape = [1] * y.ndim
@@ -256,25 +123,9 @@ class _Resampler:
         if n == out_len and scale == 1.0 and roi is None:
             return x
         src = source_coordinates(self.coord, out_len, n, scale, roi)
-        base = np.floor(src)
-        ratio = src - base
-        support = 1.0 if self.mode == "linear" else 2.0
-        fs = min(scale, 1.0) if self.antialias else 1.0
-        start = int(np.floor(-support / fs)) + 1
-        taps = np.arange(start, 2 - start)  # pixel offsets from floor(src)
-        t = (taps[None, :] - ratio[:, None]) * fs
-        if self.mode == "linear":
-            w = np.clip(1 - np.abs(t), 0, 1)
-        else:
-            w = _cubic(t, self.cubic_a)
-        if self.antialias:
-            w = w / w.sum(axis=1, keepdims=True)
-        idx = base.astype(np.int64)[:, None] + taps[None, :]
-        if self.exclude_outside:
-            w = np.where((idx < 0) | (idx >= n), 0.0, w)
-            tot = w.sum(axis=1, keepdims=True)
-            w = w / np.where(tot == 0, 1.0, tot)
-        idx = np.clip(idx, 0, n - 1)
+        idx, w = filter_taps(
+            src, n, self.mode, scale, self.cubic_a, self.antialias, self.exclude_outside
+        )
         shape = [1] * x.ndim
         shape[axis] = out_len
         w = w.astype(x.dtype)
@@ -403,7 +254,7 @@ def grid_sample(node: KernelNode) -> KernelFn:
                     w = (
                         np.clip(1 - np.abs(f - o), 0, 1)
                         if mode == "linear"
-                        else _cubic(f - o, -0.75)
+                        else cubic_weights(f - o, -0.75)
                     )
                     taps.append((base.astype(np.int64) + o, w.astype(ct)))
             fixed = []

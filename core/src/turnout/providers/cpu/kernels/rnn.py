@@ -16,8 +16,9 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ..registry import constant_input, cpu_kernel
-from .activation import logistic
+from ....semantics.constants import constant_input
+from ....semantics.numerics import logistic
+from ..registry import cpu_kernel
 
 __all__ = ["quantized_lstm"]
 

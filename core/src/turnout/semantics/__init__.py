@@ -1,0 +1,78 @@
+"""Op semantics every provider shares: what a node means, apart from how a kernel computes it.
+
+A provider's kernel for Conv, a pool, Resize, a fused op, Attention or a loss op derives its
+geometry, tap tables, activation and input checks from here, not from another provider's
+kernels, so that every provider computes the same output shape and raises the same
+`InvalidArgument` for the same malformed node. The CPU provider's numpy kernels are built on
+these too.
+
+- `geometry`: strides, dilations, pads and output sizes of sliding-window ops (per auto_pad).
+- `resize`: Resize's output sizes, source coordinates, nearest indices and filter taps.
+- `activations`: the fused ops' activation table and numpy reference functions.
+- `numerics`: erf and an overflow-free sigmoid, exact to the dtype they are given.
+- `attention`: Attention's input-shape checks.
+- `loss`: the loss ops' input-shape checks.
+- `constants`: which inputs are constants a kernel may prepare once.
+"""
+
+from __future__ import annotations
+
+from .activations import ACTIVATION_DEFAULTS, activation, activation_of, gelu, gelu_tanh
+from .attention import AttentionShapes, attention_shapes
+from .constants import constant_input, constant_value
+from .geometry import (
+    check_conv_channels,
+    conv_geometry,
+    conv_kernel_shape,
+    pool_kernel_shape,
+    spatial_attrs,
+)
+from .loss import check_loss_shapes
+from .numerics import erf, logistic, typed_constants
+from .resize import (
+    COORDINATE_MODES,
+    KEEP_ASPECT_RATIO_POLICIES,
+    MODES,
+    NEAREST_MODES,
+    cubic_weights,
+    extrapolation_fill,
+    filter_taps,
+    nearest_indices,
+    outside_roi,
+    resize_attr_error,
+    resize_targets,
+    source_coordinates,
+)
+
+__all__ = [
+    "ACTIVATION_DEFAULTS",
+    "COORDINATE_MODES",
+    "KEEP_ASPECT_RATIO_POLICIES",
+    "MODES",
+    "NEAREST_MODES",
+    "AttentionShapes",
+    "activation",
+    "activation_of",
+    "attention_shapes",
+    "check_conv_channels",
+    "check_loss_shapes",
+    "constant_input",
+    "constant_value",
+    "conv_geometry",
+    "conv_kernel_shape",
+    "cubic_weights",
+    "erf",
+    "extrapolation_fill",
+    "filter_taps",
+    "gelu",
+    "gelu_tanh",
+    "logistic",
+    "nearest_indices",
+    "outside_roi",
+    "pool_kernel_shape",
+    "resize_attr_error",
+    "resize_targets",
+    "source_coordinates",
+    "spatial_attrs",
+    "typed_constants",
+]
