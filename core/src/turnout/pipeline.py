@@ -231,7 +231,7 @@ def _fused_op_support(
     providers: Sequence[ExecutionProvider], model: onnx.ModelProto
 ) -> Callable[[str, str, tuple[str, ...]], bool]:
     """Whether a fusion may fire: the first provider (in priority order) that would take the
-    fused op or the ops it replaces must have a kernel for the fused op."""
+    fused op or the ops it replaces must run the fused op (`supports_fused_op`)."""
     from .optimizer.layout import channels_last_ops
 
     opsets = _opsets(model)
@@ -241,7 +241,7 @@ def _fused_op_support(
         since = schema_since_version(domain, op_type, opset) or opset
         for p in providers:
             nhwc = channels_last_ops(p)  # Conv run as NhwcConv counts as Conv
-            if p.kernels.lookup(domain, op_type, since) is not None or (domain, op_type) in nhwc:
+            if p.supports_fused_op(domain, op_type, since) or (domain, op_type) in nhwc:
                 return True
             ops = set(p.kernels.ops()) | nhwc
             if any(("", r) in ops for r in replaced):

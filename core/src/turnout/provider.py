@@ -576,6 +576,13 @@ class ExecutionProvider:
             stream=self.stream,
         )
 
+    def supports_fused_op(self, domain: str, op_type: str, since_version: int) -> bool:
+        """Whether this provider runs `domain::op_type` (schema `since_version`), the fused op
+        an optimizer pass would write over nodes this provider takes: the fusion fires only
+        then. The default asks `kernels`; a provider that serves ops another way (generated
+        kernels, a table of its own) overrides it, or the fusions only it runs never fire."""
+        return self.kernels.lookup(domain, op_type, since_version) is not None
+
     # -- compiled artifacts (turnout compile / ModelCompiler) --------------------------------
     def compatibility_info(self) -> str:
         """What this provider's compiled code depends on (its version, the device, the options

@@ -42,7 +42,7 @@ from . import kernels as _kernels  # noqa: F401 - importing registers every kern
 from .cache import NUMBA_CONFIG
 from .codegen import EW_OPS, compile_group
 from .fusion import GraphIndex, find_groups
-from .registry import BuildContext, lookup
+from .registry import BuildContext, lookup, serves_op
 from .threading_layer import choose_layer, run_lock
 
 __all__ = ["NUMBA_SOURCE", "NUMPY_SOURCE", "NumbaExecutionProvider"]
@@ -131,6 +131,10 @@ class NumbaExecutionProvider(ExecutionProvider):
         )
         run = gk.fn
         return CompiledState(sg.name, gk.inputs, gk.outputs, _compute, create=lambda: run)
+
+    def supports_fused_op(self, domain: str, op_type: str, since_version: int) -> bool:
+        # numba's kernel table is its own (`self.kernels` stays empty)
+        return serves_op(domain, op_type, since_version)
 
     # ------------------------------------------------------------------ compiled models
     def compatibility_info(self) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "float_inputs_applies",
     "lookup",
     "numba_kernel",
+    "serves_op",
 ]
 
 
@@ -111,6 +112,16 @@ def float_inputs_applies(kn: KernelNode, count: int = 1, *, narrow: bool = True)
 
 def _always(kn: KernelNode) -> str | None:
     return None
+
+
+def serves_op(domain: str, op_type: str, since_version: int) -> bool:
+    """Whether the numba provider runs `domain::op_type` at all: with a numba kernel, or with
+    the numpy kernel it claims where it has none (what the optimizer asks before a fusion)."""
+    from turnout.providers.cpu.registry import CPU_KERNELS
+
+    if lookup(domain, op_type, since_version) is not None:
+        return True
+    return CPU_KERNELS.lookup(domain, op_type, since_version) is not None
 
 
 def lookup(domain: str, op_type: str, since_version: int) -> NumbaKernel | None:
