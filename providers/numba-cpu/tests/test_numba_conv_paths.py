@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.providers.cpu.kernels.fused import ACTIVATION_DEFAULTS, activation
+from turnout.semantics.activations import ACTIVATION_DEFAULTS, activation
 from turnout.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels.window import plan_window
 

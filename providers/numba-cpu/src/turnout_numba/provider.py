@@ -34,8 +34,7 @@ from turnout.provider import (
     KernelDef,
     KernelNode,
 )
-from turnout.providers.cpu import kernels as _cpu_kernels  # noqa: F401 - registers them
-from turnout.providers.cpu.registry import CPU_KERNELS
+from turnout.providers.cpu import numpy_kernels
 
 from . import artifacts, cache
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
@@ -81,7 +80,7 @@ class NumbaExecutionProvider(ExecutionProvider):
                 if node.op_type in EW_OPS and not _narrow_float(node):
                     fusible.add(node.name)
                 continue
-            d, reason = CPU_KERNELS.match(kn)
+            d, reason = numpy_kernels().match(kn)
             if d is not None:
                 claims.append(Capability((node.name,), d, source=NUMPY_SOURCE))
             else:

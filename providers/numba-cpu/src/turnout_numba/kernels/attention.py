@@ -22,6 +22,7 @@ from numpy.typing import DTypeLike
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.attention import attention_shapes
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array
@@ -200,13 +201,12 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         """Round a compute-dtype array to the node's dtype (float16/bfloat16)."""
         return a.astype(dt).astype(c) if rnd else a
 
-    def to_4d(x: Any, heads: int, what: str) -> Any:
+    def to_4d(x: Any, heads: int) -> Any:
         nb, sq, hidden = x.shape
-        if heads <= 0 or hidden % heads:
-            raise InvalidArgument(
-                f"{name}: {what} hidden size {hidden} is not a multiple of {heads} heads"
-            )
         return x.reshape(nb, sq, heads, hidden // heads).transpose(0, 2, 1, 3)
+
+    def shape_of(a: Any) -> Any:
+        return None if a is None else np.shape(a)
 
     def run(q: Any, k: Any, v: Any, *opt: Any) -> tuple[Any, ...]:
         opt = (*opt, None, None, None, None)
@@ -214,53 +214,23 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         for a, what in ((q, "Q"), (k, "K"), (v, "V")):
             if a.dtype != dt:
                 raise InvalidArgument(f"{name}: {what} is {a.dtype}, expected {dt}")
-        if not q.ndim == k.ndim == v.ndim or q.ndim not in (3, 4):
-            raise InvalidArgument(
-                f"{name}: Q, K, V must all be 3-D or all 4-D, got ranks {q.ndim}, {k.ndim}, "
-                f"{v.ndim}"
-            )
-        rank3 = q.ndim == 3
+        shapes = attention_shapes(
+            name, version, q.shape, k.shape, v.shape,
+            q_num_heads=None if qh_attr is None else int(qh_attr),
+            kv_num_heads=None if kvh_attr is None else int(kvh_attr),
+            attn_mask=shape_of(mask), past_key=shape_of(past_k), past_value=shape_of(past_v),
+            nonpad_kv_seqlen=shape_of(nonpad),
+        )  # fmt: skip
+        rank3 = shapes.rank == 3
         if rank3:
-            if qh_attr is None or kvh_attr is None:
-                raise InvalidArgument(f"{name}: 3-D inputs need q_num_heads and kv_num_heads")
-            q, k, v = (
-                to_4d(q, int(qh_attr), "Q"),
-                to_4d(k, int(kvh_attr), "K"),
-                to_4d(v, int(kvh_attr), "V"),
-            )
-        elif version >= 25 and (qh_attr is not None or kvh_attr is not None):
-            raise InvalidArgument(f"{name}: q_num_heads/kv_num_heads must not be set for 4-D")
-        nb, hq, sq, dq = q.shape
-        if (past_k is None) != (past_v is None):
-            raise InvalidArgument(f"{name}: past_key and past_value must be given together")
-        if nonpad is not None and past_k is not None:
-            raise InvalidArgument(f"{name}: nonpad_kv_seqlen cannot be used with a past cache")
+            q = to_4d(q, shapes.q_heads)
+            k, v = to_4d(k, shapes.kv_heads), to_4d(v, shapes.kv_heads)
         if past_k is not None:
-            if past_k.ndim != 4 or past_v.ndim != 4:
-                raise InvalidArgument(f"{name}: past_key/past_value must be 4-D")
-            try:
-                k = np.concatenate((past_k.astype(dt, copy=False), k), axis=2)
-                v = np.concatenate((past_v.astype(dt, copy=False), v), axis=2)
-            except ValueError:
-                raise InvalidArgument(
-                    f"{name}: past_key {past_k.shape}/past_value {past_v.shape} do not match "
-                    f"K {k.shape}/V {v.shape}"
-                ) from None
+            k = np.concatenate((past_k.astype(dt, copy=False), k), axis=2)
+            v = np.concatenate((past_v.astype(dt, copy=False), v), axis=2)
         present_k, present_v = k, v
-        hkv, skv = k.shape[1], k.shape[2]
-        if (
-            k.shape[0] != nb
-            or v.shape[0] != nb
-            or v.shape[1] != hkv
-            or v.shape[2] != skv
-            or k.shape[3] != dq
-            or hkv == 0
-            or hq % hkv
-        ):
-            raise InvalidArgument(
-                f"{name}: shapes Q {q.shape}, K {k.shape}, V {v.shape} do not fit "
-                "(batch, heads, sequence, head size) with query heads a multiple of KV heads"
-            )
+        nb, hq, sq, dq = q.shape
+        hkv, skv = shapes.kv_heads, shapes.kv_len
         scale = float(scale_attr) if scale_attr is not None else 1.0 / np.sqrt(dq)
         sc = c.type(dt.type(np.sqrt(scale)))
         qs = round_t(to_c(q) * sc)
@@ -268,13 +238,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         scores = np.ascontiguousarray(round_t(_grouped_matmul(qs, kt, hkv)), dtype=c)
 
         bias = _bias(mask, nonpad, past_k, nb, sq, skv)
-        try:
-            bias4 = np.broadcast_to(bias, (nb, hq, sq, skv))
-        except ValueError:
-            raise InvalidArgument(
-                f"{name}: attn_mask of shape {mask.shape if mask is not None else None} does "
-                f"not broadcast to {(nb, hq, sq, skv)}"
-            ) from None
+        bias4 = np.broadcast_to(bias, (nb, hq, sq, skv))  # attention_shapes checked it
         p = np.empty((nb, hq, sq, skv), c)
         qk = np.empty((nb, hq, sq, skv) if want_qk else (1, 1, 1, 1), c)
         if p.size:
@@ -294,10 +258,6 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     def _bias(mask: Any, nonpad: Any, past_k: Any, nb: int, sq: int, skv: int) -> Any:
         """The additive bias, at its broadcast shape, in the compute dtype."""
         if mask is not None:
-            if mask.ndim == 0 or mask.shape[-1] > skv:
-                raise InvalidArgument(
-                    f"{name}: attn_mask of shape {mask.shape} does not fit {skv} keys"
-                )
             if mask.dtype == np.bool_:
                 mb = np.where(mask, c.type(0), c.type(-np.inf)).astype(c)
             else:
@@ -307,10 +267,6 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 mb = np.pad(mb, [(0, 0)] * (mb.ndim - 1) + [(0, pad)], constant_values=-np.inf)
         if nonpad is not None:
             lens = np.asarray(nonpad, np.int64).reshape(-1)
-            if lens.shape[0] != nb:
-                raise InvalidArgument(
-                    f"{name}: nonpad_kv_seqlen has {lens.shape[0]} entries for batch {nb}"
-                )
             offset: Any = (lens - sq).reshape(-1, 1, 1, 1)
         else:
             offset = past_k.shape[2] if past_k is not None else 0

@@ -26,8 +26,13 @@ from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
-from turnout.providers.cpu.kernels.fused import activation_of
+from turnout.semantics.activations import activation_of
+from turnout.semantics.geometry import (
+    check_conv_channels,
+    conv_geometry,
+    conv_kernel_shape,
+    spatial_attrs,
+)
 
 from .. import cache
 from ..codegen import numba_array
@@ -152,17 +157,12 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     def plan(x: Any, w: Any) -> _Plan:
         if x.ndim not in (3, 4) or w.ndim != x.ndim:
             raise InvalidArgument(f"{name}: X {x.shape} and W {w.shape} must both be 3-D or 4-D")
-        kernel = list(kn.attr("kernel_shape", None) or w.shape[2:])
-        if tuple(kernel) != tuple(w.shape[2:]):
-            raise InvalidArgument(f"{name}: kernel_shape {kernel} does not match W {w.shape}")
+        kernel = conv_kernel_shape(kn, x.shape, w.shape)
         strides, dilations = spatial_attrs(kn, x.ndim - 2, kernel)
         pb, _pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations)
-        n_, c_ = x.shape[:2]
+        n_ = x.shape[0]
         m_ = w.shape[0]
-        if c_ != w.shape[1] * group or m_ % group:
-            raise InvalidArgument(
-                f"{name}: input channels {c_} and weight shape {w.shape} do not match group={group}"
-            )
+        check_conv_channels(name, x.shape, w.shape, group)
         final = (n_, m_, *out)
         if x.ndim == 3:  # 1-D as 2-D with a unit height
             kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]

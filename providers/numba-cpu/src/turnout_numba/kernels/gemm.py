@@ -29,8 +29,8 @@ from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.fused import activation_of
-from turnout.providers.cpu.registry import constant_input
+from turnout.semantics.activations import activation_of
+from turnout.semantics.constants import constant_value
 
 from .. import cache
 from ..codegen import numba_array
@@ -153,9 +153,7 @@ class _Product:
         self.small(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
                    np.empty((1, 1), dt))  # fmt: skip
         self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
-        weight = (
-            kn.node.graph.initializers.get(kn.node.inputs[1]) if constant_input(kn, 1) else None
-        )
+        weight = constant_value(kn, 1)
         if isinstance(weight, np.ndarray) and weight.ndim == 2:  # the first run must not pack it
             packed = np.ascontiguousarray(weight.T if self.trans_b else weight)
             packed.flags.writeable = False

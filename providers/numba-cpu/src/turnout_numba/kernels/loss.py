@@ -17,7 +17,7 @@ from numba import prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.loss import check_loss_shapes
+from turnout.semantics.loss import check_loss_shapes
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array

@@ -36,7 +36,7 @@ from numba import from_dtype, prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
+from turnout.semantics.geometry import conv_geometry, spatial_attrs
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array

@@ -32,8 +32,8 @@ from numba import prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
-from turnout.providers.cpu.registry import constant_input
+from turnout.semantics.constants import constant_input
+from turnout.semantics.geometry import conv_geometry, spatial_attrs
 
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel, numba_kernel

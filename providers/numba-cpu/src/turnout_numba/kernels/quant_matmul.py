@@ -22,7 +22,7 @@ import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.registry import constant_input
+from turnout.semantics.constants import constant_input
 
 from ..registry import BuildContext, numba_kernel
 from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows, shifted, shifted_t

@@ -21,7 +21,7 @@ from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.registry import CPU_KERNELS
+from turnout.providers.cpu import numpy_kernels
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array
@@ -151,7 +151,7 @@ def _applies(kn: KernelNode) -> str | None:
 
 
 def _numpy_kernel(kn: KernelNode) -> KernelFn:
-    d, reason = CPU_KERNELS.match(kn)
+    d, reason = numpy_kernels().match(kn)
     if d is None:
         raise InvalidArgument(f"{kn.name}: {reason}")
     return d.factory(kn)

@@ -1,9 +1,9 @@
 """Resize (opset 11+), nearest and linear: per-axis source tables, one compiled pass.
 
 Detection and segmentation heads and FPNs upsample NCHW maps by 2 in H and W. The output
-shape comes from core's `resize_targets` (so every provider resizes to the same shape); each
-resized axis then gets a table of source indices (nearest) or of two taps and their weights
-(linear), computed here in float64 from the coordinate transformation, and the tables are
+shape comes from `turnout.semantics.resize_targets` (so every provider resizes to the same
+shape); each resized axis then gets a table of source indices (nearest) or of two taps and their
+weights (linear), from the same module's `nearest_indices` and `filter_taps`, and the tables are
 kept per (input shape, scales, sizes): when those come from initializers, as they usually
 do, the tables are computed on the first run only. The last two axes are resized by one
 compiled call over (outer, H, W): nearest is a gather (on the bytes, so any fixed-width dtype
@@ -26,66 +26,26 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
+from turnout import semantics
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.resize import resize_targets, source_coordinates
+from turnout.semantics.resize import (
+    filter_taps,
+    nearest_indices,
+    resize_targets,
+    source_coordinates,
+)
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
 
-__all__ = [
-    "COORDINATE_MODES",
-    "NEAREST_MODES",
-    "linear_taps",
-    "nearest_indices",
-]
+__all__ = ["COORDINATE_MODES", "NEAREST_MODES"]
 
-COORDINATE_MODES = (
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-    "tf_half_pixel_for_nn",
-)
-NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+# the shared modes this kernel claims (tf_crop_and_resize and Resize-10's "simple" go to numpy)
+COORDINATE_MODES = tuple(m for m in semantics.COORDINATE_MODES if m != "tf_crop_and_resize")
+NEAREST_MODES = tuple(m for m in semantics.NEAREST_MODES if m != "simple")
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def nearest_indices(src: np.ndarray, mode: str, in_len: int) -> np.ndarray:
-    """The input index each coordinate takes under `nearest_mode`, clamped into the input."""
-    base = np.floor(src)
-    frac = src - base
-    if mode == "round_prefer_floor":
-        r = np.where(frac > 0.5, base + 1, base)
-    elif mode == "round_prefer_ceil":
-        r = np.where(frac >= 0.5, base + 1, base)
-    elif mode == "floor":
-        r = base
-    elif mode == "ceil":
-        r = np.ceil(src)
-    else:
-        raise ValueError(f"nearest_mode {mode!r} is not computed here")
-    out: np.ndarray = np.clip(r, 0, max(in_len - 1, 0)).astype(np.int64)
-    return out
-
-
-def linear_taps(
-    src: np.ndarray, in_len: int, exclude_outside: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, weights), each (out, 2): the input pixels on either side of each coordinate
-    and their linear weights; pixels outside the input are clamped to its edge, or, with
-    `exclude_outside`, get weight 0 and the other weight is scaled to sum 1."""
-    base = np.floor(src)
-    frac = src - base
-    idx = base.astype(np.int64)[:, None] + np.array([0, 1])
-    w = np.stack([1.0 - frac, frac], axis=1)
-    if exclude_outside:
-        w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
-        total = w.sum(axis=1, keepdims=True)
-        w = w / np.where(total == 0, 1.0, total)
-    return np.clip(idx, 0, max(in_len - 1, 0)), w
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -220,8 +180,8 @@ class _Resize:
     def _table(self, out_len: int, in_len: int, scale: float) -> Any:
         src = source_coordinates(self.coord, out_len, in_len, scale)
         if not self.linear:
-            return nearest_indices(src, self.nearest, in_len)
-        idx, w = linear_taps(src, in_len, self.exclude)
+            return nearest_indices(src, self.nearest, scale, in_len)
+        idx, w = filter_taps(src, in_len, "linear", scale, exclude_outside=self.exclude)
         return idx, w.astype(self.dt)
 
     def _identity(self, n: int) -> Any:
