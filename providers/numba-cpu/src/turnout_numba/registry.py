@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu import numpy_kernels
 
 from . import cache
 from .codegen import SERIAL_WORK, compute_dtype
@@ -117,11 +118,9 @@ def _always(kn: KernelNode) -> str | None:
 def serves_op(domain: str, op_type: str, since_version: int) -> bool:
     """Whether the numba provider runs `domain::op_type` at all: with a numba kernel, or with
     the numpy kernel it claims where it has none (what the optimizer asks before a fusion)."""
-    from turnout.providers.cpu.registry import CPU_KERNELS
-
     if lookup(domain, op_type, since_version) is not None:
         return True
-    return CPU_KERNELS.lookup(domain, op_type, since_version) is not None
+    return numpy_kernels().lookup(domain, op_type, since_version) is not None
 
 
 def lookup(domain: str, op_type: str, since_version: int) -> NumbaKernel | None:
