@@ -185,6 +185,12 @@ class KernelNode:
         """The decoded attribute value (int, float, str, list, ndarray, Graph) or `default`."""
         return self.node.attrs.get(name, default)
 
+    @property
+    def subgraph_builder(self) -> Callable[[Graph], Callable[..., list[Any]]] | None:
+        """What `subgraph` builds nested graphs with (None outside a session). A provider that
+        wraps a KernelNode in its own (a view with other input types, say) passes it on."""
+        return self._subgraph_builder
+
     def subgraph(self, attr_name: str) -> Callable[..., list[Any]]:
         """A runnable for the nested graph in attribute `attr_name`, built by the session."""
         if self._subgraph_builder is None:

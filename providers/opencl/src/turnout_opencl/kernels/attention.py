@@ -19,6 +19,7 @@ import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.attention import attention_shapes
 
 from ..runtime import CTYPES, Runtime, bcast_strides, buf, c_strides
 from .base import FLOATS, ocl_kernel
@@ -120,12 +121,10 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
     want_qk = len(outs) > 3 and bool(outs[3])
     adt = np.float64 if A == "double" else np.float32
 
-    def as4(x: Any, heads: int | None, what: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(B, H, S, D) shape and element strides of a 3-D or 4-D input."""
+    def as4(x: Any, heads: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(B, H, S, D) shape and element strides of a 3-D or 4-D input (already checked)."""
         if len(x.shape) == 4:
             return tuple(x.shape), c_strides(tuple(x.shape))
-        if len(x.shape) != 3 or heads is None or heads <= 0 or x.shape[2] % heads:
-            raise InvalidArgument(f"{kn.name}: {what} {x.shape} does not split into heads")
         b, s, hid = x.shape
         d = hid // heads
         return (b, heads, s, d), (s * hid, d, hid, 1)
@@ -135,10 +134,6 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
     ) -> Any:
         b, hh, s, d = shape4
         p = 0 if past is None else past.shape[2]
-        if past is not None and (
-            len(past.shape) != 4 or (past.shape[0], past.shape[1], past.shape[3]) != (b, hh, d)
-        ):
-            raise InvalidArgument(f"{kn.name}: past cache {past.shape} does not fit {shape4}")
         shape = (b, hh, p + s, d)
         if np.dtype(x.dtype) != xdt or (past is not None and np.dtype(past.dtype) != xdt):
             raise InvalidArgument(f"{kn.name}: {x.dtype} input where {xdt} was declared")
@@ -150,6 +145,9 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
         copy(out, p * ost[2], ost, x, 0, st4, shape4)
         return out
 
+    def shape_of(a: Any) -> tuple[int, ...] | None:
+        return None if a is None else tuple(a.shape)
+
     def run(
         q: Any,
         kx: Any,
@@ -159,19 +157,19 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
         past_v: Any = None,
         nonpad: Any = None,
     ) -> tuple[Any, ...]:
-        rank = len(q.shape)
-        if not (len(kx.shape) == len(vx.shape) == rank):
-            raise InvalidArgument(f"{kn.name}: Q, K, V ranks differ")
-        if (past_k is None) != (past_v is None):
-            raise InvalidArgument(f"{kn.name}: past_key and past_value go together")
-        qs, qst = as4(q, qh_attr, "Q")
-        ks, kst = as4(kx, kvh_attr, "K")
-        vs, vst = as4(vx, kvh_attr, "V")
+        shapes = attention_shapes(
+            kn.name, kn.since_version, tuple(q.shape), tuple(kx.shape), tuple(vx.shape),
+            q_num_heads=None if qh_attr is None else int(qh_attr),
+            kv_num_heads=None if kvh_attr is None else int(kvh_attr),
+            attn_mask=shape_of(mask), past_key=shape_of(past_k), past_value=shape_of(past_v),
+            nonpad_kv_seqlen=shape_of(nonpad),
+        )  # fmt: skip
+        rank = shapes.rank
+        qs, qst = as4(q, shapes.q_heads)
+        ks, kst = as4(kx, shapes.kv_heads)
+        vs, vst = as4(vx, shapes.kv_heads)
         B, Hq, Sq, D = qs
-        Hkv = ks[1]
-        if ks[0] != B or vs[:3] != ks[:3] or ks[3] != D or Hkv <= 0 or Hq % Hkv:
-            raise InvalidArgument(f"{kn.name}: Q {q.shape}, K {kx.shape}, V {vx.shape} differ")
-        Dv = vs[3]
+        Hkv, Dv = shapes.kv_heads, shapes.v_head_size
         pk = cache(kx, past_k, ks, kst, dt)
         pv = cache(vx, past_v, vs, vst, vdt)
         L = pk.shape[2]
@@ -186,19 +184,9 @@ def attention(kn: KernelNode, rt: Runtime) -> KernelFn:
         qk = rt.empty((B, Hq, Sq, L), dt) if want_qk else None
         mst: tuple[int, ...] = (0, 0, 0, 0)
         mlen = 0
-        if mask is not None:
-            mlen = mask.shape[-1] if mask.shape else 1
-            if mlen > L or len(mask.shape) > 4:
-                raise InvalidArgument(f"{kn.name}: attn_mask {mask.shape} does not fit {L} keys")
-            try:
-                np.broadcast_shapes(tuple(mask.shape), (B, Hq, Sq, mlen))
-            except ValueError:
-                raise InvalidArgument(
-                    f"{kn.name}: attn_mask {mask.shape} does not broadcast to {(B, Hq, Sq, L)}"
-                ) from None
+        if mask is not None:  # attention_shapes checked that it fits
+            mlen = mask.shape[-1]
             mst = bcast_strides(tuple(mask.shape), (B, Hq, Sq, mlen))
-        if nonpad is not None and tuple(nonpad.shape) != (B,):
-            raise InvalidArgument(f"{kn.name}: nonpad_kv_seqlen {nonpad.shape} is not ({B},)")
         past = 0 if past_k is None else past_k.shape[2]
         meta = (Hq, Sq, L, D, Dv, Hkv, *qst, *yst, *mst, mlen, past, left, right, mode)
         meta += (int(mask is not None), causal, int(nonpad is not None), int(want_qk))

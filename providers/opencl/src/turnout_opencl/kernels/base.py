@@ -152,7 +152,7 @@ class _FloatView(KernelNode):
     __slots__ = ("_ins", "_outs")
 
     def __init__(self, kn: KernelNode, host_in: tuple[int, ...], host_out: tuple[int, ...]):
-        super().__init__(kn.node, kn.opset, kn.since_version, kn._subgraph_builder)
+        super().__init__(kn.node, kn.opset, kn.since_version, kn.subgraph_builder, kn.context)
         self._ins = tuple(x if i in host_in else _f32(x) for i, x in enumerate(kn.inputs))
         self._outs = tuple(x if j in host_out else _f32(x) for j, x in enumerate(kn.outputs))
 

@@ -14,7 +14,13 @@ import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.conv import conv_geometry, spatial_attrs
+from turnout.semantics.geometry import (
+    check_conv_channels,
+    conv_geometry,
+    conv_kernel_shape,
+    pool_kernel_shape,
+    spatial_attrs,
+)
 
 from ..runtime import CTYPES, Runtime, buf
 from .base import FLOATS, ocl_kernel
@@ -99,9 +105,8 @@ def _spatial(
 ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
     """(out sizes, strides, pads begin, pads end, dilations) for the spatial dims.
 
-    The CPU provider's geometry (`conv_geometry`, `spatial_attrs`), not a copy of it: both
-    providers agree on every auto_pad and raise the same InvalidArgument for a window that
-    does not fit (a kernel larger than the padded input), where a copy gave a 0-size output.
+    `turnout.semantics.geometry`, as on every provider: the same pads for every auto_pad, and
+    the same InvalidArgument for an unknown one or a window that does not fit.
     """
     strides, dil = spatial_attrs(kn, len(x_shape) - 2, kernel)
     pb, pe, out = conv_geometry(kn, x_shape[2:], kernel, strides, dil, ceil)
@@ -126,19 +131,13 @@ def conv(kn: KernelNode, rt: Runtime) -> KernelFn:
     dt = np.dtype(kn.inputs[0].dtype)
     (k, _) = rt.build("#define MODE 0\n" + _CONV_SRC.format(T=CTYPES[dt]), "conv", "pool")
     group = int(kn.attr("group", 1))
-    ks_attr = kn.attr("kernel_shape")
 
     def run(x: Any, w: Any, b: Any = None) -> tuple[Any]:
         xs, ws = tuple(x.shape), tuple(w.shape)
-        if len(xs) < 3 or len(ws) != len(xs):
-            raise InvalidArgument(f"{kn.name}: X {xs} and W {ws} must be N-D with N >= 3")
+        kern = conv_kernel_shape(kn, xs, ws)
         if len(xs) > 5:  # declined at session creation when the rank is known then
             raise InvalidArgument(f"{kn.name}: the OpenCL Conv handles 1-3 spatial dims, X is {xs}")
-        if xs[1] != ws[1] * group or ws[0] % group:
-            raise InvalidArgument(f"{kn.name}: channels {xs[1]} do not match weight {ws}")
-        kern = list(ks_attr) if ks_attr is not None else list(ws[2:])
-        if tuple(kern) != ws[2:]:
-            raise InvalidArgument(f"{kn.name}: kernel_shape {kern} does not match W {ws}")
+        check_conv_channels(kn.name, xs, ws, group)
         if b is not None and tuple(b.shape) != (ws[0],):
             raise InvalidArgument(f"{kn.name}: bias shape {tuple(b.shape)} must be ({ws[0]},)")
         o, st, pb, _pe, dil = _spatial(kn, xs, kern, False)
@@ -194,7 +193,7 @@ def _pool(kn: KernelNode, rt: Runtime, mode: int, is_global: bool) -> KernelFn:
                 [1] * len(kern),
             )
         else:
-            kern = list(kn.attr("kernel_shape"))
+            kern = pool_kernel_shape(kn, len(xs) - 2)
             o, st, pb, pe, dil = _spatial(kn, xs, kern, ceil)
         out = rt.empty((xs[0], xs[1], *o), dt)
         idx = rt.empty(tuple(out.shape), np.int64) if want_idx else None

@@ -16,6 +16,7 @@ import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.loss import check_loss_shapes
 
 from ..runtime import CTYPES, Runtime, buf
 from .base import FLOATS, ocl_kernel
@@ -81,12 +82,9 @@ def _loss(kn: KernelNode, rt: Runtime) -> KernelFn:
     want_logp = softmax and len(outs) > 1 and bool(outs[1])
 
     def run(x: Any, target: Any, weight: Any = None) -> tuple[Any, ...]:
+        check_loss_shapes(kn.name, x, target, weight)
         shape = tuple(x.shape)
-        if len(shape) < 2 or tuple(target.shape) != (shape[0], *shape[2:]):
-            raise InvalidArgument(f"{kn.name}: target {target.shape} does not fit input {shape}")
         C = shape[1]
-        if weight is not None and tuple(weight.shape) != (C,):
-            raise InvalidArgument(f"{kn.name}: weight {weight.shape} is not ({C},)")
         D = math.prod(shape[2:])
         n = shape[0] * D
         ls = rt.empty(tuple(target.shape), dt)

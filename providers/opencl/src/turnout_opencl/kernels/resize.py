@@ -3,7 +3,7 @@ kernel on the device.
 
 Resize is separable: for every axis the host computes, per output coordinate, the source
 indices and weights of its taps (nearest: 1, linear: 2, cubic: 4, antialias: wider; an axis
-left alone: 1 tap of weight 1) with the coordinate transforms of turnout's CPU kernel, plus an
+left alone: 1 tap of weight 1) with `turnout.semantics.resize`, as every provider does, plus an
 "outside" flag for tf_crop_and_resize extrapolation. The tables are small (sum of the output
 dims) and cached by shape and parameters; one work item per output element sums the product
 of its axes' taps. Integer data is computed in double and rounded, nearest mode copies.
@@ -11,7 +11,6 @@ of its axes' taps. Integer data is computed in double and rounded, nearest mode 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,12 +18,12 @@ import numpy as np
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu.kernels.resize import (  # the shared coordinate definitions
-    _COORD_MODES,
-    _NEAREST_MODES,
-    _cubic,
-    _nearest_index,
+from turnout.semantics.resize import (
     extrapolation_fill,
+    filter_taps,
+    nearest_indices,
+    outside_roi,
+    resize_attr_error,
     resize_targets,
     source_coordinates,
 )
@@ -116,26 +115,14 @@ class _Tables:
         self, n: int, scale: float, out_len: int, roi: tuple[float, float] | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         src = source_coordinates(self.coord, out_len, n, scale, roi)
-        outside = ((src < 0) | (src > n - 1)) if roi is not None else np.zeros(out_len, bool)
+        outside = outside_roi(src, n) if roi is not None else np.zeros(out_len, bool)
         if self.mode == "nearest":
-            idx = np.clip(_nearest_index(src, self.nearest, scale), 0, max(n - 1, 0))
+            idx = nearest_indices(src, self.nearest, scale, n)
             return idx[:, None], np.ones((out_len, 1)), outside
-        base = np.floor(src)
-        ratio = src - base
-        support = 1.0 if self.mode == "linear" else 2.0
-        fs = min(scale, 1.0) if self.antialias else 1.0
-        start = int(np.floor(-support / fs)) + 1
-        taps = np.arange(start, 2 - start)
-        t = (taps[None, :] - ratio[:, None]) * fs
-        w = np.clip(1 - np.abs(t), 0, 1) if self.mode == "linear" else _cubic(t, self.cubic_a)
-        if self.antialias:
-            w = w / w.sum(axis=1, keepdims=True)
-        idx = base.astype(np.int64)[:, None] + taps[None, :]
-        if self.exclude_outside:
-            w = np.where((idx < 0) | (idx >= n), 0.0, w)
-            tot = w.sum(axis=1, keepdims=True)
-            w = w / np.where(tot == 0, 1.0, tot)
-        return np.clip(idx, 0, max(n - 1, 0)), w, outside
+        idx, w = filter_taps(
+            src, n, self.mode, scale, self.cubic_a, self.antialias, self.exclude_outside
+        )
+        return idx, w, outside
 
 
 def _identity(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -233,14 +220,12 @@ def _supports(kn: KernelNode, rt: Runtime) -> str | None:
     mode = _s(kn.attr("mode"), "nearest")
     if kn.op_type == "Upsample" and mode == "bilinear":
         mode = "linear"
-    if mode not in ("nearest", "linear", "cubic"):
-        return f"Resize mode {mode!r} is not defined"
+    coord, nearest = "asymmetric", "simple"  # Upsample's and Resize-10's
     if kn.since_version >= 11 and kn.op_type == "Resize":
-        if _s(kn.attr("coordinate_transformation_mode"), "half_pixel") not in _COORD_MODES:
-            return "unknown coordinate_transformation_mode"
-        if _s(kn.attr("nearest_mode"), "round_prefer_floor") not in _NEAREST_MODES:
-            return "unknown nearest_mode"
-    return None
+        coord = _s(kn.attr("coordinate_transformation_mode"), "half_pixel")
+        nearest = _s(kn.attr("nearest_mode"), "round_prefer_floor")
+    policy = _s(kn.attr("keep_aspect_ratio_policy"), "stretch")
+    return resize_attr_error(mode, coord, nearest, policy)
 
 
 @ocl_kernel("Resize", 10, until=10, dtypes=NUM, supports=_supports, host_inputs=(1,))
@@ -280,6 +265,3 @@ def upsample(kn: KernelNode, rt: Runtime) -> KernelFn:
         return apply(x, None, s, None)
 
     return run
-
-
-_ = math
