@@ -136,6 +136,30 @@ def test_a_copy_to_the_host_starts_after_its_producer_and_is_waited_for_by_its_r
     assert stream.events == 1 and stream.waits == 1
 
 
+def test_values_of_one_producer_go_to_the_host_in_one_batch_waited_by_each_reader() -> None:
+    factory = FakeDeviceProviderFactory(ops=("Split",), streams=True)
+    nodes = [
+        helper.make_node("Split", ["x0"], ["p", "q"], name="split", num_outputs=2),
+        helper.make_node("Neg", ["p"], ["y0"], name="neg_p"),
+        helper.make_node("Neg", ["q"], ["y1"], name="neg_q"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [2]) for y in ("y0", "y1")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    for _ in _register(factory):
+        sess = turnout.InferenceSession(model, providers=[factory.name])
+        order = [(st.op_type, st.inputs) for st in sess._plan.steps]
+        assert [op for op, _ in order].count("EventWait") == 2
+        assert [ins for op, ins in order if op == "MemcpyToHost"] == [("p", "q")]
+        y0, y1 = sess.run(None, {"x0": X})
+        np.testing.assert_array_equal(y0, -X[:2])
+        np.testing.assert_array_equal(y1, -X[2:])
+
+
 def test_a_stream_copy_lands_only_when_its_event_is_waited_for() -> None:
     stream = FakeStream(Device("fake"))
     transfer = FakeDataTransfer(Device("fake"))

@@ -177,6 +177,7 @@ _NUMPY_KERNELS: dict[str, Any] = {
     "Mul": lambda a, b: (a * b,),
     "MatMul": lambda a, b: (np.matmul(a, b),),
     "Sigmoid": lambda x: (1 / (1 + np.exp(-x)),),
+    "Split": lambda x: tuple(np.split(x, 2)),  # two halves along axis 0
 }
 
 

@@ -134,11 +134,12 @@ class _Batch:
     src: Device
     dst: Device
     owner: ExecutionProvider
+    first: str  # the value that opened the batch: names its event before the batch is full
     values: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        first = f"{self.values[0]}@{self.dst}"
+        first = f"{self.first}@{self.dst}"
         return first if len(self.values) == 1 else f"{first}+{len(self.values) - 1}"
 
     @property
@@ -153,7 +154,7 @@ class _Batch:
 
     @property
     def event(self) -> str:
-        return f"{self.name}#event"
+        return f"{self.first}@{self.dst}#event"
 
     def step(self) -> Step:
         p = self.owner
@@ -224,7 +225,7 @@ def insert_copies(
             table: dict[Any, _Batch] = hoisted if hoist else batch
             b = table.get(bkey)
             if b is None:
-                b = table[bkey] = _Batch(src, dst, owner)
+                b = table[bkey] = _Batch(src, dst, owner, value)
                 slots[slot_of[value] if hoist else -1].append(b)
             b.values.append(value)
             batch_of[name] = (b, value)
@@ -250,9 +251,8 @@ def insert_copies(
         for ns in by_batch.values():
             b = batch_of[ns[0]][0]
             ins = (*[b.pending(batch_of[n][1]) for n in ns], b.event)
-            slots[-1].append(
-                Step(f"{b.name}#wait", "EventWait", HOST_PROVIDER, _host_wait, ins, tuple(ns))
-            )
+            wait = f"{ns[0]}#wait"
+            slots[-1].append(Step(wait, "EventWait", HOST_PROVIDER, _host_wait, ins, tuple(ns)))
 
     for st in steps:
         device = providers[st.provider].device
