@@ -58,6 +58,9 @@ class Backend:
     emulated: bool
     stream: Any = None
     checks: DeviceChecks = field(default_factory=DeviceChecks)
+    launcher: Any = None
+    """Tests only: what builds and launches generated kernels in place of CuPy (the host
+    build of the CUDA source); None: CuPy, or the member kernels on the emulated backend."""
 
     def erf(self, x: Any) -> Any:
         if self.emulated:

@@ -107,7 +107,8 @@ def _with(fmt: str, **defaults: float) -> Expr:
     """An activation with float attributes: `fmt` names them ({alpha}) and its input ({x})."""
 
     def expr(a: Sequence[str], attrs: Mapping[str, Any]) -> str:
-        vals = {k: _lit(attrs.get(k, d)) for k, d in defaults.items()}
+        # ONNX float attributes (and their defaults) are float32 values, in double kernels too
+        vals = {k: _lit(np.float32(attrs.get(k, d))) for k, d in defaults.items()}
         return fmt.format(x=a[0], **vals)
 
     return expr

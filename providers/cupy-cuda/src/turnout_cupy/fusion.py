@@ -110,7 +110,7 @@ def compile_group(
     inputs = tuple(v.name for v in sg.inputs)
     outputs = tuple(v.name for v in sg.outputs)
     program = _program(sg)
-    launch = _emulated_runner(sg, registry) if be.emulated else _cupy_launcher(be)
+    launch = be.launcher or (_EmulatedRunner(sg, registry) if be.emulated else _CupyLauncher(be))
 
     def create() -> dict[Variant, Any]:
         return {}
@@ -162,10 +162,6 @@ class _CupyLauncher:
         kernel((grid,), (BLOCK,), params, stream=self.be.stream)
 
 
-def _cupy_launcher(be: Backend) -> _CupyLauncher:
-    return _CupyLauncher(be)
-
-
 class _EmulatedRunner:
     """Runs the members' numpy kernels in order (the emulated backend has no CUDA)."""
 
@@ -188,7 +184,3 @@ class _EmulatedRunner:
             values.update(zip(names, fn(*[values[x] if x else None for x in ins])))
         for out, v in zip(outs, self.sg.outputs):
             out[...] = values[v.name]
-
-
-def _emulated_runner(sg: FusedSubgraph, registry: KernelRegistry) -> _EmulatedRunner:
-    return _EmulatedRunner(sg, registry)

@@ -54,6 +54,8 @@ class CudaFacts:
     """Everything the probe decides from; `import_error` set means nothing else was read."""
 
     import_error: str | None = None
+    cupy_installed: bool = True
+    """False when the import failed because there is no `cupy` module at all."""
     cupy_version: str = ""
     libcuda_error: str | None = None
     """Why the driver library could not be loaded (None: it loaded)."""
@@ -86,7 +88,8 @@ def gather() -> CudaFacts:
     try:
         import cupy
     except Exception as e:  # ImportError, or CuPy's own failure to find its CUDA libraries
-        return CudaFacts(import_error=f"{type(e).__name__}: {e}")
+        missing = isinstance(e, ModuleNotFoundError) and e.name == "cupy"
+        return CudaFacts(import_error=f"{type(e).__name__}: {e}", cupy_installed=not missing)
     rt = cupy.cuda.runtime
     facts: dict[str, Any] = {
         "cupy_version": str(cupy.__version__),
@@ -122,7 +125,7 @@ def gather() -> CudaFacts:
 def decide(f: CudaFacts, provider_version: str) -> Availability:
     """The provider's availability on a machine with facts `f`."""
     if f.import_error is not None:
-        if f.import_error.startswith("ModuleNotFoundError") and "'cupy'" in f.import_error:
+        if not f.cupy_installed:
             why = "CuPy is not installed (pip install 'turnout-cupy[cuda13]' or [cuda12])"
         else:
             why = f"CuPy cannot be imported: {f.import_error}"

@@ -46,7 +46,8 @@ def _softplus(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
 
 
 def _attr(kn: KernelNode, name: str, default: float) -> float:
-    return float(kn.attr(name, default))
+    """A float attribute: a float32 value in ONNX, its default too (as onnxruntime reads it)."""
+    return float(np.float32(kn.attr(name, default)))
 
 
 def _leaky(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
