@@ -164,9 +164,7 @@ class OpenCLProviderFactory(ProviderFactory):
             raise InvalidArgument(f"{self.name}: {e}") from None
         from .provider import OpenCLExecutionProvider
 
-        provider = OpenCLExecutionProvider(options, device, index)
-        provider.stream = provider.rt.stream
-        return provider
+        return OpenCLExecutionProvider(options, device, index, self)
 
     def _outside(self) -> ExecutionProvider:
         """The provider that OrtValues and `copy_tensors` use outside a session (made once)."""

@@ -30,11 +30,11 @@ from turnout.provider import (
     Capability,
     CompiledState,
     Decline,
-    Device,
     ExecutionProvider,
     FusedSubgraph,
     KernelFn,
     KernelNode,
+    ProviderFactory,
 )
 
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
@@ -47,14 +47,18 @@ __all__ = ["OpenCLExecutionProvider"]
 
 
 class OpenCLExecutionProvider(ExecutionProvider):
-    name = "OpenCLExecutionProvider"
-
-    def __init__(self, options: Mapping[str, Any] | None, cl_device: Any, index: int) -> None:
-        super().__init__(options)
-        self.device = Device("opencl", index)
+    def __init__(
+        self,
+        options: Mapping[str, Any] | None,
+        cl_device: Any,
+        index: int,
+        factory: ProviderFactory,
+    ) -> None:
+        super().__init__(options, factory, index)  # name and device: the factory's
         self.rt = Runtime(cl_device, index, self.device)
         self.allocator = self.rt.allocator
         self.data_transfer = OpenCLDataTransfer(self.rt.allocator)
+        self.stream = self.rt.stream
         self.fuse = True
         for spec in SPECS:
             self._register(spec)
