@@ -54,21 +54,24 @@ def collect_generated() -> Generated:
     from .emulated import EMULATED_NAME, EmulatedFactory
     from .representative import cases
 
-    if registry.find(EMULATED_NAME) is None:
-        registry.register(EmulatedFactory())
+    factory = EmulatedFactory()
+    registry.register(factory)  # in this process, for these sessions only
     generated: Generated = []
-    for name, model, feeds in cases():
-        so = SessionOptions()
-        so.fallback = "warn"  # a node the provider declines runs on CPU; its groups still count
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sess = InferenceSession(model.SerializeToString(), so, providers=[EMULATED_NAME])
-            sess.run(None, feeds)
-        providers = [p for p in sess._selection.instances if p.name == EMULATED_NAME]
-        found = [g for p in providers for g in getattr(p, "generated", [])]
-        if not found:
-            raise RuntimeError(f"representative graph {name!r} generated no CUDA source")
-        generated.extend(found)
+    try:
+        for name, model, feeds in cases():
+            so = SessionOptions()
+            so.fallback = "warn"  # a node the provider declines runs on CPU; groups still count
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sess = InferenceSession(model.SerializeToString(), so, providers=[EMULATED_NAME])
+                sess.run(None, feeds)
+            found = [g for p in factory.created for g in getattr(p, "generated", [])]
+            factory.created.clear()
+            if not found:
+                raise RuntimeError(f"representative graph {name!r} generated no CUDA source")
+            generated.extend(found)
+    finally:
+        registry.unregister(EMULATED_NAME)
     return generated
 
 

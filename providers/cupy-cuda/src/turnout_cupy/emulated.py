@@ -26,6 +26,11 @@ class EmulatedFactory(ProviderFactory):
     version = __version__
     contract_version = CONTRACT_VERSION
 
+    def __init__(self) -> None:
+        self.created: list[ExecutionProvider] = []
+        """Every provider this factory made (the compile-only check reads what they
+        generated)."""
+
     def _probe(self) -> Availability:
         return Availability(True, version=f"{__version__} (emulated on numpy: no CUDA)")
 
@@ -35,4 +40,5 @@ class EmulatedFactory(ProviderFactory):
 
         provider = CuPyExecutionProvider(options, emulated_backend())
         provider.name = EMULATED_NAME
+        self.created.append(provider)
         return provider
