@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from .ir import Graph, GraphView, Node
 
 CONTRACT_VERSION = 2
-"""The provider contract of this turnout. 2 added typed options (`ProviderOption`) and devices
-declared once, with their hardware type, in `probe()`; a version-1 provider (untyped
-`option_names`) still loads."""
+"""The provider contract of this turnout. 2 added typed options (`ProviderOption`), devices
+declared once (`ProviderFactory.device_type`, with their hardware type in `probe()`), memory
+through the provider's allocator (`KernelContext.allocate`, `Allocator.free`), optional streams
+and events, and batched copies (`DataTransfer.copy_tensors`); a version-1 provider (untyped
+`option_names`, its own `name` and `device`) still loads."""
 SUPPORTED_CONTRACTS = frozenset({1, 2})
 
 __all__ = [
@@ -747,8 +749,11 @@ class ProviderFactory:
             provider.name = provider.kernels.provider_name = self.name
         if self.contract_version < 2:
             return
-        parts = {"provider": provider, "allocator": provider.allocator}
-        parts["data transfer"] = provider.data_transfer
+        parts: dict[str, ExecutionProvider | Allocator | DataTransfer] = {
+            "provider": provider,
+            "allocator": provider.allocator,
+            "data transfer": provider.data_transfer,
+        }
         for what, part in parts.items():
             if part is not provider and part.device == CPU and "device" not in vars(part):
                 part.device = provider.device
