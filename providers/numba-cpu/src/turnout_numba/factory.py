@@ -63,7 +63,7 @@ class NumbaProviderFactory(ProviderFactory):
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         from .provider import NumbaExecutionProvider
 
-        return NumbaExecutionProvider(options)
+        return NumbaExecutionProvider(options, self)
 
     def expected_failures(self) -> Mapping[str, str]:
         from .expected_failures import EXPECTED_FAILURES

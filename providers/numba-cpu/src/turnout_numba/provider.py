@@ -33,6 +33,7 @@ from turnout.provider import (
     FusedSubgraph,
     KernelDef,
     KernelNode,
+    ProviderFactory,
 )
 from turnout.providers.cpu import numpy_kernels
 
@@ -51,10 +52,10 @@ NUMPY_SOURCE = "numpy"
 
 
 class NumbaExecutionProvider(ExecutionProvider):
-    name = "NumbaExecutionProvider"
-
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(options)
+    def __init__(
+        self, options: Mapping[str, Any] | None = None, factory: ProviderFactory | None = None
+    ) -> None:
+        super().__init__(options, factory)  # name and device: the factory's
         threads = int(self.options.get("intra_op_num_threads", 0) or 0)
         self.threads = min(threads, NUMBA_CONFIG.NUMBA_NUM_THREADS) if threads > 0 else 0
         self.fuse = bool(self.options.get("fuse", True))
