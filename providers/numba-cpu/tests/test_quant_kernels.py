@@ -196,6 +196,35 @@ def test_qlinear_matmul_random(seed: int, gemm_path: str) -> None:
     assert np.abs(got.astype(np.int32) - ref.astype(np.int32)).max() <= 1
 
 
+@pytest.mark.parametrize("mix", range(4))
+def test_batched_qlinear_matmul_attention_shapes(mix: int) -> None:
+    """Activations times activations as a quantized transformer's attention has them (per
+    head: scores Q.K^T, probabilities times V), batch dims broadcast, every type mix: one call
+    of the batched kernel, bit-equal to onnxruntime (to its formula where it has no kernel)."""
+    rng = np.random.default_rng(mix)
+    ta, tb = MIXES[mix]
+    for a_shape, b_shape in [((1, 4, 64, 32), (1, 4, 32, 64)), ((2, 3, 7, 5), (3, 5, 9))]:
+        a, b = _ints(rng, ta, a_shape), _ints(rng, tb, b_shape)
+        feeds = {
+            "a": a, "a_scale": np.float32(0.03), "a_zero_point": _ints(rng, ta, ()),
+            "b": b, "b_scale": np.float32(0.02), "b_zero_point": _ints(rng, tb, ()),
+            "y_scale": np.float32(rng.uniform(0.2, 0.6) * np.sqrt(a_shape[-1])),
+            "y_zero_point": np.uint8(128),
+        }  # fmt: skip
+        const = tuple(n for n in feeds if n not in ("a", "b"))
+        model = _model("QLinearMatMul", feeds, const, onnx.TensorProto.UINT8)
+        got = _numba(model, feeds)
+        want = _ort(model, feeds)
+        if want is None:
+            f = {k: np.asarray(v) for k, v in feeds.items()}
+            acc = (a.astype(np.int64) - f["a_zero_point"]) @ (
+                b.astype(np.int64) - f["b_zero_point"]
+            )
+            mult = f["a_scale"] * f["b_scale"] / f["y_scale"]
+            want = requantized(acc, mult, f["y_zero_point"], np.uint8)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_qlinear_matmul_saturates(rng: np.random.Generator) -> None:
     """A tiny y_scale drives most outputs to the type's bounds, as onnxruntime does."""
     a = _ints(rng, np.uint8, (4, 64))

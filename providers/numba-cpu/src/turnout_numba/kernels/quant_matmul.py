@@ -4,7 +4,8 @@ integer GEMM of `quant_gemm`.
 A constant B with a constant zero point (a quantized weight) is shifted and laid out as
 (N, K) int16 when the kernel is built; other B are prepared per run (and kept while the same
 read-only array comes in). A's rows are shifted per run into one int16 buffer. A with N-D B
-(batched products) runs one GEMM per broadcast batch index.
+(batched products, activations times activations) runs every batch index in one call of
+`quant_batched`.
 
 Zero points and scales: per tensor, per row of A (1-D, M values) and per column of B (1-D, N
 values), as the ONNX spec allows; QLinearMatMul's y_scale/y_zero_point per tensor or per row.
@@ -25,6 +26,7 @@ from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.constants import constant_input
 
 from ..registry import BuildContext, numba_kernel
+from .quant_batched import BatchedProduct
 from .quant_gemm import NO_PARAMS, IntGemm, Params, Rows, shifted, shifted_t
 from .quant_vnni import AVAILABLE as VNNI
 from .quant_vnni import VnniB, VnniGemm, row_blocks
@@ -106,15 +108,24 @@ def _pack16(name: str, b: Array, zp: Any) -> Rows:
     return Rows.plain(bt)
 
 
-def _pack8(name: str, b: Array, zp: Any) -> VnniB:
-    if zp is not None and zp.dtype != b.dtype:
+def _b_zero(name: str, zp: Any, b: Array) -> Array:
+    """B's zero point as int32: 1 value, or one per column of B."""
+    if zp is None:
+        return np.zeros(1, np.int32)
+    if zp.dtype != b.dtype:
         raise InvalidArgument(
             f"{name}: B zero point type {zp.dtype} differs from input type {b.dtype}"
         )
-    if zp is not None and zp.size > 1 and (zp.ndim != 1 or zp.shape[0] != b.shape[1]):
+    if zp.size > 1 and (zp.ndim != 1 or zp.shape[0] != b.shape[-1]):
         raise InvalidArgument(
             f"{name}: B zero point of shape {zp.shape} does not fit input {b.shape}"
         )
+    z: Array = zp.astype(np.int32).reshape(-1)
+    return z
+
+
+def _pack8(name: str, b: Array, zp: Any) -> VnniB:
+    _b_zero(name, zp, b)
     return VnniB.of(b, zp)
 
 
@@ -128,6 +139,13 @@ class MatMulEngine:
         self.vnni = VnniGemm(ctx, variant, out, transposed=False) if VNNI else None
         self.gemm = IntGemm(ctx, variant, out, np.float32 if variant == "scale" else np.int32)
         self.packed = _PackedB(kn, b, zp, _pack8 if VNNI else _pack16)
+        # an N-D B (activations times activations) can only come where B is no constant matrix
+        b_const = _const(kn, b)
+        self.batched = None
+        if b_const is None or b_const.ndim > 2:
+            bias = np.float32 if variant == "scale" else np.int32
+            a_t, b_t = kn.inputs[0].dtype, kn.inputs[b].dtype
+            self.batched = BatchedProduct(ctx, a_t, b_t, variant, out, bias)
         self.plans: dict[int, tuple[Any, Any]] = {}
         self.a_zero: tuple[Any, tuple[int, int, int], Array] | None = None
 
@@ -178,8 +196,9 @@ class MatMulEngine:
     def _batched(
         self, a: Array, b: Array, a_zp: Any, b_zp: Any, out: np.dtype[Any], params: Any
     ) -> Array:
-        """A times an N-D B: one int16 GEMM per broadcast batch index."""
+        """A times an N-D B: every broadcast batch index in one call of `quant_batched`."""
         name = self.name
+        assert self.batched is not None  # (built wherever B is not a constant matrix)
         a2 = a.reshape(1, -1) if a.ndim == 1 else a
         if a2.shape[-1] != b.shape[-2]:
             raise InvalidArgument(f"{name}: inner dimensions of {a.shape} and {b.shape} differ")
@@ -189,15 +208,15 @@ class MatMulEngine:
             raise InvalidArgument(
                 f"{name}: cannot multiply shapes {a.shape} and {b.shape}"
             ) from None
-        a16 = np.broadcast_to(shifted(name, a2, a_zp, "A", axis=-2), (*batch, *a2.shape[-2:]))
-        b16 = np.broadcast_to(shifted(name, b, b_zp, "B"), (*batch, *b.shape[-2:]))
-        m, n = a2.shape[-2], b.shape[-1]
+        m, k = a2.shape[-2:]
+        n = b.shape[-1]
+        a3 = np.ascontiguousarray(np.broadcast_to(a2, (*batch, m, k))).reshape(-1, m, k)
+        b3 = np.ascontiguousarray(np.broadcast_to(b, (*batch, k, n))).reshape(-1, k, n)
         y = np.empty((*batch, m, n), out)
-        p = params(m, n, m) if params is not None else NO_PARAMS
-        for idx in np.ndindex(*batch):
-            if m and n:
-                bt = Rows.plain(np.ascontiguousarray(b16[idx].T))
-                self.gemm(np.ascontiguousarray(a16[idx]), bt, y[idx], *p)
+        if y.size:
+            p = params(m, n, m) if params is not None else NO_PARAMS
+            az = _a_zero(name, a_zp, a2.dtype, m, m)
+            self.batched(a3, az, b3, _b_zero(name, b_zp, b), y.reshape(-1, m, n), p)
         return y[..., 0, :] if a.ndim == 1 else y
 
 
