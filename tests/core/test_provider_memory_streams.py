@@ -300,3 +300,17 @@ def test_capi_copy_tensors_batches_per_device_and_uses_the_sync_stream(
     back = [turnout.OrtValue.ortvalue_from_numpy(np.zeros(4, np.float32)) for _ in src]
     turnout.copy_tensors(dst, back)
     np.testing.assert_array_equal(back[1].numpy(), 2 * X)
+
+
+def test_profiled_peaks_put_copies_to_the_host_on_the_host_and_count_them_once(
+    fake_streams: FakeDeviceProviderFactory,
+) -> None:
+    opts = turnout.SessionOptions()
+    opts.enable_profiling = True
+    sess = turnout.InferenceSession(_crossing(), opts, providers=[fake_streams.name])
+    sess.run(None, {"x0": X, "x1": X})
+    sizes = sess._plan.last_sizes
+    assert sizes["a@cpu"] == sizes["a@cpu~"] == X.nbytes  # the EventWait hands the array on
+    peak = sess._peak(sess._plan, sizes)
+    # the device: x0's upload and a; the host: a's copy, c and y (born before Sub's inputs die)
+    assert peak == {"fake:0": 2 * X.nbytes, "cpu": 3 * X.nbytes}

@@ -58,6 +58,10 @@ class FakeDeviceArray:
     def dtype(self) -> np.dtype[Any]:
         return self.data.dtype
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
     def __repr__(self) -> str:
         return f"FakeDeviceArray({self.data.dtype}{list(self.data.shape)})"
 

@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .plan import Step
 
-__all__ = ["peak_live_bytes", "static_sizes", "value_bytes"]
+__all__ = ["ALIASES", "HOST_RESULTS", "peak_live_bytes", "static_sizes", "value_bytes"]
 
 
 def value_bytes(value: Any) -> int:
@@ -32,6 +32,12 @@ def value_bytes(value: Any) -> int:
     return int(nbytes) if isinstance(nbytes, (int, np.integer)) else 0
 
 
+HOST_RESULTS = frozenset({"MemcpyToHost", "EventWait"})
+"""Steps a device provider owns whose outputs live in host memory."""
+ALIASES = frozenset({"EventWait"})
+"""Steps that hand their inputs on under new names (no new memory)."""
+
+
 def peak_live_bytes(
     steps: Sequence[Step],
     sizes: Mapping[str, int],
@@ -39,19 +45,27 @@ def peak_live_bytes(
     keep: set[str],
     release: bool = True,
 ) -> dict[str, int]:
-    """Replay `steps`: each step's outputs become live on its device; with `release`, a value
-    other than those in `keep` (graph outputs) is freed after its last reader. Values of
-    unknown size (absent from `sizes`) count as 0."""
+    """Replay `steps`: each step's outputs become live on its device (a copy to the host's on
+    the host); with `release`, a value other than those in `keep` (graph outputs) is freed
+    after its last reader. Values of unknown size (absent from `sizes`) count as 0."""
     last_use: dict[str, int] = {}
     for i, st in enumerate(steps):
         for x in st.inputs:
             if x:
                 last_use[x] = i
+    sizes = dict(sizes)
     home: dict[str, str] = {}
     live: dict[str, int] = {}
     peak: dict[str, int] = {}
+
     for i, st in enumerate(steps):
-        device = device_of(st)
+        device = "cpu" if st.op_type in HOST_RESULTS else device_of(st)
+        alias = st.op_type in ALIASES
+        if alias:  # the values move to their new names: never counted twice
+            for x, y in zip(st.inputs, st.outputs):
+                sizes[y] = sizes.pop(x, 0)
+                if x in home:
+                    live[home[x]] -= sizes[y]
         for y in st.outputs:
             if y and y not in home:
                 home[y] = device
