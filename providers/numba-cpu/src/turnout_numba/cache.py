@@ -135,13 +135,7 @@ def jit(
         root = cache_dir()
         use_cache = _writable(root)
         if disp is None:
-            # numba's cache index does not record compile flags: the serial and the parallel
-            # variant of a function get their own source file, hence their own cache entries.
-            text = (
-                f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}\n\n"
-                + textwrap.dedent(inspect.getsource(pyfunc))
-            )
-            variant = getattr(load_source(text, "k"), pyfunc.__name__)
+            variant = getattr(_variant_module(pyfunc, parallel), pyfunc.__name__)
             opts: dict[str, Any] = {"nogil": True, "parallel": parallel, "error_model": "numpy"}
             if use_cache:
                 with _numba_cache_at(root):
@@ -158,6 +152,42 @@ def jit(
             # array to a read-only one) or the call fails loudly
             disp.disable_compile(True)
         return disp  # type: ignore[no-any-return]
+
+
+def _variant_module(pyfunc: Callable[..., Any], parallel: bool) -> ModuleType:
+    """The generated module holding `pyfunc`'s source for one compile flag. numba's cache
+    index does not record compile flags: the serial and the parallel variant of a function
+    get their own source file, hence their own cache entries.
+
+    Reading a function's source tokenizes it (about 10 ms a kernel); a note in the cache,
+    keyed by the defining file's path, size and modification time, names the module made
+    from it last time, so a warm session reads no source."""
+    origin = inspect.getsourcefile(pyfunc) or ""
+    try:
+        st = os.stat(origin)
+        stamp = f"{origin}|{st.st_size}|{st.st_mtime_ns}|{pyfunc.__qualname__}|{parallel}"
+    except OSError:
+        stamp = ""
+    note = cache_dir() / "src" / f"note_{hashlib.sha256(stamp.encode()).hexdigest()[:20]}"
+    if stamp:
+        try:
+            modname = note.read_text().strip()
+            found = _load_module(modname, note.parent / f"{modname}.py")
+        except Exception:  # no note, or a module the cache lost or mangled: made again below
+            found = None
+        if found is not None:
+            return found
+    text = (
+        f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}\n\n"
+        + textwrap.dedent(inspect.getsource(pyfunc))
+    )
+    mod = load_source(text, "k")
+    if stamp and mod.__file__ and Path(mod.__file__).parent == note.parent:
+        with contextlib.suppress(OSError):
+            tmp = note.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(mod.__name__)
+            os.replace(tmp, note)
+    return mod
 
 
 _COMPILES = [0]  # signatures compiled by LLVM in this process (cache loads excluded)
@@ -222,10 +252,29 @@ def load_source(source: str, name_hint: str = "group") -> ModuleType:
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(source)
             os.replace(tmp, path)
+        found = _load_module(modname, path)
+        assert found is not None
+        return found
+
+
+def _load_module(modname: str, path: Path) -> ModuleType | None:
+    """Import the generated module `modname` from `path` (once per process); None when the
+    file is not there or is not a generated module of that name."""
+    with _LOCK:
+        mod = _MODULES.get(modname)
+        if mod is not None:
+            return mod
+        if not modname.startswith("turnout_numba_gen_") or not path.is_file():
+            return None
         spec = importlib.util.spec_from_file_location(modname, path)
-        assert spec is not None and spec.loader is not None
+        if spec is None or spec.loader is None:
+            return None
         mod = importlib.util.module_from_spec(spec)
         sys.modules[modname] = mod
-        spec.loader.exec_module(mod)
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules[modname]
+            raise
         _MODULES[modname] = mod
         return mod
