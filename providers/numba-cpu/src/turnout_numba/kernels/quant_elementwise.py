@@ -1,0 +1,159 @@
+"""com.microsoft QLinearAdd and QLinearMul on 8-bit tensors: one compiled pass each.
+
+A model quantized in QOperator form keeps its residual adds, biases and GELU products as
+QLinearAdd/QLinearMul; numpy computes each with a pass per operation (widen, subtract, convert,
+scale, add, round, clip, cast), which made them a third of a quantized BERT's time. Here each
+output is computed where it is stored, with the same float32 arithmetic as the numpy kernels
+(`turnout.providers.cpu.kernels.contrib_quantized_elementwise`), so the two agree bit for bit:
+- QLinearAdd: `float32(a - a_zp) * (a_scale / c_scale) + float32(b - b_zp) * (b_scale / c_scale)`;
+- QLinearMul: `float32(a - a_zp) * float32(b - b_zp) * (a_scale * b_scale / c_scale)`;
+then rounded half to even, plus c_zp, saturated to the type.
+
+Broadcasting: an operand of the output's shape is read as it is; the other, where its shape is
+a suffix of the output's (a bias over the last axis, an attention mask over the key axis), is
+one row that every output row reads; any other broadcast is materialized first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import prange, types
+
+from turnout.contrib import DOMAIN
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+
+from ..codegen import numba_array
+from ..registry import BuildContext, numba_kernel
+from .quant_gemm import int_range
+from .quant_matmul import eight_bit_applies
+
+__all__: list[str] = []
+
+Array = np.ndarray[Any, Any]
+
+
+def _binary(
+    a: Any, a_step: Any, b: Any, b_step: Any, y: Any, rows: Any, za: Any, zb: Any, ra: Any,
+    rb: Any, zc: Any, lo: Any, hi: Any, mul: Any,
+) -> None:  # pragma: no cover - compiled by numba  # fmt: skip
+    """y[r * L + j] = requantized(op(a[r * a_step + j], b[r * b_step + j])), L = len(y) / rows."""
+    n = y.shape[0] // rows
+    flo = np.float32(lo - zc)
+    fhi = np.float32(hi - zc)
+    for r in prange(rows):
+        ar = a[r * a_step : r * a_step + n]
+        br = b[r * b_step : r * b_step + n]
+        yr = y[r * n : r * n + n]
+        for j in range(n):
+            fa = np.float32(np.int32(ar[j]) - za)
+            fb = np.float32(np.int32(br[j]) - zb)
+            if mul:
+                v = fa * fb * ra
+            else:
+                v = fa * ra + fb * rb
+            v = max(v, flo)
+            v = min(v, fhi)
+            v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
+            yr[j] = np.int32(v) + zc
+
+
+def _rows(a: Array, b: Array, name: str) -> tuple[Array, int, Array, int, tuple[int, ...], int]:
+    """(a flat, a's row step, b flat, b's row step, output shape, rows): an operand of the
+    output's shape steps a whole row, a suffix-shaped one is one row (step 0)."""
+    try:
+        out = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise InvalidArgument(
+            f"{name}: input shapes {[a.shape, b.shape]} do not broadcast"
+        ) from None
+    total = math.prod(out)
+
+    def suffix(x: Array) -> int:
+        """x's size when its shape (less leading 1s) ends the output's and x is no scalar."""
+        s = x.shape
+        while s and s[0] == 1:
+            s = s[1:]
+        return x.size if s and x.size > 1 and out[len(out) - len(s) :] == s else 0
+
+    full_a, full_b = a.shape == out, b.shape == out
+    row = suffix(b) if full_a and not full_b else suffix(a) if full_b and not full_a else 0
+    if (full_a and full_b) or not row:
+        fa = np.ascontiguousarray(np.broadcast_to(a, out)).reshape(-1)
+        fb = np.ascontiguousarray(np.broadcast_to(b, out)).reshape(-1)
+        return fa, 0, fb, 0, out, 1
+    rows = total // row
+    fa = np.ascontiguousarray(a).reshape(-1)
+    fb = np.ascontiguousarray(b).reshape(-1)
+    return fa, row if full_a else 0, fb, row if full_b else 0, out, rows
+
+
+def _scalar(name: str, what: str, v: Any, dt: Any = None) -> Any:
+    """A per-tensor scale or zero point (onnxruntime takes no other for these ops)."""
+    if v is None:
+        return None
+    if np.size(v) != 1:
+        raise InvalidArgument(f"{name}: {what} must be a scalar, got shape {np.shape(v)}")
+    if dt is not None and np.asarray(v).dtype != dt:
+        raise InvalidArgument(f"{name}: {what} type {np.asarray(v).dtype} is not {dt}")
+    return np.asarray(v).reshape(())
+
+
+def _build(kn: KernelNode, ctx: BuildContext, mul: bool) -> KernelFn:
+    name = kn.name
+    dt = np.dtype(kn.inputs[0].dtype)
+    lo, hi = int_range(dt)
+    vec = numba_array(dt, 1, readonly=True, layout="C")
+    f32, i32, i64 = types.float32, types.int32, types.int64
+    sig = types.void(
+        vec, i64, vec, i64, numba_array(dt, 1, readonly=False, layout="C"), i64,
+        i32, i32, f32, f32, i32, i32, i32, types.boolean,
+    )  # fmt: skip
+    kernel = ctx.jit(_binary, [sig])
+
+    def run(
+        a: Array, a_s: Any, a_zp: Any, b: Array, b_s: Any, b_zp: Any, c_s: Any, c_zp: Any = None
+    ) -> tuple[Array]:
+        if a.dtype != dt or b.dtype != dt:
+            raise InvalidArgument(f"{name}: A {a.dtype} and B {b.dtype} must both be {dt}")
+        sa, sb = _scalar(name, "A_scale", a_s), _scalar(name, "B_scale", b_s)
+        sc = np.float32(_scalar(name, "C_scale", c_s))
+        if mul:
+            ra = np.float32(np.float32(sa) * np.float32(sb) / sc)
+            rb = np.float32(1)
+        else:
+            ra, rb = np.float32(np.float32(sa) / sc), np.float32(np.float32(sb) / sc)
+        za, zb, zc = (
+            int(z) if z is not None else 0
+            for z in (
+                _scalar(name, "A_zero_point", a_zp, dt),
+                _scalar(name, "B_zero_point", b_zp, dt),
+                _scalar(name, "C_zero_point", c_zp, dt),
+            )
+        )
+        fa, sa_, fb, sb_, out, rows = _rows(a, b, name)
+        y = np.empty(math.prod(out), dt)
+        if y.size:
+            kernel(y.size, fa, sa_, fb, sb_, y, rows, za, zb, ra, rb, zc, lo, hi, mul)
+        return (y.reshape(out),)
+
+    return run
+
+
+def _applies(kn: KernelNode) -> str | None:
+    return eight_bit_applies(kn, (0, 3), outputs=True)
+
+
+def _build_add(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    return _build(kn, ctx, mul=False)
+
+
+def _build_mul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    return _build(kn, ctx, mul=True)
+
+
+numba_kernel("QLinearAdd", since=1, domain=DOMAIN, applies=_applies)(_build_add)
+numba_kernel("QLinearMul", since=1, domain=DOMAIN, applies=_applies)(_build_mul)
