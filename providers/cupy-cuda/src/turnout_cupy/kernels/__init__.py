@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import elementwise, matmul, norm, reduce, shape  # noqa: F401
+from . import attention, conv, elementwise, matmul, norm, reduce, resize, shape  # noqa: F401
 
 __all__: list[str] = []

@@ -1,0 +1,144 @@
+"""Conv as im2col + GEMM, and the pooling ops, on `be.xp`.
+
+Geometry (strides, dilations, pads per auto_pad, output sizes, kernel and channel checks) comes
+from `turnout.semantics`, so a malformed node is the same `InvalidArgument` as on every other
+provider. Conv gathers each kernel tap's strided window of the padded input into columns
+(N, C/g * taps, out pixels) and multiplies by the weights per group with `xp.matmul` (cuBLAS,
+batched over images and groups). Pools take the same strided windows and reduce over taps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout.provider import KernelFn, KernelNode
+from turnout.semantics import (
+    check_conv_channels,
+    conv_geometry,
+    conv_kernel_shape,
+    pool_kernel_shape,
+    spatial_attrs,
+)
+
+from ..backend import Backend
+from .registry import cuda_kernel, float_only
+
+__all__ = ["windows"]
+
+
+def windows(
+    xp: Any,
+    x: Any,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out: Sequence[int],
+) -> Any:
+    """The padded input's windows as (N, C, taps, *out): one strided view per kernel tap."""
+    taps = []
+    for offs in itertools.product(*(range(k) for k in kernel)):
+        index = [slice(None), slice(None)]
+        for o, d, s, n in zip(offs, dilations, strides, out):
+            start = o * d
+            index.append(slice(start, start + (n - 1) * s + 1, s))
+        taps.append(x[tuple(index)])
+    return xp.stack(taps, axis=2)
+
+
+def _pad(xp: Any, x: Any, begin: Sequence[int], end: Sequence[int], value: float) -> Any:
+    if not any(begin) and not any(end):
+        return x
+    width = [(0, 0), (0, 0), *zip(begin, end)]
+    return xp.pad(x, width, mode="constant", constant_values=value)
+
+
+def _conv_applies(kn: KernelNode) -> str | None:
+    return float_only(kn)
+
+
+@cuda_kernel("Conv", 11, applies=_conv_applies)
+def conv(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    group = int(kn.attr("group", 1))
+
+    def run(x: Any, w: Any, b: Any = None) -> tuple[Any]:
+        kernel = conv_kernel_shape(kn, x.shape, w.shape)
+        check_conv_channels(kn.name, x.shape, w.shape, group)
+        nd = x.ndim - 2
+        strides, dilations = spatial_attrs(kn, nd, kernel)
+        pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations)
+        n, m = x.shape[0], w.shape[0]
+        cols = windows(xp, _pad(xp, x, pb, pe, 0.0), kernel, strides, dilations, out)
+        pixels = int(np.prod(out, dtype=np.int64))
+        cols = cols.reshape(n, group, (x.shape[1] // group) * cols.shape[2], pixels)
+        wg = w.reshape(group, m // group, -1)
+        y = xp.matmul(wg, cols).reshape(n, m, *out)
+        if b is not None:
+            y += b.reshape((1, m) + (1,) * nd)
+        return (y,)
+
+    return run
+
+
+def _pool_applies(kn: KernelNode) -> str | None:
+    if len([o for o in kn.node.outputs if o]) > 1:
+        return f"{kn.op_type}'s Indices output is not supported"
+    return float_only(kn)
+
+
+def _pool(kind: str) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        xp = be.xp
+        ceil_mode = bool(kn.attr("ceil_mode", 0))
+        include_pad = bool(kn.attr("count_include_pad", 0))
+
+        def run(x: Any) -> tuple[Any]:
+            nd = x.ndim - 2
+            kernel = pool_kernel_shape(kn, nd)
+            strides, dilations = spatial_attrs(kn, nd, kernel)
+            pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations, ceil_mode)
+            # ceil_mode: the last window may run past the end padding; pad that too
+            eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+            extra = [
+                max(0, (o - 1) * s + e - (i + b + p))
+                for o, s, e, i, b, p in zip(out, strides, eff, x.shape[2:], pb, pe)
+            ]
+            ends = [p + q for p, q in zip(pe, extra)]
+            if kind == "max":
+                lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+                cols = windows(xp, _pad(xp, x, pb, ends, lowest), kernel, strides, dilations, out)
+                return (xp.max(cols, axis=2),)
+            cols = windows(xp, _pad(xp, x, pb, ends, 0.0), kernel, strides, dilations, out)
+            total = xp.sum(cols, axis=2)
+            ones = xp.ones((1, 1, *x.shape[2:]), x.dtype)
+            if include_pad:  # the declared pads count, the ceil_mode overhang does not
+                ones = _pad(xp, ones, pb, pe, 1.0)
+                counted = _pad(xp, ones, [0] * nd, extra, 0.0)
+            else:
+                counted = _pad(xp, ones, pb, ends, 0.0)
+            count = xp.sum(windows(xp, counted, kernel, strides, dilations, out), axis=2)
+            return ((total / count).astype(x.dtype),)
+
+        return run
+
+    return build
+
+
+cuda_kernel("MaxPool", 8, applies=_pool_applies)(_pool("max"))
+cuda_kernel("AveragePool", 7, applies=_pool_applies)(_pool("average"))
+
+
+def _global(reduce: str) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        f = getattr(be.xp, reduce)
+        return lambda x: (f(x, axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype),)
+
+    return build
+
+
+cuda_kernel("GlobalAveragePool", 1, applies=float_only)(_global("mean"))
+cuda_kernel("GlobalMaxPool", 1, applies=float_only)(_global("max"))
