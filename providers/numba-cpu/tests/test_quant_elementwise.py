@@ -86,3 +86,38 @@ def test_errors() -> None:
     sess: Any = provider_session(model, "NumbaExecutionProvider")
     with pytest.raises(InvalidArgument, match="do not broadcast"):
         sess.run(None, {"a": a, "b": np.zeros((4,), np.uint8)})
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize(
+    ("shape", "axis", "opset"), [((1, 4, 16, 64), -1, 13), ((2, 3, 8), 1, 12), ((5, 7), -1, 11)]
+)
+def test_qlinear_softmax(dt: Any, shape: tuple[int, ...], axis: int, opset: int) -> None:
+    """Attention scores' softmax (last axis) and the coerced 2-D form before opset 13: within
+    one step of onnxruntime and of turnout's numpy kernel, on the numba kernel."""
+    rng = np.random.default_rng(len(shape))
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max, shape, endpoint=True).astype(dt)
+    y_zp = dt(info.min)  # probabilities: the whole range above 0
+    params = {"x_scale": np.float32(0.06), "x_zero_point": dt(info.min // 4),
+              "y_scale": np.float32(1 / 256), "y_zero_point": y_zp}  # fmt: skip
+    node = helper.make_node(
+        "QLinearSoftmax", ["x", *params], ["y"], domain="com.microsoft", axis=axis, opset=opset
+    )
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(g, opset_imports=opsets)
+    sess: Any = provider_session(model, "NumbaExecutionProvider")
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    got = sess.run(None, {"x": x})[0].astype(np.int32)
+    so = turnout.SessionOptions()
+    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
+    ref = turnout.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert np.abs(got - ref.astype(np.int32)).max() <= 1
+    assert np.abs(got - want.astype(np.int32)).max() <= 1

@@ -1,4 +1,5 @@
-"""com.microsoft QLinearAdd and QLinearMul on 8-bit tensors: one compiled pass each.
+"""com.microsoft QLinearAdd, QLinearMul and QLinearSoftmax on 8-bit tensors: one compiled pass
+each.
 
 A model quantized in QOperator form keeps its residual adds, biases and GELU products as
 QLinearAdd/QLinearMul; numpy computes each with a pass per operation (widen, subtract, convert,
@@ -8,6 +9,12 @@ output is computed where it is stored, with the same float32 arithmetic as the n
 - QLinearAdd: `float32(a - a_zp) * (a_scale / c_scale) + float32(b - b_zp) * (b_scale / c_scale)`;
 - QLinearMul: `float32(a - a_zp) * float32(b - b_zp) * (a_scale * b_scale / c_scale)`;
 then rounded half to even, plus c_zp, saturated to the type.
+
+QLinearSoftmax (over the last axis, or the trailing axes coerced to one before opset 13) reads
+`exp(x_scale * (x - row max))` from a 256-entry float32 table made per run (the difference of two
+codes is an integer: one exp per code instead of one per element), sums the row in float32,
+and requantizes `e / sum` by y_scale (rounded half to even, saturated): within one step of
+onnxruntime's table-based kernel and of numpy's float softmax.
 
 Broadcasting: an operand of the output's shape is read as it is; the other, where its shape is
 a suffix of the output's (a bias over the last axis, an attention mask over the key axis), is
@@ -59,6 +66,30 @@ def _binary(
             v = min(v, fhi)
             v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
             yr[j] = np.int32(v) + zc
+
+
+def _softmax(
+    x: Any, table: Any, ys: Any, zp: Any, lo: Any, hi: Any, y: Any
+) -> None:  # pragma: no cover - compiled by numba
+    """y[r] = requantized(e / sum(e)), e = table[max(x[r]) - x[r]], row by row."""
+    rows, n = x.shape
+    flo = np.float32(lo - zp)
+    fhi = np.float32(hi - zp)
+    for r in prange(rows):
+        xr = x[r]
+        yr = y[r]
+        top = np.int32(xr[0])
+        for j in range(n):
+            top = max(top, np.int32(xr[j]))
+        total = np.float32(0)
+        for j in range(n):
+            total += table[top - np.int32(xr[j])]
+        for j in range(n):
+            v = table[top - np.int32(xr[j])] / total / ys
+            v = max(v, flo)
+            v = min(v, fhi)
+            v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
+            yr[j] = np.int32(v) + zp
 
 
 def _rows(a: Array, b: Array, name: str) -> tuple[Array, int, Array, int, tuple[int, ...], int]:
@@ -147,6 +178,53 @@ def _applies(kn: KernelNode) -> str | None:
     return eight_bit_applies(kn, (0, 3), outputs=True)
 
 
+def _softmax_applies(kn: KernelNode) -> str | None:
+    why = eight_bit_applies(kn, (0,), outputs=True)
+    if why or int(kn.attr("opset", 13)) < 13:  # coerced to 2-D: any axis
+        return why
+    shape = kn.inputs[0].shape
+    if shape is None:
+        return "input rank unknown at session creation"
+    axis = int(kn.attr("axis", -1))
+    if len(shape) == 0 or axis % len(shape) != len(shape) - 1:
+        return f"QLinearSoftmax over axis {axis} of rank {len(shape)}: numba runs the last axis"
+    return None
+
+
+def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    name = kn.name
+    dt = np.dtype(kn.inputs[0].dtype)
+    lo, hi = int_range(dt)
+    coerced = int(kn.attr("opset", 13)) < 13
+    axis = int(kn.attr("axis", -1))
+    f32 = np.dtype(np.float32)
+    sig = types.void(
+        numba_array(dt, 2, readonly=True, layout="C"),
+        numba_array(f32, 1, readonly=True, layout="C"), types.float32, types.int32,
+        types.int32, types.int32, numba_array(dt, 2, readonly=False, layout="C"),
+    )  # fmt: skip
+    kernel = ctx.jit(_softmax, [sig])
+    steps = np.arange(256, dtype=np.float32)
+
+    def run(x: Array, x_s: Any, x_zp: Any, y_s: Any, y_zp: Any = None) -> tuple[Array]:
+        if x.ndim == 0:
+            raise InvalidArgument(f"{name}: input must have rank >= 1")
+        sx = np.float32(_scalar(name, "x_scale", x_s))
+        sy = np.float32(_scalar(name, "y_scale", y_s))
+        _scalar(name, "x_zero_point", x_zp, dt)
+        zy = _scalar(name, "y_zero_point", y_zp, dt)
+        # e for each code difference d = row max - x: exp(-d * x_scale)
+        table = np.exp(-(steps * sx)).astype(np.float32)
+        n = math.prod(x.shape[axis % x.ndim :]) if coerced else x.shape[-1]
+        x2 = np.ascontiguousarray(x).reshape(-1, n) if x.size else x.reshape(0, 1)
+        y = np.empty(x2.shape, dt)
+        if y.size:
+            kernel(y.size * 4, x2, table, sy, 0 if zy is None else int(zy), lo, hi, y)
+        return (y.reshape(x.shape),)
+
+    return run
+
+
 def _build_add(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     return _build(kn, ctx, mul=False)
 
@@ -157,3 +235,4 @@ def _build_mul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
 numba_kernel("QLinearAdd", since=1, domain=DOMAIN, applies=_applies)(_build_add)
 numba_kernel("QLinearMul", since=1, domain=DOMAIN, applies=_applies)(_build_mul)
+numba_kernel("QLinearSoftmax", since=1, domain=DOMAIN, applies=_softmax_applies)(_build_softmax)
