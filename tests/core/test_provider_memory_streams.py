@@ -314,3 +314,32 @@ def test_profiled_peaks_put_copies_to_the_host_on_the_host_and_count_them_once(
     peak = sess._peak(sess._plan, sizes)
     # the device: x0's upload and a; the host: a's copy, c and y (born before Sub's inputs die)
     assert peak == {"fake:0": 2 * X.nbytes, "cpu": 3 * X.nbytes}
+
+
+def test_io_binding_writes_outputs_into_bound_device_and_host_values(
+    fake: FakeDeviceProviderFactory,
+) -> None:
+    model = _model(
+        [
+            helper.make_node("Relu", ["x0"], ["y0"], name="r"),
+            helper.make_node("Add", ["y0", "y0"], ["y1"], name="a"),
+        ],
+        ["y0", "y1"],
+    )
+    sess = turnout.InferenceSession(model, providers=[fake.name])
+    on_device = turnout.OrtValue.ortvalue_from_shape_and_type([4], np.float32, "fake")
+    on_host = turnout.OrtValue.ortvalue_from_numpy(np.zeros(4, np.float32))
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x0", X)
+    binding.bind_ortvalue_output("y0", on_device)
+    binding.bind_ortvalue_output("y1", on_host)
+    transfer = devices.transfer_for("fake")
+    before = len(transfer.batches)  # type: ignore[attr-defined]
+    sess.run_with_iobinding(binding)
+    # y0 stays on the device and is copied into its bound buffer there (one transfer call);
+    # y1 comes to the host in the plan (the session's transfer) and into the bound host array
+    assert transfer.batches[before:] == [1]  # type: ignore[attr-defined]
+    y0, y1 = binding.get_outputs()
+    assert y0 is on_device and y1 is on_host
+    np.testing.assert_array_equal(on_device.numpy(), np.maximum(X, 0))
+    np.testing.assert_array_equal(on_host.numpy(), 2 * np.maximum(X, 0))

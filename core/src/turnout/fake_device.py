@@ -133,7 +133,8 @@ class FakeDataTransfer(DataTransfer):
         for src, dst in pairs:
             if isinstance(dst, FakeDeviceArray):
                 self.to_device_count += 1
-                target, data = dst.data, np.asarray(src)
+                target = dst.data
+                data = src.data if isinstance(src, FakeDeviceArray) else np.asarray(src)
             else:
                 self.to_host_count += 1
                 target, data = dst, src.data

@@ -1,7 +1,8 @@
 """IOBinding: bind inputs and outputs once, run many times (onnxruntime's IO binding API).
 
-On the CPU provider binding avoids re-validating nothing more than the feeds; device providers
-(a later issue) keep bound values resident on their device.
+Outputs bound to a device stay there, inputs bound as device OrtValues are read in place, and
+outputs bound to existing OrtValues are written into them with `copy_tensors` (one batch per
+device).
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ class IOBinding:
         self._outputs[name] = device
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
+        """Write output `name` into `ortvalue` (host or device): the value stays on that device
+        and each run copies it in, in one `copy_tensors` batch with the other such outputs."""
         self._check_output(name)
-        self._outputs[name] = "cpu"
+        self._outputs[name] = ortvalue._device
         self._preallocated[name] = ortvalue
 
     def clear_binding_inputs(self) -> None:
@@ -109,14 +112,15 @@ class IOBinding:
         names = list(self._outputs)
         on_device = frozenset(n for n, d in self._outputs.items() if d != "cpu")
         outs = self._session._execute(names, self._inputs, run_options, on_device)
-        results = []
-        for name, value in zip(names, outs):
-            target = self._preallocated.get(name)
-            if target is not None:
-                target.update_inplace(value)
-                results.append(target)
-            else:
-                results.append(OrtValue._wrap(value, self._outputs[name]))
+        results = [OrtValue._wrap(v, self._outputs[n]) for n, v in zip(names, outs)]
+        filled = [i for i, n in enumerate(names) if n in self._preallocated]
+        if filled:
+            from .capi.onnxruntime_pybind11_state import copy_tensors  # capi imports this module
+
+            targets = [self._preallocated[names[i]] for i in filled]
+            copy_tensors([results[i] for i in filled], targets)
+            for i, target in zip(filled, targets):
+                results[i] = target
         self._results = results
 
     def get_outputs(self) -> list[OrtValue]:
