@@ -35,10 +35,13 @@ def add(node: KernelNode) -> KernelFn:
 
 @KERNELS.register("Relu", since=6, dtypes={"T": FLOAT32})
 def relu(node: KernelNode) -> KernelFn:
-    """max(x, 0); NaN stays NaN, as in ONNX."""
+    """max(x, 0); NaN stays NaN, as in ONNX. The output buffer comes from the provider's
+    allocator (`ctx.allocate`), which gets it back when the plan says it is dead."""
+    ctx = node.context  # None when a kernel is built outside a session
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
         CALLS["Relu"] += 1
-        return (np.maximum(x, x.dtype.type(0)),)
+        out = ctx.allocate(x.shape, x.dtype) if ctx is not None else None
+        return (np.maximum(x, x.dtype.type(0), out=out),)
 
     return run
