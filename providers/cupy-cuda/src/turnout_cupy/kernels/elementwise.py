@@ -139,6 +139,7 @@ def _is_inf(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
 UNARY: dict[str, tuple[int, Unary, bool]] = {
     # op: (since, fn, float only)
     "Abs": (6, _ufunc("abs"), False),
+    "Relu": (6, _relu, False),  # integer types from opset 14
     "Neg": (6, _ufunc("negative"), False),
     "Sign": (9, _ufunc("sign"), False),
     "Not": (1, _ufunc("logical_not"), False),
@@ -168,7 +169,6 @@ UNARY: dict[str, tuple[int, Unary, bool]] = {
 }
 
 ACTIVATIONS: dict[str, tuple[int, Unary]] = {
-    "Relu": (6, _relu),
     "Sigmoid": (6, _sigmoid),
     "LeakyRelu": (6, _leaky),
     "Elu": (6, _elu),
