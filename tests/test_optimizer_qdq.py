@@ -260,3 +260,59 @@ def test_dynamic_quant_shared_by_projections(tmp_path: Any) -> None:
     _, report = optimize(model, Level.ALL)
     assert report.ops_after.get("com.microsoft::DynamicQuantizeMatMul") == chains
     assert "DynamicQuantizeLinear" not in report.ops_after
+
+
+# ------------------------------------------------------------------ element-wise chains
+
+
+def _chain(dt: Any, ops: list[tuple[str, Any]], *, output_between: bool = False) -> onnx.ModelProto:
+    """DQ(x) -> ops (each a unary op, or a binary op with a constant) -> Q, x of type `dt`."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    inits = [_init("x_s", np.float32(0.03)), _init("x_z", dt(7)), _init("y_s", np.float32(0.01)),
+             _init("y_z", dt(-20 if dt == np.int8 else 20))]  # fmt: skip
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["v0"])]
+    for i, (op, c) in enumerate(ops):
+        ins = [f"v{i}"]
+        if c is not None:
+            inits.append(_init(f"c{i}", np.float32(c)))
+            ins = [f"c{i}", f"v{i}"] if op == "Sub" else [f"v{i}", f"c{i}"]
+        nodes.append(helper.make_node(op, ins, [f"v{i + 1}"]))
+    nodes.append(helper.make_node("QuantizeLinear", [f"v{len(ops)}", "y_s", "y_z"], ["yq"]))
+    outputs = [helper.make_tensor_value_info("yq", elem, None)]
+    if output_between:
+        outputs.append(helper.make_tensor_value_info("v1", TensorProto.FLOAT, None))
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("xq", elem, [2, 3, 50])], outputs, inits
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+GELU_HALF = [("Div", 1.4142135), ("Erf", None)]  # what QOperator BERTs keep in float
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize(
+    "ops", [GELU_HALF, [("Sigmoid", None)], [("Sub", 0.5), ("Tanh", None), ("Mul", 3.0)]]
+)
+def test_elementwise_chain_becomes_a_table(dt: Any, ops: list[tuple[str, Any]]) -> None:
+    """DQ -> element-wise chain -> Q becomes Cast + Gather of a 256-code table: every code's
+    result within one step of the unfolded graph on turnout and of onnxruntime."""
+    model = _chain(dt, ops)
+    assert _folded(model) == {"Cast": 1, "Gather": 1}
+    info = np.iinfo(dt)
+    x = np.arange(info.min, info.max + 1).astype(dt)
+    x = np.concatenate([x, x[:44]]).reshape(2, 3, 50)  # every code
+    feeds = {"xq": x}
+    got = _turnout(model, Level.ALL, "CPUExecutionProvider").run(None, feeds)[0]
+    plain = _turnout(model, Level.DISABLE, "CPUExecutionProvider").run(None, feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    assert got.dtype == dt and got.shape == x.shape
+    for other in (plain, want):
+        assert np.abs(got.astype(np.int32) - other.astype(np.int32)).max() <= 1
+
+
+def test_elementwise_chains_that_must_not_become_tables() -> None:
+    # a value inside the chain is also a graph output
+    assert "Gather" not in _folded(_chain(np.uint8, GELU_HALF, output_between=True))
+    # an op that is not element-wise
+    assert "Gather" not in _folded(_chain(np.uint8, [("Softmax", None)]))

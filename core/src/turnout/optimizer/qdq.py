@@ -19,6 +19,19 @@ where that stays true:
   x_scale * w_scale (QLinearConv adds the int32 bias to the sum, with that scale implied);
 - the float result is read only by the Q, and is no graph output.
 A DQ another node still reads stays for that reader.
+
+A second pattern is a chain of element-wise float ops between a DequantizeLinear and a
+QuantizeLinear, each reading only the one before (and constant scalars), as QOperator models
+keep GELU's `Div -> Erf` or an activation:
+
+    DQ(x_q) ─ Div(c) ─ Erf ─ Q ─► y_q   =>  Gather(table, Cast(x_q, int32))
+
+The output is a function of the input's code alone, so the chain is evaluated once for all 256
+codes (turnout's numpy kernels, as constant folding evaluates) into a table of output codes,
+indexed by the input's byte (an int8 code's negative index reads the table from its end, which
+is where its byte puts it). Each code's result is the chain's own in float32 then quantized:
+equal to the unfolded graph's except where a kernel's float rounding differs across a half
+step (one step then).
 """
 
 from __future__ import annotations
@@ -34,6 +47,15 @@ from .graph import OptGraph, attr
 from .match import Matcher
 
 __all__ = ["fold_qdq", "unit_dequantizers"]
+
+_TABLE_UNARY = frozenset({
+    "Abs", "Ceil", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish",
+    "LeakyRelu", "Log", "Mish", "Neg", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid",
+    "Sign", "Softplus", "Softsign", "Sqrt", "Tanh", "ThresholdedRelu",
+})  # fmt: skip
+"""Element-wise float ops of one input the table fold evaluates."""
+_TABLE_BINARY = frozenset({"Add", "Div", "Max", "Min", "Mul", "Pow", "Sub"})
+"""Element-wise ops whose other input must be a constant scalar for the table fold."""
 
 EIGHT_BIT = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
 _NP: dict[int, Any] = {onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
@@ -194,6 +216,93 @@ def _fold(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bool:
     return True
 
 
+def _scalar_chain(g: OptGraph, m: Matcher, dq: NodeProto) -> list[NodeProto] | None:
+    """The element-wise nodes from `dq`'s output to the QuantizeLinear that ends them (that Q
+    last), each value read by the next node only; None where the chain is anything else."""
+    chain: list[NodeProto] = []
+    cur = str(dq.output[0])
+    while len(chain) < 16:
+        n = m.only_reader(cur)
+        if n is None or not m.internal(cur) or len(n.output) != 1:
+            return None
+        if n.op_type == "QuantizeLinear":
+            return [*chain, n] if chain and n.input[0] == cur else None
+        if n.op_type in _TABLE_UNARY:
+            if list(n.input) != [cur]:
+                return None
+        elif n.op_type == "Clip":
+            bounds = [g.const(x) for x in n.input[1:] if x]
+            if n.input[0] != cur or any(b is None or b.size != 1 for b in bounds):
+                return None
+        elif n.op_type in _TABLE_BINARY:
+            other = m.other(n, cur)
+            c = g.const(other) if other and other != cur else None
+            if c is None or c.size != 1 or c.ndim > min(1, _rank(g, cur)):
+                return None  # (a 1-element constant of a higher rank would add axes)
+        else:
+            return None
+        chain.append(n)
+        cur = str(n.output[0])
+    return None
+
+
+def _rank(g: OptGraph, name: str) -> int:
+    """The rank inferred for `name`, 0 when unknown."""
+    tp = g.types.get(name)
+    if (
+        tp is None
+        or tp.WhichOneof("value") != "tensor_type"
+        or not tp.tensor_type.HasField("shape")
+    ):
+        return 0
+    return len(tp.tensor_type.shape.dim)
+
+
+def _table(g: OptGraph, dq: NodeProto, chain: list[NodeProto]) -> np.ndarray | None:
+    """The chain's quantized output for each of the 256 input codes (index: the code's byte),
+    evaluated with turnout's numpy kernels; None when that fails."""
+    from .fold import _evaluate  # (fold imports this module)
+
+    elem = g.elem_type(str(dq.input[0]))
+    codes = np.arange(256, dtype=np.uint8).view(_NP[elem or 2])
+    start = NodeProto()
+    start.CopyFrom(dq)
+    start.input[0] = g.fresh("codes")
+    out = _evaluate(g, [start, *chain], {start.input[0]: codes})
+    if out is None:
+        return None
+    table = out.get(str(chain[-1].output[0]))
+    return table if table is not None and table.shape == (256,) else None
+
+
+def _fold_table(g: OptGraph, m: Matcher, dq: NodeProto, ctx: PassContext) -> bool:
+    if dq.domain not in ("", "ai.onnx") or g.elem_type(str(dq.input[0])) not in EIGHT_BIT:
+        return False
+    x = _Quant(g, dq, dq.input[0])
+    if not x.usable() or not x.per_tensor():
+        return False
+    chain = _scalar_chain(g, m, dq)
+    if chain is None:
+        return False
+    qn = chain[-1]
+    y = _Quant(g, qn, qn.output[0])
+    if not y.usable() or not y.per_tensor():
+        return False
+    replaced = (*(n.op_type for n in chain), "DequantizeLinear")
+    if not all(ctx.can_emit("", op, replaced) for op in ("Cast", "Gather")):
+        return False
+    table = _table(g, dq, chain)
+    if table is None:
+        return False
+    idx = g.fresh(f"{qn.output[0]}_code")
+    cast = g.make_node("Cast", [x.value], [idx], name=f"{dq.name}_code", to=onnx.TensorProto.INT32)
+    look = g.make_node("Gather", [g.add_init(table, "table"), idx], [y.value], name=qn.name, axis=0)
+    g.insert_before(dq, cast)
+    g.insert_before(dq, look)
+    m.remove(dq, *chain)
+    return True
+
+
 def unit_dequantizers(g: OptGraph) -> set[int]:
     """The ids of the DequantizeLinear nodes that feed a Conv or MatMul whose output only a
     QuantizeLinear reads: constant folding leaves them (as onnxruntime's skips DQ nodes), so
@@ -216,13 +325,19 @@ def unit_dequantizers(g: OptGraph) -> set[int]:
 
 @graph_pass("fold_qdq", Level.EXTENDED)
 def fold_qdq(g: OptGraph, ctx: PassContext) -> int:
-    """DequantizeLinear -> Conv/MatMul -> QuantizeLinear -> QLinearConv/QLinearMatMul."""
+    """DequantizeLinear -> Conv/MatMul -> QuantizeLinear -> QLinearConv/QLinearMatMul;
+    DequantizeLinear -> element-wise chain -> QuantizeLinear -> a table lookup."""
     if not any(n.op_type == "QuantizeLinear" for n in g.nodes):
         return 0
     changes = 0
     m = Matcher(g)
     for n in list(g.nodes):
         if n.op_type in ("Conv", "MatMul") and n.domain in ("", "ai.onnx") and _fold(g, m, n, ctx):
+            changes += 1
+            m = Matcher(g)
+    for n in list(g.nodes):
+        alive = n.op_type == "DequantizeLinear" and any(n is r for r in g.nodes)
+        if alive and _fold_table(g, m, n, ctx):
             changes += 1
             m = Matcher(g)
     return changes
