@@ -1,7 +1,8 @@
-"""numba QLinearAdd and QLinearMul (com.microsoft): bit-equal to turnout's numpy kernels (the
-same float32 formula) and within one quantization step of onnxruntime, for uint8 and int8,
-with the broadcasts quantized models have (a bias over the last axis, an attention mask over
-the key axis, a scalar) and a general one that is materialized."""
+"""numba QLinearAdd, QLinearMul, QLinearSoftmax and QGemm (com.microsoft): bit-equal to turnout's
+numpy kernels where they share the float32 formula and within one quantization step of
+onnxruntime, for uint8 and int8, with the broadcasts quantized models have (a bias over the
+last axis, an attention mask over the key axis, a scalar) and a general one that is
+materialized."""
 
 from __future__ import annotations
 
@@ -121,3 +122,51 @@ def test_qlinear_softmax(dt: Any, shape: tuple[int, ...], axis: int, opset: int)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert np.abs(got - ref.astype(np.int32)).max() <= 1
     assert np.abs(got - want.astype(np.int32)).max() <= 1
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_qgemm(case: int) -> None:
+    """com.microsoft QGemm on the numba integer GEMM: a classifier's transB weight with C per
+    column, per-column b scales, C per row and per element, a float output, alpha: bit-equal
+    to the numpy kernel and within one step (quantized) of onnxruntime."""
+    rng = np.random.default_rng(case)
+    m, k, n = (1, 64, 40) if case % 2 == 0 else (5, 33, 17)
+    trans_b = case in (0, 1, 4)
+    quantized = case != 5
+    c_shape = [(n,), (1, n), (m, 1), (m, n), (), None][case]
+    a = rng.integers(0, 255, (m, k), endpoint=True).astype(np.uint8)
+    w = rng.integers(-127, 127, (n, k) if trans_b else (k, n), endpoint=True).astype(np.int8)
+    b_s = rng.uniform(0.001, 0.01, (n,) if case % 3 == 0 else ()).astype(np.float32)
+    inits = {"a_scale": np.float32(0.02), "a_zero_point": np.uint8(131), "b": w,
+             "b_scale": b_s, "b_zero_point": np.zeros(b_s.shape, np.int8)}  # fmt: skip
+    names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point"]
+    if c_shape is not None:
+        inits["c"] = rng.integers(-5000, 5000, c_shape).astype(np.int32)
+    names.append("c" if c_shape is not None else "")
+    if quantized:
+        inits["y_scale"] = np.float32(0.05 * np.sqrt(k))
+        inits["y_zero_point"] = np.uint8(120)
+        names += ["y_scale", "y_zero_point"]
+    node = helper.make_node(
+        "QGemm", names, ["y"], domain="com.microsoft", transB=int(trans_b), alpha=0.75
+    )
+    out = onnx.TensorProto.UINT8 if quantized else onnx.TensorProto.FLOAT
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, [m, k])],
+        [helper.make_tensor_value_info("y", out, None)],
+        [numpy_helper.from_array(np.asarray(v), n_) for n_, v in inits.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(g, opset_imports=opsets)
+    sess: Any = provider_session(model, "NumbaExecutionProvider")
+    assert [x.source for x in sess.partition_report().assignments] == ["numba"]
+    got = sess.run(None, {"a": a})[0]
+    so = turnout.SessionOptions()
+    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
+    ref = turnout.InferenceSession(model.SerializeToString(), so).run(None, {"a": a})[0]
+    np.testing.assert_array_equal(got, ref)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"a": a})[0]
+    if quantized:
+        assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

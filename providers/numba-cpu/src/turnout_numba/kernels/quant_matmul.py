@@ -124,6 +124,13 @@ def _b_zero(name: str, zp: Any, b: Array) -> Array:
     return z
 
 
+def _transposed(pack: Callable[..., Any]) -> Callable[..., Any]:
+    def packed_t(name: str, b: Array, zp: Any) -> Any:
+        return pack(name, np.ascontiguousarray(b.T), zp)
+
+    return packed_t
+
+
 def _pack8(name: str, b: Array, zp: Any) -> VnniB:
     _b_zero(name, zp, b)
     return VnniB.of(b, zp)
@@ -134,11 +141,24 @@ class MatMulEngine:
     `product(a, b, a_zp, b_zp, out, params)`; `params(rows, cols, m)` gives the store's
     (multiplier, bias, zero point) for a block of `rows` rows, `m` per matrix."""
 
-    def __init__(self, kn: KernelNode, ctx: BuildContext, variant: str, out: Any, b: int, zp: int):
+    def __init__(
+        self,
+        kn: KernelNode,
+        ctx: BuildContext,
+        variant: str,
+        out: Any,
+        b: int,
+        zp: int,
+        trans_b: bool = False,
+    ):
         self.name = kn.name
+        self.trans_b = trans_b
         self.vnni = VnniGemm(ctx, variant, out, transposed=False) if VNNI else None
         self.gemm = IntGemm(ctx, variant, out, np.float32 if variant == "scale" else np.int32)
-        self.packed = _PackedB(kn, b, zp, _pack8 if VNNI else _pack16)
+        pack = _pack8 if VNNI else _pack16
+        if trans_b:  # (Gemm's transB: B is stored (N, K); packed as its transpose, once)
+            pack = _transposed(pack)
+        self.packed = _PackedB(kn, b, zp, pack)
         # an N-D B (activations times activations) can only come where B is no constant matrix
         b_const = _const(kn, b)
         self.batched = None
@@ -155,7 +175,7 @@ class MatMulEngine:
         name = self.name
         if b.ndim > 2:
             return self._batched(a, b, a_zp, b_zp, out, params)
-        shape, rows, k, n = matmul_shapes(name, a, b)
+        shape, rows, k, n = matmul_shapes(name, a, b.T if self.trans_b else b)
         packed = self.packed(b.reshape(-1, 1) if b.ndim == 1 else b, b_zp)
         y = np.empty((rows, n), out)
         if rows and n:
