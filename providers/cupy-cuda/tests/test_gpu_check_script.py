@@ -4,18 +4,17 @@ eager interpreter (on the CPU) and the provider's decisions on the emulated back
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def test_benchmark_dry_run(tmp_path: Path) -> None:
-    pytest.importorskip("torch", reason="the PyTorch eager interpreter needs torch")
+    has_torch = importlib.util.find_spec("torch") is not None
     r = subprocess.run(
         [
             sys.executable,
@@ -33,7 +32,9 @@ def test_benchmark_dry_run(tmp_path: Path) -> None:
     for name in ("bert_like", "mlp", "resnet18_like"):
         entry = results[name]
         assert entry["emulated_nodes_on_cpu"] == [], name  # the whole model on the provider
-        assert entry["torch_max_abs_err"] < 1e-3 and entry["emulated_max_abs_err"] < 1e-3
+        assert entry["emulated_max_abs_err"] < 1e-3
+        if has_torch:  # the PyTorch eager interpreter, on the CPU here
+            assert entry["torch_max_abs_err"] < 1e-3
 
 
 def test_the_shell_script_parses() -> None:
