@@ -32,10 +32,10 @@ class DeviceChecks:
         self._local = threading.local()
 
     def _pending(self) -> list[tuple[Any, str]]:
-        pending = getattr(self._local, "pending", None)
+        pending: list[tuple[Any, str]] | None = getattr(self._local, "pending", None)
         if pending is None:
             pending = self._local.pending = []
-        return pending  # type: ignore[no-any-return]
+        return pending
 
     def flag(self, bad: Any, message: str) -> None:
         """Raise `InvalidArgument(message)` at the end of the run if device scalar `bad`."""

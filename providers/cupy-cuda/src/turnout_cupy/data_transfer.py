@@ -68,8 +68,8 @@ class CuPyDataTransfer(DataTransfer):
                 return value  # type: ignore[return-value]
             raise InvalidArgument(f"expected a CuPy array, got {type(value).__name__}")
         self.to_host_count += 1
+        with self._cupy.cuda.Device(self.device.id):
+            value = self._cupy.ascontiguousarray(value)  # a view (Transpose) copies first
         out = self._pinned(value.shape, value.dtype)
-        value.get(stream=self.stream, out=out)
-        if self.stream is not None:
-            self.stream.synchronize()
+        value.get(stream=self.stream, out=out)  # blocking: synchronizes that stream
         return out

@@ -63,7 +63,7 @@ def fused_groups(graph: GraphView, claimed: Collection[str]) -> list[list[str]]:
     by_name = {n.name: n for n in graph.nodes}
     ok = {n for n in claimed if fusible(by_name[n])}
     idx = GraphIndex.of(graph)
-    groups = find_groups(idx, ok, key=lambda n: by_name[n].output_infos[0].shape)
+    groups = find_groups(idx, ok, key=lambda n: by_name[n].output_infos[0].shape)  # type: ignore[union-attr]
     grouped = {n for g in groups for n in g}
     singles = [[n] for n in sorted(ok - grouped, key=idx.order.__getitem__)]
     return groups + singles
@@ -156,10 +156,12 @@ class _CupyLauncher:
         except Exception as e:  # a generator bug must name the group
             raise EPFail(f"CuPyExecutionProvider: group {program.name}: {e}") from e
 
-    def run(self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]):
+    def run(
+        self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]
+    ) -> None:
         grid = min((n + BLOCK - 1) // BLOCK, _MAX_GRID)
         params = (*args, *outs, np.int64(n), *(np.int64(x) for x in ints))
-        kernel((grid,), (BLOCK,), params, stream=self.be.stream)
+        kernel((grid,), (BLOCK,), params)  # on the current stream: the session's, in a run
 
 
 class _EmulatedRunner:
@@ -178,7 +180,9 @@ class _EmulatedRunner:
     def build(self, program: GroupProgram, variant: Variant, source: str) -> Any:
         return source
 
-    def run(self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]):
+    def run(
+        self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]
+    ) -> None:
         values = dict(zip((v.name for v in self.sg.inputs), args))
         for fn, ins, names in self.steps:
             values.update(zip(names, fn(*[values[x] if x else None for x in ins])))

@@ -22,7 +22,10 @@ _BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "PRelu"}
 _OPSET = 21
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, list[int]]], outs: list[str]):
+Inputs = dict[str, tuple[int, list[int | str]]]
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: Inputs, outs: list[str]) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "representative",
@@ -32,7 +35,7 @@ def _model(nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, list[int]]]
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)])
 
 
-def _feeds(inputs: dict[str, tuple[int, list[int]]], rng: np.random.Generator):
+def _feeds(inputs: Inputs, rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = {}
     for name, (t, shape) in inputs.items():
         dims = [d if isinstance(d, int) else 2 for d in shape]
@@ -51,9 +54,10 @@ def _allows(op: str, type_str: str) -> bool:
     return not allowed or type_str in allowed[0]
 
 
-def _single(op: str, t: int) -> tuple[onnx.ModelProto, dict[str, tuple[int, list[int]]]]:
+def _single(op: str, t: int) -> tuple[onnx.ModelProto, Inputs]:
     n = _ARITY.get(op, 2 if op in _BINARY else 1)
-    shapes = [[4, 3, 5], [1, 3, 1], [5]][:n]
+    shapes: list[list[int | str]] = [[4, 3, 5], [1, 3, 1], [5]]
+    shapes = shapes[:n]
     names = ["a", "b", "c"][:n]
     types = [t] * n
     if op == "Where":

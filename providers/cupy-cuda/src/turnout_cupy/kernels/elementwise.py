@@ -193,10 +193,10 @@ def _unary_builder(fn: Unary) -> Callable[[KernelNode, Backend], KernelFn]:
     return build
 
 
-for _op, (_since, _fn, _float) in UNARY.items():
-    cuda_kernel(_op, _since, applies=float_only if _float else numeric_only)(_unary_builder(_fn))
-for _op, (_since, _fn) in ACTIVATIONS.items():
-    cuda_kernel(_op, _since, applies=float_only)(_unary_builder(_fn))
+for _op, (_since, _ufn, _float) in UNARY.items():
+    cuda_kernel(_op, _since, applies=float_only if _float else numeric_only)(_unary_builder(_ufn))
+for _op, (_since, _afn) in ACTIVATIONS.items():
+    cuda_kernel(_op, _since, applies=float_only)(_unary_builder(_afn))
 
 
 # --------------------------------------------------------------------------------------------
