@@ -241,28 +241,25 @@ def range_(kn: KernelNode, be: Backend) -> KernelFn:
     return run
 
 
-@cuda_kernel("Gather", 13)
-def gather(kn: KernelNode, be: Backend) -> KernelFn:
-    axis = int(kn.attr("axis", 0))
+def _indexed(take: str) -> Any:
+    """Gather (`xp.take`) or GatherElements (`xp.take_along_axis`) with checked indices."""
 
-    def run(x: Any, idx: Any) -> tuple[Any]:
-        ax = axis % x.ndim
-        i = checked_indices(be, kn, idx.astype(np.int64), x.shape[ax], ax)
-        return (be.xp.take(x, i, axis=ax),)
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        axis = int(kn.attr("axis", 0))
+        f = getattr(be.xp, take)
 
-    return run
+        def run(x: Any, idx: Any) -> tuple[Any]:
+            ax = axis % x.ndim
+            i = checked_indices(be, kn, idx.astype(np.int64), x.shape[ax], ax)
+            return (f(x, i, axis=ax),)
+
+        return run
+
+    return build
 
 
-@cuda_kernel("GatherElements", 13)
-def gather_elements(kn: KernelNode, be: Backend) -> KernelFn:
-    axis = int(kn.attr("axis", 0))
-
-    def run(x: Any, idx: Any) -> tuple[Any]:
-        ax = axis % x.ndim
-        i = checked_indices(be, kn, idx.astype(np.int64), x.shape[ax], ax)
-        return (be.xp.take_along_axis(x, i, axis=ax),)
-
-    return run
+cuda_kernel("Gather", 13)(_indexed("take"))
+cuda_kernel("GatherElements", 13)(_indexed("take_along_axis"))
 
 
 @cuda_kernel("Trilu", 14, host_inputs=(1,))
