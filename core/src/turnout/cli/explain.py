@@ -35,6 +35,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                 f"copies each run: {len(report.copies) - uploads}, "
                 f"one-time uploads of initializers: {uploads}",
                 f"nodes that fell back to CPUExecutionProvider: {len(fell)}",
+                *_provenance(sess),
             ]
         )
     if args.output:
@@ -44,6 +45,16 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text + "\n")
     return 0
+
+
+def _provenance(sess: Any) -> list[str]:
+    """The nodes the optimizer wrote, each with the original nodes it stands for."""
+    lines = sess.optimization_report().format_provenance()
+    return (
+        ["", "nodes the optimizer wrote (<- the model's nodes they replace):", *lines]
+        if lines
+        else []
+    )
 
 
 def register(sub: Any) -> None:

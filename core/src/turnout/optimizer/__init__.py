@@ -204,28 +204,41 @@ def _optimize(
     )
     if supports is not None:
         ctx.supports = supports
+    # the original nodes by id, held so that no id is reused, with the name they go by
+    labels = {id(n): (n, n.name or f"{n.op_type}_{i}") for i, n in enumerate(g.nodes)}
+    sources: dict[str, list[str]] = {}  # provenance of the nodes passes wrote, by name
     chosen = passes_for(lvl, extra)
     basic = [p for p in chosen if p.level == Level.BASIC]
     later = [p for p in chosen if p.level > Level.BASIC]
     ctx.body_passes = later
     for _ in range(MAX_ROUNDS):
-        if not sum(_run(g, p, ctx, report) for p in basic):
+        if not sum(_run(g, p, ctx, report, labels, sources) for p in basic):
             break
     if later:
         for p in later:
-            _run(g, p, ctx, report)
+            _run(g, p, ctx, report, labels, sources)
         dead = [p for p in basic if p.name == "eliminate_dead_nodes"]
         for p in dead:
-            _run(g, p, ctx, report)
+            _run(g, p, ctx, report, labels, sources)
     g.toposort()
     g.commit()
+    alive = {n.name for n in g.nodes}
+    report.provenance = {k: v for k, v in sources.items() if k in alive}
     report.nodes_after = len(g.nodes)
     report.ops_after = _ops(g.nodes)
     return out, report, g
 
 
-def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport) -> int:
+def _run(
+    g: OptGraph,
+    p: GraphPass,
+    ctx: PassContext,
+    report: OptimizationReport,
+    labels: dict[int, tuple[onnx.NodeProto, str]],
+    sources: dict[str, list[str]],
+) -> int:
     before = len(g.nodes)
+    nodes = list(g.nodes)  # held: no id is reused while the pass runs
     t0 = time.perf_counter()
     try:
         changes = p.fn(g, ctx)
@@ -235,10 +248,67 @@ def _run(g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport
         raise GraphPassError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
     if changes and not p.keeps_types:
         g.mark_changed()
+    if changes:
+        _record_provenance(nodes, g.nodes, labels, sources)
     report.results.append(
         PassResult(p.name, p.level, changes, before, len(g.nodes), (time.perf_counter() - t0) * 1e3)
     )
     return changes
+
+
+def _record_provenance(
+    before: list[onnx.NodeProto],
+    after: list[onnx.NodeProto],
+    labels: dict[int, tuple[onnx.NodeProto, str]],
+    sources: dict[str, list[str]],
+) -> None:
+    """Link each node a pass wrote to the removed nodes it stands for. A written node and a
+    removed one are joined when they produce the same value; two removed nodes through a
+    value between them that no node produces any more; two written nodes through a value
+    between them that is new. A value that outlives the pass (a fused block's output read
+    by the next fusion, an input two fusions read) joins nothing. Removed nodes an earlier
+    pass wrote pass on their own sources."""
+    kept = {id(n) for n in after}
+    known = {id(n) for n in before}
+    removed = [n for n in before if id(n) not in kept]
+    added = [n for n in after if id(n) not in known and n.name]
+    if not removed or not added:
+        return
+    was = {o for n in before for o in n.output if o}
+    now = {o for n in after for o in n.output if o}
+    parent = list(range(len(removed) + len(added)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def join(group: list[onnx.NodeProto], offset: int, between: set[str]) -> None:
+        """Join the nodes of `group` through the values of `between` one makes, one reads."""
+        maker = {o: i for i, n in enumerate(group) for o in n.output if o in between}
+        for i, n in enumerate(group):
+            for x in n.input:
+                j = maker.get(x)
+                if j is not None:
+                    parent[find(offset + i)] = find(offset + j)
+
+    join(removed, 0, was - now)
+    join(added, len(removed), now - was)
+    out_of = {o: i for i, n in enumerate(removed) for o in n.output if o}
+    for k, n in enumerate(added, start=len(removed)):
+        for o in n.output:
+            if o in out_of:
+                parent[find(k)] = find(out_of[o])
+    origins: dict[int, set[str]] = {}
+    for i, n in enumerate(removed):
+        original = labels.get(id(n))
+        own = [original[1]] if original is not None else sources.get(n.name, [n.name])
+        origins.setdefault(find(i), set()).update(own)
+    for k, n in enumerate(added, start=len(removed)):
+        found = origins.get(find(k))
+        if found:
+            sources[n.name] = sorted(found)
 
 
 def _ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:

@@ -121,6 +121,8 @@ class OptimizationReport:
     results: list[PassResult] = field(default_factory=list)
     ops_before: dict[str, int] = field(default_factory=dict)
     ops_after: dict[str, int] = field(default_factory=dict)
+    # node a pass wrote -> the original nodes it stands for (their names, or op_index)
+    provenance: dict[str, list[str]] = field(default_factory=dict)
 
     def changes(self) -> dict[str, int]:
         """Total changes per pass name (passes run more than once are summed)."""
@@ -143,6 +145,7 @@ class OptimizationReport:
             ],
             "ops_before": self.ops_before,
             "ops_after": self.ops_after,
+            "provenance": self.provenance,
         }
 
     def format(self) -> str:
@@ -152,4 +155,9 @@ class OptimizationReport:
         for name, n in self.changes().items():
             if n:
                 lines.append(f"  {name:32s} {n:5d} change(s)")
+        lines.extend(self.format_provenance())
         return "\n".join(lines)
+
+    def format_provenance(self) -> list[str]:
+        """One line per rewritten node: `new <- original, original`."""
+        return [f"  {new} <- {', '.join(srcs)}" for new, srcs in sorted(self.provenance.items())]
