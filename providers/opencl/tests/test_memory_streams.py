@@ -108,3 +108,12 @@ def test_capi_copy_tensors_uses_the_opencl_sync_stream() -> None:
     dst = [turnout.OrtValue.ortvalue_from_shape_and_type([8], np.float32, "opencl")]
     turnout.copy_tensors(src, dst, stream)
     np.testing.assert_array_equal(dst[0].numpy(), x)
+
+
+def test_the_device_is_declared_once_by_the_factory() -> None:
+    factory = OpenCLProviderFactory()
+    provider = factory.create({})
+    assert provider.name == factory.name
+    assert provider.device == factory.device(0) == AVAIL.devices[0].device
+    assert provider.allocator.device == provider.data_transfer.device == provider.device
+    assert provider.stream is not None and provider.stream.device == provider.device
