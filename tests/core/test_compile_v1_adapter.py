@@ -76,12 +76,16 @@ def _session(**options: Any) -> turnout.InferenceSession:
 
 
 def test_a_contract_1_provider_compiles_through_the_adapter() -> None:
-    sess = _session()
+    with pytest.warns(DeprecationWarning, match="implement compile_subgraphs"):
+        sess = _session()
     assert not V1Provider({}).uses_compile_subgraphs()
     (y,) = sess.run(None, {"x": np.array([-2, 0, 3], np.float32)})
     np.testing.assert_array_equal(y, [4, 0, 9])
 
 
 def test_a_failing_contract_1_compile_names_the_provider() -> None:
-    with pytest.raises(EPFail, match=f"{NAME}: compile failed: no code generator"):
+    with (
+        pytest.raises(EPFail, match=f"{NAME}: compile failed: no code generator"),
+        pytest.warns(DeprecationWarning),
+    ):
         _session(broken=1)

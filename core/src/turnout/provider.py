@@ -17,6 +17,7 @@ Work that depends only on attributes belongs in the factory, so the kernel funct
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -651,6 +652,12 @@ class ExecutionProvider:
         providers implement `compile_subgraphs`, which gets each group's boundary."""
         if not groups:
             return []
+        warnings.warn(
+            f"{self.name} compiles through the deprecated contract-1 _compile(groups); "
+            "implement compile_subgraphs(subgraphs) instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         try:
             return self._compile(groups)
         except Exception as e:  # a compiler bug must name the provider
