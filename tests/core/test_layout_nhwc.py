@@ -219,3 +219,26 @@ def test_the_layout_follows_the_optimization_level(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         sess.run(None, {"x": x})[0], ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4
     )
+
+
+def test_two_convs_reading_one_value_share_its_transpose(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    w = [rng.standard_normal((2, 3, 1, 1)).astype(np.float32) for _ in range(2)]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a"),
+            helper.make_node("Conv", ["x", "wb"], ["b"], name="conv_b"),
+            helper.make_node("Add", ["a", "b"], ["y"], name="add"),
+        ],
+        "fork",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w[0], "wa"), numpy_helper.from_array(w[1], "wb")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess, optimized = _session(model, tmp_path, [NAME, "CPUExecutionProvider"])
+    to_nhwc = [n for n in optimized.graph.node if n.op_type == "Transpose" and n.input[0] == "x"]
+    assert len(to_nhwc) == 1 and _ops(optimized).count("Transpose") == 3  # two back, before Add
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)

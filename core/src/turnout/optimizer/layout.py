@@ -124,6 +124,7 @@ def nhwc_layout(g: OptGraph, ctx: PassContext) -> int:
     if not ctx.nhwc_ops:
         return 0
     changes = 0
+    moved: dict[str, str] = {}  # value -> its channels-last copy, shared by all its readers
     for n in list(g.nodes):
         key = ("" if n.domain == "ai.onnx" else n.domain, n.op_type)
         if key not in ctx.nhwc_ops or len([y for y in n.output if y]) != 1 or not n.output[0]:
@@ -138,10 +139,12 @@ def nhwc_layout(g: OptGraph, ctx: PassContext) -> int:
         to_last, to_first = _perms(rank)
         for i, tp in zip(data, in_types):
             assert tp is not None
-            moved = g.fresh(f"{n.input[i]}_nhwc")
-            g.insert_before(n, g.make_node("Transpose", [n.input[i]], [moved], perm=to_last))
-            g.types[moved] = _permuted(tp, to_last)
-            n.input[i] = moved
+            x = n.input[i]
+            if x not in moved:
+                moved[x] = g.fresh(f"{x}_nhwc")
+                g.insert_before(n, g.make_node("Transpose", [x], [moved[x]], perm=to_last))
+                g.types[moved[x]] = _permuted(tp, to_last)
+            n.input[i] = moved[x]
         assert y_type is not None
         y, mid = n.output[0], g.fresh(f"{n.output[0]}_nhwc")
         n.output[0] = mid
