@@ -316,3 +316,60 @@ def test_elementwise_chains_that_must_not_become_tables() -> None:
     assert "Gather" not in _folded(_chain(np.uint8, GELU_HALF, output_between=True))
     # an op that is not element-wise
     assert "Gather" not in _folded(_chain(np.uint8, [("Softmax", None)]))
+
+
+# ------------------------------------------------------------------ com.microsoft units
+
+
+def _activation_unit(op: str, k: int | str = 8) -> onnx.ModelProto:
+    """DQ(a), DQ(b) -> Add/Mul/MatMul -> Q, or DQ(a) -> Softmax -> Q; a and b both inputs."""
+    inits = [_init("a_s", np.float32(0.04)), _init("a_z", np.uint8(120)),
+             _init("b_s", np.float32(0.03)), _init("b_z", np.uint8(130)),
+             _init("y_s", np.float32(0.05 if op != "Softmax" else 1 / 256)),
+             _init("y_z", np.uint8(110 if op != "Softmax" else 0))]  # fmt: skip
+    a_shape: list[Any] = [2, 4, 5, k] if op == "MatMul" else [2, 4, 5, 6]
+    b_shape: list[Any] = [2, 4, k, 6] if op == "MatMul" else [6]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "a_s", "a_z"], ["af"])]
+    ins = [helper.make_tensor_value_info("a", TensorProto.UINT8, a_shape)]
+    if op != "Softmax":
+        nodes.append(helper.make_node("DequantizeLinear", ["b", "b_s", "b_z"], ["bf"]))
+        ins.append(helper.make_tensor_value_info("b", TensorProto.UINT8, b_shape))
+    nodes.append(helper.make_node(op, ["af", "bf"] if op != "Softmax" else ["af"], ["yf"]))
+    nodes.append(helper.make_node("QuantizeLinear", ["yf", "y_s", "y_z"], ["yq"]))
+    out = [helper.make_tensor_value_info("yq", TensorProto.UINT8, None)]
+    g = helper.make_graph(nodes, "g", ins, out, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("op", "folded"),
+    [
+        ("Add", "com.microsoft::QLinearAdd"),
+        ("Mul", "com.microsoft::QLinearMul"),
+        ("Softmax", "com.microsoft::QLinearSoftmax"),
+        ("MatMul", "QLinearMatMul"),
+    ],
+)
+def test_activation_units_fold(op: str, folded: str) -> None:
+    """Units of activations (a bias or residual Add, GELU's Mul, attention's Softmax and Q.K^T)
+    fold as onnxruntime's QDQ transformer folds them; outputs within one step of onnxruntime
+    and of the unfolded graph."""
+    model = _activation_unit(op)
+    assert _folded(model) == {folded: 1}
+    rng = np.random.default_rng(3)
+    feeds = {
+        i.name: rng.integers(0, 255, [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(
+            np.uint8
+        )
+        for i in model.graph.input
+    }
+    got = _turnout(model, Level.ALL, "CPUExecutionProvider").run(None, feeds)[0]
+    plain = _turnout(model, Level.DISABLE, "CPUExecutionProvider").run(None, feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    for other in (plain, want):
+        assert np.abs(got.astype(np.int32) - other.astype(np.int32)).max() <= 1
+
+
+def test_activation_matmul_with_unknown_k_does_not_fold() -> None:
+    """Without a static K the int32 sum cannot be bounded: the float path stays."""
+    assert "QLinearMatMul" not in _folded(_activation_unit("MatMul", k="seq"))

@@ -17,7 +17,14 @@ where that stays true:
   plus the bias, below 2^31);
 - a Conv bias is the dequantization of an int32 constant with zero point 0 and scale
   x_scale * w_scale (QLinearConv adds the int32 bias to the sum, with that scale implied);
-- the float result is read only by the Q, and is no graph output.
+- the float result is read only by the Q, and is no graph output;
+- a MatMul whose B is not a constant (activations times activations, as in attention) folds
+  with B per tensor and K known from the inferred shape (the bound then from the types alone).
+
+The same units around Add and Mul (both inputs dequantized, one type for A, B and the output)
+become com.microsoft QLinearAdd / QLinearMul, and around Softmax QLinearSoftmax, as
+onnxruntime's QDQ transformer makes them; their float32 arithmetic rounds once where the QDQ
+form rounds twice (one step apart at most).
 A DQ another node still reads stays for that reader.
 
 A second pattern is a chain of element-wise float ops between a DequantizeLinear and a
@@ -171,9 +178,14 @@ def _fold(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bool:
     if x is None or w is None or not y.usable() or not x.per_tensor() or not y.per_tensor():
         return False
     wv = g.const(w.value)
-    if wv is None:
-        return False
-    if conv:
+    if wv is None:  # activations times activations (attention): per tensor, K from the shape
+        k = _inner(g, str(n.input[0]))
+        if conv or not w.per_tensor() or k is None:
+            return False
+        if k * x.widest() * w.widest() >= _INT32_LIMIT:
+            return False
+        bias, dq_b = "", None
+    elif conv:
         if not _per_axis(w, wv, 0):
             return False
         k = int(np.prod(wv.shape[1:]))
@@ -187,7 +199,7 @@ def _fold(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bool:
         if wv.ndim != 2 or not _per_axis(w, wv, -1):
             return False
         k, bias, extra, dq_b = wv.shape[0], "", 0, None
-    if _sum_bound(x, w, wv, k) + extra >= _INT32_LIMIT:
+    if wv is not None and _sum_bound(x, w, wv, k) + extra >= _INT32_LIMIT:
         return False
     if not ctx.can_emit("", op, (n.op_type, "DequantizeLinear", "QuantizeLinear")):
         return False
@@ -205,25 +217,23 @@ def _fold(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bool:
     new = g.make_node(op, inputs, [y.value], name=n.name or op, **attrs)
     g.insert_before(n, new)
     m.remove(n, qn)
-    for d in (x.node, w.node, dq_b):
-        if (
-            d is not None
-            and not m.readers(d.output[0])
-            and m.internal(d.output[0])
-            and any(d is r for r in g.nodes)  # (x and w may share one DQ)
-        ):
-            m.remove(d)
+    _drop_unread(g, m, x.node, w.node, dq_b)
     return True
 
 
-def _scalar_chain(g: OptGraph, m: Matcher, dq: NodeProto) -> list[NodeProto] | None:
-    """The element-wise nodes from `dq`'s output to the QuantizeLinear that ends them (that Q
-    last), each value read by the next node only; None where the chain is anything else."""
+def _scalar_chain(
+    g: OptGraph, m: Matcher, dq: NodeProto, first: NodeProto
+) -> list[NodeProto] | None:
+    """The element-wise nodes from `first` (a reader of `dq`'s output, which others may read
+    too) to the QuantizeLinear that ends them (that Q last), each later value read by the next
+    node only; None where the chain is anything else."""
     chain: list[NodeProto] = []
     cur = str(dq.output[0])
     while len(chain) < 16:
-        n = m.only_reader(cur)
+        n = first if not chain else m.only_reader(cur)
         if n is None or not m.internal(cur) or len(n.output) != 1:
+            return None
+        if n.domain not in ("", "ai.onnx"):
             return None
         if n.op_type == "QuantizeLinear":
             return [*chain, n] if chain and n.input[0] == cur else None
@@ -244,6 +254,19 @@ def _scalar_chain(g: OptGraph, m: Matcher, dq: NodeProto) -> list[NodeProto] | N
         chain.append(n)
         cur = str(n.output[0])
     return None
+
+
+def _inner(g: OptGraph, name: str) -> int | None:
+    """The last dimension inferred for `name` (a MatMul's K), None when not static."""
+    tp = g.types.get(name)
+    if (
+        tp is None
+        or tp.WhichOneof("value") != "tensor_type"
+        or not tp.tensor_type.HasField("shape")
+    ):
+        return None
+    dims = tp.tensor_type.shape.dim
+    return int(dims[-1].dim_value) if dims and dims[-1].HasField("dim_value") else None
 
 
 def _rank(g: OptGraph, name: str) -> int:
@@ -281,9 +304,16 @@ def _fold_table(g: OptGraph, m: Matcher, dq: NodeProto, ctx: PassContext) -> boo
     x = _Quant(g, dq, dq.input[0])
     if not x.usable() or not x.per_tensor():
         return False
-    chain = _scalar_chain(g, m, dq)
-    if chain is None:
-        return False
+    for first in list(m.readers(str(dq.output[0]))):
+        chain = _scalar_chain(g, m, dq, first)
+        if chain is not None and _table_unit(g, m, dq, x, chain, ctx):
+            return True
+    return False
+
+
+def _table_unit(
+    g: OptGraph, m: Matcher, dq: NodeProto, x: _Quant, chain: list[NodeProto], ctx: PassContext
+) -> bool:
     qn = chain[-1]
     y = _Quant(g, qn, qn.output[0])
     if not y.usable() or not y.per_tensor():
@@ -297,9 +327,64 @@ def _fold_table(g: OptGraph, m: Matcher, dq: NodeProto, ctx: PassContext) -> boo
     idx = g.fresh(f"{qn.output[0]}_code")
     cast = g.make_node("Cast", [x.value], [idx], name=f"{dq.name}_code", to=onnx.TensorProto.INT32)
     look = g.make_node("Gather", [g.add_init(table, "table"), idx], [y.value], name=qn.name, axis=0)
-    g.insert_before(dq, cast)
-    g.insert_before(dq, look)
-    m.remove(dq, *chain)
+    g.insert_before(chain[0], cast)
+    g.insert_before(chain[0], look)
+    m.remove(*chain)
+    _drop_unread(g, m, dq)
+    return True
+
+
+def _drop_unread(g: OptGraph, m: Matcher, *dqs: NodeProto | None) -> None:
+    """Remove the DequantizeLinear nodes no node reads any more."""
+    for d in dqs:
+        if (
+            d is not None
+            and not m.readers(d.output[0])
+            and m.internal(d.output[0])
+            and any(d is r for r in g.nodes)  # (one DQ may feed a unit twice)
+        ):
+            m.remove(d)
+
+
+def _unit_ends(g: OptGraph, m: Matcher, n: NodeProto) -> tuple[list[_Quant], _Quant] | None:
+    """The per-tensor DQs feeding every input of `n` and the Q that alone reads its output,
+    all of one 8-bit type; None where `n` is no such unit."""
+    qn = m.only_reader(n.output[0], "QuantizeLinear")
+    if qn is None or not m.internal(n.output[0]) or len(n.output) != 1:
+        return None
+    y = _Quant(g, qn, qn.output[0])
+    ins = [_dq(g, m, x) for x in n.input]
+    if not y.usable() or not y.per_tensor() or not ins:
+        return None
+    if any(q is None or not q.per_tensor() or q.elem != y.elem for q in ins):
+        return None
+    return [q for q in ins if q is not None], y
+
+
+def _fold_contrib(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bool:
+    """DQ -> Add/Mul/Softmax -> Q as com.microsoft QLinearAdd/QLinearMul/QLinearSoftmax."""
+    from ..contrib import DOMAIN
+
+    ends = _unit_ends(g, m, n)
+    if ends is None:
+        return False
+    ins, y = ends
+    op = f"QLinear{n.op_type}"
+    attrs: dict[str, Any] = {}
+    if n.op_type == "Softmax":
+        version = int(g.opsets.get("", 13))
+        attrs = {"axis": int(attr(n, "axis", -1 if version >= 13 else 1)), "opset": version}
+    elif len(ins) != 2:
+        return False
+    if not ctx.can_emit(DOMAIN, op, (n.op_type, "DequantizeLinear", "QuantizeLinear")):
+        return False
+    inputs = [v for q in ins for v in (q.value, q.scale_name, _zp_input(g, q))]
+    inputs += [y.scale_name, _zp_input(g, y)]
+    g.ensure_opset(DOMAIN)
+    new = g.make_node(op, inputs, [y.value], name=n.name or op, domain=DOMAIN, **attrs)
+    g.insert_before(n, new)
+    m.remove(n, y.node)
+    _drop_unread(g, m, *(q.node for q in ins))
     return True
 
 
@@ -325,14 +410,20 @@ def unit_dequantizers(g: OptGraph) -> set[int]:
 
 @graph_pass("fold_qdq", Level.EXTENDED)
 def fold_qdq(g: OptGraph, ctx: PassContext) -> int:
-    """DequantizeLinear -> Conv/MatMul -> QuantizeLinear -> QLinearConv/QLinearMatMul;
-    DequantizeLinear -> element-wise chain -> QuantizeLinear -> a table lookup."""
+    """DequantizeLinear -> Conv/MatMul -> QuantizeLinear -> QLinearConv/QLinearMatMul; around
+    Add/Mul/Softmax -> com.microsoft QLinearAdd/QLinearMul/QLinearSoftmax; DequantizeLinear ->
+    element-wise chain -> QuantizeLinear -> a table lookup."""
     if not any(n.op_type == "QuantizeLinear" for n in g.nodes):
         return 0
     changes = 0
     m = Matcher(g)
     for n in list(g.nodes):
         if n.op_type in ("Conv", "MatMul") and n.domain in ("", "ai.onnx") and _fold(g, m, n, ctx):
+            changes += 1
+            m = Matcher(g)
+    for n in list(g.nodes):
+        std = n.domain in ("", "ai.onnx") and any(n is r for r in g.nodes)
+        if std and n.op_type in ("Add", "Mul", "Softmax") and _fold_contrib(g, m, n, ctx):
             changes += 1
             m = Matcher(g)
     for n in list(g.nodes):
