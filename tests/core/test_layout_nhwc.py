@@ -242,3 +242,51 @@ def test_two_convs_reading_one_value_share_its_transpose(tmp_path: Path) -> None
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_conv_chain_in_an_if_branch_runs_channels_last(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+
+    def branch(name: str, act: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [
+                helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+                helper.make_node(act, ["c"], ["r"]),
+                helper.make_node("Conv", ["r", "w2"], ["o"]),
+            ],
+            name,
+            [],
+            [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)],
+        )
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["y"],
+                then_branch=branch("t", "Relu"),
+                else_branch=branch("e", "Tanh"),
+            )
+        ],
+        "branches",
+        [
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w1"),
+            numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32), "w2"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess, optimized = _session(model, tmp_path, [NAME, "CPUExecutionProvider"])
+    for body in optimized.graph.node[0].attribute:
+        ops = _ops(onnx.ModelProto(graph=body.g))
+        assert ops.count("NhwcConv") == 2 and ops.count("Transpose") == 2, (body.name, ops)
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"cond": np.array(cond), "x": x}
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-4, atol=1e-5)

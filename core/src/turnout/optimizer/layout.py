@@ -176,4 +176,16 @@ def cancel_transposes(g: OptGraph, ctx: PassContext) -> int:
         if not changes:
             break
         total += changes
+    if total:  # the first of a cancelled pair is unread now (in a body, no later pass drops it)
+        reads, outside = g.consumers(), g.protected | g.subgraph_reads()
+        g.remove(
+            *(
+                n
+                for n in g.nodes
+                if n.op_type == "Transpose"
+                and n.domain in ("", "ai.onnx")
+                and n.output[0] not in outside
+                and not reads.get(n.output[0])
+            )
+        )
     return total
