@@ -1,9 +1,10 @@
 """The generated CUDA's arithmetic, checked on the CPU: every kernel the representative graphs
-make (`turnout_cupy.representative`, as the compile-only check uses them) is also written as a
-host C++ loop with the same statements and index math (`GroupProgram.host_source`), built with
-the system C++ compiler, and run in place of CuPy by the emulated provider; the sessions'
-outputs are compared with onnxruntime's. What this cannot check: CUDA's own math library and
-launch configuration (the GPU check does).
+make (`turnout_cupy.representative`, as the compile-only check uses them) is compiled, the same
+kernel text, as host C++ for one block of one thread (`codegen.HOST_PRELUDE`: the grid-stride
+loops then walk every element and row, the block reductions are trivial), and run in place of
+CuPy by the emulated provider; the sessions' outputs are compared with onnxruntime's. What this
+cannot check: CUDA's math library, the launch configuration and reductions across threads (the
+GPU check does).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from turnout.provider import Availability, Device, ExecutionProvider
 from turnout.session import InferenceSession
 from turnout_cupy.backend import Backend
 from turnout_cupy.check import collect_generated
-from turnout_cupy.codegen import HOST_PRELUDE, GroupProgram, Variant
+from turnout_cupy.codegen import DEVICE_PRELUDE, HOST_PRELUDE
 from turnout_cupy.emulated import EmulatedFactory
 from turnout_cupy.provider import CuPyExecutionProvider
 from turnout_cupy.representative import cases
@@ -45,20 +46,29 @@ class HostLauncher:
         self.lib = lib
         self.calls = 0
 
-    def build(self, program: GroupProgram, variant: Variant, source: str) -> Any:
-        return getattr(self.lib, program.kernel_name(variant))
+    def build(self, name: str, source: str) -> Any:
+        return getattr(self.lib, name)
 
-    def run(self, fn: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]):
+    def call(self, fn: Any, grid: int, block: int, params: Sequence[Any]) -> None:
         self.calls += 1
-        ptrs = [ctypes.c_void_p(a.ctypes.data) for a in (*args, *outs)]
-        fn(*ptrs, ctypes.c_longlong(n), *(ctypes.c_longlong(x) for x in ints))
+        fn(*(_ctype(p) for p in params))
+
+
+def _ctype(p: Any) -> Any:
+    if isinstance(p, np.ndarray):
+        return ctypes.c_void_p(p.ctypes.data)
+    if isinstance(p, np.float64):
+        return ctypes.c_double(float(p))
+    return ctypes.c_longlong(int(p))
 
 
 @pytest.fixture(scope="module")
 def host_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     functions: dict[str, str] = {}
     for program, variant in collect_generated():
-        functions.setdefault(program.kernel_name(variant), program.function(variant, 'extern "C"'))
+        source = program.source(variant)
+        assert source.startswith(DEVICE_PRELUDE)
+        functions.setdefault(program.kernel_name(variant), source[len(DEVICE_PRELUDE) :])
     tmp = tmp_path_factory.mktemp("host")
     src, lib = Path(tmp, "kernels.cpp"), Path(tmp, "kernels.so")
     src.write_text(HOST_PRELUDE + "\n".join(functions.values()))

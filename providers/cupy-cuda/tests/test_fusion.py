@@ -94,3 +94,41 @@ def test_bert_like_runs_entirely_on_the_provider(batch: int, emulated: str) -> N
     (got,) = sess.run(None, feeds)
     (expected,) = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _residual_norm(extra_outputs: bool) -> bytes:
+    h = 8
+    rng = np.random.default_rng(1)
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [h], rng.standard_normal(h).tolist())
+    outs = ["n", "mean", "inv"] if extra_outputs else ["n"]
+    nodes = [
+        helper.make_node("Add", ["x", "r"], ["s"], name="residual"),
+        helper.make_node("LayerNormalization", ["s", "scale"], outs, name="norm"),
+        helper.make_node("Sub", ["n", "s"], ["y"], name="after"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual_norm",
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT, ["b", h]) for v in ("x", "r")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+        + [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs[1:]],
+        [scale],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("extra_outputs", [False, True])
+def test_residual_add_and_layer_norm_are_one_kernel(extra_outputs: bool, emulated: str) -> None:
+    model = _residual_norm(extra_outputs)
+    groups = _groups(provider_session(model, emulated))
+    if extra_outputs:  # Mean/InvStdDev wanted: the plain LayerNorm kernel runs it
+        assert groups["norm"] is None
+    else:  # the sum is read after the norm too: the kernel writes it out
+        assert groups["residual"] == groups["norm"] and groups["norm"].startswith("cupy_layernorm")
+    sess = provider_session(model, emulated)
+    rng = np.random.default_rng(2)
+    feeds = {v: rng.standard_normal((3, 8)).astype(np.float32) for v in ("x", "r")}
+    got = sess.run(None, feeds)
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)

@@ -12,7 +12,7 @@ group's expression list; `source(variant)` writes the kernel for one launch layo
 - a group with no strided input has no dimension arguments at all.
 
 The same text is what `python -m turnout_cupy.check --compile-only` hands to nvcc, and what the
-host build in the tests compiles as C++ (`HOST_PRELUDE`) to check the expressions' values on a
+tests compile as host C++ (`HOST_PRELUDE`: one block of one thread) to check its values on a
 machine without a GPU.
 """
 
@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "BLOCK",
     "CTYPES",
     "DEVICE_PRELUDE",
+    "MAX_GRID",
     "FUSED_OPS",
     "HOST_PRELUDE",
     "GroupProgram",
@@ -36,6 +38,8 @@ __all__ = [
 ]
 
 CTYPES: Mapping[str, str] = {"float32": "float", "float64": "double", "bool": "bool"}
+BLOCK = 256
+MAX_GRID = 1 << 20
 
 # Helpers every kernel may call, templated on the float type. NaN rules follow ONNX/numpy:
 # Max/Min propagate NaN; Relu(NaN) is NaN.
@@ -54,8 +58,21 @@ template <typename T> TN_FN T tn_clip(T a, T lo, T hi) { return tn_min(tn_max(a,
 """
 
 DEVICE_PRELUDE = "#define TN_FN __device__ __forceinline__\n" + _HELPERS
+
+# The host build of a kernel (tests only): the same kernel text compiled as C++ for one block
+# of one thread, which the grid-stride loops then walk over every element and row.
 HOST_PRELUDE = (
-    "#include <cmath>\n#include <cstdint>\nusing namespace std;\n#define TN_FN inline\n" + _HELPERS
+    r"""#include <cmath>
+#include <cstdint>
+using namespace std;
+#define TN_FN inline
+#define __global__
+#define __shared__ static
+struct tn_dim3 { long long x; };
+static const tn_dim3 threadIdx = {0}, blockIdx = {0}, blockDim = {1}, gridDim = {1};
+static inline void __syncthreads() {}
+"""
+    + _HELPERS
 )
 
 
@@ -249,26 +266,23 @@ class GroupProgram:
             lines.append(f"    const {CTYPES[dt.name]} x{i} = p{i}[{at}];")
         return lines
 
-    def function(self, v: Variant, qualifier: str) -> str:
-        """The kernel (`qualifier` `extern "C" __global__`) or the host loop (`extern "C"`)."""
+    def function(self, v: Variant) -> str:
+        """The kernel of variant `v`, without the prelude."""
         params = ",\n    ".join(self.params(v))
-        if "__global__" in qualifier:
-            loop = (
-                "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;"
-                " i += (long long)blockDim.x * gridDim.x) {"
-            )
-        else:
-            loop = "  for (long long i = 0; i < n; ++i) {"
+        loop = (
+            "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;"
+            " i += (long long)blockDim.x * gridDim.x) {"
+        )
         body = "\n".join(self.loads(v) + self.body())
         return (
-            f"{qualifier} void {self.kernel_name(v)}(\n    {params}) {{\n"
+            f'extern "C" __global__ void {self.kernel_name(v)}(\n    {params}) {{\n'
             f"  typedef {self.ctype} T;\n{loop}\n{body}\n  }}\n}}\n"
         )
 
     def source(self, v: Variant) -> str:
         """The CUDA source of variant `v`: what `cupy.RawKernel` compiles."""
-        return DEVICE_PRELUDE + "\n" + self.function(v, 'extern "C" __global__')
+        return DEVICE_PRELUDE + "\n" + self.function(v)
 
-    def host_source(self, v: Variant) -> str:
-        """The same statements as a host C++ loop, for the tests' CPU check of the values."""
-        return HOST_PRELUDE + "\n" + self.function(v, 'extern "C"')
+    def launch(self, v: Variant, n: int) -> tuple[int, int]:
+        """(grid, block) for `n` elements: one thread each, the grid capped (the loop strides)."""
+        return min((n + BLOCK - 1) // BLOCK, MAX_GRID), BLOCK

@@ -9,9 +9,9 @@ generated CUDA (one launch), and the tests check one code path.
 
 `compile_group` turns a `FusedSubgraph` into a `CompiledState`. `create` builds the
 `GroupProgram`; `compute` picks the launch layout (`Variant`) from the input shapes and strides,
-compiles that variant once (`cupy.RawKernel`, cached in memory and in CuPy's on-disk kernel
+compiles that variant once (`launch.CupyLauncher`: cached in memory and in CuPy's on-disk kernel
 cache) and launches it on the session's stream. On the emulated backend it records the same
-source and runs the member kernels with numpy instead.
+source and runs the member kernels with numpy instead (or, in the tests, the host build).
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from turnout.provider import CompiledState, FusedSubgraph, KernelFn, KernelRegis
 
 from .backend import Backend
 from .codegen import FUSED_OPS, GroupProgram, Step, Variant
+from .launch import CupyLauncher
 
-__all__ = ["BLOCK", "Generated", "compile_group", "fusible", "fused_groups", "layout"]
+__all__ = ["EmulatedRunner", "Generated", "compile_group", "fusible", "fused_groups", "layout"]
 
-BLOCK = 256
-_MAX_GRID = 1 << 20
 _FLOATS = frozenset({"float32", "float64"})
 
 
@@ -99,7 +98,8 @@ def layout(
     return Variant(rank, dense), args
 
 
-Generated = list[tuple[GroupProgram, Variant]]
+Generated = list[tuple[Any, Variant]]
+"""(program, layout) pairs: any program with `source(variant)` and `kernel_name(variant)`."""
 
 
 def compile_group(
@@ -110,7 +110,8 @@ def compile_group(
     inputs = tuple(v.name for v in sg.inputs)
     outputs = tuple(v.name for v in sg.outputs)
     program = _program(sg)
-    launch = be.launcher or (_EmulatedRunner(sg, registry) if be.emulated else _CupyLauncher(be))
+    members = EmulatedRunner(sg, registry) if be.emulated and be.launcher is None else None
+    launch = be.launcher or CupyLauncher()
 
     def create() -> dict[Variant, Any]:
         return {}
@@ -131,11 +132,16 @@ def compile_group(
             source = program.source(variant)
             if generated is not None:
                 generated.append((program, variant))
-            kernel = kernels[variant] = launch.build(program, variant, source)
+            name = program.kernel_name(variant)
+            kernel = kernels[variant] = source if members else launch.build(name, source)
         outs = [xp.empty(out_shape, program.dtype) for _ in outputs]
         n = int(np.prod(out_shape, dtype=np.int64))
-        if n:
-            launch.run(kernel, args, outs, n, ints)
+        if members is not None:
+            members.run(args, outs)
+        elif n:
+            grid, block = program.launch(variant, n)
+            params = [*args, *outs, np.int64(n), *(np.int64(x) for x in ints)]
+            launch.call(kernel, grid, block, params)
         return tuple(outs)
 
     def release(kernels: dict[Variant, Any]) -> None:
@@ -144,27 +150,7 @@ def compile_group(
     return CompiledState(sg.name, inputs, outputs, compute, create, release)
 
 
-class _CupyLauncher:
-    def __init__(self, be: Backend) -> None:
-        self.be = be
-
-    def build(self, program: GroupProgram, variant: Variant, source: str) -> Any:
-        import cupy
-
-        try:
-            return cupy.RawKernel(source, program.kernel_name(variant), options=("--std=c++14",))
-        except Exception as e:  # a generator bug must name the group
-            raise EPFail(f"CuPyExecutionProvider: group {program.name}: {e}") from e
-
-    def run(
-        self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]
-    ) -> None:
-        grid = min((n + BLOCK - 1) // BLOCK, _MAX_GRID)
-        params = (*args, *outs, np.int64(n), *(np.int64(x) for x in ints))
-        kernel((grid,), (BLOCK,), params)  # on the current stream: the session's, in a run
-
-
-class _EmulatedRunner:
+class EmulatedRunner:
     """Runs the members' numpy kernels in order (the emulated backend has no CUDA)."""
 
     def __init__(self, sg: FusedSubgraph, registry: KernelRegistry) -> None:
@@ -177,12 +163,7 @@ class _EmulatedRunner:
                 raise EPFail(f"{sg.name}: node {node.name!r} has no kernel: {reason}")
             self.steps.append((kdef.factory(kn), node.inputs, node.outputs))
 
-    def build(self, program: GroupProgram, variant: Variant, source: str) -> Any:
-        return source
-
-    def run(
-        self, kernel: Any, args: Sequence[Any], outs: Sequence[Any], n: int, ints: list[int]
-    ) -> None:
+    def run(self, args: Sequence[Any], outs: Sequence[Any]) -> None:
         values = dict(zip((v.name for v in self.sg.inputs), args))
         for fn, ins, names in self.steps:
             values.update(zip(names, fn(*[values[x] if x else None for x in ins])))

@@ -2,11 +2,12 @@
 CUDA kernels on one device, on one stream per session.
 
 `get_capability` claims each node a kernel in `kernels/` applies to and declines the rest with
-the reason; then claimed float elementwise nodes become fused groups (`fusion.fused_groups`),
-compiled into one CUDA kernel each (`compile_subgraphs`). A run makes the session's device and
-stream current (`on_run_start`), and `on_run_end` synchronizes the stream and raises what a
-kernel flagged on the device (an index out of range). Runs of one session take turns (a lock),
-as kernels enqueue on the session's one stream.
+the reason; then a LayerNorm over the last axis, with the residual Add before it, becomes one
+generated kernel (`norm_fusion`), and the claimed float elementwise nodes become fused groups
+(`fusion.fused_groups`), each compiled into one CUDA kernel (`compile_subgraphs`). A run makes
+the session's device and stream current (`on_run_start`), and `on_run_end` synchronizes the
+stream and raises what a kernel flagged on the device (an index out of range). Runs of one
+session take turns (a lock), as kernels enqueue on the session's one stream.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from . import kernels as _kernels  # noqa: F401 - importing registers every kern
 from .backend import Backend
 from .fusion import Generated, compile_group, fused_groups
 from .kernels.registry import SPECS, KernelSpec
+from .norm_fusion import compile_norm_group, norm_groups
 
 __all__ = ["CuPyExecutionProvider", "make_stream"]
 
@@ -104,15 +106,26 @@ class CuPyExecutionProvider(ExecutionProvider):
         claims, declines = super()._get_capability(graph)
         if not self.fuse:
             return claims, declines
-        groups = fused_groups(graph, [c.nodes[0] for c in claims])
-        grouped = {n for g in groups for n in g}
-        claims = [c for c in claims if c.nodes[0] not in grouped]
+        claimed = [c.nodes[0] for c in claims]
+        norms = norm_groups(graph, claimed)
+        taken = {n for g in norms for n in g}
+        groups = fused_groups(graph, [n for n in claimed if n not in taken])
+        taken |= {n for g in groups for n in g}
+        claims = [c for c in claims if c.nodes[0] not in taken]
+        for k, members in enumerate(norms):
+            name = f"cupy_layernorm_{k}_{members[0]}"
+            claims.append(Capability(tuple(members), None, name=name))
         for k, members in enumerate(groups):
             claims.append(Capability(tuple(members), None, name=f"cupy_fused_{k}_{members[0]}"))
         return claims, declines
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
-        return [compile_group(sg, self.backend, self.kernels, self.generated) for sg in subgraphs]
+        out = []
+        for sg in subgraphs:
+            norm = sg.nodes[-1].op_type == "LayerNormalization"
+            compile_one = compile_norm_group if norm else compile_group
+            out.append(compile_one(sg, self.backend, self.kernels, self.generated))
+        return out
 
     def compatibility_info(self) -> str:
         return f"turnout-cupy {__version__}; {self.device}"

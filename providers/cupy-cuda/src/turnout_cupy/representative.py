@@ -1,7 +1,8 @@
 """Representative graphs for the compile-only check: what a real model asks the code generator
-for (an MLP's bias + GELU, a residual block, a broadcast chain, Where/Clip, the BERT-like
-encoder from `turnout.models.zoo`), plus every op of `codegen.FUSED_OPS` alone in float32 and
-float64, each with one dense and one broadcast input so both load paths appear."""
+for (an MLP's bias + GELU, a residual block, a broadcast chain, Where/Clip, residual +
+LayerNorm, the BERT-like encoder from `turnout.models.zoo`), plus every op of
+`codegen.FUSED_OPS` alone in float32 and float64, each with one dense and one broadcast input
+so both load paths appear."""
 
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def cases(seed: int = 0) -> Iterator[Case]:
         "hi": (_F32, []),
     }
     yield "residual_block", _model(res, inputs, ["s", "out"]), _feeds(inputs, rng)
+    yield from _layer_norms(rng)
     from turnout.models.zoo import bert_like
 
     bert = bert_like(layers=1, hidden=64, heads=4, seq=16)
@@ -123,3 +125,26 @@ def cases(seed: int = 0) -> Iterator[Case]:
             "attention_mask": np.ones((1, 16), np.int64),
         },
     )
+
+
+def _layer_norms(rng: np.random.Generator) -> Iterator[Case]:
+    """LayerNorm with the residual Add fused (its sum read outside too), and alone (float64,
+    no bias): the row kernel's variants."""
+    h = 40
+    scale = numpy_helper.from_array(rng.standard_normal(h).astype(np.float32), "scale")
+    bias = numpy_helper.from_array(rng.standard_normal(h).astype(np.float32), "bias")
+    nodes = [
+        helper.make_node("Add", ["x", "r"], ["s"]),
+        helper.make_node("LayerNormalization", ["s", "scale", "bias"], ["n"], epsilon=1e-3),
+        helper.make_node("Mul", ["n", "s"], ["y"]),
+    ]
+    inputs: Inputs = {"x": (_F32, ["batch", 3, h]), "r": (_F32, ["batch", 3, h])}
+    model = _model(nodes, inputs, ["y"])
+    model.graph.initializer.extend([scale, bias])
+    yield "residual_layer_norm", model, _feeds(inputs, rng)
+    scale64 = numpy_helper.from_array(rng.standard_normal(h).astype(np.float64), "scale")
+    nodes = [helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=-1)]
+    inputs = {"x": (_F64, [5, h])}
+    model = _model(nodes, inputs, ["y"])
+    model.graph.initializer.append(scale64)
+    yield "layer_norm_f64", model, _feeds(inputs, rng)
