@@ -5,6 +5,7 @@ whose device disagrees with its factory is refused."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,22 +35,31 @@ from turnout.provider import (
 )
 
 
-def _register(factory: ProviderFactory) -> Iterator[Any]:
-    turnout.register_provider(factory)
+@contextlib.contextmanager
+def _registered(*factories: ProviderFactory) -> Iterator[None]:
+    for factory in factories:
+        turnout.register_provider(factory)
     devices.clear_cache()
-    yield factory
-    plugins.registry.unregister(factory.name)
-    devices.clear_cache()
+    try:
+        yield
+    finally:
+        for factory in factories:
+            plugins.registry.unregister(factory.name)
+        devices.clear_cache()
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeDeviceProviderFactory]:
-    yield from _register(FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul")))
+    factory = FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul"))
+    with _registered(factory):
+        yield factory
 
 
 @pytest.fixture
 def fake_streams() -> Iterator[FakeDeviceProviderFactory]:
-    yield from _register(FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul"), streams=True))
+    factory = FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul"), streams=True)
+    with _registered(factory):
+        yield factory
 
 
 def _model(nodes: list[onnx.NodeProto], outputs: list[str], n_inputs: int = 1) -> onnx.ModelProto:
@@ -150,7 +160,7 @@ def test_values_of_one_producer_go_to_the_host_in_one_batch_waited_by_each_reade
         [helper.make_tensor_value_info(y, TensorProto.FLOAT, [2]) for y in ("y0", "y1")],
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    for _ in _register(factory):
+    with _registered(factory):
         sess = turnout.InferenceSession(model, providers=[factory.name])
         order = [(st.op_type, st.inputs) for st in sess._plan.steps]
         assert [op for op, _ in order].count("EventWait") == 2
@@ -224,7 +234,7 @@ def test_kernels_allocate_through_their_context_and_see_the_stream(
         def _create(self, options: dict[str, Any]) -> ExecutionProvider:
             return Provider(options, self)
 
-    for _ in _register(Factory()):
+    with _registered(Factory()):
         model = _model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
         sess = turnout.InferenceSession(model, providers=[Factory.name])
         (y,) = sess.run(None, {"x0": X})
@@ -343,3 +353,36 @@ def test_io_binding_writes_outputs_into_bound_device_and_host_values(
     assert y0 is on_device and y1 is on_host
     np.testing.assert_array_equal(on_device.numpy(), np.maximum(X, 0))
     np.testing.assert_array_equal(on_host.numpy(), 2 * np.maximum(X, 0))
+
+
+class _SecondFake(FakeDeviceProviderFactory):
+    """Another provider on the same fake device."""
+
+    name = "SecondFakeExecutionProvider"
+    aliases = ("fake2",)
+
+
+def test_a_value_crossing_providers_on_one_device_waits_for_the_makers_stream() -> None:
+    first = FakeDeviceProviderFactory(ops=("Relu",), streams=True)
+    second = _SecondFake(ops=("Add",))
+    model = _model(
+        [
+            helper.make_node("Relu", ["x0"], ["a"], name="relu"),
+            helper.make_node("Add", ["a", "a"], ["y"], name="add"),
+        ],
+        ["y"],
+    )
+    with _registered(first, second):
+        sess = turnout.InferenceSession(model, providers=[first.name, second.name])
+        steps = sess._plan.steps
+        placed = {st.name: st.provider for st in steps}
+        assert placed["relu"] == first.name and placed["add"] == second.name
+        (sync,) = [st for st in steps if st.inputs == ("a",) and st.op_type == "EventWait"]
+        add = next(st for st in steps if st.name == "add")
+        assert add.inputs == sync.outputs * 2
+        assert steps.index(sync) == steps.index(add) - 1
+        stream = first.last.stream  # type: ignore[union-attr]
+        events = stream.events
+        (y,) = sess.run(None, {"x0": X})
+        np.testing.assert_array_equal(y, 2 * np.maximum(X, 0))
+        assert stream.events > events and stream.waits >= 1

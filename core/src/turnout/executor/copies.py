@@ -12,7 +12,9 @@ travel in one copy step: it allocates each destination (the device's allocator, 
 array) and makes one `copy_tensors` call on the owning provider's stream. Copies to the host
 on a provider with a stream are enqueued right after the step that made the values, and
 an event recorded there is waited for just before the first host reader (`EventWait`), so the
-device keeps working while the host runs other nodes.
+device keeps working while the host runs other nodes. A value that another provider reads on
+the same device, without a copy, passes an `EventWait` too when its maker has a stream that is
+not the reader's.
 """
 
 from __future__ import annotations
@@ -121,6 +123,29 @@ def _batched_copy(
     return copy
 
 
+def _sync(producer: Stream, consumer: Stream | None) -> Callable[[Any], tuple[Any]]:
+    """An `EventWait` step between two providers on one device: an event recorded on the
+    producer's stream, waited for on the consumer's (or on the host); the value passes."""
+
+    def sync(value: Any) -> tuple[Any]:
+        event = producer.record()
+        if consumer is not None:
+            consumer.wait_event(event)
+        else:
+            event.wait()
+        return (value,)
+
+    return sync
+
+
+def _must_sync(maker: ExecutionProvider, reader: ExecutionProvider, where: Device | None) -> bool:
+    """Whether `reader` waits for a value `maker` made on `where`: another provider's value on
+    its device (not a host output), made on a stream that is not the reader's."""
+    if maker is reader or maker.stream is None or maker.stream is reader.stream:
+        return False
+    return where == maker.device
+
+
 def _host_wait(*values: Any) -> tuple[Any, ...]:
     """An `EventWait` step on the host: block on the event (last), pass the values through."""
     values[-1].wait()
@@ -193,6 +218,8 @@ def insert_copies(
     slot_of: dict[str, int] = {}  # value -> piece of the step that made it
     batch_of: dict[str, tuple[_Batch, str]] = {}  # a batched copy's name -> (batch, value)
     hoisted: dict[tuple[int, Device, Device], _Batch] = {}
+    made_by: dict[str, ExecutionProvider] = {}  # value -> the provider whose step made it
+    synced: dict[tuple[str, str], str] = {}  # (value, reading provider) -> the synced name
 
     def transfer(device: Device) -> DataTransfer | None:
         p = by_device.get(device)
@@ -229,6 +256,8 @@ def insert_copies(
                 slots[slot_of[value] if hoist else -1].append(b)
             b.values.append(value)
             batch_of[name] = (b, value)
+            if not b.waited:
+                made_by[name] = owner
         else:
             fn = _copy_fn(src, dst, transfer(src), transfer(dst))
             legacy = by_device[dst] if dst != CPU else by_device.get(src)
@@ -254,8 +283,28 @@ def insert_copies(
             wait = f"{ns[0]}#wait"
             slots[-1].append(Step(wait, "EventWait", HOST_PROVIDER, _host_wait, ins, tuple(ns)))
 
+    def sync_for(names: list[str], reader: ExecutionProvider) -> list[str]:
+        """`names` as `reader` reads them: a device value another provider made on a stream
+        other than the reader's passes an `EventWait` step first (once per reader)."""
+        out = []
+        for x in names:
+            maker = made_by.get(x)
+            if maker is None or not _must_sync(maker, reader, home.get(x)):
+                out.append(x)
+                continue
+            key = (x, reader.name)
+            if key not in synced:
+                synced[key] = f"{x}#{reader.name}"
+                owner = reader.name if reader.stream is not None else HOST_PROVIDER
+                assert maker.stream is not None
+                fn = _sync(maker.stream, reader.stream)
+                slots[-1].append(Step(f"{x}#sync", "EventWait", owner, fn, (x,), (synced[key],)))
+            out.append(synced[key])
+        return out
+
     for st in steps:
-        device = providers[st.provider].device
+        reader = providers[st.provider]
+        device = reader.device
         io = host_io.get(st.name, HostIO())
         inputs = []
         batch: dict[Any, _Batch] = {}
@@ -265,12 +314,14 @@ def insert_copies(
                 x = copy_of(x, want, st.name, batch)
             inputs.append(x)
         wait_for(inputs)
+        inputs = sync_for(inputs, reader)
         slots[-1].append(replace(st, inputs=tuple(inputs)))
         slots.append([])
         for j, y in enumerate(st.outputs):
             if y:
                 home[y] = CPU if j in io.outputs else device
                 slot_of[y] = len(slots) - 2
+                made_by[y] = reader
     final = []
     batch = {}
     for y in outputs:
