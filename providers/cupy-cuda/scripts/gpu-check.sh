@@ -9,7 +9,8 @@
 #   conformance.*      isolated conformance of CuPyExecutionProvider (node cases; json, md)
 #   bench.json/.txt    bert_like, mlp, resnet18_like: CuPy vs onnxruntime CPU vs torch eager CUDA
 # Usage: providers/cupy-cuda/scripts/gpu-check.sh [OUT_DIR] [--dry-run]
-# --dry-run: no install, no GPU needed; runs the Python parts up to where they need a GPU.
+# --dry-run: no install, no GPU needed; runs the Python parts up to where they need a GPU, and
+# the isolated conformance on the emulated provider (numpy for CuPy: kernel logic, not CUDA).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${1:-gpu-check-$(date +%Y%m%d-%H%M%S)}
@@ -48,6 +49,8 @@ fi
 step providers 60 "$PY" -m turnout providers
 step compile-only 120 "$PY" -m turnout_cupy.check --compile-only
 if [ $DRY -eq 1 ]; then
+  step emulated-conformance 300 "$PY" providers/cupy-cuda/scripts/emulated_conformance.py \
+    --mode isolated -j 2 -q --json "$OUT/emulated-conformance.json"
   step bench 300 "$PY" providers/cupy-cuda/scripts/gpu_bench.py --out "$OUT" --dry-run
   echo "=== dry run done: $OUT (nothing ran on a GPU)"
   exit $status

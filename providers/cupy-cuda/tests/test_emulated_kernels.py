@@ -21,18 +21,10 @@ from turnout.testing import (
     positional_inputs,
     provider_session,
 )
-from turnout_cupy.emulated import EmulatedFactory
-from turnout_cupy.expected_failures import EXPECTED_FAILURES
+from turnout_cupy.emulated import EMULATED_FAILURES, EmulatedFactory
 
 OPS = frozenset(op for _, op in EmulatedFactory().create({}).kernels.ops())
 CASES = list(iter_node_cases(OPS))
-EMULATED_FAILURES = {
-    **EXPECTED_FAILURES,  # the provider's reviewed list (Resize align_corners' expected data)
-    "test_attention_4d_causal_fp16": (
-        "float16 scores: the softmax runs in float32 and rounds once, the expected data rounds "
-        "each step to float16; 2 of 192 outputs differ by one float16 ulp at rtol 1e-3"
-    ),
-}
 
 
 def _run(case: NodeCase, provider: str) -> list[np.ndarray]:
