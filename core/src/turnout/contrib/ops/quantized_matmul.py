@@ -16,7 +16,7 @@ _I8 = ("uint8", "int8")
 _FLOAT = TensorProto.FLOAT
 
 
-def _matmul_shape(a: TensorType | None, b: TensorType | None) -> tuple[Dim, ...] | None:
+def matmul_shape(a: TensorType | None, b: TensorType | None) -> tuple[Dim, ...] | None:
     """numpy matmul's output shape (1-D operands promoted, batch dims broadcast)."""
     if a is None or b is None or a.shape is None or b.shape is None or not a.shape or not b.shape:
         return None
@@ -72,7 +72,7 @@ def _typed_product(a: int, b: int, type_of: int) -> InferFn:
     def infer(types: NodeTypes) -> list[TensorType | None]:
         t = types.input(type_of)
         elem = t.elem_type if t is not None else _FLOAT
-        return [TensorType(elem, _matmul_shape(types.input(a), types.input(b)))]
+        return [TensorType(elem, matmul_shape(types.input(a), types.input(b)))]
 
     return infer
 
@@ -207,7 +207,7 @@ def _int16_product(types: NodeTypes) -> list[TensorType | None]:
     a, b = types.input(0), types.input(1)
     unsigned = a is not None and b is not None and a.elem_type == b.elem_type == TensorProto.UINT16
     elem = TensorProto.UINT32 if unsigned else TensorProto.INT32
-    return [TensorType(elem, _matmul_shape(a, b))]
+    return [TensorType(elem, matmul_shape(a, b))]
 
 
 define(
