@@ -89,9 +89,7 @@ def launcher(host_lib: ctypes.CDLL) -> Iterator[HostLauncher]:
 
         def _create(self, options: dict[str, Any]) -> ExecutionProvider:
             be = Backend(np, Device("cpu", 0), emulated=True, launcher=launch)
-            provider = CuPyExecutionProvider(options, be)
-            provider.name = HOST_NAME
-            return provider
+            return CuPyExecutionProvider(options, self, be)
 
     registry.register(HostFactory())
     yield launch

@@ -95,3 +95,30 @@ def test_out_of_range_gather_raises_on_the_gpu() -> None:
     sess = provider_session(model, "cupy")
     with pytest.raises(InvalidArgument, match="Gather node 'g'"):
         sess.run(None, {"x": np.zeros(3, np.float32), "i": np.array([3])})
+
+
+def test_io_binding_keeps_values_on_the_gpu() -> None:
+    import cupy
+
+    import turnout
+
+    x = np.arange(5, dtype=np.float32)
+    value = turnout.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    assert value.device_name() == "cuda"
+    node = helper.make_node("Neg", ["x"], ["z"])
+    graph = helper.make_graph(
+        [node],
+        "neg",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = provider_session(model, "CUDAExecutionProvider")
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", value)
+    binding.bind_output("z", "cuda", 0)
+    sess.run_with_iobinding(binding)
+    (out,) = binding.get_outputs()
+    assert out.device_name() == "cuda"
+    np.testing.assert_array_equal(out.numpy(), -x)
+    _ = cupy  # the bound output is a CuPy array on the device until .numpy()

@@ -80,10 +80,10 @@ class Backend:
         return value.get()  # type: ignore[no-any-return]
 
 
-def cupy_backend(device_id: int, stream: Any) -> Backend:
+def cupy_backend(device: Device, stream: Any) -> Backend:
     import cupy
 
-    return Backend(cupy, Device("cuda", device_id), emulated=False, stream=stream)
+    return Backend(cupy, device, emulated=False, stream=stream)
 
 
 def emulated_backend() -> Backend:

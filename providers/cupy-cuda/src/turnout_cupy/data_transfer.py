@@ -1,10 +1,11 @@
 """CuPyDataTransfer: host <-> device copies through pinned host buffers, and DLPack in.
 
 Copies go through page-locked (pinned) host memory from CuPy's pinned pool, so the DMA engine
-copies without an extra staging copy by the driver, on the session's stream. A value already on
-the device passes through: a CuPy array of this device, or any object with `__dlpack__` on a
-CUDA device (a torch or JAX tensor), taken without a copy. Outputs are CuPy arrays, which
-implement `__dlpack__`: `torch.from_dlpack(out)` takes them without a copy.
+copies without an extra staging copy by the driver, on the session's stream. Batched copies
+into buffers turnout allocated (`copy_tensors`) write them directly (`_copy_into`). A value
+already on the device passes through: a CuPy array of this device, or any object with
+`__dlpack__` on a CUDA device (a torch or JAX tensor), taken without a copy. Outputs are CuPy
+arrays, which implement `__dlpack__`: `torch.from_dlpack(out)` takes them without a copy.
 """
 
 from __future__ import annotations
@@ -61,6 +62,24 @@ class CuPyDataTransfer(DataTransfer):
             out = cp.empty(host.shape, host.dtype)
             out.set(staged, stream=self.stream)
         return out
+
+    def _copy_into(self, src: Any, dst: Any) -> None:
+        """One copy into a buffer turnout allocated (`copy_tensors`' batches): host to device,
+        device to host or device to device, on the session's stream; a copy into host memory
+        is complete when this returns, one to the device is ordered on the stream."""
+        cp = self._cupy
+        with cp.cuda.Device(self.device.id):
+            if isinstance(dst, cp.ndarray):
+                if isinstance(src, cp.ndarray):
+                    with self.stream if self.stream is not None else cp.cuda.Stream.null:
+                        dst[...] = src
+                else:
+                    dst.set(np.ascontiguousarray(src), stream=self.stream)
+                return
+            if not isinstance(src, cp.ndarray):
+                np.copyto(dst, np.asarray(src))
+                return
+            np.copyto(dst, cp.ascontiguousarray(src).get(stream=self.stream))
 
     def _to_host(self, value: Any) -> np.ndarray:
         if not isinstance(value, self._cupy.ndarray):

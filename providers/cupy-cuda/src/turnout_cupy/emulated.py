@@ -52,7 +52,6 @@ class EmulatedFactory(ProviderFactory):
         from .backend import emulated_backend
         from .provider import CuPyExecutionProvider
 
-        provider = CuPyExecutionProvider(options, emulated_backend())
-        provider.name = EMULATED_NAME
+        provider = CuPyExecutionProvider(options, self, emulated_backend())
         self.created.append(provider)
         return provider

@@ -13,6 +13,7 @@ from turnout.provider import (
     DataTransfer,
     ExecutionProvider,
     ProviderFactory,
+    Stream,
 )
 from turnout.provider_options import ProviderOption
 
@@ -63,12 +64,21 @@ class CuPyProviderFactory(ProviderFactory):
         from .provider import CuPyExecutionProvider, make_stream
 
         stream = make_stream(device_id, int(options["stream"]))
-        return CuPyExecutionProvider(options, cupy_backend(device_id, stream))
+        return CuPyExecutionProvider(options, self, cupy_backend(self.device(device_id), stream))
 
     def data_transfer(self) -> DataTransfer:
         if not hasattr(self, "_transfer"):
             self._transfer = self.create({}).data_transfer
         return self._transfer
+
+    def sync_stream(self) -> Stream | None:
+        """A stream of device 0 for copies outside a session (`create_sync_stream()`)."""
+        if not hasattr(self, "_sync_stream"):
+            from .provider import make_stream
+            from .stream import CuPyStream
+
+            self._sync_stream = CuPyStream(make_stream(0, 0), self.device(0))
+        return self._sync_stream
 
     def expected_failures(self) -> Mapping[str, str]:
         from .expected_failures import EXPECTED_FAILURES

@@ -20,19 +20,18 @@ from typing import Any
 import numpy as np
 
 from turnout.ir import GraphView
-from turnout.logs import logger
 from turnout.provider import (
     Capability,
     CompiledState,
     Decline,
     ExecutionProvider,
     FusedSubgraph,
-    KernelContext,
     KernelFn,
     KernelNode,
+    ProviderFactory,
 )
 
-from . import PROVIDER_NAME, __version__
+from . import __version__
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .backend import Backend
 from .fusion import Generated, compile_group, fused_groups
@@ -53,12 +52,14 @@ def make_stream(device_id: int, handle: int) -> Any:
 
 
 class CuPyExecutionProvider(ExecutionProvider):
-    name = PROVIDER_NAME
-
-    def __init__(self, options: Mapping[str, Any] | None, backend: Backend) -> None:
-        super().__init__(options)
+    def __init__(
+        self,
+        options: Mapping[str, Any] | None,
+        factory: ProviderFactory,
+        backend: Backend,
+    ) -> None:
+        super().__init__(options, factory, backend.device.id)
         self.backend = backend
-        self.device = backend.device
         self.fuse = bool(self.options.get("fuse", True))
         self.generated: Generated = []
         """Each (program, layout) this session generated CUDA for (the compile-only check
@@ -68,9 +69,11 @@ class CuPyExecutionProvider(ExecutionProvider):
         if not backend.emulated:
             from .allocator import CuPyAllocator
             from .data_transfer import CuPyDataTransfer
+            from .stream import CuPyStream
 
-            self.allocator = CuPyAllocator(backend.device)
-            self.data_transfer = CuPyDataTransfer(backend.device, backend.stream)
+            self.stream = CuPyStream(backend.stream, self.device)
+            self.allocator = CuPyAllocator(self.device)
+            self.data_transfer = CuPyDataTransfer(self.device, backend.stream)
         for spec in SPECS:
             self._register(spec)
 
@@ -89,17 +92,6 @@ class CuPyExecutionProvider(ExecutionProvider):
             host_inputs=spec.host_inputs,
             host_outputs=spec.host_outputs,
         )(factory)
-
-    def kernel_context(self) -> KernelContext:
-        return KernelContext(
-            provider=self.name,
-            options=dict(self.options),
-            threads=0,
-            allocator=self.allocator,
-            data_transfer=self.data_transfer,
-            logger=logger,
-            stream=self.backend.stream,
-        )
 
     # ------------------------------------------------------------------ partitioning
     def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
