@@ -200,10 +200,17 @@ def test_qlinear_matmul_random(seed: int, gemm_path: str) -> None:
 def test_batched_qlinear_matmul_attention_shapes(mix: int) -> None:
     """Activations times activations as a quantized transformer's attention has them (per
     head: scores Q.K^T, probabilities times V), batch dims broadcast, every type mix: one call
-    of the batched kernel, bit-equal to onnxruntime (to its formula where it has no kernel)."""
+    of the batched kernel (float32 products where exact, the integer kernel past that),
+    bit-equal to onnxruntime (to its formula where it has no kernel)."""
     rng = np.random.default_rng(mix)
     ta, tb = MIXES[mix]
-    for a_shape, b_shape in [((1, 4, 64, 32), (1, 4, 32, 64)), ((2, 3, 7, 5), (3, 5, 9))]:
+    # (K = 1100 is past float32's exact range for 8-bit products: the integer kernel runs)
+    shapes = [
+        ((1, 4, 64, 32), (1, 4, 32, 64)),
+        ((2, 3, 7, 5), (3, 5, 9)),
+        ((2, 3, 1100), (2, 1100, 4)),
+    ]
+    for a_shape, b_shape in shapes:
         a, b = _ints(rng, ta, a_shape), _ints(rng, tb, b_shape)
         feeds = {
             "a": a, "a_scale": np.float32(0.03), "a_zero_point": _ints(rng, ta, ()),

@@ -11,6 +11,12 @@ contiguous run of B's row k that vectorizes, uint8/int8 read as they are; B's ze
 sum_k (a_k - az) b_kj - bz_j sum_k (a_k - az)`, exact in int32 (wrapping as onnxruntime's
 int32 sums do). The store is `quant_gemm`'s: the sum (`int`), onnxruntime's requantization
 (`requant`, bit-equal) or `float32(sum) * multiplier + bias` (`scale`).
+
+Where every partial sum is below 2**24 in magnitude (K times the largest |a - a_zp| times the
+largest |b - b_zp| the types allow: K <= 258 for 8-bit values, a head's width), the products
+run as float32 matrix products instead (numpy's BLAS): every product and partial sum is an
+integer float32 holds exactly, so the result is the exact sum whatever the summation order,
+and the store reads it as int32.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ __all__ = ["BatchedProduct"]
 Array = np.ndarray[Any, Any]
 
 _VARIANTS = {"int": 0, "requant": 1, "scale": 2}
+
+EXACT_FLOAT32 = 2**24
+"""Integers below this magnitude, and sums of them that stay below it, are exact in float32."""
 
 
 def _batched(
@@ -69,6 +78,39 @@ def _batched(
                 yr[j] = np.float32(s) * mult[i * mr + j * mc] + np.float32(bias[i * br + j * bc])
 
 
+def _finish(
+    acc: Any, y: Any, mult: Any, mr: Any, mc: Any, bias: Any, br: Any, bc: Any, zp: Any,
+    zr: Any, zc: Any, lo: Any, hi: Any, variant: Any,
+) -> None:  # pragma: no cover - compiled by numba  # fmt: skip
+    """y[t] = store(acc[t]), acc holding exact integer sums as float32."""
+    nb, m_, n_ = acc.shape
+    for task in prange(nb * m_):
+        t = task // m_
+        i = task - t * m_
+        ar = acc[t, i]
+        yr = y[t, i]
+        for j in range(n_):
+            s = np.int32(ar[j])
+            if variant == 0:
+                yr[j] = s
+            elif variant == 1:
+                q = zp[i * zr + j * zc]
+                v = np.float32(s + bias[i * br + j * bc]) * mult[i * mr + j * mc]
+                v = max(v, np.float32(lo - q))
+                v = min(v, np.float32(hi - q))
+                v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
+                yr[j] = np.int32(v) + q
+            else:
+                yr[j] = np.float32(s) * mult[i * mr + j * mc] + np.float32(bias[i * br + j * bc])
+
+
+def _widest(dt: np.dtype[Any], zero: Array) -> int:
+    """The largest |v - zero point| values of type `dt` can have."""
+    lo, hi = int_range(dt)
+    z = zero.astype(np.int64)
+    return int(max(np.max(hi - z), np.max(z - lo)))
+
+
 class BatchedProduct:
     """The compiled batched product for one node's A, B and output types and store."""
 
@@ -89,6 +131,15 @@ class BatchedProduct:
             i32, i64, i64, types.int32, types.int32, types.int64,
         )  # fmt: skip
         self.kernel: SizedKernel = ctx.jit(_batched, [sig])
+        self.a_type, self.b_type = np.dtype(a), np.dtype(b)
+        f32 = numba_array(np.dtype(np.float32), 3, readonly=True, layout="C")
+        sig_f = types.void(
+            f32, numba_array(self.out, 3, readonly=False, layout="C"),
+            numba_array(np.dtype(np.float32), 1, readonly=True, layout="C"), i64, i64,
+            numba_array(np.dtype(bias), 1, readonly=True, layout="C"), i64, i64,
+            i32, i64, i64, types.int32, types.int32, types.int64,
+        )  # fmt: skip
+        self.finish: SizedKernel = ctx.jit(_finish, [sig_f])
 
     def __call__(
         self,
@@ -102,6 +153,16 @@ class BatchedProduct:
         """y3 (T, M, N) from a3 (T, M, K) and b3 (T, K, N), all C-contiguous; `a_zero` is 1 or
         M int32 values (per row), `b_zero` 1 or N (per column)."""
         mult, bias, zp = params
+        k = a3.shape[2]
+        if k * _widest(self.a_type, a_zero) * _widest(self.b_type, b_zero) < EXACT_FLOAT32:
+            af = np.subtract(a3, a_zero.reshape(-1, 1), dtype=np.float32)
+            bf = np.subtract(b3, b_zero.reshape(1, -1), dtype=np.float32)
+            acc = np.matmul(af, bf)
+            self.finish(
+                y3.size, acc, y3, mult.data, mult.r, mult.c, bias.data, bias.r, bias.c,
+                zp.data, zp.r, zp.c, self.lo, self.hi, self.variant,
+            )  # fmt: skip
+            return
         work = a3.size * max(b3.shape[2], 1)
         self.kernel(
             work, a3, a_zero, int(a_zero.size > 1), b3, b_zero, int(b_zero.size > 1), y3,
