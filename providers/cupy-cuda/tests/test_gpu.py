@@ -122,3 +122,16 @@ def test_io_binding_keeps_values_on_the_gpu() -> None:
     assert out.device_name() == "cuda"
     np.testing.assert_array_equal(out.numpy(), -x)
     _ = cupy  # the bound output is a CuPy array on the device until .numpy()
+
+
+def test_copy_tensors_on_the_cupy_sync_stream() -> None:
+    import turnout
+
+    (ep_device,) = [d for d in turnout.get_ep_devices() if d.ep_name == "CuPyExecutionProvider"][:1]
+    stream = ep_device.create_sync_stream()
+    assert stream.get_handle() != 0
+    x = np.arange(8, dtype=np.float32)
+    src = [turnout.OrtValue.ortvalue_from_numpy(x)]
+    dst = [turnout.OrtValue.ortvalue_from_shape_and_type([8], np.float32, "cuda")]
+    turnout.copy_tensors(src, dst, stream)
+    np.testing.assert_array_equal(dst[0].numpy(), x)

@@ -10,12 +10,15 @@ arrays, which implement `__dlpack__`: `torch.from_dlpack(out)` takes them withou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from turnout.errors import InvalidArgument
-from turnout.provider import DataTransfer, Device
+from turnout.provider import DataTransfer, Device, Stream
+
+from .stream import CuPyStream
 
 __all__ = ["DLPACK_CUDA", "CuPyDataTransfer"]
 
@@ -63,23 +66,35 @@ class CuPyDataTransfer(DataTransfer):
             out.set(staged, stream=self.stream)
         return out
 
+    def copy_tensors(self, pairs: Sequence[tuple[Any, Any]], stream: Stream | None = None) -> None:
+        """Copy each pair on `stream` when it is a CuPy stream (the caller records an event on
+        it and waits before reading), else on the session's stream, waited for here."""
+        ours = isinstance(stream, CuPyStream)
+        s = stream.cupy_stream if isinstance(stream, CuPyStream) else self.stream
+        for src, dst in pairs:
+            self._copy_on(src, dst, s)
+        if not ours and s is not None:
+            s.synchronize()
+
     def _copy_into(self, src: Any, dst: Any) -> None:
-        """One copy into a buffer turnout allocated (`copy_tensors`' batches): host to device,
-        device to host or device to device, on the session's stream; a copy into host memory
-        is complete when this returns, one to the device is ordered on the stream."""
+        self.copy_tensors([(src, dst)])
+
+    def _copy_on(self, src: Any, dst: Any, stream: Any) -> None:
+        """One copy into a buffer turnout allocated: host to device, device to host or device
+        to device, enqueued on `stream` (a copy into host memory is done when this returns)."""
         cp = self._cupy
         with cp.cuda.Device(self.device.id):
             if isinstance(dst, cp.ndarray):
                 if isinstance(src, cp.ndarray):
-                    with self.stream if self.stream is not None else cp.cuda.Stream.null:
+                    with stream if stream is not None else cp.cuda.Stream.null:
                         dst[...] = src
                 else:
-                    dst.set(np.ascontiguousarray(src), stream=self.stream)
+                    dst.set(np.ascontiguousarray(src), stream=stream)
                 return
             if not isinstance(src, cp.ndarray):
                 np.copyto(dst, np.asarray(src))
                 return
-            np.copyto(dst, cp.ascontiguousarray(src).get(stream=self.stream))
+            np.copyto(dst, cp.ascontiguousarray(src).get(stream=stream))
 
     def _to_host(self, value: Any) -> np.ndarray:
         if not isinstance(value, self._cupy.ndarray):
