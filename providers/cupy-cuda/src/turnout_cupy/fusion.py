@@ -17,6 +17,7 @@ source and runs the member kernels with numpy instead (or, in the tests, the hos
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,16 @@ def layout(
     return Variant(rank, dense), args
 
 
+@dataclass(frozen=True)
+class _Launch:
+    kernel: Any
+    out_shape: tuple[int, ...]
+    n: int
+    grid: int
+    block: int
+    scalars: list[Any]
+
+
 Generated = list[tuple[Any, Variant]]
 """(program, layout) pairs: any program with `source(variant)` and `kernel_name(variant)`."""
 
@@ -113,11 +124,11 @@ def compile_group(
     members = EmulatedRunner(sg, registry) if be.emulated and be.launcher is None else None
     launch = be.launcher or CupyLauncher()
 
-    def create() -> dict[Variant, Any]:
+    def create() -> dict[Any, Any]:
         return {}
 
-    def compute(kernels: dict[Variant, Any], *args: Any) -> tuple[Any, ...]:
-        xp = be.xp
+    def prepare(kernels: dict[Any, Any], args: Sequence[Any]) -> _Launch:
+        """The launch for inputs of these shapes and strides: layout, kernel, grid, scalars."""
         shapes = [tuple(a.shape) for a in args]
         try:
             out_shape = tuple(np.broadcast_shapes(*shapes))
@@ -134,17 +145,25 @@ def compile_group(
                 generated.append((program, variant))
             name = program.kernel_name(variant)
             kernel = kernels[variant] = source if members else launch.build(name, source)
-        outs = [xp.empty(out_shape, program.dtype) for _ in outputs]
         n = int(np.prod(out_shape, dtype=np.int64))
+        grid, block = program.launch(variant, n) if n else (0, 0)
+        scalars = [np.int64(n), *(np.int64(x) for x in ints)]
+        return _Launch(kernel, out_shape, n, grid, block, scalars)
+
+    def compute(kernels: dict[Any, Any], *args: Any) -> tuple[Any, ...]:
+        # one dict lookup per call once these shapes and strides were seen: the hot path
+        key = tuple((a.shape, a.strides) for a in args)
+        plan = kernels.get(key)
+        if plan is None:
+            plan = kernels[key] = prepare(kernels, args)
+        outs = [be.xp.empty(plan.out_shape, program.dtype) for _ in outputs]
         if members is not None:
             members.run(args, outs)
-        elif n:
-            grid, block = program.launch(variant, n)
-            params = [*args, *outs, np.int64(n), *(np.int64(x) for x in ints)]
-            launch.call(kernel, grid, block, params)
+        elif plan.n:
+            launch.call(plan.kernel, plan.grid, plan.block, [*args, *outs, *plan.scalars])
         return tuple(outs)
 
-    def release(kernels: dict[Variant, Any]) -> None:
+    def release(kernels: dict[Any, Any]) -> None:
         kernels.clear()
 
     return CompiledState(sg.name, inputs, outputs, compute, create, release)
