@@ -124,7 +124,7 @@ def test_residual_add_and_layer_norm_are_one_kernel(extra_outputs: bool, emulate
     if extra_outputs:  # Mean/InvStdDev wanted: the plain LayerNorm kernel runs it
         assert groups["norm"] is None
     else:  # the sum is read after the norm too: the kernel writes it out
-        assert groups["residual"] == groups["norm"] and groups["norm"].startswith("cupy_layernorm")
+        assert groups["residual"] == groups["norm"] and groups["norm"].startswith("cupy_row")
     sess = provider_session(model, emulated)
     rng = np.random.default_rng(2)
     feeds = {v: rng.standard_normal((3, 8)).astype(np.float32) for v in ("x", "r")}

@@ -1,5 +1,6 @@
-"""LayerNormalization over the last axis as one generated kernel (`normgen`), with the residual
-Add that feeds it fused in when the two fit: same float type, the Add's inputs of the
+"""Row kernels (`normgen`): Softmax/LogSoftmax over the last axis as one generated kernel, and
+LayerNormalization over the last axis, with the residual Add that feeds it fused in when the
+two fit: same float type, the Add's inputs of the
 LayerNorm's input shape (no broadcasting), only the normalized output used. The Add's sum is
 also written out when a node outside the pair reads it.
 
@@ -23,11 +24,12 @@ from .backend import Backend
 from .codegen import Variant
 from .fusion import EmulatedRunner, Generated
 from .launch import CupyLauncher
-from .normgen import LayerNormProgram
+from .normgen import LayerNormProgram, SoftmaxProgram
 
-__all__ = ["compile_norm_group", "norm_groups"]
+__all__ = ["SOFTMAX_OPS", "compile_norm_group", "norm_groups"]
 
 _FLOATS = frozenset({"float32", "float64"})
+SOFTMAX_OPS = frozenset({"Softmax", "LogSoftmax"})
 _NO_VARIANT = Variant(0, ())
 
 
@@ -68,13 +70,29 @@ def _residual(add: Node | None, ln: Node) -> bool:
     )
 
 
+def _softmax_fits(node: Node) -> bool:
+    if node.op_type not in SOFTMAX_OPS or node.domain not in ("", "ai.onnx"):
+        return False
+    x, y = node.input_infos[0], node.output_infos[0]
+    if x is None or x.shape is None or not x.shape or _float_dtype(x) not in _FLOATS:
+        return False
+    axis = int(node.attrs.get("axis", -1))
+    return _float_dtype(y) == _float_dtype(x) and axis in (-1, len(x.shape) - 1)
+
+
 def norm_groups(graph: GraphView, claimed: Collection[str]) -> list[list[str]]:
-    """[Add, LayerNorm] pairs and lone LayerNorms among the claimed nodes."""
+    """[Add, LayerNorm] pairs, lone LayerNorms and last-axis Softmaxes among the claimed
+    nodes (Softmax from opset 13: older ones coerce to 2-D, which the kernels run)."""
     idx = GraphIndex.of(graph)
     claimed = set(claimed)
     groups = []
     for node in graph.nodes:
-        if node.name not in claimed or not _layer_norm_fits(node):
+        if node.name not in claimed:
+            continue
+        if _softmax_fits(node) and graph.kernel_node(node).since_version >= 13:
+            groups.append([node.name])
+            continue
+        if not _layer_norm_fits(node):
             continue
         producer = idx.producer.get(node.inputs[0])
         add = idx.by_name[producer] if producer in claimed else None
@@ -86,7 +104,9 @@ def norm_groups(graph: GraphView, claimed: Collection[str]) -> list[list[str]]:
 def compile_norm_group(
     sg: FusedSubgraph, be: Backend, registry: KernelRegistry, generated: Generated | None = None
 ) -> CompiledState:
-    """One `CompiledState` for a [Add,] LayerNorm group."""
+    """One `CompiledState` for a [Add,] LayerNorm group or a Softmax."""
+    if sg.nodes[-1].op_type in SOFTMAX_OPS:
+        return _compile_softmax(sg, be, registry, generated)
     ln = sg.nodes[-1]
     add = sg.nodes[0] if len(sg.nodes) == 2 else None
     outputs = tuple(v.name for v in sg.outputs)
@@ -134,3 +154,33 @@ def compile_norm_group(
         return tuple(named[o] for o in outputs)
 
     return CompiledState(sg.name, inputs, outputs, compute, create)
+
+
+def _compile_softmax(
+    sg: FusedSubgraph, be: Backend, registry: KernelRegistry, generated: Generated | None
+) -> CompiledState:
+    node = sg.nodes[0]
+    program = SoftmaxProgram(sg.outputs[0].dtype, node.op_type == "LogSoftmax")
+    members = EmulatedRunner(sg, registry) if be.emulated and be.launcher is None else None
+    launch = be.launcher or CupyLauncher()
+
+    def create() -> Any:
+        if generated is not None:
+            generated.append((program, _NO_VARIANT))
+        return None if members else launch.build(program.kernel_name(), program.source())
+
+    def compute(kernel: Any, x: Any) -> tuple[Any]:
+        y = be.xp.empty(x.shape, program.dtype)
+        if members is not None:
+            members.run([x], [y])
+            return (y,)
+        h = int(x.shape[-1]) if x.ndim else 1
+        rows = x.size // h if h else 0
+        if rows:
+            grid, block = program.launch(rows)
+            params = [be.xp.ascontiguousarray(x), y, np.int64(rows), np.int64(h)]
+            launch.call(kernel, grid, block, params)
+        return (y,)
+
+    name = (sg.inputs[0].name,)
+    return CompiledState(sg.name, name, (sg.outputs[0].name,), compute, create)

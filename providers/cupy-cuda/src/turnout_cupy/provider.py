@@ -36,7 +36,7 @@ from . import kernels as _kernels  # noqa: F401 - importing registers every kern
 from .backend import Backend
 from .fusion import Generated, compile_group, fused_groups
 from .kernels.registry import SPECS, KernelSpec
-from .norm_fusion import compile_norm_group, norm_groups
+from .norm_fusion import SOFTMAX_OPS, compile_norm_group, norm_groups
 
 __all__ = ["CuPyExecutionProvider", "make_stream"]
 
@@ -105,7 +105,7 @@ class CuPyExecutionProvider(ExecutionProvider):
         taken |= {n for g in groups for n in g}
         claims = [c for c in claims if c.nodes[0] not in taken]
         for k, members in enumerate(norms):
-            name = f"cupy_layernorm_{k}_{members[0]}"
+            name = f"cupy_row_{k}_{members[0]}"
             claims.append(Capability(tuple(members), None, name=name))
         for k, members in enumerate(groups):
             claims.append(Capability(tuple(members), None, name=f"cupy_fused_{k}_{members[0]}"))
@@ -114,7 +114,7 @@ class CuPyExecutionProvider(ExecutionProvider):
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
         out = []
         for sg in subgraphs:
-            norm = sg.nodes[-1].op_type == "LayerNormalization"
+            norm = sg.nodes[-1].op_type in ("LayerNormalization", *SOFTMAX_OPS)
             compile_one = compile_norm_group if norm else compile_group
             out.append(compile_one(sg, self.backend, self.kernels, self.generated))
         return out

@@ -1,6 +1,6 @@
 """Representative graphs for the compile-only check: what a real model asks the code generator
 for (an MLP's bias + GELU, a residual block, a broadcast chain, Where/Clip, residual +
-LayerNorm, the BERT-like encoder from `turnout.models.zoo`), plus every op of
+LayerNorm, LogSoftmax, the BERT-like encoder from `turnout.models.zoo`), plus every op of
 `codegen.FUSED_OPS` alone in float32 and float64, each with one dense and one broadcast input
 so both load paths appear."""
 
@@ -148,3 +148,6 @@ def _layer_norms(rng: np.random.Generator) -> Iterator[Case]:
     model = _model(nodes, inputs, ["y"])
     model.graph.initializer.append(scale64)
     yield "layer_norm_f64", model, _feeds(inputs, rng)
+    nodes = [helper.make_node("LogSoftmax", ["x"], ["y"], axis=2)]
+    inputs = {"x": (_F64, [2, 3, 300])}  # rows longer than a block
+    yield "log_softmax_f64", _model(nodes, inputs, ["y"]), _feeds(inputs, rng)
