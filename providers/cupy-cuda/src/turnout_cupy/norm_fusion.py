@@ -141,11 +141,21 @@ def compile_norm_group(
             return tuple(named[o] for o in outputs)
         h = int(x.shape[-1]) if x.ndim else 1
         arrays = [xp.ascontiguousarray(values[name]) for name in operands]
-        for a in arrays[1:]:
-            if a.shape != arrays[0].shape and a.size != h:
-                raise InvalidArgument(
-                    f"{sg.name}: {ln.name}: scale/bias of {a.size} values for rows of {h}"
-                )
+        if add is not None and arrays[1].shape != x.shape:
+            raise InvalidArgument(
+                f"{sg.name}: {add.name}: inputs of shapes {tuple(x.shape)} and "
+                f"{tuple(arrays[1].shape)} (this fused kernel takes equal shapes)"
+            )
+        first = 2 if add is not None else 1
+        for k in range(first, len(arrays)):  # scale, bias: one value per row element
+            a = arrays[k]
+            if a.size != h:
+                try:
+                    arrays[k] = xp.ascontiguousarray(xp.broadcast_to(a.reshape(-1), (h,)))
+                except ValueError:
+                    raise InvalidArgument(
+                        f"{sg.name}: {ln.name}: scale/bias of {a.size} values for rows of {h}"
+                    ) from None
         rows = x.size // h if h else 0
         if rows:
             grid, block = program.launch(rows)
