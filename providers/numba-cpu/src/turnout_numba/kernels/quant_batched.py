@@ -89,6 +89,19 @@ def _finish(
         i = task - t * m_
         ar = acc[t, i]
         yr = y[t, i]
+        if variant == 1 and mc == 0 and bc == 0 and zc == 0:  # one multiplier a row: vectorizes
+            q = zp[i * zr]
+            b = bias[i * br]
+            s_ = mult[i * mr]
+            flo = np.float32(lo - q)
+            fhi = np.float32(hi - q)
+            for j in range(n_):
+                v = np.float32(np.int32(ar[j]) + b) * s_
+                v = max(v, flo)
+                v = min(v, fhi)
+                v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
+                yr[j] = np.int32(v) + q
+            continue
         for j in range(n_):
             s = np.int32(ar[j])
             if variant == 0:
@@ -107,8 +120,11 @@ def _finish(
 def _widest(dt: np.dtype[Any], zero: Array) -> int:
     """The largest |v - zero point| values of type `dt` can have."""
     lo, hi = int_range(dt)
-    z = zero.astype(np.int64)
-    return int(max(np.max(hi - z), np.max(z - lo)))
+    if zero.size == 1:
+        z = int(zero[0])
+        return max(hi - z, z - lo)
+    z64 = zero.astype(np.int64)
+    return int(max(np.max(hi - z64), np.max(z64 - lo)))
 
 
 class BatchedProduct:
