@@ -291,3 +291,47 @@ def test_register_execution_provider_library_errors_name_the_path(tmp_path: Path
     shared.write_bytes(b"\x7fELF")
     with pytest.raises(Fail, match="turnout providers are Python"):
         turnout.register_execution_provider_library("x", str(shared))
+
+
+class _MissingDriverFactory(FakeDeviceProviderFactory):
+    """A provider whose probe finds no driver: it lists no devices, only a reason."""
+
+    name = "MissingDriverExecutionProvider"
+    aliases = ()
+
+    def _probe(self) -> turnout.provider.Availability:
+        return turnout.provider.Availability(False, reason="no driver: libfake.so not found")
+
+
+@pytest.fixture
+def missing_driver() -> Iterator[_MissingDriverFactory]:
+    factory = _MissingDriverFactory()
+    turnout.register_provider(factory)
+    yield factory
+    turnout.plugins.registry.unregister(factory.name)
+
+
+def test_unavailable_provider_lists_no_device_unless_asked_then_says_why(
+    missing_driver: _MissingDriverFactory,
+) -> None:
+    assert missing_driver.name not in {d.ep_name for d in turnout.get_ep_devices()}
+    listed = turnout.get_ep_devices(include_unavailable=True)
+    (entry,) = [d for d in listed if d.ep_name == missing_driver.name]
+    assert not entry.available
+    assert entry.unavailable_reason == "no driver: libfake.so not found"
+    assert entry.device.type == turnout.OrtHardwareDeviceType.GPU
+    flags = [d.available for d in listed]
+    assert flags == sorted(flags, reverse=True)  # every device that can run comes first
+
+
+def test_add_provider_for_an_unavailable_device_fails_with_the_reason(
+    missing_driver: _MissingDriverFactory,
+) -> None:
+    (entry,) = [
+        d
+        for d in turnout.get_ep_devices(include_unavailable=True)
+        if d.ep_name == missing_driver.name
+    ]
+    opts = turnout.SessionOptions()
+    with pytest.raises(InvalidArgument, match=r"libfake\.so not found"):
+        opts.add_provider_for_devices([entry], {})

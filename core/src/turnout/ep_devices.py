@@ -107,6 +107,14 @@ class OrtEpDevice:
     ep_options: Mapping[str, str]
     device: OrtHardwareDevice
     memory_info: Any = None
+    unavailable_reason: str | None = None
+    """Set only on the entries `get_ep_devices(include_unavailable=True)` adds for providers
+    that cannot run here: why not (no driver, no device, ...). Such an entry is never chosen."""
+
+    @property
+    def available(self) -> bool:
+        """Whether the provider can run on this device here."""
+        return self.unavailable_reason is None
 
     def create_sync_stream(self) -> Any:
         """An `OrtSyncStream` of the provider (`ProviderFactory.sync_stream`) for
@@ -186,20 +194,42 @@ def _ep_devices_of(
     return out
 
 
-def get_ep_devices() -> list[OrtEpDevice]:
+def get_ep_devices(include_unavailable: bool = False) -> list[OrtEpDevice]:
     """Every available provider's devices, providers by priority, the numpy CPU provider last.
 
-    Unavailable providers list no devices (`turnout providers` says why).
+    Unavailable providers list no devices, as in onnxruntime. With `include_unavailable`, each
+    of them adds one entry whose `unavailable_reason` says why (the probe's reason: no CuPy, no
+    driver, ...), so an application can tell a user what is missing; those entries are listed
+    after the available ones and are never chosen for a session.
     """
     from .plugins import registry
 
     found: list[OrtEpDevice] = []
     cpu: list[OrtEpDevice] = []
-    for factory in registry.available():
+    missing: list[OrtEpDevice] = []
+    for factory in sorted(registry.all(), key=lambda f: -f.default_priority):
         avail = registry.probe(factory)
+        if not avail.ok:
+            if include_unavailable:
+                missing.append(_unavailable_ep_device(factory, avail.reason or "unavailable"))
+            continue
         devices = _ep_devices_of(factory, avail.devices, avail.version or factory.version or "")
         (cpu if factory.name == CPU_PROVIDER else found).extend(devices)
-    return found + cpu
+    return found + cpu + missing
+
+
+def _unavailable_ep_device(factory: ProviderFactory, reason: str) -> OrtEpDevice:
+    """The entry standing for a provider that cannot run here: its declared device type, no
+    vendor ids (nothing was found to read them from), and the reason."""
+    kind = _HARDWARE_NAMES.get(factory.device_type.lower(), OrtHardwareDeviceType.GPU)
+    return OrtEpDevice(
+        ep_name=factory.name,
+        ep_vendor=factory.vendor,
+        ep_metadata={"version": factory.version} if factory.version else {},
+        ep_options={},
+        device=OrtHardwareDevice(type=kind, vendor_id=0, vendor="", device_id=0),
+        unavailable_reason=reason,
+    )
 
 
 def specs_for_devices(
@@ -217,6 +247,10 @@ def specs_for_devices(
             raise InvalidArgument(
                 f"add_provider_for_devices: expected OrtEpDevice entries from get_ep_devices(), "
                 f"got {type(d).__name__}"
+            )
+        if d.unavailable_reason is not None:
+            raise InvalidArgument(
+                f"add_provider_for_devices: {d.ep_name} cannot run here: {d.unavailable_reason}"
             )
     names = sorted({d.ep_name for d in devices})
     if len(names) > 1:
