@@ -57,6 +57,7 @@ _MAX_OPSET = {
     "ai.onnx.preview": 1,
     "ai.turnout": 1,  # turnout's own fused ops, emitted by the graph optimizer
     contrib.DOMAIN: contrib.OPSET,  # onnxruntime's contrib ops (turnout.contrib)
+    "com.microsoft.nchwc": 1,  # onnxruntime's blocked-layout ops (contrib/ops/nchwc.py)
 }
 
 ALLOW_UNKNOWN_DOMAINS_KEY = "session.turnout.allow_unknown_domains"
