@@ -170,3 +170,36 @@ def test_qgemm(case: int) -> None:
         assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape", [(1, 64, 7, 7), (2, 5, 3), (1, 512, 2, 2)])
+def test_qlinear_global_average_pool(dt: Any, shape: tuple[int, ...]) -> None:
+    """A ResNet's quantized global pool: bit-equal to the numpy kernel, within one step of
+    onnxruntime."""
+    rng = np.random.default_rng(len(shape))
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max, shape, endpoint=True).astype(dt)
+    params = {"x_scale": np.float32(0.07), "x_zero_point": dt(info.min // 3),
+              "y_scale": np.float32(0.05), "y_zero_point": dt(info.max // 4)}  # fmt: skip
+    node = helper.make_node(
+        "QLinearGlobalAveragePool", ["x", *params], ["y"], domain="com.microsoft"
+    )
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    g = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
+        [helper.make_tensor_value_info("y", elem, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(g, opset_imports=opsets)
+    sess: Any = provider_session(model, "NumbaExecutionProvider")
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    got = sess.run(None, {"x": x})[0]
+    so = turnout.SessionOptions()
+    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
+    ref = turnout.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, ref)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert got.shape == want.shape
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1

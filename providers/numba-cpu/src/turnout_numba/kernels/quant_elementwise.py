@@ -1,5 +1,5 @@
-"""com.microsoft QLinearAdd, QLinearMul and QLinearSoftmax on 8-bit tensors: one compiled pass
-each.
+"""com.microsoft QLinearAdd, QLinearMul, QLinearSoftmax and QLinearGlobalAveragePool on 8-bit
+tensors: one compiled pass each.
 
 A model quantized in QOperator form keeps its residual adds, biases and GELU products as
 QLinearAdd/QLinearMul; numpy computes each with a pass per operation (widen, subtract, convert,
@@ -15,6 +15,10 @@ QLinearSoftmax (over the last axis, or the trailing axes coerced to one before o
 codes is an integer: one exp per code instead of one per element), sums the row in float32,
 and requantizes `e / sum` by y_scale (rounded half to even, saturated): within one step of
 onnxruntime's table-based kernel and of numpy's float softmax.
+
+QLinearGlobalAveragePool (channels first) sums each channel's image in int64 less the zero
+point times its size, and requantizes `float32(sum) * (x_scale / (y_scale * size))`, as the
+numpy kernel does.
 
 Broadcasting: an operand of the output's shape is read as it is; the other, where its shape is
 a suffix of the output's (a bias over the last axis, an attention mask over the key axis), is
@@ -90,6 +94,25 @@ def _softmax(
             v = min(v, fhi)
             v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
             yr[j] = np.int32(v) + zp
+
+
+def _mean_pool(
+    x: Any, zx: Any, ratio: Any, zy: Any, lo: Any, hi: Any, y: Any
+) -> None:  # pragma: no cover - compiled by numba
+    """y[r] = requantized((sum(x[r]) - zx * len(x[r])) * ratio), row by row."""
+    rows, n = x.shape
+    flo = np.float32(lo - zy)
+    fhi = np.float32(hi - zy)
+    for r in prange(rows):
+        xr = x[r]
+        total = np.int64(0)
+        for j in range(n):
+            total += np.int64(xr[j])
+        v = np.float32(total - np.int64(zx) * n) * ratio
+        v = max(v, flo)
+        v = min(v, fhi)
+        v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
+        y[r] = np.int32(v) + zy
 
 
 def _layout(
@@ -265,4 +288,50 @@ def _build_mul(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
 numba_kernel("QLinearAdd", since=1, domain=DOMAIN, applies=_applies)(_build_add)
 numba_kernel("QLinearMul", since=1, domain=DOMAIN, applies=_applies)(_build_mul)
+
+
+def _pool_applies(kn: KernelNode) -> str | None:
+    why = eight_bit_applies(kn, (0,), outputs=True)
+    if why is None and int(kn.attr("channels_last", 0)):
+        why = "QLinearGlobalAveragePool with channels_last: the numpy kernel"
+    return why
+
+
+def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    name = kn.name
+    dt = np.dtype(kn.inputs[0].dtype)
+    lo, hi = int_range(dt)
+    sig = types.void(
+        numba_array(dt, 2, readonly=True, layout="C"), types.int32, types.float32,
+        types.int32, types.int32, types.int32, numba_array(dt, 1, readonly=False, layout="C"),
+    )  # fmt: skip
+    kernel = ctx.jit(_mean_pool, [sig])
+
+    def run(x: Array, x_s: Any, x_zp: Any, y_s: Any, y_zp: Any = None) -> tuple[Array]:
+        if x.ndim < 3:
+            raise InvalidArgument(f"{name}: input must be at least 3-D, got {x.shape}")
+        size = math.prod(x.shape[2:])
+        sx = np.float32(_scalar(name, "x_scale", x_s))
+        sy = np.float32(_scalar(name, "y_scale", y_s))
+        zx, zy = (
+            0 if z is None else int(z)
+            for z in (
+                _scalar(name, "x_zero_point", x_zp, dt),
+                _scalar(name, "y_zero_point", y_zp, dt),
+            )
+        )
+        ratio = np.float32(sx / (sy * np.float32(size)))
+        rows = x.shape[0] * x.shape[1]
+        y = np.empty(rows, dt)
+        if rows and size:
+            x2 = np.ascontiguousarray(x).reshape(rows, size)
+            kernel(x.size, x2, zx, ratio, zy, lo, hi, y)
+        elif rows:
+            y[:] = np.clip(zy, lo, hi)
+        return (y.reshape(*x.shape[:2], *([1] * (x.ndim - 2))),)
+
+    return run
+
+
+numba_kernel("QLinearGlobalAveragePool", since=1, domain=DOMAIN, applies=_pool_applies)(_build_pool)
 numba_kernel("QLinearSoftmax", since=1, domain=DOMAIN, applies=_softmax_applies)(_build_softmax)
