@@ -97,6 +97,18 @@ def _nhwc() -> onnx.ModelProto:
     return n.model([2, 12, 12, 16], "y", [2, 12, 12, 16])
 
 
+def _grouped() -> onnx.ModelProto:
+    """A grouped Conv (whole blocks per group) with dilations and strides, auto_pad SAME_UPPER,
+    and a ceil_mode AveragePool."""
+    n = _Net(2)
+    x = n.op("Conv", ["x", n.weight("w0", 64, 16, 3, 3)], "c0", pads=[1] * 4)
+    x = n.op("Conv", [x, n.weight("w1", 64, 32, 3, 3)], "c1", pads=[1] * 4, group=2,
+             dilations=[2, 2], strides=[2, 2])  # fmt: skip
+    x = n.op("Conv", [x, n.weight("w2", 32, 64, 3, 3)], "c2", auto_pad="SAME_UPPER")
+    n.op("AveragePool", [x], "y", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    return n.model([1, 16, 17, 17], "y", [1, 32, 4, 4])
+
+
 MODELS = {
     "resnet18_like": lambda: zoo.resnet18_like(size=32),
     "mobile_linear_half_pixel": lambda: _mobile(
@@ -118,6 +130,7 @@ MODELS = {
         1,
     ),
     "nhwc": _nhwc,
+    "grouped": _grouped,
 }
 
 
