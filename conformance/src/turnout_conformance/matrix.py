@@ -29,7 +29,8 @@ RUNS: tuple[tuple[str, ...], ...] = (
 _HEADER = """\
 # Conformance matrices
 
-Produced on {machine} on {date} with `python -m turnout_conformance.matrix`, which runs:
+Produced on {machine} on {date}{commit}
+with `python -m turnout_conformance.matrix`, which runs:
 
 {commands}
 
@@ -41,11 +42,24 @@ def _command(providers: str, jobs: int, run: Sequence[str]) -> list[str]:
     return ["turnout", "conformance", "--provider", providers, *run, "-j", str(jobs)]
 
 
-def render(reports: Sequence[str], commands: Sequence[Sequence[str]], machine: str) -> str:
+def _commit() -> str:
+    """ ", at commit abc1234" for the checkout this runs in, or nothing outside git."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return f", at commit {done.stdout.strip()}"
+
+
+def render(
+    reports: Sequence[str], commands: Sequence[Sequence[str]], machine: str, commit: str = ""
+) -> str:
     """The page: the header naming the commands, then each run's markdown one level below."""
     shown = "\n".join(f"    {' '.join(c)} --markdown ..." for c in commands)
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    parts = [_HEADER.format(machine=machine, date=date, commands=shown)]
+    parts = [_HEADER.format(machine=machine, date=date, commit=commit, commands=shown)]
     for text in reports:
         demoted = [("##" + line) if line.startswith("#") else line for line in text.splitlines()]
         parts.append("\n".join(demoted).strip() + "\n")
@@ -76,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return done.returncode or 1
             status = status or done.returncode
             reports.append(md.read_text(encoding="utf-8"))
-    args.output.write_text(render(reports, commands, args.machine), encoding="utf-8")
+    args.output.write_text(render(reports, commands, args.machine, _commit()), encoding="utf-8")
     return status
 
 
