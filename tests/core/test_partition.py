@@ -18,6 +18,7 @@ from turnout import plugins
 from turnout.errors import FallbackError, InvalidArgument
 from turnout.fake_device import FakeDeviceArray, FakeDeviceProviderFactory
 from turnout.provider import ProviderFactory
+from turnout.testing import float_graph_model
 
 FAKE = "FakeDeviceExecutionProvider"
 
@@ -34,18 +35,9 @@ def fake() -> Iterator[FakeDeviceProviderFactory]:
     devices.clear_cache()
 
 
-def _model(nodes: list[onnx.NodeProto], outputs: list[str], n_inputs: int = 1) -> onnx.ModelProto:
-    inputs = [
-        helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [4]) for i in range(n_inputs)
-    ]
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4]) for o in outputs]
-    g = helper.make_graph(nodes, "g", inputs, outs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def _alternating() -> onnx.ModelProto:
     """fake Relu -> cpu Neg -> fake Relu -> cpu Neg -> fake Add(t3, t0): crosses 4 times."""
-    return _model(
+    return float_graph_model(
         [
             helper.make_node("Relu", ["x0"], ["t0"], name="relu0"),
             helper.make_node("Neg", ["t0"], ["t1"], name="neg1"),
@@ -91,7 +83,7 @@ def test_copies_only_at_device_boundaries(fake: FakeDeviceProviderFactory) -> No
 
 
 def test_shared_value_is_copied_once(fake: FakeDeviceProviderFactory) -> None:
-    model = _model(
+    model = float_graph_model(
         [
             helper.make_node("Neg", ["x0"], ["t"], name="neg"),
             helper.make_node("Relu", ["t"], ["a"], name="r1"),
@@ -109,7 +101,7 @@ def test_shared_value_is_copied_once(fake: FakeDeviceProviderFactory) -> None:
 
 
 def test_no_copies_when_everything_is_on_one_device(fake: FakeDeviceProviderFactory) -> None:
-    model = _model(
+    model = float_graph_model(
         [
             helper.make_node("Relu", ["x0"], ["t"], name="r"),
             helper.make_node("Add", ["t", "x0"], ["y"], name="a"),
@@ -187,7 +179,7 @@ def test_alias_resolves(fake: FakeDeviceProviderFactory) -> None:
 
 
 def test_io_binding_keeps_outputs_on_device(fake: FakeDeviceProviderFactory) -> None:
-    model = _model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
+    model = float_graph_model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
     sess = turnout.InferenceSession(model, providers=[FAKE])
     x = np.array([-1, 2, -3, 4], np.float32)
     x_dev = turnout.OrtValue.ortvalue_from_numpy(x, "fake", 0)
@@ -335,7 +327,7 @@ def test_probe_failure_is_a_reason_not_a_crash() -> None:
 
 
 def test_run_with_ort_values_accepts_device_inputs(fake: FakeDeviceProviderFactory) -> None:
-    model = _model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
+    model = float_graph_model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
     sess = turnout.InferenceSession(model, providers=[FAKE])
     x = np.array([-1, 2, -3, 4], np.float32)
     x_dev = turnout.OrtValue.ortvalue_from_numpy(x, "fake", 0)

@@ -33,6 +33,7 @@ from turnout.provider import (
     KernelNode,
     ProviderFactory,
 )
+from turnout.testing import float_graph_model
 
 
 @contextlib.contextmanager
@@ -62,18 +63,9 @@ def fake_streams() -> Iterator[FakeDeviceProviderFactory]:
         yield factory
 
 
-def _model(nodes: list[onnx.NodeProto], outputs: list[str], n_inputs: int = 1) -> onnx.ModelProto:
-    inputs = [
-        helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [4]) for i in range(n_inputs)
-    ]
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4]) for o in outputs]
-    g = helper.make_graph(nodes, "g", inputs, outs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
 def _chain() -> onnx.ModelProto:
     """x0 -> Relu -> a; Add(a, a) -> b; Mul(b, b) -> y: all on the fake device."""
-    return _model(
+    return float_graph_model(
         [
             helper.make_node("Relu", ["x0"], ["a"], name="relu"),
             helper.make_node("Add", ["a", "a"], ["b"], name="add"),
@@ -110,7 +102,7 @@ def test_without_memory_reuse_nothing_is_freed(fake: FakeDeviceProviderFactory) 
 def test_inputs_a_step_needs_from_the_host_travel_in_one_batch(
     fake: FakeDeviceProviderFactory,
 ) -> None:
-    model = _model([helper.make_node("Add", ["x0", "x1"], ["y"], name="add")], ["y"], 2)
+    model = float_graph_model([helper.make_node("Add", ["x0", "x1"], ["y"], name="add")], ["y"], 2)
     sess = turnout.InferenceSession(model, providers=[fake.name])
     transfer = fake.last.data_transfer  # type: ignore[union-attr]
     (y,) = sess.run(None, {"x0": X, "x1": 2 * X})
@@ -122,7 +114,7 @@ def test_inputs_a_step_needs_from_the_host_travel_in_one_batch(
 
 def _crossing() -> onnx.ModelProto:
     """fake Relu(x0) -> a; a host Neg(x1) in between; host Sub(a, c) reads a on the host."""
-    return _model(
+    return float_graph_model(
         [
             helper.make_node("Relu", ["x0"], ["a"], name="relu"),
             helper.make_node("Neg", ["x1"], ["c"], name="neg"),
@@ -235,7 +227,7 @@ def test_kernels_allocate_through_their_context_and_see_the_stream(
             return Provider(options, self)
 
     with _registered(Factory()):
-        model = _model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
+        model = float_graph_model([helper.make_node("Relu", ["x0"], ["y"], name="r")], ["y"])
         sess = turnout.InferenceSession(model, providers=[Factory.name])
         (y,) = sess.run(None, {"x0": X})
         np.testing.assert_array_equal(y, np.maximum(X, 0))
@@ -329,7 +321,7 @@ def test_profiled_peaks_put_copies_to_the_host_on_the_host_and_count_them_once(
 def test_io_binding_writes_outputs_into_bound_device_and_host_values(
     fake: FakeDeviceProviderFactory,
 ) -> None:
-    model = _model(
+    model = float_graph_model(
         [
             helper.make_node("Relu", ["x0"], ["y0"], name="r"),
             helper.make_node("Add", ["y0", "y0"], ["y1"], name="a"),
@@ -365,7 +357,7 @@ class _SecondFake(FakeDeviceProviderFactory):
 def test_a_value_crossing_providers_on_one_device_waits_for_the_makers_stream() -> None:
     first = FakeDeviceProviderFactory(ops=("Relu",), streams=True)
     second = _SecondFake(ops=("Add",))
-    model = _model(
+    model = float_graph_model(
         [
             helper.make_node("Relu", ["x0"], ["a"], name="relu"),
             helper.make_node("Add", ["a", "a"], ["y"], name="add"),

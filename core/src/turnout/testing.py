@@ -23,6 +23,7 @@ __all__ = [
     "assert_outputs_close",
     "check_official_case",
     "cpu_session",
+    "float_graph_model",
     "iter_node_cases",
     "named_outputs",
     "normalize_values",
@@ -43,6 +44,20 @@ def _value_info(name: str, value: Any) -> onnx.ValueInfoProto:
         return helper.make_tensor_sequence_value_info(name, inner, None)
     arr = np.asarray(value)
     return helper.make_tensor_value_info(name, elem_type_of(arr.dtype), arr.shape)
+
+
+def float_graph_model(
+    nodes: Sequence[onnx.NodeProto], outputs: Sequence[str], n_inputs: int = 1, size: int = 4
+) -> onnx.ModelProto:
+    """A model of `nodes` over float32 vectors of `size`: inputs `x0`, `x1`, ... and the named
+    outputs, opset 17. Partition and placement tests need graphs, not data, so one shape does."""
+    inputs = [
+        helper.make_tensor_value_info(f"x{i}", onnx.TensorProto.FLOAT, [size])
+        for i in range(n_inputs)
+    ]
+    outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, [size]) for o in outputs]
+    g = helper.make_graph(list(nodes), "g", inputs, outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def one_node_model(
