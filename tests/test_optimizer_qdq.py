@@ -375,3 +375,21 @@ def test_activation_units_fold(op: str, folded: str) -> None:
 def test_activation_matmul_does_not_fold() -> None:
     """A product of two activations stays in float, where it runs faster."""
     assert "QLinearMatMul" not in _folded(_activation_unit("MatMul"))
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_unit_with_a_quantized_constant_folds(op: str) -> None:
+    """A bias or scale constant quantized with the activations (DQ of an initializer) is left
+    to fold_qdq by constant folding, so the unit becomes QLinearAdd/QLinearMul."""
+    model = _activation_unit(op)
+    b = model.graph.input[1]
+    shape = [d.dim_value for d in b.type.tensor_type.shape.dim]
+    del model.graph.input[1]
+    model.graph.initializer.append(
+        _init("b", np.random.default_rng(1).integers(0, 255, shape).astype(np.uint8))
+    )
+    assert _folded(model) == {f"com.microsoft::QLinear{op}": 1}
+    feeds = {"a": np.random.default_rng(2).integers(0, 255, (2, 4, 5, 6)).astype(np.uint8)}
+    got = _turnout(model, Level.ALL, "CPUExecutionProvider").run(None, feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1

@@ -26,6 +26,7 @@ SHAPES = [
     ((2, 5, 7), ()),  # a scalar
     ((3, 1), (1, 1, 5)),  # neither side has the output's shape: materialized
     ((7,), (4, 7)),  # A is the suffix
+    ((1, 1), (3, 4, 9)),  # A is a scalar of rank 2
 ]
 
 

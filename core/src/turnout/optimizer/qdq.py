@@ -377,14 +377,22 @@ def _fold_contrib(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bo
 
 def unit_dequantizers(g: OptGraph) -> set[int]:
     """The ids of the DequantizeLinear nodes that feed a Conv or MatMul whose output only a
-    QuantizeLinear reads: constant folding leaves them (as onnxruntime's skips DQ nodes), so
-    that `fold_qdq` still sees the unit's quantized weight."""
+    QuantizeLinear reads, or an Add/Mul unit `fold_qdq` folds (a bias or scale constant):
+    constant folding leaves them (as onnxruntime's skips DQ nodes), so that `fold_qdq` still
+    sees the unit's quantized weight or constant."""
     if not any(n.op_type == "QuantizeLinear" for n in g.nodes):
         return set()
     m = Matcher(g)
     out: set[int] = set()
     for n in g.nodes:
-        if n.op_type not in ("Conv", "MatMul") or n.domain not in ("", "ai.onnx"):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type in ("Add", "Mul"):
+            ends = _unit_ends(g, m, n)
+            if ends is not None and len(ends[0]) == 2:
+                out.update(id(q.node) for q in ends[0])
+            continue
+        if n.op_type not in ("Conv", "MatMul"):
             continue
         if m.only_reader(n.output[0], "QuantizeLinear") is None:
             continue

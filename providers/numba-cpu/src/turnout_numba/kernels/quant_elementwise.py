@@ -22,13 +22,14 @@ numpy kernel does.
 
 Broadcasting: an operand of the output's shape is read as it is; the other, where its shape is
 a suffix of the output's (a bias over the last axis, an attention mask over the key axis), is
-one row that every output row reads; any other broadcast is materialized first.
+one row that every output row reads, and a scalar one row of the last axis holding it; any
+other broadcast is materialized first.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import prange, types
@@ -115,13 +116,20 @@ def _mean_pool(
         y[r] = np.int32(v) + zy
 
 
-def _layout(
-    a_shape: tuple[int, ...], b_shape: tuple[int, ...], name: str
-) -> tuple[tuple[int, ...], int, int, int]:
-    """(output shape, rows, a's row step, b's row step) for inputs of these shapes; rows 0:
-    neither input is the output's shape or a suffix of it, both are materialized (steps 0,
-    one row). An operand of the output's shape steps a whole row, a suffix-shaped one is one
-    row (step 0)."""
+class _Layout(NamedTuple):
+    """How the kernel reads two operands of these shapes: `rows` rows of `row` values; an
+    operand's `step` is `row` (it has the output's shape) or 0 (one row every output row
+    reads); `how` per operand: "as is", "fill" (a scalar, spread over one row) or "spread"
+    (materialized to the output's shape: neither side is the output's shape or a suffix)."""
+
+    out: tuple[int, ...]
+    rows: int
+    row: int
+    steps: tuple[int, int]
+    how: tuple[str, str]
+
+
+def _layout(a_shape: tuple[int, ...], b_shape: tuple[int, ...], name: str) -> _Layout:
     try:
         out = tuple(np.broadcast_shapes(a_shape, b_shape))
     except ValueError:
@@ -137,19 +145,28 @@ def _layout(
             s = s[1:]
         return size if s and size > 1 and out[len(out) - len(s) :] == s else 0
 
-    full_a, full_b = a_shape == out, b_shape == out
-    row = suffix(b_shape) if full_a and not full_b else 0
-    row = suffix(a_shape) if full_b and not full_a else row
-    if full_a and full_b:
-        return out, 1, 0, 0
-    if not row:
-        return out, 0, 0, 0
-    return out, total // row, row if full_a else 0, row if full_b else 0
+    full = (a_shape == out, b_shape == out)
+    if all(full):
+        return _Layout(out, 1, total, (0, 0), ("as is", "as is"))
+    if any(full):
+        other = b_shape if full[0] else a_shape
+        row = suffix(other)
+        fill = math.prod(other) == 1 and total > 0
+        if fill:  # a scalar: one row of the last axis (or everything) holding it
+            row = out[-1] if out and out[-1] else total
+        if row:
+            how = ("as is", "fill" if fill else "as is")
+            how = how if full[0] else (how[1], how[0])
+            steps = (row, 0) if full[0] else (0, row)
+            return _Layout(out, total // row, row, steps, how)
+    return _Layout(out, 1, total, (0, 0), ("spread", "spread"))
 
 
-def _flat(x: Array, out: tuple[int, ...], materialize: bool) -> Array:
-    if materialize:
-        return np.ascontiguousarray(np.broadcast_to(x, out)).reshape(-1)
+def _operand(x: Array, how: str, lay: _Layout) -> Array:
+    if how == "fill":
+        return np.full(lay.row, x.reshape(-1)[0], x.dtype)
+    if how == "spread":
+        return np.ascontiguousarray(np.broadcast_to(x, lay.out)).reshape(-1)
     return np.ascontiguousarray(x).reshape(-1)
 
 
@@ -177,7 +194,7 @@ def _build(kn: KernelNode, ctx: BuildContext, mul: bool) -> KernelFn:
     kernel = ctx.jit(_binary, [sig])
 
     kept: list[Any] = [None]  # the last scales and zero points and what they give
-    layouts: dict[tuple[Any, Any], tuple[tuple[int, ...], int, int, int]] = {}
+    layouts: dict[tuple[Any, Any], _Layout] = {}
 
     def factors(a_s: Any, a_zp: Any, b_s: Any, b_zp: Any, c_s: Any, c_zp: Any) -> tuple[Any, ...]:
         """(ra, rb, za, zb, zc); computed once for constant inputs (the same read-only
@@ -216,12 +233,12 @@ def _build(kn: KernelNode, ctx: BuildContext, mul: bool) -> KernelFn:
         lay = layouts.get(shapes)
         if lay is None:
             lay = layouts[shapes] = _layout(a.shape, b.shape, name)
-        out, rows, a_step, b_step = lay
-        fa, fb = _flat(a, out, not rows), _flat(b, out, not rows)
+        fa, fb = _operand(a, lay.how[0], lay), _operand(b, lay.how[1], lay)
+        out, rows, (a_step, b_step) = lay.out, lay.rows, lay.steps
         y = np.empty(out, dt)
         if y.size:
             yf = y.reshape(-1)
-            kernel(y.size, fa, a_step, fb, b_step, yf, rows or 1, za, zb, ra, rb, zc, lo, hi, mul)
+            kernel(y.size, fa, a_step, fb, b_step, yf, rows, za, zb, ra, rb, zc, lo, hi, mul)
         return (y,)
 
     return run
