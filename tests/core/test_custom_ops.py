@@ -60,6 +60,9 @@ class _EntryPoint:
 
 @pytest.fixture
 def example_ops(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # load the real registry first: modules holding it (provider_selection) would otherwise
+    # load it lazily inside this fixture, from the fake entry points, and keep only those
+    plugins.registry.all()
     monkeypatch.setattr(plugins, "entry_points", lambda group: [_EntryPoint()])
     monkeypatch.setattr(plugins, "registry", plugins.ProviderRegistry())
     monkeypatch.setattr(turnout.session, "registry", plugins.registry)
