@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +89,70 @@ def test_the_plain_model_compiles_in_an_empty_cache(compiled: Path) -> None:
 def test_other_options_make_the_artifact_stale(compiled: Path) -> None:
     got = _python(_LOAD, compiled / "cache-stale", str(compiled / "m_ctx.onnx"), '{"fuse": 0}')
     assert "stale" in str(got["fail"]) and "fuse=False" in str(got["fail"])
+
+
+_COMPILE_EACH = """
+import sys, turnout
+from turnout.compiler import ModelCompiler
+for src in sys.argv[1:]:
+    opts = turnout.SessionOptions()
+    opts.add_provider("numba", {})
+    ModelCompiler(opts, src).compile_to_file(src.replace(".onnx", "_ctx.onnx"))
+"""
+
+_LOAD_POOLED = """
+import json, sys, numpy as np, turnout
+import turnout_numba.cache as cache
+sess = turnout.InferenceSession(sys.argv[1], providers=[("numba", {})])
+x = np.linspace(-2, 2, 72, dtype=np.float32).reshape(1, 2, 6, 6)
+y = sess.run(None, {"x": x})[0]
+print(json.dumps({"compiles": cache.compile_count(), "y": y.tolist()}))
+"""
+
+
+def _pooled_model(path: Path, tail: list[onnx.NodeProto]) -> None:
+    """x (1, 2, 6, 6) -> MaxPool 2x2 (a memoized kernel, shared by both models) -> `tail`."""
+    pool = helper.make_node("MaxPool", ["x"], ["p"], name="pool", kernel_shape=[2, 2])
+    graph = helper.make_graph(
+        [pool, *tail],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 5])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _kernel_modules(compiled_model: Path) -> set[str]:
+    """The generated kernel modules a compiled model's numba side file carries."""
+    (side,) = compiled_model.parent.glob(f"{compiled_model.name}.*.ctx")
+    with zipfile.ZipFile(side) as z:
+        return {n for n in z.namelist() if n.startswith("src/")}
+
+
+def test_an_artifact_carries_only_its_own_session_kernels(tmp_path: Path) -> None:
+    """Compiling model A and then model B in one process: B's artifact holds the modules B's
+    session uses (the same set as B compiled alone, the shared pool kernel included), none
+    of A's own, and loads in an empty cache without compiling."""
+    _pooled_model(tmp_path / "a.onnx", [helper.make_node("Softmax", ["p"], ["y"], name="sm")])
+    b_tail = [
+        helper.make_node("Mul", ["p", "p"], ["sq"], name="square"),
+        helper.make_node("Add", ["sq", "p"], ["s"], name="add"),
+        helper.make_node("Sigmoid", ["s"], ["y"], name="sigmoid"),
+    ]
+    _pooled_model(tmp_path / "b.onnx", b_tail)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    _pooled_model(alone / "b.onnx", b_tail)
+    _python(_COMPILE_EACH, tmp_path / "c1", str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"))
+    _python(_COMPILE_EACH, tmp_path / "c2", str(alone / "b.onnx"))
+    a_mods = _kernel_modules(tmp_path / "a_ctx.onnx")
+    b_mods = _kernel_modules(tmp_path / "b_ctx.onnx")
+    assert a_mods - b_mods, "A's Softmax kernel should be A's own: the check below could not fail"
+    assert b_mods == _kernel_modules(alone / "b_ctx.onnx")
+    got = _python(_LOAD_POOLED, tmp_path / "c3", str(tmp_path / "b_ctx.onnx"))
+    assert got["compiles"] == 0
+    x = np.linspace(-2, 2, 72, dtype=np.float32).reshape(1, 2, 6, 6)
+    p = np.maximum.reduce([x[..., i : i + 5, j : j + 5] for i in range(2) for j in range(2)])
+    np.testing.assert_allclose(
+        np.asarray(got["y"], np.float32), 1 / (1 + np.exp(-(p * p + p))), rtol=1e-5
+    )

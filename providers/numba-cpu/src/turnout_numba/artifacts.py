@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from . import cache
 __all__ = ["compatibility", "export_blobs", "import_blobs"]
 
 _MANIFEST = "manifest.json"
-_MODULE = re.compile(r"turnout_numba_gen_[a-z]+_([0-9a-f]{20})")
+_MODULE = re.compile(r"turnout_numba_gen_[a-z0-9_]+_([0-9a-f]{20})")  # hints: "qgemm_s8"...
 _ENTRY = re.compile(r"[A-Za-z0-9_.-]+")
 
 
@@ -45,11 +45,17 @@ def _numba_dir(source: Path) -> Path:
     return cache.cache_dir() / subpath
 
 
-def export_blobs() -> dict[str, bytes]:
-    """Every kernel module this process loaded, with numba's entries for it."""
+def export_blobs(modules: Iterable[str]) -> dict[str, bytes]:
+    """The kernel modules named in `modules` (one session's: `cache.recording`), with numba's
+    entries for them. Modules other sessions of the process loaded stay out: an artifact
+    carries only its own model's kernels."""
     blobs: dict[str, bytes] = {}
     stamps: dict[str, int] = {}
-    for name, source in cache.loaded_modules().items():
+    loaded = cache.loaded_modules()
+    for name in sorted(modules):
+        source = loaded.get(name)
+        if source is None:
+            continue  # recorded names are loaded modules; this guards a foreign name
         entries = sorted(_numba_dir(source).glob(f"{name}.*"))
         if not source.is_file() or not entries:
             continue  # compiled without a writable cache: nothing numba could load

@@ -44,6 +44,8 @@ __all__ = [
     "jit",
     "load_source",
     "loaded_modules",
+    "note_used",
+    "recording",
 ]
 
 Sig = str | Signature
@@ -60,6 +62,7 @@ _PRELUDE = (
 _LOCK = threading.RLock()
 _DISPATCHERS: dict[tuple[Any, ...], Any] = {}
 _MODULES: dict[str, ModuleType] = {}
+_RECORDERS = threading.local()  # .stack: the sets `recording()` collects module names into
 
 
 def _version() -> str:
@@ -143,6 +146,7 @@ def jit(
             else:
                 disp = numba.njit(**opts)(variant)
             _DISPATCHERS[key] = disp
+        note_used(disp)
         disp.disable_compile(False)
         try:
             for sig in sigs:
@@ -224,6 +228,32 @@ def _purge(disp: Any, root: Path) -> None:
     for p in root.rglob(f"*{stem}*"):
         with contextlib.suppress(OSError):
             p.unlink()
+
+
+@contextlib.contextmanager
+def recording(into: set[str]) -> Iterator[set[str]]:
+    """Collect into `into` the generated modules whose kernels this thread asks for meanwhile
+    (`jit`, `note_used`): a session's compiled model carries those, not every module the
+    process loaded for other sessions."""
+    stack = _RECORDERS.__dict__.setdefault("stack", [])
+    stack.append(into)
+    try:
+        yield into
+    finally:
+        stack.pop()
+
+
+def note_used(*dispatchers: Any) -> None:
+    """Record the modules of `dispatchers` for the `recording()`s open on this thread: a
+    builder that reuses a kernel it memoized (no `jit` call) says so here."""
+    stack = getattr(_RECORDERS, "stack", None)
+    if not stack:
+        return
+    for disp in dispatchers:
+        name = getattr(getattr(disp, "py_func", None), "__module__", None)
+        if name in _MODULES:
+            for into in stack:
+                into.add(name)
 
 
 def loaded_modules() -> dict[str, Path]:

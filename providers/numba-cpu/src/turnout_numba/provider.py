@@ -63,11 +63,14 @@ class NumbaExecutionProvider(ExecutionProvider):
         self._run_state = threading.local()  # saved thread counts of the run on this thread
         # BLAS gets the same budget while this session runs: no oversubscription
         self._blas = BlasThreads(self.threads) if self.threads else None
+        # the generated modules this session's kernels come from: its compiled model's blobs
+        self._modules: set[str] = set()
 
     # ------------------------------------------------------------------ partitioning
     def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
         # here, not at creation: a compiled model's blobs are imported in between
-        _start_numba_runtime(self.ctx.parallel)
+        with cache.recording(self._modules):
+            _start_numba_runtime(self.ctx.parallel)
         claims: list[Capability] = []
         declines: list[Decline] = []
         fusible: set[str] = set()
@@ -94,8 +97,11 @@ class NumbaExecutionProvider(ExecutionProvider):
         ctx = self.ctx
         build = nk.build
 
+        modules = self._modules
+
         def factory(k: KernelNode) -> Any:
-            return build(k, ctx)
+            with cache.recording(modules):
+                return build(k, ctx)
 
         return KernelDef(kn.op_type, kn.domain, nk.since, factory)
 
@@ -118,7 +124,8 @@ class NumbaExecutionProvider(ExecutionProvider):
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
         """One generated kernel per group, compiled now (or loaded from numba's cache)."""
-        return [self._compile_subgraph(sg) for sg in subgraphs]
+        with cache.recording(self._modules):
+            return [self._compile_subgraph(sg) for sg in subgraphs]
 
     def _compile_subgraph(self, sg: FusedSubgraph) -> CompiledState:
         gk = compile_group(
@@ -141,7 +148,7 @@ class NumbaExecutionProvider(ExecutionProvider):
         return artifacts.compatibility(self.ctx.parallel, self.fuse)
 
     def export_compiled(self) -> dict[str, bytes]:
-        return artifacts.export_blobs()
+        return artifacts.export_blobs(self._modules)
 
     def import_compiled(self, blobs: Mapping[str, bytes]) -> None:
         artifacts.import_blobs(blobs)
@@ -178,7 +185,7 @@ class NumbaExecutionProvider(ExecutionProvider):
         st.blas = None
 
 
-_RUNTIME_STARTED: set[bool] = set()  # parallel flags whose runtime is started
+_RUNTIME_STARTED: dict[bool, Any] = {}  # parallel flag -> the started runtime's kernel
 _RUNTIME_LOCK = threading.Lock()
 
 
@@ -195,12 +202,13 @@ def _start_numba_runtime(parallel: bool) -> None:
     with _RUNTIME_LOCK:
         choose_layer()  # before numba launches its threads
         if parallel in _RUNTIME_STARTED:
+            cache.note_used(_RUNTIME_STARTED[parallel])  # each session's artifact carries it
             return
         if parallel:
             numba.get_num_threads()  # launches the threading layer
         kern = cache.jit(_touch, ["void(float32[::1])"], parallel=parallel)
         kern(np.zeros(1, np.float32))
-        _RUNTIME_STARTED.add(parallel)
+        _RUNTIME_STARTED[parallel] = kern
 
 
 def _narrow_float(node: Any) -> bool:

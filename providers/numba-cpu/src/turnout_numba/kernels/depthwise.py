@@ -174,4 +174,5 @@ def depthwise_kernel(
             types.float64,
         )
         kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
+    cache.note_used(kern.serial, kern.parallel)  # memoized: the session still uses it
     return kern

@@ -229,6 +229,7 @@ def _pool_kernel(
             types.float64,
         )
         kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
+    cache.note_used(kern.serial, kern.parallel)  # memoized: the session still uses it
     return kern
 
 
