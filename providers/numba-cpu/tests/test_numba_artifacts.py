@@ -156,3 +156,20 @@ def test_an_artifact_carries_only_its_own_session_kernels(tmp_path: Path) -> Non
     np.testing.assert_allclose(
         np.asarray(got["y"], np.float32), 1 / (1 + np.exp(-(p * p + p))), rtol=1e-5
     )
+
+
+def test_import_takes_modules_whose_hint_has_underscores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quantized kernels are named `turnout_numba_gen_qgemm_int_<hash>`: the import checks
+    the hash and writes the module, as for a one-word hint."""
+    import hashlib
+
+    from turnout_numba import artifacts, cache
+
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path))
+    text = b"def _qgemm():\n    pass\n"
+    name = f"turnout_numba_gen_qgemm_int_{hashlib.sha256(text).hexdigest()[:20]}"
+    manifest = json.dumps({"mtime_ns": {name: 1_700_000_000_000_000_000}}).encode()
+    artifacts.import_blobs({"manifest.json": manifest, f"src/{name}.py": text})
+    assert (cache.cache_dir() / "src" / f"{name}.py").read_bytes() == text
