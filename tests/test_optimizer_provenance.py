@@ -64,3 +64,69 @@ def test_explain_prints_the_provenance(tmp_path: Path, capsys: pytest.CaptureFix
     text = capsys.readouterr().out
     assert "nodes the optimizer wrote" in text
     assert "<- conv_b, relu_b" in text
+
+
+def _folded_model(tail: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> onnx.ModelProto:
+    """x -> Conv `conv` (weights w, 3 channels) -> `tail` -> y."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1]), *tail],
+        "g",
+        [helper.make_tensor_value_info("x", F, [1, 2, 8])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(w, "w"), *inits],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _bn_relu_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(2)
+    stats = {
+        "scale": rng.uniform(0.5, 2, 3),
+        "bias": rng.standard_normal(3),
+        "mean": rng.standard_normal(3),
+        "var": rng.uniform(0.5, 2, 3),
+    }
+    bn = helper.make_node("BatchNormalization", ["c", *stats], ["b"], name="bn")
+    relu = helper.make_node("Relu", ["b"], ["y"], name="relu")
+    inits = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in stats.items()]
+    return _folded_model([bn, relu], inits)
+
+
+def test_conv_that_absorbed_a_batchnorm_names_it() -> None:
+    """fold_conv_bn edits the Conv in place: the Conv now stands for itself and the BN. The
+    Relu, only rewired to read the Conv, stands for nothing new."""
+    out, report = optimize(_bn_relu_model(), Level.BASIC)
+    assert [n.op_type for n in out.graph.node] == ["Conv", "Relu"]
+    assert report.provenance == {"conv": ["bn", "conv"]}
+
+
+def test_fused_conv_keeps_the_folded_batchnorm() -> None:
+    """The folded Conv's sources pass on when Conv + Relu later become one FusedConv."""
+    out, report = optimize(_bn_relu_model(), Level.ALL)
+    (fused,) = [n.name for n in out.graph.node if n.op_type == "FusedConv"]
+    assert report.provenance == {fused: ["bn", "conv", "relu"]}
+
+
+def test_conv_that_absorbed_mul_and_add_names_both() -> None:
+    scale = numpy_helper.from_array(np.array([[2.0], [0.5], [3.0]], np.float32), "s")
+    shift = numpy_helper.from_array(np.array([[1.0], [-1.0], [0.25]], np.float32), "t")
+    tail = [
+        helper.make_node("Mul", ["c", "s"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "t"], ["y"], name="add"),
+    ]
+    out, report = optimize(_folded_model(tail, [scale, shift]), Level.BASIC)
+    assert [n.op_type for n in out.graph.node] == ["Conv"]
+    assert report.provenance == {"conv": ["add", "conv", "mul"]}
+
+
+def test_explain_prints_the_folded_batchnorm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bn.onnx"
+    onnx.save(_bn_relu_model(), path)
+    assert main(["explain", str(path)]) == 0
+    assert "<- bn, conv, relu" in capsys.readouterr().out

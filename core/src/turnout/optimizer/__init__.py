@@ -54,6 +54,7 @@ from .base import (
     SupportsFn,
 )
 from .graph import OptGraph
+from .provenance import Labels, record, snapshot
 from .subgraph import passes_load_checks
 
 __all__ = [
@@ -234,11 +235,12 @@ def _run(
     p: GraphPass,
     ctx: PassContext,
     report: OptimizationReport,
-    labels: dict[int, tuple[onnx.NodeProto, str]],
+    labels: Labels,
     sources: dict[str, list[str]],
 ) -> int:
     before = len(g.nodes)
     nodes = list(g.nodes)  # held: no id is reused while the pass runs
+    shapes = snapshot(nodes)  # to tell the nodes the pass edits in place
     t0 = time.perf_counter()
     try:
         changes = p.fn(g, ctx)
@@ -249,66 +251,11 @@ def _run(
     if changes and not p.keeps_types:
         g.mark_changed()
     if changes:
-        _record_provenance(nodes, g.nodes, labels, sources)
+        record(nodes, shapes, g.nodes, labels, sources)
     report.results.append(
         PassResult(p.name, p.level, changes, before, len(g.nodes), (time.perf_counter() - t0) * 1e3)
     )
     return changes
-
-
-def _record_provenance(
-    before: list[onnx.NodeProto],
-    after: list[onnx.NodeProto],
-    labels: dict[int, tuple[onnx.NodeProto, str]],
-    sources: dict[str, list[str]],
-) -> None:
-    """Link each node a pass wrote to the removed nodes it stands for. A written node and a
-    removed one are joined when they produce the same value; two removed nodes through a
-    value between them that no node produces any more; two written nodes through a value
-    between them that is new. A value that outlives the pass (a fused block's output read
-    by the next fusion, an input two fusions read) joins nothing. Removed nodes an earlier
-    pass wrote pass on their own sources."""
-    kept = {id(n) for n in after}
-    known = {id(n) for n in before}
-    removed = [n for n in before if id(n) not in kept]
-    added = [n for n in after if id(n) not in known and n.name]
-    if not removed or not added:
-        return
-    was = {o for n in before for o in n.output if o}
-    now = {o for n in after for o in n.output if o}
-    parent = list(range(len(removed) + len(added)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    def join(group: list[onnx.NodeProto], offset: int, between: set[str]) -> None:
-        """Join the nodes of `group` through the values of `between` one makes, one reads."""
-        maker = {o: i for i, n in enumerate(group) for o in n.output if o in between}
-        for i, n in enumerate(group):
-            for x in n.input:
-                j = maker.get(x)
-                if j is not None:
-                    parent[find(offset + i)] = find(offset + j)
-
-    join(removed, 0, was - now)
-    join(added, len(removed), now - was)
-    out_of = {o: i for i, n in enumerate(removed) for o in n.output if o}
-    for k, n in enumerate(added, start=len(removed)):
-        for o in n.output:
-            if o in out_of:
-                parent[find(k)] = find(out_of[o])
-    origins: dict[int, set[str]] = {}
-    for i, n in enumerate(removed):
-        original = labels.get(id(n))
-        own = [original[1]] if original is not None else sources.get(n.name, [n.name])
-        origins.setdefault(find(i), set()).update(own)
-    for k, n in enumerate(added, start=len(removed)):
-        found = origins.get(find(k))
-        if found:
-            sources[n.name] = sorted(found)
 
 
 def _ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
