@@ -1,0 +1,211 @@
+"""com.microsoft::MatMulNBits with 4-bit weights: `A @ dequantize(B)^T + bias`, B kept packed.
+
+onnxruntime's quantizer (MatMulNBitsQuantizer) stores a MatMul weight as [N, K/block, block/2]
+bytes, two 4-bit codes a byte (low nibble first), one float scale per (column, block) and an
+optional zero point per (column, block): packed 4-bit bytes or floats, 8 when absent. The numpy
+kernel dequantizes the whole [K, N] float32 matrix once and keeps it (8x the packed bytes); here
+B stays packed and each block of K is dequantized inside the product: one parallel task per tile
+of `TILE` columns, which unpacks one block of those columns into a [block, TILE] float32
+scratch and adds `a[m, k] * w[k, :]` into a [M, TILE] accumulator (an outer product over the
+tile: independent lanes, so the loop vectorizes without reordering any sum). What a session
+keeps is the packed B, and scales and zero points as float32 per block: each smaller than the
+float matrix, whatever the block size.
+
+Float32 A only, at onnxruntime's accuracy_level 0 result (float products; its level 4 quantizes
+A to int8, a difference within A's quantization, as the numpy kernel). Declined, left to the
+numpy kernel: other bit widths, block sizes outside 16..256 or not powers of two, g_idx (act
+order), a B, scales or zero points that are not constant, float16/bfloat16 A.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import prange, types
+
+from turnout.contrib import DOMAIN
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.constants import constant_input
+
+from ..codegen import numba_array
+from ..registry import BuildContext, SizedKernel, numba_kernel
+
+__all__ = ["TILE", "NBitsWeight"]
+
+Array = np.ndarray[Any, Any]
+
+TILE = 16
+"""Columns of B per parallel task: one [M, TILE] accumulator row is two AVX2 (one AVX-512)
+vectors, and the scratch block ([256, 16] floats at most, 16 kB) stays in L1."""
+
+
+def _nbits4(a: Any, b: Any, s: Any, z: Any, bias: Any, y: Any) -> None:  # pragma: no cover
+    """y[m, n] = sum_k a[m, k] * (code(b, n, k) - z[n, k // bs]) * s[n, k // bs] + bias[n]."""
+    m_, k_ = a.shape
+    n_, blocks, blob = b.shape
+    bs = blob * 2
+    tile = 16  # TILE (the kernel is compiled from its source alone: no module globals)
+    tiles = (n_ + tile - 1) // tile
+    has_bias = bias.shape[0] == n_
+    for t in prange(tiles):
+        n0 = t * tile
+        w = min(tile, n_ - n0)
+        acc = np.zeros((m_, tile), np.float32)
+        deq = np.zeros((bs, tile), np.float32)  # (columns past N stay 0)
+        for blk in range(blocks):
+            k0 = blk * bs
+            kl = min(bs, k_ - k0)
+            for j in range(w):
+                sc = s[n0 + j, blk]
+                zz = z[n0 + j, blk]
+                src = b[n0 + j, blk]
+                for i in range(blob):
+                    v = src[i]
+                    deq[2 * i, j] = (np.float32(v & 15) - zz) * sc
+                    deq[2 * i + 1, j] = (np.float32(v >> 4) - zz) * sc
+            for mi in range(m_):
+                ar = a[mi]
+                accr = acc[mi]
+                for kk in range(kl):
+                    av = ar[k0 + kk]
+                    dr = deq[kk]
+                    for j in range(tile):
+                        accr[j] += av * dr[j]
+        for mi in range(m_):
+            for j in range(w):
+                v = acc[mi, j]
+                if has_bias:
+                    v += bias[n0 + j]
+                y[mi, n0 + j] = v
+
+
+def _kernel(ctx: BuildContext) -> SizedKernel:
+    f32 = np.dtype(np.float32)
+    sig = types.void(
+        numba_array(f32, 2, readonly=True, layout="C"),
+        numba_array(np.dtype(np.uint8), 3, readonly=True, layout="C"),
+        numba_array(f32, 2, readonly=True, layout="C"),
+        numba_array(f32, 2, readonly=True, layout="C"),
+        numba_array(f32, 1, readonly=True, layout="C"),
+        numba_array(f32, 2, readonly=False, layout="C"),
+    )
+    return ctx.jit(_nbits4, [sig])
+
+
+class NBitsWeight:
+    """A constant 4-bit B as the kernel reads it: the packed bytes [N, blocks, block/2], and
+    scales and zero points as float32 [N, blocks], checked against N, K and block_size."""
+
+    def __init__(self, name: str, n: int, k: int, block: int, b: Array, scales: Any, zp: Any):
+        blocks = -(-k // block)
+        if b.dtype != np.uint8 or b.shape != (n, blocks, block // 2):
+            raise InvalidArgument(
+                f"{name}: B {b.dtype}{list(b.shape)} does not fit N={n}, K={k}, "
+                f"block_size={block}, bits=4: must be uint8{[n, blocks, block // 2]}"
+            )
+        s = np.asarray(scales)
+        if s.size != n * blocks:
+            raise InvalidArgument(f"{name}: scales {s.shape} must hold N*blocks={n * blocks}")
+        self.b = np.ascontiguousarray(b)
+        self.scales = np.ascontiguousarray(s.reshape(n, blocks), np.float32)
+        self.zero = _zero_points(name, zp, n, blocks)
+        for arr in self.arrays():
+            arr.flags.writeable = False
+
+    def arrays(self) -> tuple[Array, ...]:
+        """Every array this weight holds (what a session keeps for the node)."""
+        return self.b, self.scales, self.zero
+
+
+def _zero_points(name: str, zp: Any, n: int, blocks: int) -> Array:
+    """Zero points as float32 [N, blocks]: 8 when absent, packed 4-bit bytes unpacked (low
+    nibble first), floats as given."""
+    if zp is None:
+        return np.full((n, blocks), 8.0, np.float32)
+    zp = np.asarray(zp)
+    if zp.dtype == np.uint8:
+        per_row = -(-blocks // 2)
+        if zp.size != n * per_row:
+            raise InvalidArgument(
+                f"{name}: packed zero_points {zp.shape} must hold N*ceil(blocks/2)={n * per_row}"
+            )
+        rows = zp.reshape(n, per_row)
+        codes = np.stack([rows & 15, rows >> 4], axis=-1).reshape(n, -1)[:, :blocks]
+        return np.ascontiguousarray(codes, np.float32)
+    if zp.size != n * blocks:
+        raise InvalidArgument(f"{name}: zero_points {zp.shape} must hold N*blocks={n * blocks}")
+    return np.ascontiguousarray(zp.reshape(n, blocks), np.float32)
+
+
+def _const(kn: KernelNode, i: int) -> Array | None:
+    """Input `i` when it is a constant initializer, else None."""
+    if i >= len(kn.node.inputs) or not kn.node.inputs[i] or not constant_input(kn, i):
+        return None
+    v = kn.node.graph.initializers.get(kn.node.inputs[i])
+    return v if isinstance(v, np.ndarray) else None
+
+
+def _given(kn: KernelNode, i: int) -> bool:
+    return i < len(kn.node.inputs) and bool(kn.node.inputs[i])
+
+
+def _applies(kn: KernelNode) -> str | None:
+    bits = int(kn.attr("bits", 4))
+    block = int(kn.attr("block_size", 0))
+    if bits != 4:
+        return f"MatMulNBits bits={bits}: numba compiles 4 bits"
+    if not 16 <= block <= 256 or block & (block - 1):
+        return f"MatMulNBits block_size={block}: numba compiles powers of two in 16..256"
+    if kn.attr("weight_prepacked", 0):
+        return "MatMulNBits weight_prepacked: a CUDA layout"
+    a = kn.inputs[0]
+    if a is None or a.elem_type is None or a.dtype != np.float32:
+        return "MatMulNBits: numba compiles float32 A known at session creation"
+    if _given(kn, 4):
+        return "MatMulNBits with g_idx: not compiled by numba"
+    for i, what in ((1, "B"), (2, "scales"), (3, "zero_points")):
+        if (i < 3 or _given(kn, i)) and _const(kn, i) is None:
+            return f"MatMulNBits: numba keeps B packed only when {what} is a constant"
+    if _given(kn, 5) and (kn.inputs[5] is None or kn.inputs[5].dtype != np.float32):
+        return "MatMulNBits: numba compiles a float32 bias"
+    return None
+
+
+def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+    name = kn.name
+    n, k, block = (int(kn.attr(a)) for a in ("N", "K", "block_size"))
+    b, scales = _const(kn, 1), _const(kn, 2)
+    assert b is not None and scales is not None  # (`_applies` checked them)
+    weight = NBitsWeight(name, n, k, block, b, scales, _const(kn, 3))
+    kernel = _kernel(ctx)
+    no_bias = np.zeros(0, np.float32)
+
+    def run(
+        a: Array,
+        _b: Array,
+        _scales: Array,
+        _zp: Any = None,
+        _g_idx: Any = None,
+        bias: Any = None,
+    ) -> tuple[Array]:
+        if a.dtype != np.float32 or a.ndim < 1 or a.shape[-1] != k:
+            raise InvalidArgument(
+                f"{name}: A {a.dtype}{list(a.shape)} must be float32 ending in K={k}"
+            )
+        if bias is not None and bias.shape != (n,):
+            raise InvalidArgument(f"{name}: bias {bias.shape} must be ({n},)")
+        lead = a.shape[:-1]
+        a2 = np.ascontiguousarray(a.reshape(-1, k))
+        y = np.empty((a2.shape[0], n), np.float32)
+        if y.size:
+            bv = no_bias if bias is None else np.ascontiguousarray(bias, np.float32)
+            kernel(a2.shape[0] * k * n, a2, weight.b, weight.scales, weight.zero, bv, y)
+        return (y.reshape(*lead, n),)
+
+    run.weight = weight  # type: ignore[attr-defined]  # (what the node keeps, for tests)
+    return run
+
+
+numba_kernel("MatMulNBits", since=1, domain=DOMAIN, applies=_applies)(_build)
