@@ -12,7 +12,10 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from turnout.testing import cpu_session, provider_session
+from turnout.options import SessionOptions
+from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
+from turnout.session import InferenceSession
+from turnout.testing import provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for MatMulNBits")
 
@@ -56,13 +59,22 @@ def _model(
     return helper.make_model(g, opset_imports=opsets)
 
 
+def _numpy_session(model: onnx.ModelProto) -> Any:
+    """turnout's numpy CPU kernels only (`cpu_session` is served by numba where installed)."""
+    so = SessionOptions()
+    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
+    sess = InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert {x.provider for x in sess.partition_report().assignments} == {"CPUExecutionProvider"}
+    return sess
+
+
 def _runs(model: onnx.ModelProto, a: np.ndarray, threads: int = 1) -> dict[str, np.ndarray]:
     sess: Any = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
     assert [x.source for x in sess.partition_report().assignments] == ["numba"]
     oracle = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return {
         "numba": np.asarray(sess.run(None, {"A": a})[0]),
-        "numpy": np.asarray(cpu_session(model).run(None, {"A": a})[0]),
+        "numpy": np.asarray(_numpy_session(model).run(None, {"A": a})[0]),
         "ort": np.asarray(oracle.run(None, {"A": a})[0]),
     }
 
