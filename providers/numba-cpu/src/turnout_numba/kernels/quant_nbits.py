@@ -44,6 +44,11 @@ the scratch and the accumulator do not overlap cost more than 16 lanes save: 4.5
 K=N=1024); 64 do. The scratch is 8 kB at block 32 (L1), 64 kB at block 256 (L2)."""
 
 
+FEW_ROWS = 4
+"""Rows of A up to which the weights are read straight from the bytes for every row
+(`_nbits4_rows`) rather than unpacked once into a scratch shared by the rows (`_nbits4`)."""
+
+
 def _nbits4(a: Any, b: Any, s: Any, z: Any, bias: Any, y: Any) -> None:  # pragma: no cover
     """y[m, n] = sum_k a[m, k] * (code(n, k) - z[n, k // bs]) * s[n, k // bs] + bias[n], B in
     tiles of T columns: b [tiles, blocks, bs/2, T] bytes, s and z [tiles, blocks, T]."""
@@ -99,7 +104,50 @@ def _nbits4(a: Any, b: Any, s: Any, z: Any, bias: Any, y: Any) -> None:  # pragm
                 y[mi, n0 + j] = v
 
 
-def _kernel(ctx: BuildContext) -> SizedKernel:
+def _nbits4_rows(a: Any, b: Any, s: Any, z: Any, bias: Any, y: Any) -> None:  # pragma: no cover
+    """`_nbits4` for a few rows of A (decoding): per block, p = sum_k a[m, k] * code(n, k)
+    straight from the bytes, then y += s * (p - z * sum_k a[m, k]): no scratch, one convert
+    and one multiply-add a weight."""
+    m_, k_ = a.shape
+    tiles, blocks, blob, tile = b.shape
+    n_ = y.shape[1]
+    bs = blob * 2
+    has_bias = bias.shape[0] == n_
+    for t in prange(tiles):
+        n0 = t * tile
+        w = min(tile, n_ - n0)
+        acc = np.zeros((m_, tile), np.float32)
+        p = np.empty(tile, np.float32)
+        for blk in range(blocks):
+            k0 = blk * bs
+            kl = min(bs, k_ - k0)
+            sc = s[t, blk]
+            zz = z[t, blk]
+            pb = b[t, blk]
+            for mi in range(m_):
+                ar = a[mi]
+                p[:] = 0
+                asum = np.float32(0)
+                for i in range((kl + 1) // 2):
+                    a0 = ar[k0 + 2 * i]
+                    a1 = ar[k0 + 2 * i + 1] if 2 * i + 1 < kl else np.float32(0)
+                    asum += a0 + a1
+                    row = pb[i]
+                    for j in range(tile):
+                        v = row[j]
+                        p[j] += a0 * np.float32(v & 15) + a1 * np.float32(v >> 4)
+                accr = acc[mi]
+                for j in range(tile):
+                    accr[j] += sc[j] * (p[j] - zz[j] * asum)
+        for mi in range(m_):
+            for j in range(w):
+                v = acc[mi, j]
+                if has_bias:
+                    v += bias[n0 + j]
+                y[mi, n0 + j] = v
+
+
+def _kernels(ctx: BuildContext) -> tuple[SizedKernel, SizedKernel]:
     f32 = np.dtype(np.float32)
     sig = types.void(
         numba_array(f32, 2, readonly=True, layout="C"),
@@ -109,7 +157,7 @@ def _kernel(ctx: BuildContext) -> SizedKernel:
         numba_array(f32, 1, readonly=True, layout="C"),
         numba_array(f32, 2, readonly=False, layout="C"),
     )
-    return ctx.jit(_nbits4, [sig])
+    return ctx.jit(_nbits4, [sig]), ctx.jit(_nbits4_rows, [sig])
 
 
 class NBitsWeight:
@@ -208,7 +256,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     b, scales = _const(kn, 1), _const(kn, 2)
     assert b is not None and scales is not None  # (`_applies` checked them)
     weight = NBitsWeight(name, n, k, block, b, scales, _const(kn, 3))
-    kernel = _kernel(ctx)
+    blocked, rows = _kernels(ctx)
     no_bias = np.zeros(0, np.float32)
 
     def run(
@@ -230,6 +278,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         y = np.empty((a2.shape[0], n), np.float32)
         if y.size:
             bv = no_bias if bias is None else np.ascontiguousarray(bias, np.float32)
+            kernel = rows if a2.shape[0] <= FEW_ROWS else blocked
             kernel(a2.shape[0] * k * n, a2, weight.b, weight.scales, weight.zero, bv, y)
         return (y.reshape(*lead, n),)
 
