@@ -8,7 +8,7 @@ B stays packed and each block of K is dequantized inside the product. The bytes 
 once in tiles of `TILE` columns ([tiles, blocks, block/2, TILE]: the same bytes, the tile's
 columns side by side), so that one parallel task per tile unpacks a block of its columns into a
 [block, TILE] float32 scratch with loops along the tile (they vectorize), then adds
-`a[m, k] * w[k, :]` for four rows of K at a time into a [M, TILE] accumulator (an outer product:
+`a[m, k] * w[k, :]` for eight rows of K at a time into a [M, TILE] accumulator (an outer product:
 independent lanes, so the loops vectorize without a fast-math reordering of any sum). What a
 session keeps is the packed B, and scales and zero points as float32 per block: each smaller
 than the float matrix, whatever the block size.
@@ -76,21 +76,31 @@ def _nbits4(a: Any, b: Any, s: Any, z: Any, bias: Any, y: Any) -> None:  # pragm
                     v = row[j]
                     d0[j] = (np.float32(v & 15) - zz[j]) * sc[j]
                     d1[j] = (np.float32(v >> 4) - zz[j]) * sc[j]
-            k4 = kl - kl % 4
+            k4 = kl - kl % 8
             for mi in range(m_):
                 ar = a[mi]
                 accr = acc[mi]
-                for kk in range(0, k4, 4):  # four rows of K per pass over the accumulator
+                for kk in range(0, k4, 8):  # eight rows of K per pass over the accumulator
                     a0 = ar[k0 + kk]
                     a1 = ar[k0 + kk + 1]
                     a2 = ar[k0 + kk + 2]
                     a3 = ar[k0 + kk + 3]
+                    a4 = ar[k0 + kk + 4]
+                    a5 = ar[k0 + kk + 5]
+                    a6 = ar[k0 + kk + 6]
+                    a7 = ar[k0 + kk + 7]
                     r0 = deq[kk]
                     r1 = deq[kk + 1]
                     r2 = deq[kk + 2]
                     r3 = deq[kk + 3]
+                    r4 = deq[kk + 4]
+                    r5 = deq[kk + 5]
+                    r6 = deq[kk + 6]
+                    r7 = deq[kk + 7]
                     for j in range(tile):
-                        accr[j] += (a0 * r0[j] + a1 * r1[j]) + (a2 * r2[j] + a3 * r3[j])
+                        accr[j] += ((a0 * r0[j] + a1 * r1[j]) + (a2 * r2[j] + a3 * r3[j])) + (
+                            (a4 * r4[j] + a5 * r5[j]) + (a6 * r6[j] + a7 * r7[j])
+                        )
                 for kk in range(k4, kl):
                     av = ar[k0 + kk]
                     dr = deq[kk]
