@@ -111,12 +111,13 @@ def test_matches_onnxruntime_and_numpy(case: Any) -> None:
     _close(got["numba"], got["numpy"], k)
 
 
-def test_bias_and_threads() -> None:
+@pytest.mark.parametrize("m", [3, 16, 40])  # each of the kernel's three paths
+def test_bias_and_threads(m: int) -> None:
     rng = np.random.default_rng(3)
     n, k, block = 200, 512, 64
     w = _weight(rng, n, k, block, "packed")
     bias = rng.standard_normal(n).astype(np.float32)
-    a = rng.standard_normal((16, k)).astype(np.float32)
+    a = rng.standard_normal((m, k)).astype(np.float32)
     got = _runs(_model(a.shape, n, k, block, w, bias), a, threads=2)
     _close(got["numba"], got["ort"], k)
 
