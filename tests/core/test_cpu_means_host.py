@@ -131,6 +131,16 @@ def test_config_entry_keeps_numpy_only(host: FakeHostFactory) -> None:
     assert sess.partition_report().hosts == []
 
 
+def test_testing_reference_session_keeps_the_numpy_kernels(host: FakeHostFactory) -> None:
+    """`turnout.testing.cpu_session` is what providers' kernels are compared with: it must not
+    run on the host provider under test."""
+    from turnout.testing import cpu_session
+
+    sess = cpu_session(_model())
+    assert set(_placed(sess).values()) == {CPU}
+    assert sess.partition_report().hosts == []
+
+
 def test_environment_keeps_numpy_only_and_config_wins(
     host: FakeHostFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

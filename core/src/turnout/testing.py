@@ -139,10 +139,18 @@ def provider_session(model: onnx.ModelProto, provider: str, **options: Any) -> A
 
 
 def cpu_session(model: onnx.ModelProto) -> Any:
-    """A session on turnout's CPU provider: the reference a provider's kernels are held to."""
+    """A session on turnout's numpy CPU kernels: the reference a provider's kernels are held to.
+
+    It keeps the numpy kernels only (`session.turnout.cpu_numpy_only`): a plain
+    `CPUExecutionProvider` request runs on an installed host provider (numba), which would then
+    be compared with itself."""
+    from .options import SessionOptions
+    from .provider_selection import CPU_NUMPY_ONLY_KEY
     from .session import InferenceSession
 
-    return InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    opts = SessionOptions()
+    opts.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
+    return InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def positional_inputs(node: onnx.NodeProto, values: Sequence[Any]) -> list[Any]:
