@@ -146,6 +146,24 @@ def test_large_static_groups_run_parallel_loops_correctly(shape: list[int], thre
     assert gk.static and "prange(" in gk.source  # big enough for the parallel kernel
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_0d_runtime_input_in_a_parallel_static_group(threads: int) -> None:
+    """A dynamic quantizer's 0-d scale times a weight scale, times a conv's 4-D output (the
+    dynamically quantized OCR model): numba's parfor lowering cannot index a 0-d array inside
+    a prange loop, so the kernel reads it once before the loops."""
+    nodes = [helper.make_node("Mul", ["s", "c"], ["t"]), helper.make_node("Mul", ["x", "t"], ["y"])]
+    shape = [1, 32, 24, 80]
+    c = np.array([0.5], np.float32)
+    model = _model(nodes, {"s": (F, []), "x": (F, shape)}, ["y"], {"c": c})
+    x = _rand(np.random.default_rng(2), shape)
+    sess = _session(model, threads)
+    (y,) = sess.run(None, {"s": np.array(3, np.float32), "x": x})
+    np.testing.assert_allclose(y, x * np.float32(1.5), rtol=1e-6)
+    (members,) = _groups(sess)
+    gk = _compile(sess, members, parallel=True)
+    assert gk.static and "prange(" in gk.source
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.float64, np.int64])
 def test_static_chain_dtypes_wrap_like_unfused(dtype: Any) -> None:
     et = elem_type_of(np.dtype(dtype))

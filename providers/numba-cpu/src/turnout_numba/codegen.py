@@ -493,8 +493,15 @@ def _compile_static(
             return ", ".join("0" if e == 1 else ix(lead + j) for j, e in enumerate(s)) or "()"
 
         read: dict[str, str] = {}
+        hoisted: list[str] = []
         for x in dict.fromkeys(x for n in members for x in n.inputs if x in where):
             s = shapes[x]
+            if x not in offset and not s:
+                # a 0-d input is read once, before the loops: inside a prange loop numba's
+                # parfor lowering passes a 0-d array on as a scalar and fails to index it
+                hoisted.append(f"    s_{where[x]} = {where[x]}[()]")
+                read[x] = f"s_{where[x]}"
+                continue
             if x not in offset:
                 read[x] = f"{where[x]}[{index(s)}]"
                 continue
@@ -517,7 +524,7 @@ def _compile_static(
             store = f"out{slot[y]}[{index(s)}] = {var[y]}"
             body += [f"if {' and '.join(once)}:", f"    {store}"] if once else [store]
         loops = [d for d in range(rank) if space[d] != 1]
-        lines: list[str] = []
+        lines: list[str] = list(hoisted)
         pad = "    "
         if parallel and len(loops) == 1:
             (d,) = loops
