@@ -18,7 +18,7 @@ from onnx import helper
 
 import turnout
 from turnout.errors import InvalidArgument
-from turnout.testing import one_node_model, provider_session, run_onnxruntime
+from turnout.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:
@@ -37,9 +37,7 @@ def _compare(
     assert all(a.source == "numba" for a in sess.partition_report().assignments)
     feeds = _feeds(node, inputs)
     got = sess.run(None, feeds)
-    want = turnout.InferenceSession(
-        model.SerializeToString(), providers=["CPUExecutionProvider"]
-    ).run(None, feeds)
+    want = cpu_session(model).run(None, feeds)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape

@@ -1,6 +1,7 @@
 """Fused groups whose shapes are known at session creation: specialised kernels with bound
-constants and a thin run wrapper (shape check, allocation, one call), checked against the CPU
-provider; the serial kernel for small groups; dynamic shapes keep the general path."""
+constants and a thin run wrapper (shape check, allocation, one call), checked against the numpy
+kernels (`cpu_session`); the serial kernel for small groups; dynamic shapes keep the general
+path."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from turnout.executor.build import fused_subgraph
 from turnout.ir import GraphView
 from turnout.models.zoo import tiny_ops_chain
 from turnout.provider import Capability
+from turnout.testing import cpu_session
 from turnout_numba import cache
 from turnout_numba.codegen import SERIAL_WORK, GroupKernel, compile_group
 
@@ -57,7 +59,7 @@ def _check_vs_cpu(
 ) -> turnout.InferenceSession:
     sess = _session(model, threads)
     got = sess.run(None, feeds)
-    want = turnout.InferenceSession(model.SerializeToString()).run(None, feeds)
+    want = cpu_session(model).run(None, feeds)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         if g.dtype.kind in "iub":

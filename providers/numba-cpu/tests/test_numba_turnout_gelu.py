@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
+from turnout.testing import cpu_session
 
 pytestmark = pytest.mark.cpu_means_host
 
@@ -43,9 +44,7 @@ def test_turnout_gelu_runs_fused_on_numba() -> None:
     assert gelu and all(a.provider == "NumbaExecutionProvider" for a in gelu)
     assert all(a.source in ("numba", "fused") for a in gelu)  # never the numpy kernel
     x = np.linspace(-4, 4, 256, dtype=np.float32).reshape(4, 64)
-    want = turnout.InferenceSession(_erf_gelu(), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x}
-    )[0]
+    want = cpu_session(onnx.load_from_string(_erf_gelu())).run(None, {"x": x})[0]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
 
 

@@ -13,9 +13,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-import turnout
 from turnout.errors import InvalidArgument
-from turnout.testing import provider_session
+from turnout.testing import cpu_session, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the parity oracle")
 
@@ -67,11 +66,7 @@ def test_against_numpy_and_onnxruntime(op: str, dt: Any, case: int) -> None:
     sess: Any = provider_session(model, "NumbaExecutionProvider")
     assert [x.source for x in sess.partition_report().assignments] == ["numba"]
     got = sess.run(None, feeds)[0]
-    so = turnout.SessionOptions()
-    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
-    ref = turnout.InferenceSession(
-        model.SerializeToString(), so, providers=["CPUExecutionProvider"]
-    ).run(None, feeds)[0]
+    ref = cpu_session(model).run(None, feeds)[0]
     assert got.dtype == dt and got.shape == np.broadcast_shapes(sa, sb)
     np.testing.assert_array_equal(got, ref)
     want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
@@ -117,9 +112,7 @@ def test_qlinear_softmax(dt: Any, shape: tuple[int, ...], axis: int, opset: int)
     sess: Any = provider_session(model, "NumbaExecutionProvider")
     assert [a.source for a in sess.partition_report().assignments] == ["numba"]
     got = sess.run(None, {"x": x})[0].astype(np.int32)
-    so = turnout.SessionOptions()
-    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
-    ref = turnout.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    ref = cpu_session(model).run(None, {"x": x})[0]
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert np.abs(got - ref.astype(np.int32)).max() <= 1
     assert np.abs(got - want.astype(np.int32)).max() <= 1
@@ -162,9 +155,7 @@ def test_qgemm(case: int) -> None:
     sess: Any = provider_session(model, "NumbaExecutionProvider")
     assert [x.source for x in sess.partition_report().assignments] == ["numba"]
     got = sess.run(None, {"a": a})[0]
-    so = turnout.SessionOptions()
-    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
-    ref = turnout.InferenceSession(model.SerializeToString(), so).run(None, {"a": a})[0]
+    ref = cpu_session(model).run(None, {"a": a})[0]
     np.testing.assert_array_equal(got, ref)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"a": a})[0]
     if quantized:
@@ -197,9 +188,7 @@ def test_qlinear_global_average_pool(dt: Any, shape: tuple[int, ...]) -> None:
     sess: Any = provider_session(model, "NumbaExecutionProvider")
     assert [a.source for a in sess.partition_report().assignments] == ["numba"]
     got = sess.run(None, {"x": x})[0]
-    so = turnout.SessionOptions()
-    so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
-    ref = turnout.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    ref = cpu_session(model).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, ref)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert got.shape == want.shape

@@ -12,10 +12,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from turnout.options import SessionOptions
-from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-from turnout.session import InferenceSession
-from turnout.testing import provider_session
+from turnout.testing import cpu_session, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for MatMulNBits")
 
@@ -60,10 +57,8 @@ def _model(
 
 
 def _numpy_session(model: onnx.ModelProto) -> Any:
-    """turnout's numpy CPU kernels only (`cpu_session` is served by numba where installed)."""
-    so = SessionOptions()
-    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
-    sess = InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    """turnout's numpy CPU kernels, checked to place nothing on numba."""
+    sess = cpu_session(model)
     assert {x.provider for x in sess.partition_report().assignments} == {"CPUExecutionProvider"}
     return sess
 
