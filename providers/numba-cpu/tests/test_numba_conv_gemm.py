@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout.errors import InvalidArgument
-from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
+from turnout.testing import cpu_session
 
 ACTIVATIONS: list[tuple[str, list[float]]] = [
     ("", []),
@@ -52,13 +52,6 @@ def _model(node: onnx.NodeProto, feeds: dict[str, np.ndarray], n_out: int = 1) -
     return helper.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
 
 
-def _numpy_only(so: turnout.SessionOptions) -> turnout.SessionOptions:
-    """Set the numpy-only switch on `so` (once the numba session is made): the reference must
-    be the numpy kernels, and numba serves plain CPU requests where it is installed."""
-    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
-    return so
-
-
 def _both(model: bytes, feeds: dict[str, np.ndarray], threads: int = 0) -> tuple[Any, Any]:
     so = turnout.SessionOptions()
     so.fallback = "error"
@@ -67,7 +60,7 @@ def _both(model: bytes, feeds: dict[str, np.ndarray], threads: int = 0) -> tuple
         model, so, providers=[("NumbaExecutionProvider", {"intra_op_num_threads": threads})]
     )
     assert [a.source for a in sess.partition_report().assignments] == ["numba"]
-    cpu = turnout.InferenceSession(model, _numpy_only(so), providers=["CPUExecutionProvider"])
+    cpu = cpu_session(onnx.load_from_string(model))
     return sess.run(None, feeds)[0], cpu.run(None, feeds)[0]
 
 
@@ -286,7 +279,7 @@ def test_skip_layer_norm_matches_cpu(dt: Any, wired: str) -> None:
     model = _model(node, feeds, n_out=len(outs))
     got = turnout.InferenceSession(model, so, providers=["NumbaExecutionProvider"])
     assert [a.source for a in got.partition_report().assignments] == ["numba"]
-    want = turnout.InferenceSession(model, _numpy_only(so), providers=["CPUExecutionProvider"])
+    want = cpu_session(onnx.load_from_string(model))
     for g, w in zip(got.run(None, feeds), want.run(None, feeds)):
         _close(g, w)
 
