@@ -29,19 +29,41 @@ SHAPES = [
 ]
 
 
+def _one_node_model(
+    node: onnx.NodeProto,
+    inputs: dict[str, np.ndarray],
+    out_elem: int,
+    inits: dict[str, Any],
+    opset: int = 17,
+) -> onnx.ModelProto:
+    """One com.microsoft node: feeds typed by their arrays, its parameters as initializers."""
+    g = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+         for n, v in inputs.items()],
+        [helper.make_tensor_value_info(node.output[0], out_elem, None)],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(g, opset_imports=opsets)
+
+
+def _run_three(model: onnx.ModelProto, feeds: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(numba's output, the numpy kernel's, onnxruntime's); the node must run on numba."""
+    sess: Any = provider_session(model, "NumbaExecutionProvider")
+    assert [x.source for x in sess.partition_report().assignments] == ["numba"]
+    got = sess.run(None, feeds)[0]
+    ref = cpu_session(model).run(None, feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    return got, ref, want
+
+
 def _model(op: str, a: np.ndarray, b: np.ndarray, params: dict[str, Any]) -> onnx.ModelProto:
-    elem = helper.np_dtype_to_tensor_dtype(a.dtype)
     names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point"]
     names += ["c_scale", "c_zero_point"]
     node = helper.make_node(op, names, ["c"], domain="com.microsoft", name=f"my_{op}")
-    g = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(n, elem, list(v.shape)) for n, v in (("a", a), ("b", b))],
-        [helper.make_tensor_value_info("c", elem, None)],
-        [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()],
-    )  # fmt: skip
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    return helper.make_model(g, opset_imports=opsets)
+    elem = helper.np_dtype_to_tensor_dtype(a.dtype)
+    return _one_node_model(node, {"a": a, "b": b}, elem, params)
 
 
 def _params(rng: np.random.Generator, dt: Any) -> dict[str, Any]:
@@ -62,14 +84,9 @@ def test_against_numpy_and_onnxruntime(op: str, dt: Any, case: int) -> None:
     a = rng.integers(info.min, info.max, sa, endpoint=True).astype(dt)
     b = np.asarray(rng.integers(info.min, info.max, sb, endpoint=True)).astype(dt)
     model = _model(op, a, b, _params(rng, dt))
-    feeds = {"a": a, "b": b}
-    sess: Any = provider_session(model, "NumbaExecutionProvider")
-    assert [x.source for x in sess.partition_report().assignments] == ["numba"]
-    got = sess.run(None, feeds)[0]
-    ref = cpu_session(model).run(None, feeds)[0]
+    got, ref, want = _run_three(model, {"a": a, "b": b})
     assert got.dtype == dt and got.shape == np.broadcast_shapes(sa, sb)
     np.testing.assert_array_equal(got, ref)
-    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
 
 
@@ -102,18 +119,9 @@ def test_qlinear_softmax(dt: Any, shape: tuple[int, ...], axis: int, opset: int)
         "QLinearSoftmax", ["x", *params], ["y"], domain="com.microsoft", axis=axis, opset=opset
     )
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
-    g = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
-        [helper.make_tensor_value_info("y", elem, None)],
-        [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()],
-    )  # fmt: skip
-    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(g, opset_imports=opsets)
-    sess: Any = provider_session(model, "NumbaExecutionProvider")
-    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
-    got = sess.run(None, {"x": x})[0].astype(np.int32)
-    ref = cpu_session(model).run(None, {"x": x})[0]
-    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    model = _one_node_model(node, {"x": x}, elem, params, opset)
+    got, ref, want = _run_three(model, {"x": x})
+    got = got.astype(np.int32)
     assert np.abs(got - ref.astype(np.int32)).max() <= 1
     assert np.abs(got - want.astype(np.int32)).max() <= 1
 
@@ -145,19 +153,9 @@ def test_qgemm(case: int) -> None:
         "QGemm", names, ["y"], domain="com.microsoft", transB=int(trans_b), alpha=0.75
     )
     out = onnx.TensorProto.UINT8 if quantized else onnx.TensorProto.FLOAT
-    g = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, [m, k])],
-        [helper.make_tensor_value_info("y", out, None)],
-        [numpy_helper.from_array(np.asarray(v), n_) for n_, v in inits.items()],
-    )  # fmt: skip
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(g, opset_imports=opsets)
-    sess: Any = provider_session(model, "NumbaExecutionProvider")
-    assert [x.source for x in sess.partition_report().assignments] == ["numba"]
-    got = sess.run(None, {"a": a})[0]
-    ref = cpu_session(model).run(None, {"a": a})[0]
+    model = _one_node_model(node, {"a": a}, out, inits)
+    got, ref, want = _run_three(model, {"a": a})
     np.testing.assert_array_equal(got, ref)
-    want = ort.InferenceSession(model.SerializeToString()).run(None, {"a": a})[0]
     if quantized:
         assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
     else:
@@ -178,18 +176,8 @@ def test_qlinear_global_average_pool(dt: Any, shape: tuple[int, ...]) -> None:
         "QLinearGlobalAveragePool", ["x", *params], ["y"], domain="com.microsoft"
     )
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
-    g = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", elem, list(shape))],
-        [helper.make_tensor_value_info("y", elem, None)],
-        [numpy_helper.from_array(np.asarray(v), n) for n, v in params.items()],
-    )  # fmt: skip
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(g, opset_imports=opsets)
-    sess: Any = provider_session(model, "NumbaExecutionProvider")
-    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
-    got = sess.run(None, {"x": x})[0]
-    ref = cpu_session(model).run(None, {"x": x})[0]
+    model = _one_node_model(node, {"x": x}, elem, params)
+    got, ref, want = _run_three(model, {"x": x})
     np.testing.assert_array_equal(got, ref)
-    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert got.shape == want.shape
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
