@@ -10,7 +10,7 @@ elementwise grouping runs; `compile_norm_group` turns one into a `CompiledState`
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -119,13 +119,7 @@ def compile_norm_group(
         *(add.inputs if add is not None else ln.inputs[:1]),
         *ln.inputs[1 : 3 if has_bias else 2],
     ]
-    members = EmulatedRunner(sg, registry) if be.emulated and be.launcher is None else None
-    launch = be.launcher or CupyLauncher()
-
-    def create() -> Any:
-        if generated is not None:
-            generated.append((program, _NO_VARIANT))
-        return None if members else launch.build(program.kernel_name(), program.source())
+    members, launch, create = _how_to_run(program, sg, be, registry, generated)
 
     def compute(kernel: Any, *args: Any) -> tuple[Any, ...]:
         xp = be.xp
@@ -166,11 +160,16 @@ def compile_norm_group(
     return CompiledState(sg.name, inputs, outputs, compute, create)
 
 
-def _compile_softmax(
-    sg: FusedSubgraph, be: Backend, registry: KernelRegistry, generated: Generated | None
-) -> CompiledState:
-    node = sg.nodes[0]
-    program = SoftmaxProgram(sg.outputs[0].dtype, node.op_type == "LogSoftmax")
+def _how_to_run(
+    program: Any,
+    sg: FusedSubgraph,
+    be: Backend,
+    registry: KernelRegistry,
+    generated: Generated | None,
+) -> tuple[EmulatedRunner | None, Any, Callable[[], Any]]:
+    """What a generated row kernel runs with: the member kernels on the emulated backend
+    (None elsewhere), the launcher, and the CompiledState's create (records the source for the
+    compile-only check, builds the kernel unless emulated)."""
     members = EmulatedRunner(sg, registry) if be.emulated and be.launcher is None else None
     launch = be.launcher or CupyLauncher()
 
@@ -178,6 +177,16 @@ def _compile_softmax(
         if generated is not None:
             generated.append((program, _NO_VARIANT))
         return None if members else launch.build(program.kernel_name(), program.source())
+
+    return members, launch, create
+
+
+def _compile_softmax(
+    sg: FusedSubgraph, be: Backend, registry: KernelRegistry, generated: Generated | None
+) -> CompiledState:
+    node = sg.nodes[0]
+    program = SoftmaxProgram(sg.outputs[0].dtype, node.op_type == "LogSoftmax")
+    members, launch, create = _how_to_run(program, sg, be, registry, generated)
 
     def compute(kernel: Any, x: Any) -> tuple[Any]:
         y = be.xp.empty(x.shape, program.dtype)
