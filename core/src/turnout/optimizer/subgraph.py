@@ -168,13 +168,18 @@ def fold_subgraphs(g: OptGraph, ctx: PassContext) -> int:
     Ifs inside If/Loop/Scan bodies, at every depth."""
     if not g.nested:
         return 0
-    changes = 0
-    for n in g.nodes:
-        if n.domain not in ("", "ai.onnx") or not g.has_subgraph(n):
-            continue
-        for key, body in _bodies(n):
-            changes += _fold_body(g, n, key, body, ctx)
-    return changes
+    return sum(_fold_body(g, n, key, body, ctx) for n, key, body in _control_flow_bodies(g))
+
+
+def _control_flow_bodies(g: OptGraph) -> list[tuple[NodeProto, str, GraphProto]]:
+    """(node, attribute key, body) of every standard-domain node with a subgraph, listed
+    before any is rewritten (a pass replaces bodies as it goes)."""
+    return [
+        (n, key, body)
+        for n in g.nodes
+        if n.domain in ("", "ai.onnx") and g.has_subgraph(n)
+        for key, body in _bodies(n)
+    ]
 
 
 def _fold_body(g: OptGraph, n: NodeProto, key: str, body: GraphProto, ctx: PassContext) -> int:
@@ -220,22 +225,19 @@ def fuse_subgraphs(g: OptGraph, ctx: PassContext) -> int:
     if not g.nested or not ctx.body_passes:
         return 0
     changes = 0
-    for n in g.nodes:
-        if n.domain not in ("", "ai.onnx") or not g.has_subgraph(n):
-            continue
-        for _, body in _bodies(n):
-            outer_inits, outer_types = _outer_reads(g, body)
-            model, sub = _body_graph(g, body, outer_inits, outer_types)
-            done = 0
-            for p in ctx.body_passes:
-                c = p.fn(sub, ctx)
-                if c and not p.keeps_types:
-                    sub.mark_changed()
-                done += c
-            if done:
-                _commit_body(sub, outer_inits)
-                _replace_body(g, n, body, model)
-                changes += done
+    for n, _, body in _control_flow_bodies(g):
+        outer_inits, outer_types = _outer_reads(g, body)
+        model, sub = _body_graph(g, body, outer_inits, outer_types)
+        done = 0
+        for p in ctx.body_passes:
+            c = p.fn(sub, ctx)
+            if c and not p.keeps_types:
+                sub.mark_changed()
+            done += c
+        if done:
+            _commit_body(sub, outer_inits)
+            _replace_body(g, n, body, model)
+            changes += done
     return changes
 
 
