@@ -14,6 +14,13 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.indexing import (
+    check_element_indices,
+    check_scatter_nd_updates,
+    index_axis,
+    nd_index_shape,
+    scatter_reduction,
+)
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -28,12 +35,6 @@ _REDUCE: dict[str, Any] = {
 
 def _bad(node: KernelNode, msg: str) -> InvalidArgument:
     return InvalidArgument(f"{node.name}: {msg}")
-
-
-def _axis(node: KernelNode, axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
 
 
 def checked_indices(node: KernelNode, indices: np.ndarray, dim: Any) -> np.ndarray:
@@ -52,10 +53,8 @@ def checked_indices(node: KernelNode, indices: np.ndarray, dim: Any) -> np.ndarr
 
 
 def _reduction(node: KernelNode) -> Any:
-    r = node.attr("reduction", "none")
-    if r != "none" and r not in _REDUCE:
-        raise _bad(node, f"unknown reduction {r!r}")
-    return _REDUCE.get(r)
+    r = scatter_reduction(node)
+    return None if r is None else _REDUCE[r]
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,7 +70,7 @@ def gather(node: KernelNode) -> KernelFn:
         nonlocal memo
         rank, a = memo
         if x.ndim != rank:
-            a = _axis(node, axis, x.ndim)
+            a = index_axis(node, axis, x.ndim)
             memo = (x.ndim, a)
         if indices.dtype.kind == "i":
             # np.take reads a negative index from the end once and raises IndexError outside
@@ -90,11 +89,7 @@ def element_index(
     node: KernelNode, idx: np.ndarray, axis: int, shape: tuple[int, ...]
 ) -> tuple[Any, ...]:
     """An advanced index selecting along `axis` by `idx` and by position on every other axis."""
-    if idx.ndim != len(shape):
-        raise _bad(node, f"indices rank {idx.ndim} differs from data rank {len(shape)}")
-    for i, (n, d) in enumerate(zip(idx.shape, shape)):
-        if i != axis and n > d:
-            raise _bad(node, f"indices shape {idx.shape} exceeds data shape {shape} on axis {i}")
+    check_element_indices(node, idx.shape, shape, axis)
     grids = list(np.ix_(*[np.arange(n) for n in idx.shape]))
     grids[axis] = checked_indices(node, idx, shape[axis])
     return tuple(grids)
@@ -105,7 +100,7 @@ def gather_elements(node: KernelNode) -> KernelFn:
     axis = node.attr("axis", 0)
 
     def run(x: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray]:
-        a = _axis(node, axis, x.ndim)
+        a = index_axis(node, axis, x.ndim)
         return (x[element_index(node, np.asarray(indices), a, x.shape)],)
 
     return run
@@ -115,14 +110,8 @@ def nd_index(
     node: KernelNode, data_shape: tuple[int, ...], indices: np.ndarray, b: int
 ) -> tuple[Any, ...]:
     """GatherND/ScatterND: an advanced index into data reshaped to (B, *data_shape[b:])."""
-    k = indices.shape[-1] if indices.ndim else 0
-    if indices.ndim < 1 or not 1 <= k <= len(data_shape) - b:
-        raise _bad(node, f"indices shape {indices.shape} does not fit data shape {data_shape}")
-    if indices.shape[:b] != data_shape[:b]:
-        raise _bad(node, f"batch dims of indices {indices.shape} and data {data_shape} differ")
+    k, nb, n = nd_index_shape(node, data_shape, indices.shape, b)
     idx = checked_indices(node, indices, np.array(data_shape[b : b + k], dtype=np.int64))
-    nb = math.prod(data_shape[:b])
-    n = math.prod(indices.shape[b:-1])
     ii = idx.reshape(nb, n, k)
     return (np.arange(nb)[:, None], *tuple(ii[..., j] for j in range(k)))
 
@@ -156,10 +145,9 @@ def _write(out: np.ndarray, index: Any, values: np.ndarray, reduce: Any) -> None
 
 def _scatter_elements(node: KernelNode, axis: int, reduce: Any) -> KernelFn:
     def run(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray]:
-        a = _axis(node, axis, x.ndim)
+        a = index_axis(node, axis, x.ndim)
         indices = np.asarray(indices)
-        if indices.shape != updates.shape:
-            raise _bad(node, f"indices shape {indices.shape} differs from updates {updates.shape}")
+        check_element_indices(node, indices.shape, x.shape, a, updates.shape)
         index = element_index(node, indices, a, x.shape)
         out = x.copy()
         _write(out, index, updates, reduce)
@@ -186,10 +174,8 @@ def scatter_nd(node: KernelNode) -> KernelFn:
     def run(x: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> tuple[np.ndarray]:
         indices = np.asarray(indices)
         index = nd_index(node, x.shape, indices, 0)
+        check_scatter_nd_updates(node, x.shape, indices.shape, updates.shape)
         k = indices.shape[-1]
-        want = indices.shape[:-1] + x.shape[k:]
-        if updates.shape != want:
-            raise _bad(node, f"updates shape {updates.shape} should be {want}")
         out = x.copy()
         flat = out.reshape((1, *x.shape))  # a view: writes land in `out`
         upd = updates.reshape((1, math.prod(indices.shape[:-1]), *x.shape[k:]))
