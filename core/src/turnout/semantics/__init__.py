@@ -13,6 +13,7 @@ these too.
 - `attention`: Attention's input-shape checks.
 - `loss`: the loss ops' input-shape checks.
 - `constants`: which inputs are constants a kernel may prepare once.
+- `quant`: linear quantization's attributes, scale/zero-point layouts and integer ranges.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .geometry import (
 )
 from .loss import check_loss_shapes
 from .numerics import erf, logistic, typed_constants
+from .quant import attr_dtype, compute_dtype, expand_param, int_range, quant_axis_block
 from .resize import (
     COORDINATE_MODES,
     KEEP_ASPECT_RATIO_POLICIES,
@@ -53,23 +55,28 @@ __all__ = [
     "AttentionShapes",
     "activation",
     "activation_of",
+    "attr_dtype",
     "attention_shapes",
     "check_conv_channels",
     "check_loss_shapes",
+    "compute_dtype",
     "constant_input",
     "constant_value",
     "conv_geometry",
     "conv_kernel_shape",
     "cubic_weights",
     "erf",
+    "expand_param",
     "extrapolation_fill",
     "filter_taps",
     "gelu",
     "gelu_tanh",
+    "int_range",
     "logistic",
     "nearest_indices",
     "outside_roi",
     "pool_kernel_shape",
+    "quant_axis_block",
     "resize_attr_error",
     "resize_targets",
     "source_coordinates",
