@@ -27,7 +27,7 @@ from turnout.semantics import (
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
 
-__all__ = ["windows"]
+__all__ = ["im2col_conv", "windows"]
 
 
 def windows(
@@ -60,23 +60,29 @@ def _conv_applies(kn: KernelNode) -> str | None:
     return float_only(kn)
 
 
+def im2col_conv(xp: Any, kn: KernelNode, x: Any, w: Any, group: int) -> Any:
+    """Conv node `kn`'s product of `x` and `w` without bias (padding reads 0): im2col
+    columns times the weights per group, one batched `xp.matmul`."""
+    kernel = conv_kernel_shape(kn, x.shape, w.shape)
+    check_conv_channels(kn.name, x.shape, w.shape, group)
+    strides, dilations = spatial_attrs(kn, x.ndim - 2, kernel)
+    pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations)
+    n, m = x.shape[0], w.shape[0]
+    cols = windows(xp, _pad(xp, x, pb, pe, 0.0), kernel, strides, dilations, out)
+    pixels = int(np.prod(out, dtype=np.int64))
+    cols = cols.reshape(n, group, (x.shape[1] // group) * cols.shape[2], pixels)
+    wg = w.reshape(group, m // group, -1)
+    return xp.matmul(wg, cols).reshape(n, m, *out)
+
+
 @cuda_kernel("Conv", 11, applies=_conv_applies)
 def conv(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
     group = int(kn.attr("group", 1))
 
     def run(x: Any, w: Any, b: Any = None) -> tuple[Any]:
-        kernel = conv_kernel_shape(kn, x.shape, w.shape)
-        check_conv_channels(kn.name, x.shape, w.shape, group)
-        nd = x.ndim - 2
-        strides, dilations = spatial_attrs(kn, nd, kernel)
-        pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations)
-        n, m = x.shape[0], w.shape[0]
-        cols = windows(xp, _pad(xp, x, pb, pe, 0.0), kernel, strides, dilations, out)
-        pixels = int(np.prod(out, dtype=np.int64))
-        cols = cols.reshape(n, group, (x.shape[1] // group) * cols.shape[2], pixels)
-        wg = w.reshape(group, m // group, -1)
-        y = xp.matmul(wg, cols).reshape(n, m, *out)
+        y = im2col_conv(xp, kn, x, w, group)
+        nd, m = x.ndim - 2, w.shape[0]
         if b is not None:
             y += b.reshape((1, m) + (1,) * nd)
         return (y,)
