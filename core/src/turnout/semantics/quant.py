@@ -27,7 +27,7 @@ def int_range(dt: Any) -> tuple[int, int] | None:
         info = np.iinfo(dt)
         return int(info.min), int(info.max)
     try:
-        info2 = ml_dtypes.iinfo(dt)
+        info2 = ml_dtypes.iinfo(dt)  # type: ignore[no-untyped-call]
     except (ValueError, TypeError):
         return None
     return int(info2.min), int(info2.max)
