@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from . import attention, conv, elementwise, loss, matmul, norm, reduce, resize, shape  # noqa: F401
 from . import scatter  # noqa: F401
+from . import quant  # noqa: F401
 
 __all__: list[str] = []
