@@ -12,6 +12,7 @@ these too.
 - `numerics`: erf and an overflow-free sigmoid, exact to the dtype they are given.
 - `attention`: Attention's input-shape checks.
 - `loss`: the loss ops' input-shape checks.
+- `recurrent`: RNN/GRU/LSTM attributes (directions, layout, activations) and input checks.
 - `constants`: which inputs are constants a kernel may prepare once.
 - `quant`: linear quantization's attributes, scale/zero-point layouts and integer ranges.
 """

@@ -9,15 +9,19 @@ contributes only its cell: a function from (projected input, state) to the new s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.constants import constant_input
 from ....semantics.numerics import logistic
+from ....semantics.recurrent import (
+    check_recurrent_inputs,
+    check_sequence_lens,
+    recurrent_attrs,
+)
 from ..registry import cpu_kernel
 
 __all__ = ["quantized_lstm"]
@@ -26,43 +30,21 @@ Act = Callable[[np.ndarray], np.ndarray]
 Step = Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, Any]]
 
 
-# name -> (defaults of (alpha, beta) or None where unused, builder(alpha, beta) -> function)
-_ACTIVATIONS: dict[str, tuple[tuple[float | None, float | None], Callable[[Any, Any], Act]]] = {
-    "relu": ((None, None), lambda a, b: lambda x: np.maximum(x, 0)),
-    "tanh": ((None, None), lambda a, b: np.tanh),
-    "sigmoid": ((None, None), lambda a, b: logistic),
-    "affine": ((1.0, 0.0), lambda a, b: lambda x: a * x + b),
-    "leakyrelu": ((0.01, None), lambda a, b: lambda x: np.where(x >= 0, x, a * x)),
-    "thresholdedrelu": ((1.0, None), lambda a, b: lambda x: np.where(x > a, x, 0)),
-    "scaledtanh": ((1.0, 1.0), lambda a, b: lambda x: a * np.tanh(b * x)),
-    "hardsigmoid": ((0.2, 0.5), lambda a, b: lambda x: np.clip(a * x + b, 0, 1)),
-    "elu": ((1.0, None), lambda a, b: lambda x: np.where(x >= 0, x, a * np.expm1(x))),
-    "softsign": ((None, None), lambda a, b: lambda x: x / (1 + np.abs(x))),
-    "softplus": ((None, None), lambda a, b: lambda x: np.logaddexp(0, x)),
+# activation name (lower case) -> builder(alpha, beta) -> function; the names and their
+# alpha/beta defaults are turnout.semantics.recurrent's
+_ACTIVATIONS: dict[str, Callable[[Any, Any], Act]] = {
+    "relu": lambda a, b: lambda x: np.maximum(x, 0),
+    "tanh": lambda a, b: np.tanh,
+    "sigmoid": lambda a, b: logistic,
+    "affine": lambda a, b: lambda x: a * x + b,
+    "leakyrelu": lambda a, b: lambda x: np.where(x >= 0, x, a * x),
+    "thresholdedrelu": lambda a, b: lambda x: np.where(x > a, x, 0),
+    "scaledtanh": lambda a, b: lambda x: a * np.tanh(b * x),
+    "hardsigmoid": lambda a, b: lambda x: np.clip(a * x + b, 0, 1),
+    "elu": lambda a, b: lambda x: np.where(x >= 0, x, a * np.expm1(x)),
+    "softsign": lambda a, b: lambda x: x / (1 + np.abs(x)),
+    "softplus": lambda a, b: lambda x: np.logaddexp(0, x),
 }
-
-
-def _activations(
-    name: str, names: Sequence[str], alphas: Sequence[float], betas: Sequence[float]
-) -> list[tuple[Act, tuple[Any, ...]]]:
-    """Activation functions, each with a key saying what it computes (name, alpha, beta);
-    alpha/beta values are consumed in order by those that take them."""
-    out: list[tuple[Act, tuple[Any, ...]]] = []
-    ai = bi = 0
-    for n in names:
-        key = n.lower() if isinstance(n, str) else n.decode().lower()
-        if key not in _ACTIVATIONS:
-            raise InvalidArgument(f"{name}: unsupported activation {n!r}")
-        (da, db), make = _ACTIVATIONS[key]
-        a = b = None
-        if da is not None:
-            a = alphas[ai] if ai < len(alphas) else da
-            ai += 1
-        if db is not None:
-            b = betas[bi] if bi < len(betas) else db
-            bi += 1
-        out.append((make(a, b), (key, a, b)))
-    return out
 
 
 def _direction(v: np.ndarray, d: int | slice) -> np.ndarray:
@@ -74,39 +56,20 @@ class _Recurrent:
     """Attributes and the time loop shared by RNN, GRU and LSTM."""
 
     gates = 1
-    default_acts: tuple[str, ...] = ("Tanh",)
     has_cell = False
 
     def __init__(self, node: KernelNode) -> None:
+        a = recurrent_attrs(node, type(self).__name__.lstrip("_"))
         self.name = node.name
-        direction = node.attr("direction", "forward")
-        if direction not in ("forward", "reverse", "bidirectional"):
-            raise InvalidArgument(f"{self.name}: unknown direction {direction!r}")
-        self.directions = ["forward", "reverse"] if direction == "bidirectional" else [direction]
-        nd = len(self.directions)
-        self.hidden_size = node.attr("hidden_size")
-        clip = node.attr("clip")
-        self.clip = None if clip is None else float(clip)
-        self.layout = int(node.attr("layout", 0)) if node.since_version >= 14 else 0
-        names = node.attr("activations") or list(self.default_acts) * nd
-        per_dir = len(self.default_acts)
-        if len(names) == per_dir and nd == 2:
-            names = list(names) * 2
-        if len(names) != per_dir * nd:
-            raise InvalidArgument(
-                f"{self.name}: expected {per_dir * nd} activations, got {len(names)}"
-            )
-        acts = _activations(
-            self.name,
-            names,
-            node.attr("activation_alpha") or [],
-            node.attr("activation_beta") or [],
-        )
-        self.acts = [[f for f, _ in acts[i * per_dir : (i + 1) * per_dir]] for i in range(nd)]
-        keys = [[k for _, k in acts[i * per_dir : (i + 1) * per_dir]] for i in range(nd)]
+        self.attrs = a
+        self.directions = list(a.directions)
+        self.hidden_size = a.hidden_size
+        self.clip = a.clip
+        self.layout = a.layout
+        self.acts = [[_ACTIVATIONS[k](al, be) for k, al, be in d] for d in a.acts]
         # both directions step together (one batched call per op) when they compute alike
-        self.paired = nd == 2 and keys[0] == keys[1]
-        self.n_outputs = len(node.node.outputs)
+        self.paired = a.paired
+        self.n_outputs = a.n_outputs
         # R^T per direction, kept while R is the plan's constant (the same read-only array)
         self._r_constant = constant_input(node, 2)
         self._rt: tuple[Any, Any, np.ndarray | None] = (None, None, None)
@@ -160,37 +123,13 @@ class _Recurrent:
         out_dt = x.dtype
         dt = np.dtype(np.float32) if out_dt == np.float16 or out_dt.kind == "V" else out_dt
         x = x.astype(dt, copy=False)
-        if x.ndim != 3:
-            raise InvalidArgument(f"{name}: X must be 3-D, got shape {x.shape}")
-        if self.layout == 1:
+        if self.layout == 1 and x.ndim == 3:
             x = x.transpose(1, 0, 2)
             init_h = None if init_h is None else init_h.transpose(1, 0, 2)
             init_c = None if init_c is None else init_c.transpose(1, 0, 2)
-        steps, batch, isz = x.shape
-        hs = int(self.hidden_size) if self.hidden_size is not None else r.shape[-1]
-        if w.shape != (nd, g * hs, isz) or r.shape != (nd, g * hs, hs):
-            raise InvalidArgument(
-                f"{name}: W {w.shape} / R {r.shape} do not match {nd} direction(s), "
-                f"hidden size {hs} and input size {isz}"
-            )
-        if b is not None and b.shape != (nd, 2 * g * hs):
-            raise InvalidArgument(f"{name}: B has shape {b.shape}, expected {(nd, 2 * g * hs)}")
-        for what, v in (("initial_h", init_h), ("initial_c", init_c)):
-            if v is not None and v.shape != (nd, batch, hs):
-                raise InvalidArgument(
-                    f"{name}: {what} has shape {v.shape}, expected {(nd, batch, hs)}"
-                )
-        if p is not None and p.shape != (nd, 3 * hs):
-            raise InvalidArgument(f"{name}: P has shape {p.shape}, expected {(nd, 3 * hs)}")
-        lens = None
-        if seq_lens is not None:
-            lens = np.asarray(seq_lens).astype(np.int64).reshape(-1)
-            if lens.shape != (batch,) or (lens < 0).any() or (lens > steps).any():
-                raise InvalidArgument(
-                    f"{name}: sequence_lens {lens.tolist()} must be {batch} values in [0, {steps}]"
-                )
-            if (lens == steps).all():
-                lens = None
+        shapes = check_recurrent_inputs(self.attrs, x, w, r, b, init_h, init_c, p)
+        steps, batch, isz, hs = shapes.steps, shapes.batch, shapes.input_size, shapes.hidden
+        lens = check_sequence_lens(name, seq_lens, batch, steps)
         rts = self._transposed_r(r, dt)
         w = w.astype(dt, copy=False)
         b = None if b is None else b.astype(dt, copy=False)
@@ -297,7 +236,6 @@ class _Recurrent:
 
 class _RNN(_Recurrent):
     gates = 1
-    default_acts = ("Tanh",)
 
     def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
         f = self.acts[d][0]
@@ -315,11 +253,10 @@ class _RNN(_Recurrent):
 
 class _GRU(_Recurrent):
     gates = 3
-    default_acts = ("Sigmoid", "Tanh")
 
     def __init__(self, node: KernelNode) -> None:
         super().__init__(node)
-        self.linear_before_reset = bool(node.attr("linear_before_reset", 0))
+        self.linear_before_reset = self.attrs.linear_before_reset
 
     def stepper(self, d: int, w: dict[str, Any], hs: int) -> Step:
         f, g = self.acts[d]
@@ -352,7 +289,6 @@ class _GRU(_Recurrent):
 
 class _LSTM(_Recurrent):
     gates = 4
-    default_acts = ("Sigmoid", "Tanh", "Tanh")
     has_cell = True
     state_filter: Act | None = None
     """Applied to each step's hidden state (one direction's [batch, hidden], or both as
@@ -360,7 +296,7 @@ class _LSTM(_Recurrent):
 
     def __init__(self, node: KernelNode) -> None:
         super().__init__(node)
-        self.input_forget = bool(node.attr("input_forget", 0))
+        self.input_forget = self.attrs.input_forget
 
     def prepare(
         self,
