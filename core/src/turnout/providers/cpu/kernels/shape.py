@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
 from ....values import SparseTensor
 from ..registry import cpu_kernel
 
@@ -526,59 +527,11 @@ def tile(node: KernelNode) -> KernelFn:
 # Padding and cropping
 
 
-_PAD_MODES = {"constant", "reflect", "edge", "wrap"}
-
-
-def pad_plan(
-    node: KernelNode, shape: tuple[int, ...], pads: list[int], mode: str, axes: list[int] | None
-) -> tuple[Any, ...]:
-    """How Pad turns an input of `shape` into its output: (crop, out shape, where the input
-    goes, per-axis source indices), with the checks and errors of the op.
-
-    Negative pads crop first; `constant` then writes the cropped input into a filled buffer,
-    the other modes gather along each padded axis with the source positions `np.pad` would
-    read (worked out once, by padding `arange`), so the result is `np.pad`'s.
-    """
-    rank = len(shape)
-    ax = list(range(rank)) if axes is None else norm_axes(node, axes, rank)
-    if len(pads) != 2 * len(ax):
-        raise _bad(node, f"pads has {len(pads)} entries, expected {2 * len(ax)}")
-    before, after = [0] * rank, [0] * rank
-    for i, a in enumerate(ax):
-        before[a], after[a] = pads[i], pads[len(ax) + i]
-    crop = tuple(
-        slice(max(-b, 0), shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(before, after))
-    )
-    if any(s.start > s.stop for s in crop):
-        raise _bad(node, f"pads {pads} crop more than the input shape {shape}")
-    cropped = tuple(s.stop - s.start for s in crop)
-    no_crop = cropped == shape
-    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
-    out_shape = tuple(d + b + e for d, (b, e) in zip(cropped, width))
-    if mode == "constant":
-        inside = tuple(slice(b, b + d) for d, (b, _) in zip(cropped, width))
-        return (None if no_crop else crop, out_shape, inside, None)
-    if not any(b or e for b, e in width):
-        return (None if no_crop else crop, out_shape, None, [])
-    if math.prod(cropped) == 0:
-        raise _bad(node, f"cannot {mode}-pad an empty tensor")
-    if mode == "reflect" and any((b or e) and d < 2 for d, (b, e) in zip(cropped, width)):
-        raise _bad(
-            node, f"reflect padding needs at least 2 elements on padded axes, shape {cropped}"
-        )
-    gathers = [
-        (a, np.pad(np.arange(d), (b, e), mode=cast(Any, mode)))  # mode checked in the factory
-        for a, (d, (b, e)) in enumerate(zip(cropped, width))
-        if b or e
-    ]
-    return (None if no_crop else crop, out_shape, None, gathers)
-
-
 def pad_array(
     node: KernelNode, x: np.ndarray, pads: list[int], mode: str, value: Any, axes: list[int] | None
 ) -> np.ndarray:
     """Pad (negative pads crop first, then positive pads are added)."""
-    return _pad_with(x, pad_plan(node, x.shape, pads, mode, axes), value)
+    return _pad_with(x, pad_plan(node.name, x.shape, pads, mode, axes), value)
 
 
 def _pad_with(x: np.ndarray, plan: tuple[Any, ...], value: Any) -> np.ndarray:
@@ -600,7 +553,7 @@ def _pad_with(x: np.ndarray, plan: tuple[Any, ...], value: Any) -> np.ndarray:
 @cpu_kernel("Pad", since=1)
 def pad(node: KernelNode) -> KernelFn:
     mode = node.attr("mode", "constant")
-    if mode not in _PAD_MODES:
+    if mode not in PAD_MODES:
         raise _bad(node, f"unknown pad mode {mode!r}")
     memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, pads/axes values, plan)
 
@@ -618,7 +571,7 @@ def pad(node: KernelNode) -> KernelFn:
             nonlocal memo
             seen_x, _, plan = memo
             if x.shape != seen_x:
-                plan = pad_plan(node, x.shape, pads_attr, mode, None)
+                plan = pad_plan(node.name, x.shape, pads_attr, mode, None)
                 memo = (x.shape, None, plan)
             return (_pad_with(x, plan, fill(x, value_attr)),)
 
@@ -634,7 +587,9 @@ def pad(node: KernelNode) -> KernelFn:
         want = (pads_.tolist(), None if axes is None else axes.tolist())
         seen_x, seen, plan = memo
         if x.shape != seen_x or want != seen:
-            plan = pad_plan(node, x.shape, ints(pads_), mode, None if axes is None else ints(axes))
+            plan = pad_plan(
+                node.name, x.shape, ints(pads_), mode, None if axes is None else ints(axes)
+            )
             memo = (x.shape, want, plan)
         return (_pad_with(x, plan, fill(x, constant_value)),)
 
@@ -646,26 +601,9 @@ def center_crop_pad(node: KernelNode) -> KernelFn:
     axes_attr = node.attr("axes")
 
     def run(x: np.ndarray, shape_: np.ndarray) -> tuple[np.ndarray]:
-        target = ints(shape_)
-        ax = list(range(x.ndim)) if axes_attr is None else norm_axes(node, axes_attr, x.ndim)
-        if len(target) != len(ax):
-            raise _bad(node, f"shape {target} does not match {len(ax)} axes")
-        src = [slice(None)] * x.ndim
-        dst = [slice(None)] * x.ndim
-        out_shape = list(x.shape)
-        for a, t in zip(ax, target):
-            dim = x.shape[a]
-            if t < 0:
-                raise _bad(node, f"negative target size {t}")
-            out_shape[a] = t
-            if t < dim:
-                off = (dim - t) // 2
-                src[a] = slice(off, off + t)
-            elif t > dim:
-                off = (t - dim) // 2
-                dst[a] = slice(off, off + dim)
-        out = np.zeros(out_shape, dtype=x.dtype)
-        out[tuple(dst)] = x[tuple(src)]
+        plan = center_crop_pad_plan(node.name, x.shape, ints(shape_), axes_attr)
+        out = np.zeros(plan.out_shape, dtype=x.dtype)
+        out[plan.dst] = x[plan.src]
         return (out,)
 
     return run
