@@ -25,6 +25,7 @@ from ....semantics.geometry import (
     conv_kernel_shape,
     spatial_attrs,
 )
+from ....semantics.unfold import conv_transpose_geometry, tap_placements
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -345,93 +346,25 @@ def qlinear_conv(node: KernelNode) -> KernelFn:
 @cpu_kernel("ConvTranspose", since=1)
 def conv_transpose(node: KernelNode) -> KernelFn:
     group = int(node.attr("group", 1))
-    auto_pad = node.attr("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    output_shape_attr = node.attr("output_shape", None)
-    output_padding_attr = node.attr("output_padding", None)
-    pads_attr = node.attr("pads", None)
-
-    def geometry(x: np.ndarray, w: np.ndarray) -> tuple[Any, ...]:
-        nd = x.ndim - 2
-        kernel = list(node.attr("kernel_shape", None) or w.shape[2:])
-        if tuple(kernel) != tuple(w.shape[2:]):
-            raise InvalidArgument(f"{node.name}: kernel_shape {kernel} does not match W {w.shape}")
-        strides, dilations = spatial_attrs(node, nd, kernel)
-        opad = list(output_padding_attr or [0] * nd)[:nd]
-        if len(opad) != nd:
-            raise InvalidArgument(f"{node.name}: output_padding must have {nd} entries")
-        eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-        ins = x.shape[2:]
-        full = [s * (i - 1) + op + e for s, i, op, e in zip(strides, ins, opad, eff)]
-        if output_shape_attr is not None or (
-            pads_attr is None and auto_pad in ("SAME_UPPER", "SAME_LOWER")
-        ):
-            if output_shape_attr is not None:
-                out = list(output_shape_attr)[-nd:]
-            else:
-                out = [i * s for i, s in zip(ins, strides)]
-            # A larger output_shape than the natural one extends the end (as onnxruntime does).
-            total = [max(f - o, 0) for f, o in zip(full, out)]
-            if auto_pad == "SAME_UPPER":
-                pb = [t // 2 for t in total]
-            else:
-                pb = [t - t // 2 for t in total]
-        else:
-            pads = list(pads_attr or [0] * (2 * nd))
-            if auto_pad == "VALID":
-                pads = [0] * (2 * nd)
-            if len(pads) != 2 * nd:
-                raise InvalidArgument(f"{node.name}: pads must have {2 * nd} entries")
-            pb = pads[:nd]
-            out = [f - b - e for f, b, e in zip(full, pb, pads[nd:])]
-        if any(o <= 0 for o in out):
-            raise InvalidArgument(f"{node.name}: computed output shape {out} is not positive")
-        return kernel, strides, dilations, pb, out
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
-        if x.ndim < 3 or w.ndim != x.ndim:
-            raise InvalidArgument(
-                f"{node.name}: X {x.shape} and W {w.shape} must be N-D with N >= 3"
-            )
+        geo = conv_transpose_geometry(node, x.shape, w.shape, group, None if b is None else b.shape)
         n, c = x.shape[:2]
-        if w.shape[0] != c or c % group:
-            raise InvalidArgument(
-                f"{node.name}: W {w.shape} does not match {c} input channels, group={group}"
-            )
-        kernel, strides, dilations, pb, out = geometry(x, w)
         nd = x.ndim - 2
         ct = compute_dtype(x.dtype)
         mg = w.shape[1]
-        k = int(np.prod(kernel))
+        k = int(np.prod(geo.kernel))
         ins = x.shape[2:]
         p = int(np.prod(ins))
         xg = x.astype(ct, copy=False).reshape(n, group, c // group, p)
         wg = w.astype(ct, copy=False).reshape(group, c // group, mg * k).transpose(0, 2, 1)
         cols = np.matmul(wg, xg).reshape((n, group * mg, k, *tuple(ins)))  # N, M, K, *in
-        # Scatter each kernel offset into the output, with pads cropped (or zero-extended).
-        y = np.zeros((n, group * mg, *tuple(out)), ct)
-        for ki, offs in enumerate(itertools.product(*[range(kk) for kk in kernel])):
-            src: list[slice] = [slice(None), slice(None)]
-            dst: list[slice] = [slice(None), slice(None)]
-            empty = False
-            for o, d, s, i, pad, ol in zip(offs, dilations, strides, ins, pb, out):
-                # input position j lands at output position j*s + o*d - pad
-                start = o * d - pad
-                j0 = -(start // s) if start < 0 else 0
-                j1 = min(i, (ol - 1 - start) // s + 1) if ol - 1 - start >= 0 else 0
-                if j1 <= j0:
-                    empty = True
-                    break
-                src.append(slice(j0, j1))
-                dst.append(slice(start + j0 * s, start + (j1 - 1) * s + 1, s))
-            if empty:
-                continue
-            key = (slice(None), slice(None), ki, *src[2:])
-            y[tuple(dst)] += cols[key]
+        # Add each kernel tap's columns into the output, with pads cropped (or zero-extended).
+        y = np.zeros((n, group * mg, *tuple(geo.out)), ct)
+        where = tap_placements(geo.kernel, geo.strides, geo.dilations, geo.pads_begin, ins, geo.out)
+        for ki, src, dst in where:
+            y[(slice(None), slice(None), *dst)] += cols[(slice(None), slice(None), ki, *src)]
         if b is not None:
-            if b.shape != (group * mg,):
-                raise InvalidArgument(f"{node.name}: bias shape {b.shape} must be ({group * mg},)")
             y += b.astype(ct).reshape((-1,) + (1,) * nd)
         return (y.astype(x.dtype, copy=False),)
 

@@ -18,7 +18,6 @@ import numpy as np
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.resize import (
-    cubic_weights,
     extrapolation_fill,
     filter_taps,
     nearest_indices,
@@ -27,6 +26,14 @@ from ....semantics.resize import (
     resize_targets,
     source_coordinates,
 )
+from ....semantics.sampling import (
+    affine_grid_base,
+    check_affine_theta,
+    check_grid,
+    grid_axis_taps,
+    grid_sample_attrs,
+)
+from ....semantics.unfold import col2im_geometry, tap_placements
 from ..registry import cpu_kernel
 from .conv import compute_dtype
 
@@ -190,91 +197,29 @@ def upsample(node: KernelNode) -> KernelFn:
 # GridSample, AffineGrid
 
 
-def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    """Reflect coordinates into [lo, hi] off the nearer border, as many times as needed."""
-    rng = hi - lo
-    if rng <= 0:
-        return np.full_like(x, lo)
-    below = x < lo
-    above = x > hi
-    d = np.where(below, lo - x, np.where(above, x - hi, 0))
-    k = np.floor(d / rng)
-    r = d - k * rng
-    even = k % 2 == 0
-    from_lo = np.where(even, lo + r, hi - r)
-    from_hi = np.where(even, hi - r, lo + r)
-    return np.where(below, from_lo, np.where(above, from_hi, x))
-
-
 @cpu_kernel("GridSample", since=16)
 def grid_sample(node: KernelNode) -> KernelFn:
-    mode = _str(node.attr("mode"), "bilinear" if node.since_version < 20 else "linear")
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    padding = _str(node.attr("padding_mode"), "zeros")
-    align = bool(node.attr("align_corners", 0))
-    if mode not in ("linear", "nearest", "cubic") or padding not in (
-        "zeros",
-        "border",
-        "reflection",
-    ):
-        raise InvalidArgument(f"{node.name}: unsupported mode {mode!r} / padding_mode {padding!r}")
+    attrs = grid_sample_attrs(node)
 
     def run(x: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray]:
+        check_grid(node, x.shape, grid.shape)
         r = x.ndim - 2
-        if r < 1 or grid.ndim != x.ndim or grid.shape[-1] != r or grid.shape[0] != x.shape[0]:
-            raise InvalidArgument(
-                f"{node.name}: grid shape {grid.shape} does not fit X shape {x.shape}"
-            )
-        if node.since_version < 20 and r != 2:
-            raise InvalidArgument(f"{node.name}: GridSample-16 takes 4-D input, got {x.shape}")
         n, c = x.shape[:2]
-        dims = x.shape[2:]
         ct = compute_dtype(x.dtype)
         g = grid.astype(ct, copy=False)
-        taps_w: list[list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]] = []
-        for a, d in enumerate(dims):
-            v = g[..., r - 1 - a]  # grid's last axis lists (x, y, z): reversed spatial order
-            pos = (v + 1) / 2 * (d - 1) if align else ((v + 1) * d - 1) / 2
-            lo, hi = (0.0, d - 1.0) if align else (-0.5, d - 0.5)
-            if mode == "nearest":
-                pos = np.rint(pos)
-            if padding == "border" and mode != "cubic":
-                # (cubic clamps each tap instead, as onnxruntime and PyTorch do)
-                pos = np.where((pos < lo) | (pos > hi), np.clip(pos, 0, d - 1), pos)
-            elif padding == "reflection":
-                pos = _reflect(pos, lo, hi)
-            taps: list[tuple[np.ndarray, np.ndarray]] = []
-            if mode == "nearest":
-                taps.append((pos.astype(np.int64), np.ones_like(pos)))
-            else:
-                base = np.floor(pos)
-                f = pos - base
-                offs = (0, 1) if mode == "linear" else (-1, 0, 1, 2)
-                for o in offs:
-                    w = (
-                        np.clip(1 - np.abs(f - o), 0, 1)
-                        if mode == "linear"
-                        else cubic_weights(f - o, -0.75)
-                    )
-                    taps.append((base.astype(np.int64) + o, w.astype(ct)))
-            fixed = []
-            for idx, w in taps:
-                inside: np.ndarray | None = None
-                if padding == "zeros":  # a tap outside reads the padding 0, not 0 * pixel
-                    inside = (idx >= 0) & (idx < d)
-                elif padding == "reflection":
-                    idx = np.trunc(_reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
-                fixed.append((np.clip(idx, 0, d - 1), w, inside))
-            taps_w.append(fixed)
+        # grid's last axis lists (x, y, z): reversed spatial order
+        taps_w = [
+            grid_axis_taps(np, g[..., r - 1 - a], d, attrs) for a, d in enumerate(x.shape[2:])
+        ]
         bidx = np.arange(n).reshape((n,) + (1,) * r)
         xf = x.astype(ct, copy=False)
         y = np.zeros((n, *grid.shape[1:-1], c), ct)
         for combo in itertools.product(*taps_w):
-            w = combo[0][1]
-            for _, wi, _ in combo[1:]:
-                w = w * wi
-            v = _gather(xf, bidx, [i for i, _, _ in combo]) * w[..., None]
-            masks = [m for _, _, m in combo if m is not None]
+            w = combo[0].weight
+            for tap in combo[1:]:
+                w = w * tap.weight
+            v = _gather(xf, bidx, [t.index for t in combo]) * w[..., None]
+            masks = [t.inside for t in combo if t.inside is not None]
             if masks:
                 v = np.where(functools.reduce(np.logical_and, masks)[..., None], v, ct.type(0))
             y += v
@@ -296,18 +241,9 @@ def affine_grid(node: KernelNode) -> KernelFn:
 
     def run(theta: np.ndarray, size: np.ndarray) -> tuple[np.ndarray]:
         sz = [int(v) for v in np.asarray(size).reshape(-1)]
-        r = len(sz) - 2
-        if r not in (2, 3) or theta.shape != (sz[0], r, r + 1):
-            raise InvalidArgument(f"{node.name}: theta {theta.shape} does not fit size {sz}")
+        r = check_affine_theta(node, theta.shape, sz)
         ct = compute_dtype(theta.dtype)
-        axes = []
-        for d in sz[2:]:
-            if align:
-                axes.append(np.linspace(-1, 1, d) if d > 1 else np.zeros(1))
-            else:
-                axes.append((np.arange(d) * 2 + 1) / d - 1)
-        mesh = np.meshgrid(*axes, indexing="ij")  # spatial order (D,) H, W
-        base = np.stack([m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)], axis=1)
+        base = affine_grid_base(sz[2:], align)
         out = np.matmul(base.astype(ct), theta.astype(ct).transpose(0, 2, 1))  # N, P, r
         return (out.reshape([sz[0], *sz[2:], r]).astype(theta.dtype),)
 
@@ -317,40 +253,15 @@ def affine_grid(node: KernelNode) -> KernelFn:
 @cpu_kernel("Col2Im", since=18)
 def col2im(node: KernelNode) -> KernelFn:
     def run(x: np.ndarray, image_shape: np.ndarray, block_shape: np.ndarray) -> tuple[np.ndarray]:
-        img = [int(v) for v in np.asarray(image_shape).reshape(-1)]
-        blk = [int(v) for v in np.asarray(block_shape).reshape(-1)]
-        nd = len(img)
-        if len(blk) != nd or x.ndim != 3:
-            raise InvalidArgument(
-                f"{node.name}: input must be 3-D and image/block shapes equal length"
-            )
-        strides = list(node.attr("strides", None) or [1] * nd)
-        dil = list(node.attr("dilations", None) or [1] * nd)
-        pads = list(node.attr("pads", None) or [0] * (2 * nd))
-        k = int(np.prod(blk))
-        n, ck, length = x.shape
-        if ck % k:
-            raise InvalidArgument(
-                f"{node.name}: input dim 1 ({ck}) not divisible by block size {k}"
-            )
-        c = ck // k
-        padded = [i + pads[a] + pads[a + nd] for a, i in enumerate(img)]
-        nb = [(p - ((b - 1) * d + 1)) // s + 1 for p, b, d, s in zip(padded, blk, dil, strides)]
-        if int(np.prod(nb)) != length or any(v <= 0 for v in nb):
-            raise InvalidArgument(
-                f"{node.name}: {length} blocks does not match the image geometry {nb}"
-            )
-        cols = x.reshape((n, c, k, *tuple(nb)))
-        y = np.zeros((n, c, *tuple(padded)), x.dtype)
-        for ki, offs in enumerate(itertools.product(*[range(b) for b in blk])):
-            sl = tuple(
-                slice(o * d, o * d + (m - 1) * s + 1, s)
-                for o, d, m, s in zip(offs, dil, nb, strides)
-            )
-            key: tuple[Any, ...] = (Ellipsis, *sl)
-            y[key] += cols[:, :, ki]
-        crop = tuple(slice(pads[a], pads[a] + img[a]) for a in range(nd))
-        key2: tuple[Any, ...] = (Ellipsis, *crop)
-        return (y[key2],)
+        geo = col2im_geometry(node, x.shape, np.asarray(image_shape), np.asarray(block_shape))
+        cols = x.reshape((x.shape[0], geo.channels, -1, *geo.blocks))
+        y = np.zeros((x.shape[0], geo.channels, *geo.padded), x.dtype)
+        zero = [0] * len(geo.image)  # fold into the padded image, then crop its pads
+        for t, src, dst in tap_placements(
+            geo.kernel, geo.strides, geo.dilations, zero, geo.blocks, geo.padded
+        ):
+            y[(Ellipsis, *dst)] += cols[(slice(None), slice(None), t, *src)]
+        crop = tuple(slice(p, p + i) for p, i in zip(geo.pads_begin, geo.image))
+        return (y[(Ellipsis, *crop)],)
 
     return run
