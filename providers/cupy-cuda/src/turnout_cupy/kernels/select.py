@@ -1,0 +1,156 @@
+"""Selecting ops on `be.xp`: TopK, OneHot, and the ops whose output shape depends on the data
+(NonZero, Compress, Unique).
+
+TopK sorts stably on the device, so equal values keep the lower index first (as ONNX asks),
+for the largest values too (a stable ascending sort of the reversed axis, read backwards).
+NonZero, Compress and Unique cannot know their output's size before the data is read: CuPy
+reads the count (or the mask) back to the host to size the output, which is the one host sync
+these ops need.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout.errors import InvalidArgument
+from turnout.provider import KernelFn, KernelNode
+
+from ..backend import Backend
+from .registry import cuda_kernel
+
+__all__: list[str] = []
+
+
+def _axis(kn: KernelNode, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise InvalidArgument(
+            f"{kn.op_type} node {kn.name!r}: axis {axis} is out of range for rank {rank}"
+        )
+    return axis % rank
+
+
+def _topk(k_attr: bool) -> Any:
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        xp = be.xp
+        axis = int(kn.attr("axis", -1))
+        largest = bool(kn.attr("largest", 1))
+
+        def run(x: Any, k_in: Any = None) -> tuple[Any, Any]:
+            a = _axis(kn, axis, x.ndim)
+            k = int(kn.attr("k")) if k_attr else int(np.asarray(k_in).ravel()[0])
+            n = x.shape[a]
+            if not 0 <= k <= n:
+                raise InvalidArgument(
+                    f"TopK node {kn.name!r}: k={k} is outside [0, {n}] for axis {a} of "
+                    f"shape {tuple(x.shape)}"
+                )
+            if largest:  # ties: the lower index first, so sort the reversed axis, read back
+                flipped = xp.flip(x, axis=a)
+                order = xp.flip(xp.argsort(flipped, axis=a, kind="stable"), axis=a)
+                order = (n - 1) - order
+            else:
+                order = xp.argsort(x, axis=a, kind="stable")
+            idx = xp.take(order, xp.arange(k), axis=a)
+            return xp.take_along_axis(x, idx, axis=a), idx.astype(np.int64)
+
+        return run
+
+    return build
+
+
+cuda_kernel("TopK", 1, until=9)(_topk(True))
+cuda_kernel("TopK", 10, host_inputs=(1,))(_topk(False))
+
+
+@cuda_kernel("OneHot", 9, host_inputs=(1,))
+def one_hot(kn: KernelNode, be: Backend) -> KernelFn:
+    """An index outside [-depth, depth) gives a row of `off` values, as ONNX specifies."""
+    xp = be.xp
+    axis = int(kn.attr("axis", -1))
+
+    def run(indices: Any, depth: Any, values: Any) -> tuple[Any]:
+        d = np.asarray(depth)
+        if d.size != 1:
+            raise InvalidArgument(
+                f"OneHot node {kn.name!r}: depth must have one element, got shape {d.shape}"
+            )
+        n = int(d.ravel()[0])
+        if n < 1:
+            raise InvalidArgument(f"OneHot node {kn.name!r}: depth must be positive, got {n}")
+        if values.size != 2:
+            raise InvalidArgument(
+                f"OneHot node {kn.name!r}: values must be [off, on], got shape "
+                f"{tuple(values.shape)}"
+            )
+        idx = indices.astype(np.int64)
+        idx = xp.where(idx < 0, idx + n, idx)
+        a = _axis(kn, axis, idx.ndim + 1)
+        classes = xp.arange(n).reshape((n,) + (1,) * (idx.ndim - a))
+        hot = xp.expand_dims(idx, a) == classes
+        flat = values.ravel()
+        return (xp.where(hot, flat[1], flat[0]).astype(values.dtype),)
+
+    return run
+
+
+@cuda_kernel("NonZero", 9)
+def nonzero(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any) -> tuple[Any]:
+        if x.ndim == 0:  # the output's size is the value itself: read on the host
+            return (xp.zeros((0, 1 if bool(x) else 0), dtype=np.int64),)
+        return (xp.stack(xp.nonzero(x)).astype(np.int64),)
+
+    return run
+
+
+@cuda_kernel("Compress", 9)
+def compress(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    axis = kn.attr("axis")
+
+    def run(x: Any, cond: Any) -> tuple[Any]:
+        a = None if axis is None else _axis(kn, int(axis), x.ndim)
+        n = x.size if a is None else x.shape[a]
+        c = cond.ravel().astype(bool)
+        if c.size > n:
+            be.checks.flag(
+                xp.any(c[n:]),
+                f"Compress node {kn.name!r}: the condition selects past the end of an "
+                f"extent of {n} (checked on the device)",
+            )
+            c = c[:n]
+        return (xp.compress(c, x if a is not None else x.ravel(), axis=a),)
+
+    return run
+
+
+@cuda_kernel("Unique", 11)
+def unique(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    axis = kn.attr("axis")
+    is_sorted = bool(kn.attr("sorted", 1))
+
+    def run(x: Any) -> tuple[Any, Any, Any, Any]:
+        a = None if axis is None else _axis(kn, int(axis), x.ndim)
+        u, idx, inv, cnt = xp.unique(
+            x.ravel() if a is None else x,
+            return_index=True,
+            return_inverse=True,
+            return_counts=True,
+            axis=a,
+        )
+        inv = inv.ravel()
+        if not is_sorted:  # in order of first occurrence
+            order = xp.argsort(idx, kind="stable")
+            rank = xp.empty_like(order)
+            rank[order] = xp.arange(order.size, dtype=order.dtype)
+            u = xp.take(u, order, axis=0 if a is None else a)
+            idx, cnt, inv = idx[order], cnt[order], rank[inv]
+        i64 = np.int64
+        return u, idx.astype(i64), inv.astype(i64), cnt.astype(i64)
+
+    return run
