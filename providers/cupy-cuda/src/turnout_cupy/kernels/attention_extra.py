@@ -1,0 +1,125 @@
+"""RotaryEmbedding (ai.onnx 23) and LinearAttention (ai.onnx 27) on `be.xp`.
+
+RotaryEmbedding: the sizes and input checks are `turnout.semantics.rotary`'s. X is viewed as
+(batch, seq, heads, head) without a copy; cos/sin rows are gathered by position_ids on the
+device, the ids bounds-checked there (a flagged `InvalidArgument` naming the node, as
+Gather's); the rotation is four broadcast multiplies over the pairs, which are strided slices
+(interleaved) or the two halves of the rotated part. float16 computes in float32.
+
+LinearAttention: the update rule and checks are `turnout.semantics.linear_attention`'s. The
+state (batch, kv_heads, d_k, d_v) is float32 and steps in time with batched xp ops (decay,
+the delta rule's read-back Sᵀk as a batched matvec, the rank-1 write); all query heads of a kv
+head read it in one batched matmul, grouped as (batch, kv_heads, group, d_k), so the state is
+never repeated per query head. chunk_size (a tuning hint) is not used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.linear_attention import linear_attention_attrs
+from turnout.semantics.rotary import rotary_shapes
+
+from ..backend import Backend
+from .registry import cuda_kernel, float_only
+
+__all__: list[str] = []
+
+
+def _compute(dtype: Any) -> Any:
+    return np.dtype(np.float32) if np.dtype(dtype).itemsize < 4 else np.dtype(dtype)
+
+
+def _shape(v: Any) -> Any:
+    return None if v is None else v.shape
+
+
+@cuda_kernel("RotaryEmbedding", 23, applies=float_only)
+def rotary_embedding(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    interleaved = bool(kn.attr("interleaved", 0))
+    rot_attr, num_heads = int(kn.attr("rotary_embedding_dim", 0)), int(kn.attr("num_heads", 0))
+    pos_name = kn.inputs[3].name if len(kn.inputs) > 3 and kn.inputs[3] is not None else "?"
+
+    def run(x: Any, cos: Any, sin: Any, pos: Any = None) -> tuple[Any]:
+        s = rotary_shapes(kn.name, x.shape, cos.shape, sin.shape, _shape(pos), num_heads, rot_attr)
+        if pos is not None:
+            n = int(s.positions or 0)
+            p = pos.astype(np.int64)
+            if p.size:
+                be.checks.flag(
+                    xp.any((p < 0) | (p >= n)),
+                    f"RotaryEmbedding node {kn.name!r}: a position in {pos_name!r} is out of "
+                    f"range [0, {n - 1}] for caches of {n} rows (checked on the device)",
+                )
+            p = xp.clip(p, 0, max(n - 1, 0))
+            cos, sin = xp.take(cos, p, axis=0), xp.take(sin, p, axis=0)
+        ct = _compute(x.dtype)
+        c = cos[:, :, None, : s.half].astype(ct)  # (batch | 1, seq | 1, 1, half)
+        sn = sin[:, :, None, : s.half].astype(ct)
+        if x.ndim == 4:
+            xv = x.transpose(0, 2, 1, 3)
+        else:
+            xv = x.reshape(s.batch, s.seq, s.heads, s.head)
+        xv = xv.astype(ct, copy=False)
+        if interleaved:
+            x1, x2 = xv[..., 0 : s.rot : 2], xv[..., 1 : s.rot : 2]
+        else:
+            x1, x2 = xv[..., : s.half], xv[..., s.half : s.rot]
+        real, imag = c * x1 - sn * x2, sn * x1 + c * x2
+        if interleaved:
+            turned = xp.stack([real, imag], axis=-1).reshape(*real.shape[:-1], s.rot)
+        else:
+            turned = xp.concatenate([real, imag], axis=-1)
+        y = xp.concatenate([turned, xv[..., s.rot :]], axis=-1).astype(x.dtype, copy=False)
+        return (y.transpose(0, 2, 1, 3) if x.ndim == 4 else y.reshape(x.shape),)
+
+    return run
+
+
+def _heads(x: Any, heads: int) -> Any:
+    """(batch, seq, heads * dim) -> (seq, batch, heads, dim) in float32: one step a row."""
+    b, t, hd = x.shape
+    return x.reshape(b, t, heads, hd // heads).transpose(1, 0, 2, 3).astype(np.float32)
+
+
+@cuda_kernel("LinearAttention", 27, applies=float_only)
+def linear_attention(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    a = linear_attention_attrs(kn)
+    hkv = a.kv_heads
+
+    def run(
+        q: Any, k: Any, v: Any, past: Any = None, decay: Any = None, beta: Any = None
+    ) -> tuple[Any, Any]:
+        s = a.shapes(q.shape, k.shape, v.shape, _shape(past), _shape(decay), _shape(beta))
+        b, g = s.batch, s.group
+        q4 = _heads(q, a.q_heads).reshape(s.steps, b, hkv, g, s.d_k)
+        k4, v4 = _heads(k, hkv), _heads(v, hkv)  # (seq, batch, kv_heads, d)
+        if past is None:
+            state = xp.zeros((b, hkv, s.d_k, s.d_v), np.float32)
+        else:
+            state = past.astype(np.float32)
+        gates = None
+        if decay is not None:  # exp(decay) as (seq, batch, kv_heads, d_k | 1, 1)
+            per = s.d_k if s.decay_per_key else 1
+            gates = xp.exp(_heads(decay, hkv).reshape(s.steps, b, hkv, per, 1))
+        betas = None if beta is None else _heads(beta, s.beta_heads)  # (..., heads | 1, 1)
+        outs = []
+        for t in range(s.steps):
+            kt, vt = k4[t], v4[t]
+            if gates is not None:
+                state = state * gates[t]
+            if betas is not None:
+                back = xp.matmul(kt[:, :, None, :], state)[:, :, 0, :]  # Sᵀk: (b, h, d_v)
+                vt = betas[t] * (vt - back)
+            state = state + kt[..., :, None] * vt[..., None, :]
+            outs.append(xp.matmul(q4[t], state))  # (b, kv_heads, group, d_v)
+        y = xp.stack(outs, axis=1) if outs else xp.zeros((b, 0, hkv, g, s.d_v), np.float32)
+        y = (s.scale * y).reshape(b, s.steps, a.q_heads * s.d_v).astype(q.dtype)
+        return y, state.astype(q.dtype if past is None else past.dtype)
+
+    return run

@@ -1,0 +1,156 @@
+"""RotaryEmbedding, LinearAttention and CausalConvWithState on the emulated backend, against
+onnx.reference, over what the ONNX node cases leave out (float16, grouped heads, per-key
+decay, a past state, a 3-D cache that broadcasts), and their errors: a position id outside the
+cache (checked on the device), inputs the update rule forbids, a bad weight shape."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from turnout.errors import InvalidArgument
+from turnout.ir import Graph
+from turnout.provider import KernelNode
+from turnout.semantics.causal_conv import causal_conv_shapes
+from turnout.semantics.linear_attention import linear_attention_attrs
+from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
+
+
+def _session(emulated: str, node: Any, feeds: dict[str, Any], opset: int) -> Any:
+    model = one_node_model(node, list(feeds.values()), opset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return provider_session(model, emulated)
+
+
+def _check(emulated: str, node: Any, feeds: dict[str, Any], opset: int, tol: float) -> None:
+    got = _session(emulated, node, feeds, opset).run(None, feeds)
+    want = run_reference(node, list(feeds.values()), opset)
+    assert_outputs_close(want, got, tol, tol)
+
+
+def _rope_feeds(dtype: Any, rng: np.random.Generator, three_d_cache: bool) -> dict[str, Any]:
+    x = rng.standard_normal((2, 3, 5, 8)).astype(dtype)  # (batch, heads, seq, head)
+    if three_d_cache:  # per (batch, seq), batch broadcast
+        cos = rng.standard_normal((1, 5, 3)).astype(dtype)
+        return {"x": x, "cos": cos, "sin": rng.standard_normal((1, 5, 3)).astype(dtype)}
+    cos = rng.standard_normal((9, 3)).astype(dtype)
+    pos = rng.integers(0, 9, (2, 5)).astype(np.int64)
+    return {"x": x, "cos": cos, "sin": rng.standard_normal((9, 3)).astype(dtype), "pos": pos}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("three_d_cache", [False, True])
+def test_rotary_partial_dims(emulated: str, dtype: Any, interleaved: int, three_d_cache: bool):
+    feeds = _rope_feeds(dtype, np.random.default_rng(3), three_d_cache)
+    node = helper.make_node(
+        "RotaryEmbedding",
+        list(feeds),
+        ["y"],
+        rotary_embedding_dim=6,
+        interleaved=interleaved,
+    )
+    _check(emulated, node, feeds, 23, 1e-3 if dtype == np.float16 else 1e-6)
+
+
+def test_rotary_position_out_of_range(emulated: str) -> None:
+    feeds = _rope_feeds(np.float32, np.random.default_rng(0), False)
+    feeds["pos"][1, 2] = 9  # the caches have 9 rows
+    node = helper.make_node("RotaryEmbedding", list(feeds), ["y"], name="rope0")
+    node.attribute.append(helper.make_attribute("rotary_embedding_dim", 6))
+    sess = _session(emulated, node, feeds, 23)
+    with pytest.raises(InvalidArgument, match=r"'rope0': a position in 'pos' is out of range"):
+        sess.run(None, feeds)
+
+
+LA_CASES = [
+    ("linear", 4, 2, False, False),
+    ("gated", 4, 2, True, False),  # decay per key dimension
+    ("gated", 2, 2, False, True),  # decay per head, a past state
+    ("delta", 6, 2, False, True),
+    ("gated_delta", 4, 1, True, True),
+]
+
+
+@pytest.mark.parametrize(("rule", "hq", "hkv", "per_key", "past"), LA_CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_linear_attention(
+    emulated: str, rule: str, hq: int, hkv: int, per_key: bool, past: bool, dtype: Any
+) -> None:
+    rng = np.random.default_rng(5)
+    b, t, dk, dv = 2, 4, 3, 5
+    feeds: dict[str, Any] = {
+        "q": rng.standard_normal((b, t, hq * dk)).astype(dtype),
+        "k": (0.5 * rng.standard_normal((b, t, hkv * dk))).astype(dtype),
+        "v": rng.standard_normal((b, t, hkv * dv)).astype(dtype),
+    }
+    names = ["q", "k", "v", "", "", ""]
+    if past:
+        feeds["s"] = rng.standard_normal((b, hkv, dk, dv)).astype(dtype)
+        names[3] = "s"
+    if "gated" in rule:
+        width = hkv * dk if per_key else hkv
+        feeds["g"] = (-np.abs(rng.standard_normal((b, t, width)))).astype(dtype)
+        names[4] = "g"
+    if "delta" in rule:
+        feeds["beta"] = rng.uniform(0, 1, (b, t, 1)).astype(dtype)
+        names[5] = "beta"
+    node = helper.make_node(
+        "LinearAttention",
+        names,
+        ["y", "state"],
+        update_rule=rule,
+        q_num_heads=hq,
+        kv_num_heads=hkv,
+    )
+    _check(emulated, node, feeds, 27, 5e-3 if dtype == np.float16 else 1e-5)
+
+
+def test_linear_attention_bad_inputs() -> None:
+    """The shared checks the kernel runs (onnx's shape inference refuses these statically)."""
+    node = helper.make_node(
+        "LinearAttention", ["q", "k", "v"], ["y", "s"], update_rule="linear", name="la1"
+    )
+    node.attribute.extend(
+        [helper.make_attribute("q_num_heads", 2), helper.make_attribute("kv_num_heads", 2)]
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("q", "k", "v")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "s")],
+    )
+    kn = KernelNode(Graph.from_proto(graph, {"": 27}).nodes[0], 27, 27)
+    attrs = linear_attention_attrs(kn)
+    with pytest.raises(InvalidArgument, match="la1: update_rule 'linear' forbids the decay"):
+        attrs.shapes((1, 2, 4), (1, 2, 4), (1, 2, 4), None, (1, 2, 2))
+    with pytest.raises(InvalidArgument, match="la1: past_state"):
+        attrs.shapes((1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2, 2, 3))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_causal_conv(emulated: str, k: int, dtype: Any) -> None:
+    rng = np.random.default_rng(1)
+    feeds = {
+        "x": rng.standard_normal((2, 4, 6)).astype(dtype),
+        "w": rng.standard_normal((4, 1, k)).astype(dtype),
+        "b": rng.standard_normal(4).astype(dtype),
+        "s": rng.standard_normal((2, 4, k - 1)).astype(dtype),
+    }
+    node = helper.make_node("CausalConvWithState", list(feeds), ["y", "state"], activation="silu")
+    _check(emulated, node, feeds, 27, 2e-3 if dtype == np.float16 else 1e-6)
+
+
+def test_causal_conv_bad_shapes() -> None:
+    """Shape inference refuses these in a model with static shapes; with symbolic dimensions
+    the kernel's check (the shared semantics) is what catches them at run time."""
+    with pytest.raises(InvalidArgument, match=r"cc: weight \(4, 2, 3\) must be"):
+        causal_conv_shapes("cc", (2, 4, 6), (4, 2, 3))
+    with pytest.raises(InvalidArgument, match=r"cc: past_state \(2, 4, 3\) must be \(2, 4, 2\)"):
+        causal_conv_shapes("cc", (2, 4, 6), (4, 1, 3), None, (2, 4, 3))
