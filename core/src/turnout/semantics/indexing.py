@@ -22,6 +22,7 @@ __all__ = [
     "check_scatter_nd_updates",
     "index_axis",
     "nd_index_shape",
+    "reverse_sequence_axes",
     "scatter_reduction",
 ]
 
@@ -109,3 +110,20 @@ def check_scatter_nd_updates(
     want = tuple(idx_shape[:-1]) + tuple(data_shape[k:])
     if tuple(updates_shape) != want:
         raise _bad(node, f"updates shape {tuple(updates_shape)} should be {want}")
+
+
+def reverse_sequence_axes(
+    node: KernelNode, shape: Sequence[int], lens_shape: Sequence[int]
+) -> tuple[int, int]:
+    """ReverseSequence's (time_axis, batch_axis), 0 and 1 in some order, with sequence_lens
+    one length per batch entry. The lengths' values (0 .. time steps) are checked where they
+    live."""
+    time_axis = int(node.attr("time_axis", 0))
+    batch_axis = int(node.attr("batch_axis", 1))
+    if {batch_axis, time_axis} != {0, 1} or len(shape) < 2:
+        raise _bad(node, "batch_axis and time_axis must be 0 and 1 in some order")
+    if tuple(lens_shape) != (shape[batch_axis],):
+        raise _bad(
+            node, f"sequence_lens shape {tuple(lens_shape)} should be ({shape[batch_axis]},)"
+        )
+    return time_axis, batch_axis

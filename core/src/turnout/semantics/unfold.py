@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from ..errors import InvalidArgument
 from ..provider import KernelNode
-from .geometry import spatial_attrs
+from .geometry import pool_kernel_shape, spatial_attrs
 
 __all__ = [
     "Col2ImGeometry",
@@ -23,6 +23,7 @@ __all__ = [
     "TapPlacement",
     "col2im_geometry",
     "conv_transpose_geometry",
+    "max_unpool_shapes",
     "tap_placements",
 ]
 
@@ -173,3 +174,31 @@ def tap_placements(
         else:
             placements.append(TapPlacement(t, tuple(src), tuple(dst)))
     return placements
+
+
+def max_unpool_shapes(
+    node: KernelNode, x_shape: Sequence[int], idx_shape: Sequence[int], output_shape: Any
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """MaxUnpool's (unpooled, output) shapes: indices address the unpooled shape inferred from
+    kernel, strides and pads; an explicit `output_shape` (a host value, or None) no smaller
+    extends it with zeros at the end of each axis."""
+    if len(x_shape) < 3 or tuple(idx_shape) != tuple(x_shape):
+        raise InvalidArgument(
+            f"{node.name}: X {tuple(x_shape)} and I {tuple(idx_shape)} must match and be >= 3-D"
+        )
+    nd = len(x_shape) - 2
+    kernel = pool_kernel_shape(node, nd)
+    strides = list(node.attr("strides", None) or [1] * nd)
+    pads = list(node.attr("pads", None) or [0] * (2 * nd))
+    inferred = tuple(x_shape[:2]) + tuple(
+        (i - 1) * s + k - pads[a] - pads[a + nd]
+        for a, (i, s, k) in enumerate(zip(x_shape[2:], strides, kernel))
+    )
+    if output_shape is None:
+        return inferred, inferred
+    shape = tuple(int(v) for v in output_shape.reshape(-1))
+    if len(shape) != len(x_shape) or any(s < i for s, i in zip(shape, inferred)):
+        raise InvalidArgument(
+            f"{node.name}: output_shape {shape} smaller than the unpooled shape {inferred}"
+        )
+    return inferred, shape

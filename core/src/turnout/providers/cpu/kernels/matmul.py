@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from ....blas_threads import blas_matmul
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.linalg import check_square, einsum_equation
 from ..registry import cpu_kernel
 from .cast import convert
 
@@ -40,7 +42,7 @@ def _widened(dt: np.dtype[Any]) -> np.dtype[Any]:
 def _matmul(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """np.matmul with ONNX/numpy semantics, shape errors as InvalidArgument."""
     try:
-        return np.matmul(a, b)
+        return blas_matmul(a, b)
     except ValueError as e:
         raise InvalidArgument(
             f"{name}: cannot multiply shapes {a.shape} and {b.shape}: {e}"
@@ -96,7 +98,7 @@ def gemm(node: KernelNode) -> KernelFn:
                 f"{name}: inner dimensions differ: A is {a.shape} (transA={int(trans_a)}), "
                 f"B is {b.shape} (transB={int(trans_b)})"
             )
-        y = np.matmul(aa.astype(w, copy=False), bb.astype(w, copy=False))
+        y = blas_matmul(aa.astype(w, copy=False), bb.astype(w, copy=False))
         is_float = w.kind == "f"
         if is_float:
             if alpha != 1.0:
@@ -205,9 +207,7 @@ def qlinear_matmul(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("Einsum", since=12)
 def einsum(node: KernelNode) -> KernelFn:
-    equation = str(node.attr("equation", "")).replace(" ", "")
-    if not equation:
-        raise InvalidArgument(f"{node.name}: Einsum needs a non-empty equation")
+    equation = einsum_equation(node)
     name = node.name
 
     def run(*xs: np.ndarray) -> tuple[np.ndarray]:
@@ -225,11 +225,8 @@ def einsum(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("Det", since=11)
 def det(node: KernelNode) -> KernelFn:
-    name = node.name
-
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
-            raise InvalidArgument(f"{name}: Det needs square matrices, got shape {x.shape}")
+        check_square(node, x.shape)
         dt = x.dtype
         w = _widen(dt)
         return (np.asarray(np.linalg.det(x.astype(w, copy=False))).astype(dt, copy=False),)

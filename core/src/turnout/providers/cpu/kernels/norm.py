@@ -13,6 +13,7 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
 from ..registry import cpu_kernel
 from .conv import compute_dtype
 
@@ -202,29 +203,21 @@ def group_normalization(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("MeanVarianceNormalization", since=9)
 def mean_variance_normalization(node: KernelNode) -> KernelFn:
-    axes_attr = node.attr("axes", None)
-
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        axes = tuple(axes_attr) if axes_attr is not None else (0, 2, 3)
-        if any(not -x.ndim <= a < x.ndim for a in axes):
-            raise InvalidArgument(f"{node.name}: axes {axes} out of range for rank {x.ndim}")
+        axes = mvn_axes(node, x.ndim)
         ct = compute_dtype(x.dtype)
         xf = x.astype(ct, copy=False)
         mean = xf.mean(axis=axes, keepdims=True)
         var = (xf * xf).mean(axis=axes, keepdims=True) - mean * mean
-        return (((xf - mean) / (np.sqrt(var) + ct.type(1e-9))).astype(x.dtype),)
+        return (((xf - mean) / (np.sqrt(var) + ct.type(MVN_EPSILON))).astype(x.dtype),)
 
     return run
 
 
 @cpu_kernel("LpNormalization", since=1)
 def lp_normalization(node: KernelNode) -> KernelFn:
-    p = int(node.attr("p", 2))
-    if p not in (1, 2):
-        raise InvalidArgument(f"{node.name}: p must be 1 or 2, got {p}")
-
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        axis = _axis(node, x)
+        p, axis = lp_norm_attrs(node, x.ndim)
         ct = compute_dtype(x.dtype)
         xf = x.astype(ct, copy=False)
         if p == 1:
@@ -239,15 +232,8 @@ def lp_normalization(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("LRN", since=1)
 def lrn(node: KernelNode) -> KernelFn:
-    alpha = float(node.attr("alpha", 1e-4))
-    beta = float(node.attr("beta", 0.75))
-    bias = float(node.attr("bias", 1.0))
-    size = int(node.attr("size"))
-    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
-
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        if x.ndim < 3:
-            raise InvalidArgument(f"{node.name}: input must be at least 3-D, got {x.shape}")
+        size, lo, hi, alpha, beta, bias = lrn_window(node, x.ndim)
         ct = compute_dtype(x.dtype)
         xf = x.astype(ct, copy=False)
         sq = np.pad(xf * xf, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))

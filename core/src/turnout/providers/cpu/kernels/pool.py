@@ -16,6 +16,7 @@ import numpy as np
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.geometry import conv_geometry, pool_kernel_shape, spatial_attrs
+from ....semantics.unfold import max_unpool_shapes
 from ..registry import cpu_kernel
 from .conv import compute_dtype, pad_spatial, window_slices
 
@@ -253,32 +254,18 @@ def max_unpool(node: KernelNode) -> KernelFn:
     def run(
         x: np.ndarray, idx: np.ndarray, output_shape: np.ndarray | None = None
     ) -> tuple[np.ndarray]:
-        if x.ndim < 3 or idx.shape != x.shape:
-            raise InvalidArgument(
-                f"{node.name}: X {x.shape} and I {idx.shape} must match and be >= 3-D"
-            )
-        nd = x.ndim - 2
-        kernel = pool_kernel_shape(node, nd)
-        strides = list(node.attr("strides", None) or [1] * nd)
-        pads = list(node.attr("pads", None) or [0] * (2 * nd))
-        inferred = x.shape[:2] + tuple(
-            (i - 1) * s + k - pads[a] - pads[a + nd]
-            for a, (i, s, k) in enumerate(zip(x.shape[2:], strides, kernel))
+        inferred, shape = max_unpool_shapes(
+            node, x.shape, idx.shape, None if output_shape is None else np.asarray(output_shape)
         )
         y = np.zeros(int(np.prod(inferred)), x.dtype)
         flat = idx.reshape(-1).astype(np.int64)
         if flat.size and (flat.min() < 0 or flat.max() >= y.size):
             raise InvalidArgument(f"{node.name}: index out of range for output of shape {inferred}")
         y[flat] = x.reshape(-1)
-        if output_shape is None:
+        if shape == inferred:
             return (y.reshape(inferred),)
-        # Indices address the inferred shape; an explicit larger output_shape extends it with
-        # zeros at the end of each axis (as the ONNX spec's example and test data do).
-        shape = tuple(int(v) for v in np.asarray(output_shape).reshape(-1))
-        if len(shape) != x.ndim or any(s < i for s, i in zip(shape, inferred)):
-            raise InvalidArgument(
-                f"{node.name}: output_shape {shape} smaller than the unpooled shape {inferred}"
-            )
+        # Indices address the inferred shape; a larger output_shape extends it with zeros at
+        # the end of each axis (as the ONNX spec's example and test data do).
         res = np.zeros(shape, x.dtype)
         res[tuple(slice(0, i) for i in inferred)] = y.reshape(inferred)
         return (res,)

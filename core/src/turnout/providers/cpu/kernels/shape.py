@@ -24,8 +24,9 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.indexing import reverse_sequence_axes
+from ....semantics.literal import constant_attr_value
 from ....semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
-from ....values import SparseTensor
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -229,26 +230,7 @@ def size(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("Constant", since=1)
 def constant(node: KernelNode) -> KernelFn:
-    a = node.attrs
-    if "value" in a:
-        value = np.asarray(a["value"])
-    elif "sparse_value" in a:
-        value = SparseTensor.from_proto(a["sparse_value"]).to_dense()
-    elif "value_float" in a:
-        value = np.array(a["value_float"], dtype=np.float32)
-    elif "value_floats" in a:
-        value = np.array(a["value_floats"], dtype=np.float32)
-    elif "value_int" in a:
-        value = np.array(a["value_int"], dtype=np.int64)
-    elif "value_ints" in a:
-        value = np.array(a["value_ints"], dtype=np.int64)
-    elif "value_string" in a:
-        value = np.array(a["value_string"], dtype=object)
-    elif "value_strings" in a:
-        value = np.array(a["value_strings"], dtype=object)
-    else:
-        raise _bad(node, "Constant has no value attribute")
-    value = value.copy()
+    value = constant_attr_value(node.name, node.attrs)
     value.setflags(write=False)  # shared by every run
     return lambda: (value,)
 
@@ -730,12 +712,8 @@ def unique(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("ReverseSequence", since=10)
 def reverse_sequence(node: KernelNode) -> KernelFn:
-    batch_axis = node.attr("batch_axis", 1)
-    time_axis = node.attr("time_axis", 0)
-
     def run(x: np.ndarray, seq_lens: np.ndarray) -> tuple[np.ndarray]:
-        if {batch_axis, time_axis} != {0, 1}:
-            raise _bad(node, "batch_axis and time_axis must be 0 and 1 in some order")
+        time_axis, batch_axis = reverse_sequence_axes(node, x.shape, np.shape(seq_lens))
         m = np.moveaxis(x, (time_axis, batch_axis), (0, 1))
         t_len, b_len = m.shape[:2]
         lens = np.asarray(seq_lens).astype(np.int64).ravel()

@@ -1,0 +1,190 @@
+"""Normalizations, linear algebra and small ops on `be.xp`: LpNormalization,
+MeanVarianceNormalization, LRN, LpPool, MaxUnpool, Einsum, Det, ReverseSequence, Swish.
+
+Attributes and shape checks come from `turnout.semantics` (normalization, linalg, unfold,
+indexing, geometry); the arithmetic is array expressions on the device, widened from float16
+to float32 where a sum is taken. Indices read from device data (MaxUnpool's, ReverseSequence's
+lengths) are checked on the device with a flag naming the node, as Gather's are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from turnout.provider import KernelFn, KernelNode
+from turnout.semantics import conv_geometry, pool_kernel_shape, spatial_attrs
+from turnout.semantics.indexing import reverse_sequence_axes
+from turnout.semantics.linalg import check_square, einsum_equation
+from turnout.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
+from turnout.semantics.unfold import max_unpool_shapes
+
+from ..backend import Backend
+from .conv import windows
+from .elementwise import ACTIVATIONS
+from .registry import cuda_kernel, float_only, numeric_only
+
+__all__: list[str] = []
+
+
+def _wide(x: Any) -> Any:
+    """x in the float type sums run in: float16 widened to float32, wider types kept."""
+    return x.astype(np.promote_types(x.dtype, np.float32), copy=False)
+
+
+@cuda_kernel("LpNormalization", 1, applies=float_only)
+def lp_normalization(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any) -> tuple[Any]:
+        p, axis = lp_norm_attrs(kn, x.ndim)
+        xf = _wide(x)
+        if p == 1:
+            norm = xp.abs(xf).sum(axis=axis, keepdims=True)
+        else:
+            norm = xp.sqrt((xf * xf).sum(axis=axis, keepdims=True))
+        y = xp.where(norm == 0, 0, xf / xp.where(norm == 0, 1, norm))
+        return (y.astype(x.dtype),)
+
+    return run
+
+
+@cuda_kernel("MeanVarianceNormalization", 9, applies=float_only)
+def mean_variance_normalization(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any) -> tuple[Any]:
+        axes = mvn_axes(kn, x.ndim)
+        xf = _wide(x)
+        mean = xf.mean(axis=axes, keepdims=True)
+        var = (xf * xf).mean(axis=axes, keepdims=True) - mean * mean
+        return (((xf - mean) / (xp.sqrt(var) + MVN_EPSILON)).astype(x.dtype),)
+
+    return run
+
+
+@cuda_kernel("LRN", 1, applies=float_only)
+def lrn(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any) -> tuple[Any]:
+        size, before, after, alpha, beta, bias = lrn_window(kn, x.ndim)
+        xf = _wide(x)
+        c = x.shape[1]
+        # a running sum over the channel axis: window c = cum[c + size] - cum[c]
+        sq = xp.pad(xf * xf, [(0, 0), (before + 1, after)] + [(0, 0)] * (x.ndim - 2))
+        cum = xp.cumsum(sq, axis=1)
+        window = cum[:, size : size + c] - cum[:, 0:c]
+        return ((xf / (bias + (alpha / size) * window) ** beta).astype(x.dtype),)
+
+    return run
+
+
+@cuda_kernel("LpPool", 2, applies=float_only)
+def lp_pool(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    p = float(kn.attr("p", 2.0))
+    ceil_mode = bool(kn.attr("ceil_mode", 0))
+
+    def run(x: Any) -> tuple[Any]:
+        nd = x.ndim - 2
+        kernel = pool_kernel_shape(kn, nd)
+        strides, dilations = spatial_attrs(kn, nd, kernel)
+        pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations, ceil_mode)
+        # ceil_mode: the last window may run past the end padding; zeros add nothing to the sum
+        eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+        ends = [
+            max(e, (o - 1) * s + k - i - b)
+            for e, o, s, k, i, b in zip(pe, out, strides, eff, x.shape[2:], pb)
+        ]
+        powered = xp.abs(_wide(x)) ** p
+        padded = xp.pad(powered, [(0, 0), (0, 0), *zip(pb, ends)])
+        total = xp.sum(windows(xp, padded, kernel, strides, dilations, out), axis=2)
+        return ((total ** (1.0 / p)).astype(x.dtype),)
+
+    return run
+
+
+@cuda_kernel("MaxUnpool", 9, applies=numeric_only, host_inputs=(2,))
+def max_unpool(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any, idx: Any, output_shape: Any = None) -> tuple[Any]:
+        shape_in = None if output_shape is None else np.asarray(output_shape)
+        inferred, shape = max_unpool_shapes(kn, x.shape, idx.shape, shape_in)
+        size = int(np.prod(inferred, dtype=np.int64))
+        flat = idx.reshape(-1).astype(np.int64)
+        if flat.size:
+            be.checks.flag(
+                xp.any((flat < 0) | (flat >= size)),
+                f"MaxUnpool node {kn.name!r}: an index in {kn.inputs[1].name!r} is out of "
+                f"range [0, {size - 1}] for output {inferred} (checked on the device)",
+            )
+        y = xp.zeros(size, x.dtype)
+        y[xp.clip(flat, 0, max(size - 1, 0))] = x.reshape(-1)
+        y = y.reshape(inferred)
+        if shape == inferred:
+            return (y,)
+        # a larger output_shape extends each axis with zeros at its end
+        res = xp.zeros(shape, x.dtype)
+        res[tuple(slice(0, i) for i in inferred)] = y
+        return (res,)
+
+    return run
+
+
+@cuda_kernel("Einsum", 12)
+def einsum(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    equation = einsum_equation(kn)
+
+    def run(*xs: Any) -> tuple[Any]:
+        dt = xs[0].dtype
+        wide = [_wide(x) if dt.kind == "f" else x for x in xs]
+        return (xp.asarray(xp.einsum(equation, *wide)).astype(dt, copy=False),)
+
+    return run
+
+
+@cuda_kernel("Det", 11, applies=float_only)
+def det(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any) -> tuple[Any]:
+        check_square(kn, x.shape)
+        wide = x.astype(np.promote_types(x.dtype, np.float64), copy=False)
+        return (xp.asarray(xp.linalg.det(wide)).astype(x.dtype),)
+
+    return run
+
+
+@cuda_kernel("ReverseSequence", 10)
+def reverse_sequence(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+
+    def run(x: Any, lens: Any) -> tuple[Any]:
+        time_axis, batch_axis = reverse_sequence_axes(kn, x.shape, lens.shape)
+        steps, batch = x.shape[time_axis], x.shape[batch_axis]
+        n = lens.astype(np.int64)
+        if n.size:
+            be.checks.flag(
+                xp.any((n < 0) | (n > steps)),
+                f"ReverseSequence node {kn.name!r}: a length in {kn.inputs[1].name!r} is out "
+                f"of range [0, {steps}] (checked on the device)",
+            )
+        n = xp.clip(n, 0, steps)
+        t = xp.arange(steps)[:, None]
+        src = xp.where(t < n[None, :], n[None, :] - 1 - t, t)  # (time, batch)
+        m = xp.moveaxis(x, (time_axis, batch_axis), (0, 1))
+        out = m[src, xp.arange(batch)[None, :]]
+        return (xp.ascontiguousarray(xp.moveaxis(out, (0, 1), (time_axis, batch_axis))),)
+
+    return run
+
+
+@cuda_kernel("Swish", 24, applies=float_only)
+def swish(kn: KernelNode, be: Backend) -> KernelFn:
+    sigmoid = ACTIVATIONS["Sigmoid"][1](be, kn)
+    alpha = float(kn.attr("alpha", 1.0))
+    return lambda x: ((x * sigmoid(x * x.dtype.type(alpha))).astype(x.dtype),)
