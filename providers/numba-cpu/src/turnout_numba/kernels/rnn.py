@@ -31,6 +31,7 @@ from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.recurrent import recurrent_attrs
 
 from .. import cache
 from ..codegen import numba_array
@@ -95,34 +96,10 @@ def _direction(kn: KernelNode) -> str:
 
 
 def _activations(kn: KernelNode) -> list[list[Act]]:
-    """Per direction, the activations with their parameters (alpha/beta are consumed in order
-    by the activations that take them, across directions, as the CPU kernel does)."""
-    _, defaults, _ = _OPS[kn.op_type]
-    nd = 2 if _direction(kn) == "bidirectional" else 1
-    names = [_decode(n) for n in (kn.attr("activations") or list(defaults) * nd)]
-    per = len(defaults)
-    if len(names) == per and nd == 2:
-        names = names * 2
-    if len(names) != per * nd:
-        raise InvalidArgument(f"{kn.name}: expected {per * nd} activations, got {len(names)}")
-    alphas = list(kn.attr("activation_alpha") or [])
-    betas = list(kn.attr("activation_beta") or [])
-    out: list[Act] = []
-    ai = bi = 0
-    for n in names:
-        key = n.lower()
-        if key not in ACTIVATIONS:
-            raise InvalidArgument(f"{kn.name}: unsupported activation {n!r}")
-        (da, db), _ = ACTIVATIONS[key]
-        a = b = 0.0
-        if da is not None:
-            a = float(alphas[ai]) if ai < len(alphas) else da
-            ai += 1
-        if db is not None:
-            b = float(betas[bi]) if bi < len(betas) else db
-            bi += 1
-        out.append((key, a, b))
-    return [out[i * per : (i + 1) * per] for i in range(nd)]
+    """Per direction, the activations with their parameters, as turnout.semantics.recurrent
+    decodes them (0.0 where an activation takes no such parameter)."""
+    acts = recurrent_attrs(kn).acts
+    return [[(k, 0.0 if a is None else a, 0.0 if b is None else b) for k, a, b in d] for d in acts]
 
 
 def _applies(kn: KernelNode) -> str | None:
