@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 
 from turnout.errors import InvalidArgument
 from turnout.testing import cpu_session, provider_session
+from turnout_numba.kernels import gather as gather_kernels
 
 DTYPES = [np.float32, np.float64, np.float16, np.int8, np.uint16, np.int32, np.int64, np.bool_]
 
@@ -58,8 +59,17 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.nd
     return (rng.standard_normal(shape) * 50).astype(dtype)
 
 
+@pytest.fixture(params=["take", "compiled"])
+def gather_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Small Gathers over leading axes run numpy's take: `compiled` turns that off, so the
+    compiled loop meets the same cases."""
+    if request.param == "compiled":
+        monkeypatch.setattr(gather_kernels, "TAKE_MAX", -1)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", range(30))
-def test_gather_random(seed: int) -> None:
+def test_gather_random(seed: int, gather_path: str) -> None:
     rng = np.random.default_rng(seed)
     rank = int(rng.integers(1, 5))
     shape = tuple(int(v) for v in rng.integers(1, 6, rank))
@@ -107,7 +117,7 @@ def test_gather_elements_indices_smaller_than_data(rng: np.random.Generator) -> 
     [(1000, 64, ()), (1000, 64, (1, 16)), (30000, 128, (1, 128)), (50, 16, (4, 4))],
 )
 def test_embedding_lookups(
-    rng: np.random.Generator, vocab: int, dim: int, idx_shape: tuple[int, ...]
+    rng: np.random.Generator, vocab: int, dim: int, idx_shape: tuple[int, ...], gather_path: str
 ) -> None:
     """Text classifiers: token ids (or one scalar id) into an embedding table."""
     table = rng.standard_normal((vocab, dim)).astype(np.float32)
@@ -145,6 +155,25 @@ def test_out_of_range_names_the_node_and_value(op: str, dtype: Any) -> None:
             sess.run(None, {"data": data, "idx": idx})
     with pytest.raises(InvalidArgument, match="my_"):  # any index into an empty axis
         sess.run(None, {"data": np.zeros((3, 0), np.float32), "idx": good})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_leading_axis_out_of_range_names_the_node(dtype: Any, gather_path: str) -> None:
+    """The take path (axis 0, scalar and 2-D indices) raises the compiled path's error."""
+    state = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    for good in (np.array(-2, dtype), np.array([[1, 0], [-1, 1]], dtype)):
+        sess = provider_session(_model("Gather", state, good, 0, known=False),
+                                "NumbaExecutionProvider")  # fmt: skip
+        (got,) = sess.run(None, {"data": state, "idx": good})
+        np.testing.assert_array_equal(got, np.take(state, good, axis=0))
+        assert got.shape == (*good.shape, 3, 4) and got.flags.writeable
+        for bad in (2, -3, np.iinfo(dtype).max, np.iinfo(dtype).min):
+            idx = good.copy()
+            idx[(-1,) * idx.ndim] = bad
+            with pytest.raises(InvalidArgument, match=rf"my_gather: index {bad} out of range"):
+                sess.run(None, {"data": state, "idx": idx})
+    (got,) = sess.run(None, {"data": np.arange(3.0, dtype=np.float32), "idx": np.array(1, dtype)})
+    assert type(got) is np.ndarray and got.shape == () and got == 1.0  # 0-d, not a scalar
 
 
 def test_gather_into_empty_data_with_no_indices_is_empty() -> None:
