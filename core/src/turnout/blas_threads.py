@@ -1,22 +1,78 @@
-"""BLAS's thread count held to a session's `intra_op_num_threads` while it runs.
+"""BLAS's thread count: held to a session's `intra_op_num_threads` while it runs, and per product
+to what the product gains from.
 
 numpy's BLAS starts as many threads as there are cores. A session asked for one thread must not
 run its GEMMs on two (onnxruntime's CPU provider honours the count), and a numba session's
-threads must not fight BLAS's for the cores. threadpoolctl (optional: the `threads` extra) can
-set the count; its `limit()` context re-queries every library on each call (about 5.5 µs, half
+threads must not fight BLAS's for the cores. threadpoolctl (optional: the `threads` extra) finds
+the libraries; its `limit()` context re-queries every library on each call (about 5.5 us, half
 of a tiny model's run), so this keeps the library controllers found once and makes two ctypes
-calls per run (0.5 µs to read, 1 µs to set, only when the count differs).
+calls per run (0.5 us to read, 1 us to set, only when the count differs).
+
+Inside a run of a session with more than one thread, kernels multiply through `blas_matmul`,
+which picks the count per product (OpenBLAS's setter called through ctypes: 0.2 us):
+- products under `BLAS_SERIAL_MACS` multiply-adds run on one thread. A second thread saves
+  at most half of their ~0.2 ms, and when another process holds the second core the call
+  waits for a descheduled thread: 2-thread GEMMs of 2.4-4 M multiply-adds (text_cnn_like's
+  convolutions, 0.1 ms serial) took 45-51 ms each on the loaded 2-core machine;
+- larger ones get the session's threads unless `thread_contention.StallGuard` has seen a
+  multi-threaded call lose to its serial time (the other core is taken: mlp's 51-67 M
+  products went from 12 ms to 72 ms a run at 2 threads).
+OpenBLAS's count is process-wide: sessions running at once from several Python threads share
+it, as they did before.
 """
 
 from __future__ import annotations
 
+import ctypes
+import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BlasThreads"]
+import numpy as np
+
+from .thread_contention import StallGuard
+
+__all__ = ["BLAS_SERIAL_MACS", "BlasThreads", "blas_matmul", "blas_threads_for"]
+
+BLAS_SERIAL_MACS = 1 << 23
+"""Products with fewer multiply-adds (m * k * n per matrix, 8.4 M) run on one BLAS thread.
+Measured (1 vs 2 threads, OpenBLAS 0.3.31, quiet moments of the 2-core machine): 4 M saves
+40 us of 90, 17 M 150 us of 345; a descheduled helper thread costs milliseconds."""
+
+GUARD = StallGuard()
+"""The process's evidence of a taken core, shared by every session (the cores are shared)."""
+
+
+class _Run:
+    """The thread budget of the run in progress (process-wide, like BLAS's own count)."""
+
+    threads = 0  # 0: no managed run, `blas_matmul` is plain np.matmul
+    current = 0  # the count last set
+    setters: list[Callable[[int], Any]] = []
+
+
+_RUN = _Run()
+
+
+def _fast_setter(lib: Any) -> Callable[[int], Any]:
+    """OpenBLAS's own `openblas_set_num_threads` (pthreads build) as a ctypes function, found
+    once; other libraries through threadpoolctl's controller (~1 us)."""
+    dynlib = getattr(lib, "dynlib", None)
+    pthreads = getattr(lib, "threading_layer", "") != "openmp"  # OpenMP builds: per thread
+    if getattr(lib, "internal_api", "") == "openblas" and dynlib is not None and pthreads:
+        for prefix in ("", "scipy_"):
+            for suffix in ("", "64_", "_64"):
+                fn = getattr(dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if fn is not None:
+                    fn.restype = None
+                    fn.argtypes = [ctypes.c_int]
+                    return fn  # type: ignore[no-any-return]
+    return lib.set_num_threads  # type: ignore[no-any-return]
 
 
 class BlasThreads:
-    """Sets BLAS to `threads` in `enter()` and restores the previous counts in `exit()`.
+    """Sets BLAS to `threads` in `enter()` and restores the previous counts in `exit()`; in
+    between, `blas_matmul` sets the count per product.
 
     Without threadpoolctl, or with no BLAS loaded, both are no-ops.
     """
@@ -24,24 +80,68 @@ class BlasThreads:
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._libs: list[Any] = []
+        self._setters: list[Callable[[int], Any]] = []
         try:
             import numpy  # noqa: F401 - loads the BLAS that threadpoolctl must find
             from threadpoolctl import ThreadpoolController
         except ImportError:
             return
         self._libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+        self._setters = [_fast_setter(lib) for lib in self._libs]
 
     def enter(self) -> list[tuple[Any, int]]:
-        """Limit every BLAS library; returns what `exit` must restore."""
+        """Limit every BLAS library; returns what `exit` must restore. With more than one
+        thread every library is listed (`blas_matmul` may change the count during the run)."""
         changed = []
         for lib in self._libs:
             current = lib.get_num_threads()
             if current != self.threads:
                 lib.set_num_threads(self.threads)
                 changed.append((lib, current))
+            elif self.threads > 1:
+                changed.append((lib, current))
+        if self.threads > 1 and self._libs:
+            _RUN.threads = _RUN.current = self.threads
+            _RUN.setters = self._setters
         return changed
 
     @staticmethod
     def exit(changed: list[tuple[Any, int]]) -> None:
+        _RUN.threads = 0
         for lib, count in changed:
             lib.set_num_threads(count)
+
+
+def blas_threads_for(macs: int, threads: int, key: Any = None) -> int:
+    """BLAS threads for a product of `macs` multiply-adds per matrix in a session of `threads`
+    (see the module docstring); `key` names the product's shapes for the stall guard."""
+    if threads <= 1 or macs < BLAS_SERIAL_MACS:
+        return 1
+    return GUARD.threads_for(key, threads)
+
+
+def blas_matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """np.matmul(a, b, out=out) on the BLAS threads the product gains from (inside a managed
+    run of a session with threads; elsewhere plain np.matmul)."""
+    run = _RUN
+    if run.threads <= 1:
+        return np.matmul(a, b, out=out)
+    sa = a.shape
+    sb = b.shape
+    macs = (sa[-2] if len(sa) > 1 else 1) * (sa[-1] if sa else 1) * (sb[-1] if len(sb) > 1 else 1)
+    key = (sa, sb)
+    want = blas_threads_for(macs, run.threads, key)
+    if run.current != want:
+        _set(run, want)
+    if macs < BLAS_SERIAL_MACS:  # serial for good: no evidence to gather
+        return np.matmul(a, b, out=out)
+    start = time.perf_counter()
+    y = np.matmul(a, b, out=out)
+    GUARD.record(key, want, time.perf_counter() - start)
+    return y
+
+
+def _set(run: _Run, count: int) -> None:
+    for setter in run.setters:
+        setter(count)
+    run.current = count

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
+from turnout.blas_threads import blas_matmul
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.activations import activation_of
@@ -223,18 +224,18 @@ class _Product:
             form = self._c_form(c, (*lead, n), rows, n)
         if form is None:
             if self.plain.noop:
-                y = np.matmul(a2, bp)
+                y = blas_matmul(a2, bp)
             elif rows <= SMALL_M and self.no_act:
                 y = np.empty((rows, n), dt)
                 self.small(a2, bp, self.zero_col, self.alpha, 0.0, y)
             else:
-                y = np.matmul(a2, bp)
+                y = blas_matmul(a2, bp)
                 self.plain(y.reshape(1, rows, n), alpha=self.alpha)
         elif form.ndim == 1 and rows <= SMALL_M and self.no_act:
             y = np.empty((rows, n), dt)
             self.small(a2, bp, form, self.alpha, self.beta, y)
         else:
-            y = np.matmul(a2, bp)
+            y = blas_matmul(a2, bp)
             self._epilogue(y.reshape(1, rows, n), form, c)
         return (y if len(lead) == 1 else y.reshape((*lead, n)),)
 
@@ -257,7 +258,7 @@ class _Product:
             raise InvalidArgument(f"{name}: MatMul inputs must have rank >= 1")
         elif b.ndim != 2:
             try:
-                return None, np.asarray(np.matmul(a, b))
+                return None, np.asarray(blas_matmul(a, b))
             except ValueError as e:
                 raise InvalidArgument(
                     f"{name}: cannot multiply shapes {a.shape} and {b.shape}: {e}"

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ....blas_threads import blas_matmul
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.geometry import (
@@ -126,7 +127,7 @@ def conv_nd(
     perm = (0, 1, *tuple(range(3, 3 + nd)), 2, *tuple(range(3 + nd, 3 + 2 * nd)))
     cols = cols.transpose(perm).reshape(n, group, p, ck)
     wg = w.reshape(group, m // group, ck).transpose(0, 2, 1)
-    y = np.matmul(cols, wg)  # N, G, P, M/G
+    y = blas_matmul(cols, wg)  # N, G, P, M/G
     return y.transpose(0, 1, 3, 2).reshape((n, m, *tuple(out)))
 
 
@@ -238,7 +239,7 @@ def conv_runner(node: KernelNode, group: int) -> ConvFn:
                 xp[interior] = x
             cols_t = np.ndarray(view_shape, ct, xp, 0, view_strides).reshape(cols_shape)
             wg = w.astype(ct, copy=False).reshape(w_shape)
-            y = np.matmul(wg, cols_t).reshape(y_shape)  # (N, G, M/G, P): already (N, M, *out)
+            y = blas_matmul(wg, cols_t).reshape(y_shape)  # (N, G, M/G, P): already (N, M, *out)
         if b is not None:
             if b.shape != m:
                 raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m[0]},)")
@@ -358,7 +359,7 @@ def conv_transpose(node: KernelNode) -> KernelFn:
         p = int(np.prod(ins))
         xg = x.astype(ct, copy=False).reshape(n, group, c // group, p)
         wg = w.astype(ct, copy=False).reshape(group, c // group, mg * k).transpose(0, 2, 1)
-        cols = np.matmul(wg, xg).reshape((n, group * mg, k, *tuple(ins)))  # N, M, K, *in
+        cols = blas_matmul(wg, xg).reshape((n, group * mg, k, *tuple(ins)))  # N, M, K, *in
         # Add each kernel tap's columns into the output, with pads cropped (or zero-extended).
         y = np.zeros((n, group * mg, *tuple(geo.out)), ct)
         where = tap_placements(geo.kernel, geo.strides, geo.dilations, geo.pads_begin, ins, geo.out)

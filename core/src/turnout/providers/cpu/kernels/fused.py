@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ....blas_threads import blas_matmul
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.activations import activation, activation_of, gelu_tanh
@@ -61,7 +62,7 @@ def fused_gemm(node: KernelNode) -> KernelFn:
         bb = b.T if trans_b else b
         if aa.shape[-1] != bb.shape[0]:
             raise InvalidArgument(f"{node.name}: inner dimensions of {a.shape}, {b.shape} differ")
-        y = np.matmul(aa, bb)
+        y = blas_matmul(aa, bb)
         if alpha != 1.0:
             y = y * y.dtype.type(alpha)
         if c is not None and beta != 0.0:
