@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
+from turnout.blas_threads import blas_matmul
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.activations import activation_of
@@ -261,7 +262,7 @@ def _gemm_conv(x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: Any) -> Non
                 assert win is not None and im2col is not None
                 im2col(col.size, xs[n, g * cg : (g + 1) * cg], col, *win.args())
                 cols = col
-            np.matmul(wg[g], cols, out=y[n, g * mg : (g + 1) * mg])
+            blas_matmul(wg[g], cols, out=y[n, g * mg : (g + 1) * mg])
 
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)
