@@ -24,6 +24,7 @@ __all__ = [
     "check_recurrent_inputs",
     "check_sequence_lens",
     "recurrent_attrs",
+    "recurrent_inputs",
 ]
 
 RECURRENT_ACTIVATIONS: dict[str, tuple[float | None, float | None]] = {
@@ -147,18 +148,17 @@ def _shape(v: Any) -> tuple[int, ...] | None:
     return None if v is None else tuple(v.shape)
 
 
-def check_recurrent_inputs(
-    a: RecurrentAttrs,
-    x: Any,
-    w: Any,
-    r: Any,
-    b: Any = None,
-    init_h: Any = None,
-    init_c: Any = None,
-    p: Any = None,
-) -> RecurrentShapes:
-    """Check the inputs' shapes; X, initial_h and initial_c are time-major here (the kernel
-    transposes layout 1 first). Arrays of any array module: only `.shape` is read."""
+def recurrent_inputs(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The node's inputs padded with None to all eight: (X, W, R, B, sequence_lens, initial_h,
+    initial_c, P)."""
+    return (*inputs, *(None,) * (8 - len(inputs)))
+
+
+def check_recurrent_inputs(a: RecurrentAttrs, inputs: Sequence[Any]) -> RecurrentShapes:
+    """Check the shapes of the node's inputs (as `recurrent_inputs` orders them; X,
+    initial_h and initial_c time-major: a kernel undoes layout 1 first). Arrays of any array
+    module: only `.shape` is read."""
+    x, w, r, b, _, init_h, init_c, p = recurrent_inputs(inputs)
     name, g, nd = a.name, a.gates, len(a.directions)
     if len(x.shape) != 3:
         raise InvalidArgument(f"{name}: X must be 3-D, got shape {tuple(x.shape)}")

@@ -23,6 +23,7 @@ from turnout.semantics.recurrent import (
     check_recurrent_inputs,
     check_sequence_lens,
     recurrent_attrs,
+    recurrent_inputs,
 )
 
 from ..backend import Backend
@@ -56,15 +57,14 @@ def _gate_functions(xp: Any, attrs: RecurrentAttrs, clip: Fn) -> list[Fn]:
     directions that compute alike it is one call; otherwise each direction's slice is
     computed with its own activation and the slices stacked again."""
     per_dir = [[_activation(xp, *k) for k in d] for d in attrs.acts]
-    out: list[Fn] = []
-    for j in range(len(per_dir[0])):
-        if attrs.paired or len(per_dir) == 1:
-            f = per_dir[0][j]
-            out.append(lambda v, f=f: f(clip(v)))
-        else:
-            fs = [d[j] for d in per_dir]
-            out.append(lambda v, fs=fs: xp.stack([f(clip(v[i])) for i, f in enumerate(fs)]))
-    return out
+    return [_gate(xp, [d[j] for d in per_dir], attrs.paired, clip) for j in range(len(per_dir[0]))]
+
+
+def _gate(xp: Any, fs: list[Fn], paired: bool, clip: Fn) -> Fn:
+    if paired or len(fs) == 1:
+        f = fs[0]
+        return lambda v: f(clip(v))
+    return lambda v: xp.stack([f(clip(v[i])) for i, f in enumerate(fs)])
 
 
 def _build(kn: KernelNode, be: Backend) -> KernelFn:
@@ -73,27 +73,19 @@ def _build(kn: KernelNode, be: Backend) -> KernelFn:
     bound = attrs.clip
     clip: Fn = (lambda v: v) if bound is None else (lambda v: xp.clip(v, -bound, bound))
     acts = _gate_functions(xp, attrs, clip)
-    cell = {"RNN": _rnn_cell, "GRU": _gru_cell, "LSTM": _lstm_cell}[attrs.op]
+    cell: _Cell = {"RNN": _rnn_cell, "GRU": _gru_cell, "LSTM": _lstm_cell}[attrs.op]
     nd = len(attrs.directions)
     reverse = [d == "reverse" for d in attrs.directions]
 
-    def run(
-        x: Any,
-        w: Any,
-        r: Any,
-        b: Any = None,
-        seq_lens: Any = None,
-        init_h: Any = None,
-        init_c: Any = None,
-        p: Any = None,
-    ) -> tuple[Any, ...]:
+    def run(*inputs: Any) -> tuple[Any, ...]:
+        x, w, r, b, seq_lens, init_h, init_c, p = recurrent_inputs(inputs)
         out_dt = x.dtype
         dt = np.dtype(np.float32) if out_dt == np.float16 else out_dt
         if attrs.layout == 1 and x.ndim == 3:
             x = x.transpose(1, 0, 2)
             init_h = None if init_h is None else init_h.transpose(1, 0, 2)
             init_c = None if init_c is None else init_c.transpose(1, 0, 2)
-        s = check_recurrent_inputs(attrs, x, w, r, b, init_h, init_c, p)
+        s = check_recurrent_inputs(attrs, (x, w, r, b, None, init_h, init_c, p))
         # sequence_lens is a host input: lengths decide which steps run, read once a run
         lens = check_sequence_lens(attrs.name, seq_lens, s.batch, s.steps)
         steps, batch, hs, g = s.steps, s.batch, s.hidden, attrs.gates
@@ -153,8 +145,16 @@ def _liveness(xp: Any, lens: Any, reverse: list[bool], steps: int) -> Any:
     return xp.asarray(idx[:, :, None, None] < lens[None, None, :, None])
 
 
+Step = Callable[[Any, Any, Any], tuple[Any, Any]]
+
+
 class _Cell:
     """A cell: `cell(xp, attrs, acts, rt, rb, peep, hs)` returns step(xw_t, h, c)."""
+
+    def __call__(
+        self, xp: Any, attrs: Any, acts: list[Fn], rt: Any, rb: Any, peep: Any, hs: int
+    ) -> Step:
+        raise NotImplementedError
 
     @staticmethod
     def fold_recurrent_bias(attrs: RecurrentAttrs, rb: Any, hs: int) -> Any:
@@ -170,7 +170,7 @@ class _Cell:
 class _RNNCell(_Cell):
     def __call__(
         self, xp: Any, attrs: Any, acts: list[Fn], rt: Any, rb: Any, peep: Any, hs: int
-    ) -> Callable[..., tuple[Any, Any]]:
+    ) -> Step:
         (f,) = acts
 
         def step(xw: Any, h: Any, c: Any) -> tuple[Any, Any]:
@@ -195,7 +195,7 @@ class _GRUCell(_Cell):
 
     def __call__(
         self, xp: Any, attrs: Any, acts: list[Fn], rt: Any, rb: Any, peep: Any, hs: int
-    ) -> Callable[..., tuple[Any, Any]]:
+    ) -> Step:
         f, g = acts
         rt_zr, rt_h = rt[..., : 2 * hs], rt[..., 2 * hs :]
         before = attrs.linear_before_reset
@@ -220,7 +220,7 @@ class _LSTMCell(_Cell):
 
     def __call__(
         self, xp: Any, attrs: Any, acts: list[Fn], rt: Any, rb: Any, peep: Any, hs: int
-    ) -> Callable[..., tuple[Any, Any]]:
+    ) -> Step:
         f, g, hact = acts
         forget_is_input = attrs.input_forget
         pi = po = pf = None

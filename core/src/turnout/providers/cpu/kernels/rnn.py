@@ -127,7 +127,7 @@ class _Recurrent:
             x = x.transpose(1, 0, 2)
             init_h = None if init_h is None else init_h.transpose(1, 0, 2)
             init_c = None if init_c is None else init_c.transpose(1, 0, 2)
-        shapes = check_recurrent_inputs(self.attrs, x, w, r, b, init_h, init_c, p)
+        shapes = check_recurrent_inputs(self.attrs, (x, w, r, b, None, init_h, init_c, p))
         steps, batch, isz, hs = shapes.steps, shapes.batch, shapes.input_size, shapes.hidden
         lens = check_sequence_lens(name, seq_lens, batch, steps)
         rts = self._transposed_r(r, dt)
