@@ -1,7 +1,7 @@
 """Input shapes of the loss ops (SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss).
 
 One check, so that a target or weight of the wrong shape is the same InvalidArgument on every
-provider.
+provider, and the weighting and reduction of the picked log-probabilities, on any array module.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
-__all__ = ["check_loss_shapes"]
+__all__ = ["check_loss_shapes", "weigh_and_reduce"]
 
 
 def check_loss_shapes(name: str, x: Any, target: Any, weight: Any | None) -> None:
@@ -28,3 +28,32 @@ def check_loss_shapes(name: str, x: Any, target: Any, weight: Any | None) -> Non
         )
     if weight is not None and tuple(weight.shape) != (xs[1],):
         raise InvalidArgument(f"{name}: weight shape {tuple(weight.shape)} is not ({xs[1]},)")
+
+
+def weigh_and_reduce(
+    xp: Any,
+    picked: Any,
+    ignored: Any,
+    weight: Any | None,
+    target: Any,
+    has_ignore: bool,
+    reduction: str,
+) -> Any:
+    """The loss from `picked` (N, D) log-probabilities of the targets: negated, weighed by the
+    gathered class weight (0 where `ignored`), reduced "none" (to the target's shape), "sum" or
+    "mean" (over the sum of the weights when there is a weight or an ignore_index). `target`
+    is the in-range class per element, `xp` numpy or CuPy."""
+    zero = xp.zeros((), dtype=picked.dtype)
+    loss = xp.where(ignored, zero, -picked)
+    gw = None
+    if weight is not None:
+        gw = xp.where(ignored, zero, weight.astype(picked.dtype)[target])
+    elif has_ignore:
+        gw = (~ignored).astype(picked.dtype)
+    if gw is not None:
+        loss = loss * gw
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return xp.sum(loss)
+    return xp.sum(loss) / xp.sum(gw) if gw is not None else xp.mean(loss)

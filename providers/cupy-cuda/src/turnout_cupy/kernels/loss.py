@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from turnout.provider import KernelFn, KernelNode
-from turnout.semantics import check_loss_shapes
+from turnout.semantics.loss import check_loss_shapes, weigh_and_reduce
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
@@ -65,27 +65,13 @@ def _loss(softmax: bool) -> Any:
                     + " (checked on the device)",
                 )
             t_safe = xp.where(ignored, 0, xp.clip(t_eff, 0, max(c - 1, 0)))
-            zero = xp.zeros((), dtype=ct)
             if x3.size:
                 picked = xp.take_along_axis(logp, t_safe[:, None, :], axis=1)[:, 0, :]
-                loss = xp.where(ignored, zero, -picked)
             else:
-                loss = xp.zeros(t2.shape, dtype=ct)
-            gw = None
-            if weight is not None:
-                gw = xp.where(ignored, zero, weight.astype(ct)[t_safe])
-            elif ignore is not None:
-                gw = (~ignored).astype(ct)
-            if gw is not None:
-                loss = loss * gw
+                picked = xp.zeros(t2.shape, dtype=ct)
+            out = weigh_and_reduce(xp, picked, ignored, weight, t_safe, ignore is not None, red)
             if red == "none":
-                out = loss.reshape(target.shape)
-            elif red == "sum":
-                out = xp.sum(loss)
-            elif gw is not None:
-                out = xp.sum(loss) / xp.sum(gw)
-            else:
-                out = xp.mean(loss)
+                out = out.reshape(target.shape)
             res: list[Any] = [xp.asarray(out).astype(x.dtype)]
             if softmax and len(outs) > 1:
                 res.append(logp.reshape(x.shape).astype(x.dtype) if want_logp else None)

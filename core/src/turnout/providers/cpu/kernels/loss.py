@@ -18,7 +18,7 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ....semantics.loss import check_loss_shapes
+from ....semantics.loss import check_loss_shapes, weigh_and_reduce
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -63,22 +63,9 @@ def softmax_cross_entropy_loss(kn: KernelNode) -> KernelFn:
             )
         t_safe = np.where(ignored, 0, t_eff)
         picked = np.take_along_axis(logp, t_safe[:, None, :], axis=1)[:, 0, :]
-        loss = np.where(ignored, ct.type(0), -picked)
-        gw: Array | None = None
-        if weight is not None:
-            gw = np.where(ignored, ct.type(0), weight.astype(ct)[t_safe])
-        elif ignore is not None:
-            gw = (~ignored).astype(ct)
-        if gw is not None:
-            loss = loss * gw
+        out = weigh_and_reduce(np, picked, ignored, weight, t_safe, ignore is not None, red)
         if red == "none":
-            out = loss.reshape(target.shape)
-        elif red == "sum":
-            out = np.sum(loss)
-        elif gw is not None:
-            out = np.sum(loss) / np.sum(gw)
-        else:
-            out = np.mean(loss)
+            out = out.reshape(target.shape)
         res: list[Any] = [np.asarray(out).astype(x.dtype)]
         if len(outs) > 1:
             res.append(logp.reshape(x.shape).astype(x.dtype) if want_logp else None)
