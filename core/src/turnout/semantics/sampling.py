@@ -20,12 +20,17 @@ from .resize import cubic_weights
 
 __all__ = [
     "GridSampleAttrs",
+    "RoiAlignAttrs",
+    "RoiAxisSamples",
     "Tap",
     "affine_grid_base",
     "check_affine_theta",
     "check_grid",
+    "check_roi_align",
     "grid_axis_taps",
     "grid_sample_attrs",
+    "roi_align_attrs",
+    "roi_samples",
 ]
 
 
@@ -155,3 +160,93 @@ def affine_grid_base(spatial: Sequence[int], align_corners: bool) -> np.ndarray:
     mesh = np.meshgrid(*axes, indexing="ij")  # spatial order (D,) H, W
     cols = [m.reshape(-1) for m in reversed(mesh)] + [np.ones(mesh[0].size)]
     return np.stack(cols, axis=1)
+
+
+class RoiAlignAttrs(NamedTuple):
+    mode: str  # "avg" or "max"
+    out_h: int
+    out_w: int
+    sampling_ratio: int  # 0: adaptive, ceil(roi size / output size) samples per bin
+    spatial_scale: float
+    half_pixel: bool  # coordinate_transformation_mode (opset 16's default: half_pixel)
+
+
+class RoiAxisSamples(NamedTuple):
+    """Bilinear samples along one axis of one ROI, `per_bin` per output bin (host arrays):
+    the weight of the high neighbour, the low and high indices, and whether the sample lies
+    within [-1, size] (outside it samples read 0)."""
+
+    weight_high: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    valid: np.ndarray
+    per_bin: int
+
+
+def roi_align_attrs(node: KernelNode) -> RoiAlignAttrs:
+    mode = _str(node.attr("mode", None), "avg")
+    if mode not in ("avg", "max"):
+        raise InvalidArgument(f"{node.name}: unknown RoiAlign mode {mode!r}")
+    ctm = _str(
+        node.attr("coordinate_transformation_mode", None),
+        "half_pixel" if node.since_version >= 16 else "output_half_pixel",
+    )
+    return RoiAlignAttrs(
+        mode,
+        int(node.attr("output_height", 1)),
+        int(node.attr("output_width", 1)),
+        int(node.attr("sampling_ratio", 0)),
+        float(node.attr("spatial_scale", 1.0)),
+        ctm == "half_pixel",
+    )
+
+
+def check_roi_align(
+    node: KernelNode,
+    x_shape: Sequence[int],
+    rois_shape: Sequence[int],
+    batch_indices_shape: Sequence[int],
+) -> None:
+    """X (N, C, H, W), rois (R, 4), batch_indices (R,)."""
+    if (
+        len(x_shape) != 4
+        or len(rois_shape) != 2
+        or rois_shape[1] != 4
+        or tuple(batch_indices_shape) != (rois_shape[0],)
+    ):
+        raise InvalidArgument(
+            f"{node.name}: need X 4-D, rois (R, 4), batch_indices (R,); "
+            f"got {tuple(x_shape)}, {tuple(rois_shape)}, {tuple(batch_indices_shape)}"
+        )
+
+
+def _bilinear_1d(pos: np.ndarray, size: int, per_bin: int) -> RoiAxisSamples:
+    valid = (pos >= -1.0) & (pos <= size)
+    p = np.maximum(pos, 0.0)
+    lo = np.floor(p).astype(np.int64)
+    at_end = lo >= size - 1
+    lo = np.where(at_end, size - 1, lo)
+    hi = np.where(at_end, size - 1, lo + 1)
+    p = np.where(at_end, lo.astype(np.float64), p)
+    return RoiAxisSamples(p - lo, lo, hi, valid, per_bin)
+
+
+def roi_samples(
+    attrs: RoiAlignAttrs, roi: Sequence[float], height: int, width: int
+) -> tuple[RoiAxisSamples, RoiAxisSamples]:
+    """The (y, x) sample points of one ROI (x1, y1, x2, y2 in input coordinates before
+    spatial_scale): how many per bin depends on the ROI's size, so they are computed on the
+    host, from the ROI's values."""
+    offset = 0.5 if attrs.half_pixel else 0.0
+    x1, y1, x2, y2 = (float(v) * attrs.spatial_scale - offset for v in roi)
+    rw, rh = x2 - x1, y2 - y1
+    if not attrs.half_pixel:
+        rw, rh = max(rw, 1.0), max(rh, 1.0)
+    out = []
+    for start, extent, bins, size in ((y1, rh, attrs.out_h, height), (x1, rw, attrs.out_w, width)):
+        step = extent / bins
+        g = attrs.sampling_ratio if attrs.sampling_ratio > 0 else int(np.ceil(extent / bins))
+        g = max(g, 1)
+        pos = start + (np.arange(bins)[:, None] * step + (np.arange(g)[None, :] + 0.5) * step / g)
+        out.append(_bilinear_1d(pos.reshape(-1), size, g))
+    return out[0], out[1]

@@ -1,11 +1,13 @@
-"""Sampling and transposed-window ops on `be.xp`: GridSample, AffineGrid, ConvTranspose,
-Col2Im.
+"""Sampling and transposed-window ops on `be.xp`: GridSample, AffineGrid, RoiAlign,
+ConvTranspose, Col2Im.
 
 GridSample's taps (indices, weights, zero-padding masks) come from `turnout.semantics.sampling`
 computed on the device from the grid, and each combination of per-axis taps is one gather of the
-channels-last input. AffineGrid's base grid depends only on the (host) size input. ConvTranspose
-is one batched GEMM per group (cuBLAS through `xp.matmul`) into per-tap columns, then a strided
-scatter-add of each tap into the output (col2im); Col2Im is that scatter-add alone.
+channels-last input. RoiAlign reads its ROIs and batch indices on the host (the number of samples
+per bin depends on each ROI's size), places the samples there, and gathers and pools on the
+device, one ROI at a time. AffineGrid's base grid depends only on the (host) size input.
+ConvTranspose is one batched GEMM per group (cuBLAS through `xp.matmul`) into per-tap columns,
+then a strided scatter-add of each tap into the output (col2im); Col2Im is that scatter-add alone.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from typing import Any
 
 import numpy as np
 
+from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.sampling import (
     affine_grid_base,
     check_affine_theta,
     check_grid,
+    check_roi_align,
     grid_axis_taps,
     grid_sample_attrs,
+    roi_align_attrs,
+    roi_samples,
 )
 from turnout.semantics.unfold import (
     TapPlacement,
@@ -82,6 +88,44 @@ def affine_grid(kn: KernelNode, be: Backend) -> KernelFn:
         base = be.asarray(affine_grid_base(sz[2:], align), ct)
         out = xp.matmul(base, xp.swapaxes(theta.astype(ct, copy=False), 1, 2))  # N, P, r
         return (out.reshape([sz[0], *sz[2:], r]).astype(theta.dtype),)
+
+    return run
+
+
+@cuda_kernel("RoiAlign", 10, applies=float_only, host_inputs=(1, 2))
+def roi_align(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    attrs = roi_align_attrs(kn)
+
+    def one(img: Any, roi: Any) -> Any:
+        """One ROI's (C, out_h, out_w) from one image (C, H, W)."""
+        sy, sx = roi_samples(attrs, roi, img.shape[1], img.shape[2])
+        iy = np.stack([sy.low, sy.low, sy.high, sy.high])[:, :, None]  # corners, y, 1
+        ix = np.stack([sx.low, sx.high, sx.low, sx.high])[:, None, :]  # corners, 1, x
+        wy = np.stack([1 - sy.weight_high] * 2 + [sy.weight_high] * 2)[:, :, None]
+        wx = np.stack([1 - sx.weight_high, sx.weight_high] * 2)[:, None, :]
+        keep = sy.valid[:, None] & sx.valid[None, :]
+        w = be.asarray(wy * wx * keep, img.dtype)  # corners, y samples, x samples
+        v = img[:, be.asarray(iy), be.asarray(ix)] * w  # C, corners, y, x
+        bins = (img.shape[0], attrs.out_h, sy.per_bin, attrs.out_w, sx.per_bin)
+        if attrs.mode == "max":  # onnxruntime's max: of the weighted corners, then the bin
+            return v.max(axis=1).reshape(bins).max(axis=(2, 4))
+        return v.sum(axis=1).reshape(bins).mean(axis=(2, 4))
+
+    def run(x: Any, rois: Any, batch_indices: Any) -> tuple[Any]:
+        check_roi_align(kn, x.shape, rois.shape, batch_indices.shape)
+        n = x.shape[0]
+        bi = np.asarray(batch_indices).astype(np.int64)
+        if bi.size and (bi.min() < 0 or bi.max() >= n):
+            raise InvalidArgument(
+                f"RoiAlign node {kn.name!r}: a batch index in {kn.inputs[2].name!r} is out of "
+                f"range [0, {n - 1}]"
+            )
+        xf = x.astype(_wide(x.dtype), copy=False)
+        y = xp.zeros((len(bi), x.shape[1], attrs.out_h, attrs.out_w), xf.dtype)
+        for r, b in enumerate(bi):
+            y[r] = one(xf[int(b)], np.asarray(rois)[r])
+        return (y.astype(x.dtype, copy=False),)
 
     return run
 

@@ -16,6 +16,7 @@ import numpy as np
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.geometry import conv_geometry, pool_kernel_shape, spatial_attrs
+from ....semantics.sampling import check_roi_align, roi_align_attrs, roi_samples
 from ....semantics.unfold import max_unpool_shapes
 from ..registry import cpu_kernel
 from .conv import compute_dtype, pad_spatial, window_slices
@@ -307,28 +308,11 @@ def max_roi_pool(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("RoiAlign", since=10)
 def roi_align(node: KernelNode) -> KernelFn:
-    mode = node.attr("mode", "avg")
-    oh = int(node.attr("output_height", 1))
-    ow = int(node.attr("output_width", 1))
-    ratio = int(node.attr("sampling_ratio", 0))
-    scale = float(node.attr("spatial_scale", 1.0))
-    ctm = node.attr(
-        "coordinate_transformation_mode",
-        "half_pixel" if node.since_version >= 16 else "output_half_pixel",
-    )
-    offset = 0.5 if ctm == "half_pixel" else 0.0
+    attrs = roi_align_attrs(node)
+    oh, ow = attrs.out_h, attrs.out_w
 
     def run(x: np.ndarray, rois: np.ndarray, batch_indices: np.ndarray) -> tuple[np.ndarray]:
-        if (
-            x.ndim != 4
-            or rois.ndim != 2
-            or rois.shape[1] != 4
-            or batch_indices.shape != (rois.shape[0],)
-        ):
-            raise InvalidArgument(
-                f"{node.name}: need X 4-D, rois (R, 4), batch_indices (R,); "
-                f"got {x.shape}, {rois.shape}, {batch_indices.shape}"
-            )
+        check_roi_align(node, x.shape, rois.shape, batch_indices.shape)
         n, c, h, w = x.shape
         if batch_indices.size and (batch_indices.min() < 0 or batch_indices.max() >= n):
             raise InvalidArgument(f"{node.name}: batch index out of range [0, {n})")
@@ -336,55 +320,28 @@ def roi_align(node: KernelNode) -> KernelFn:
         xf = x.astype(ct, copy=False)
         y = np.zeros((rois.shape[0], c, oh, ow), ct)
         for r in range(rois.shape[0]):
-            x1, y1, x2, y2 = (float(v) * scale - offset for v in rois[r])
-            rw, rh = x2 - x1, y2 - y1
-            if ctm != "half_pixel":
-                rw, rh = max(rw, 1.0), max(rh, 1.0)
-            bh, bw = rh / oh, rw / ow
-            gh = ratio if ratio > 0 else int(np.ceil(rh / oh))
-            gw = ratio if ratio > 0 else int(np.ceil(rw / ow))
-            gh, gw = max(gh, 1), max(gw, 1)
-            ys = y1 + (
-                np.arange(oh)[:, None] * bh + (np.arange(gh)[None, :] + 0.5) * bh / gh
-            ).reshape(-1)
-            xs = x1 + (
-                np.arange(ow)[:, None] * bw + (np.arange(gw)[None, :] + 0.5) * bw / gw
-            ).reshape(-1)
-            wy, iy0, iy1, vy = _bilinear_1d(ys, h)
-            wx, ix0, ix1, vx = _bilinear_1d(xs, w)
+            sy, sx = roi_samples(attrs, rois[r], h, w)
+            wy, wx = sy.weight_high, sx.weight_high
             img = xf[int(batch_indices[r])]
             # samples: (C, oh*gh, ow*gw) per corner, weighted
-            valid = (vy[:, None] & vx[None, :]).astype(ct)
+            valid = (sy.valid[:, None] & sx.valid[None, :]).astype(ct)
             corners = [
-                (img[:, iy0][:, :, ix0], (1 - wy)[:, None] * (1 - wx)[None, :]),
-                (img[:, iy0][:, :, ix1], (1 - wy)[:, None] * wx[None, :]),
-                (img[:, iy1][:, :, ix0], wy[:, None] * (1 - wx)[None, :]),
-                (img[:, iy1][:, :, ix1], wy[:, None] * wx[None, :]),
+                (img[:, sy.low][:, :, sx.low], (1 - wy)[:, None] * (1 - wx)[None, :]),
+                (img[:, sy.low][:, :, sx.high], (1 - wy)[:, None] * wx[None, :]),
+                (img[:, sy.high][:, :, sx.low], wy[:, None] * (1 - wx)[None, :]),
+                (img[:, sy.high][:, :, sx.high], wy[:, None] * wx[None, :]),
             ]
-            if mode == "max":
+            bins = (c, oh, sy.per_bin, ow, sx.per_bin)
+            if attrs.mode == "max":
                 s = None
                 for v, wt in corners:
                     t = v * (wt * valid).astype(ct)
                     s = t if s is None else np.maximum(s, t)
                 assert s is not None
-                y[r] = s.reshape(c, oh, gh, ow, gw).max(axis=(2, 4))
+                y[r] = s.reshape(bins).max(axis=(2, 4))
             else:
                 s = sum(v * (wt * valid).astype(ct) for v, wt in corners)
-                y[r] = np.asarray(s).reshape(c, oh, gh, ow, gw).mean(axis=(2, 4))
+                y[r] = np.asarray(s).reshape(bins).mean(axis=(2, 4))
         return (y.astype(x.dtype, copy=False),)
 
     return run
-
-
-def _bilinear_1d(
-    pos: np.ndarray, size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """RoiAlign's 1-D sampling: (weight of the high neighbour, low index, high index, valid)."""
-    valid = (pos >= -1.0) & (pos <= size)
-    p = np.maximum(pos, 0.0)
-    lo = np.floor(p).astype(np.int64)
-    at_end = lo >= size - 1
-    lo = np.where(at_end, size - 1, lo)
-    hi = np.where(at_end, size - 1, lo + 1)
-    p = np.where(at_end, lo.astype(np.float64), p)
-    return p - lo, lo, hi, valid
