@@ -11,10 +11,12 @@ these too.
 - `activations`: the fused ops' activation table and numpy reference functions.
 - `numerics`: erf and an overflow-free sigmoid, exact to the dtype they are given.
 - `attention`: Attention's input-shape checks.
-- `loss`: the loss ops' input-shape checks.
+- `loss`: the loss ops' input-shape checks, class weighting and reduction.
 - `recurrent`: RNN/GRU/LSTM attributes (directions, layout, activations) and input checks.
 - `constants`: which inputs are constants a kernel may prepare once.
 - `quant`: linear quantization's attributes, scale/zero-point layouts and integer ranges.
+- `pad`: Pad's and CenterCropPad's plans (crops, output shapes, source positions).
+- `literal`: a Constant node's value from its attributes.
 """
 
 from __future__ import annotations
