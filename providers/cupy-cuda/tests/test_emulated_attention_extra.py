@@ -16,6 +16,7 @@ from turnout.errors import InvalidArgument
 from turnout.ir import Graph
 from turnout.provider import KernelNode
 from turnout.semantics.causal_conv import causal_conv_shapes
+from turnout.semantics.flex_attention import flex_attention_shapes
 from turnout.semantics.linear_attention import linear_attention_attrs
 from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
 
@@ -154,3 +155,31 @@ def test_causal_conv_bad_shapes() -> None:
         causal_conv_shapes("cc", (2, 4, 6), (4, 2, 3))
     with pytest.raises(InvalidArgument, match=r"cc: past_state \(2, 4, 3\) must be \(2, 4, 2\)"):
         causal_conv_shapes("cc", (2, 4, 6), (4, 1, 3), None, (2, 4, 3))
+
+
+@pytest.mark.parametrize("precision", [None, int(TensorProto.DOUBLE)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_flex_attention_gqa(emulated: str, precision: int | None, dtype: Any) -> None:
+    """ai.onnx.preview cases are not in test_emulated_kernels' default-domain list."""
+    rng = np.random.default_rng(2)
+    feeds = {
+        "q": rng.standard_normal((2, 6, 3, 4)).astype(dtype),
+        "k": rng.standard_normal((2, 2, 5, 4)).astype(dtype),
+        "v": rng.standard_normal((2, 2, 5, 7)).astype(dtype),
+    }
+    node = helper.make_node("FlexAttention", list(feeds), ["y"], domain="ai.onnx.preview")
+    node.attribute.append(helper.make_attribute("scale", 0.3))
+    if precision is not None:
+        node.attribute.append(helper.make_attribute("softmax_precision", precision))
+    opsets = {"": 26, "ai.onnx.preview": 1}
+    model = one_node_model(node, list(feeds.values()), opsets)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = provider_session(model, emulated).run(None, feeds)
+    want = run_reference(node, list(feeds.values()), opsets)
+    assert_outputs_close(want, got, 2e-3 if dtype == np.float16 else 1e-6, 1e-3)
+
+
+def test_flex_attention_bad_heads() -> None:
+    with pytest.raises(InvalidArgument, match="fa: 6 query heads are not a multiple of 4"):
+        flex_attention_shapes("fa", (1, 6, 2, 4), (1, 4, 3, 4), (1, 4, 3, 4), None)

@@ -11,6 +11,11 @@ state (batch, kv_heads, d_k, d_v) is float32 and steps in time with batched xp o
 the delta rule's read-back Sᵀk as a batched matvec, the rank-1 write); all query heads of a kv
 head read it in one batched matmul, grouped as (batch, kv_heads, group, d_k), so the state is
 never repeated per query head. chunk_size (a tuning hint) is not used.
+
+FlexAttention (ai.onnx.preview): sizes, scale and softmax type are
+`turnout.semantics.flex_attention`'s; grouped query heads read their kv head by broadcasting
+in the batched matmuls (no repeat). Nodes with a score_mod or prob_mod graph are declined:
+running a graph attribute on the device is not implemented.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.flex_attention import flex_attention_shapes, flex_softmax_dtype
 from turnout.semantics.linear_attention import linear_attention_attrs
 from turnout.semantics.rotary import rotary_shapes
 
@@ -121,5 +127,35 @@ def linear_attention(kn: KernelNode, be: Backend) -> KernelFn:
         y = xp.stack(outs, axis=1) if outs else xp.zeros((b, 0, hkv, g, s.d_v), np.float32)
         y = (s.scale * y).reshape(b, s.steps, a.q_heads * s.d_v).astype(q.dtype)
         return y, state.astype(q.dtype if past is None else past.dtype)
+
+    return run
+
+
+def _flex_applies(kn: KernelNode) -> str | None:
+    for mod in ("score_mod", "prob_mod"):
+        if kn.attr(mod) is not None:
+            return f"FlexAttention's {mod} graph is not run on the device"
+    precision = kn.attr("softmax_precision")
+    if precision is not None and int(precision) == 16:
+        return "CuPy has no bfloat16 arrays (softmax_precision)"
+    return float_only(kn)
+
+
+@cuda_kernel("FlexAttention", 1, domain="ai.onnx.preview", applies=_flex_applies)
+def flex_attention(kn: KernelNode, be: Backend) -> KernelFn:
+    xp = be.xp
+    scale_attr, precision = kn.attr("scale"), kn.attr("softmax_precision")
+
+    def run(q: Any, k: Any, v: Any) -> tuple[Any]:
+        s = flex_attention_shapes(kn.name, q.shape, k.shape, v.shape, scale_attr)
+        ct = np.dtype(flex_softmax_dtype(kn.name, q.dtype, precision))
+        root = q.dtype.type(np.sqrt(np.float32(s.scale)))  # Q and K each scaled by its root
+        q5 = (q * root).reshape(s.batch, s.kv_heads, s.group, s.q_len, s.head)
+        k5 = (k * root)[:, :, None]  # (batch, kv_heads, 1, kv_len, head)
+        scores = xp.matmul(q5, xp.swapaxes(k5, -1, -2)).astype(ct)
+        e = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
+        p = e / xp.sum(e, axis=-1, keepdims=True)
+        y = xp.matmul(p, v[:, :, None].astype(ct))
+        return (y.reshape(s.batch, s.q_heads, s.q_len, s.v_head).astype(v.dtype),)
 
     return run
