@@ -1,5 +1,6 @@
 """Normalizations, linear algebra and small ops on `be.xp`: LpNormalization,
-MeanVarianceNormalization, LRN, LpPool, MaxUnpool, Einsum, Det, ReverseSequence, Swish.
+MeanVarianceNormalization, LRN, LpPool, MaxUnpool, Einsum, Det, ReverseSequence, Swish, SwiGLU,
+and the cosine windows (Hann, Hamming, Blackman).
 
 Attributes and shape checks come from `turnout.semantics` (normalization, linalg, unfold,
 indexing, geometry); the arithmetic is array expressions on the device, widened from float16
@@ -13,12 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from turnout.dtypes import np_dtype
+from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics import conv_geometry, pool_kernel_shape, spatial_attrs
 from turnout.semantics.indexing import reverse_sequence_axes
 from turnout.semantics.linalg import check_square, einsum_equation
 from turnout.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
 from turnout.semantics.unfold import max_unpool_shapes
+from turnout.semantics.windows import COSINE_WINDOWS, window_period
 
 from ..backend import Backend
 from .conv import windows
@@ -188,3 +192,42 @@ def swish(kn: KernelNode, be: Backend) -> KernelFn:
     sigmoid = ACTIVATIONS["Sigmoid"][1](be, kn)
     alpha = float(kn.attr("alpha", 1.0))
     return lambda x: ((x * sigmoid(x * x.dtype.type(alpha))).astype(x.dtype),)
+
+
+@cuda_kernel("SwiGLU", 28, applies=float_only)
+def swiglu(kn: KernelNode, be: Backend) -> KernelFn:
+    gate = swish(kn, be)
+
+    def run(a: Any, b: Any) -> tuple[Any]:
+        if a.shape != b.shape:
+            raise InvalidArgument(
+                f"SwiGLU node {kn.name!r}: A {tuple(a.shape)} and B {tuple(b.shape)} must have "
+                "the same shape (no broadcasting)"
+            )
+        return ((gate(a)[0] * b).astype(a.dtype),)
+
+    return run
+
+
+def _window(op: str) -> Any:
+    a0, a1, a2 = COSINE_WINDOWS[op]
+
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        xp = be.xp
+        dtype = np_dtype(int(kn.attr("output_datatype", 1)))
+
+        def run(size: Any) -> tuple[Any]:
+            n = int(np.asarray(size).reshape(()))
+            period = window_period(kn, n)
+            step = 2 * np.pi / period if period > 0 else 0.0  # a 1-point symmetric window: a0-a1+a2
+            phase = xp.arange(n, dtype=np.float64) * step
+            y = a0 - a1 * xp.cos(phase) + a2 * xp.cos(2 * phase)
+            return (y.astype(dtype),)
+
+        return run
+
+    return build
+
+
+for _op in COSINE_WINDOWS:
+    cuda_kernel(_op, 17, host_inputs=(0,))(_window(_op))
