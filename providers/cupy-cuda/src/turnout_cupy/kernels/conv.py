@@ -27,7 +27,7 @@ from turnout.semantics import (
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
 
-__all__ = ["im2col_conv", "windows"]
+__all__ = ["im2col_conv", "pool_geometry", "windows"]
 
 
 def windows(
@@ -90,6 +90,23 @@ def conv(kn: KernelNode, be: Backend) -> KernelFn:
     return run
 
 
+def pool_geometry(
+    kn: KernelNode, x_shape: Sequence[int], ceil_mode: bool
+) -> tuple[list[int], list[int], list[int], list[int], list[int], list[int], list[int]]:
+    """A pool's (kernel, strides, dilations, pads_begin, pads_end, out, extra): `extra` is the
+    end padding a ceil_mode window runs past, beyond pads_end (pad it too, counting nothing)."""
+    nd = len(x_shape) - 2
+    kernel = pool_kernel_shape(kn, nd)
+    strides, dilations = spatial_attrs(kn, nd, kernel)
+    pb, pe, out = conv_geometry(kn, x_shape[2:], kernel, strides, dilations, ceil_mode)
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    extra = [
+        max(0, (o - 1) * s + e - (i + b + p))
+        for o, s, e, i, b, p in zip(out, strides, eff, x_shape[2:], pb, pe)
+    ]
+    return kernel, strides, dilations, pb, pe, out, extra
+
+
 def _pool_applies(kn: KernelNode) -> str | None:
     if len([o for o in kn.node.outputs if o]) > 1:
         return f"{kn.op_type}'s Indices output is not supported"
@@ -104,15 +121,7 @@ def _pool(kind: str) -> Any:
 
         def run(x: Any) -> tuple[Any]:
             nd = x.ndim - 2
-            kernel = pool_kernel_shape(kn, nd)
-            strides, dilations = spatial_attrs(kn, nd, kernel)
-            pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations, ceil_mode)
-            # ceil_mode: the last window may run past the end padding; pad that too
-            eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-            extra = [
-                max(0, (o - 1) * s + e - (i + b + p))
-                for o, s, e, i, b, p in zip(out, strides, eff, x.shape[2:], pb, pe)
-            ]
+            kernel, strides, dilations, pb, pe, out, extra = pool_geometry(kn, x.shape, ceil_mode)
             ends = [p + q for p, q in zip(pe, extra)]
             if kind == "max":
                 lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min

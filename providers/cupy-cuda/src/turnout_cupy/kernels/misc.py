@@ -17,7 +17,6 @@ import numpy as np
 from turnout.dtypes import np_dtype
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.semantics import conv_geometry, pool_kernel_shape, spatial_attrs
 from turnout.semantics.indexing import reverse_sequence_axes
 from turnout.semantics.linalg import check_square, einsum_equation
 from turnout.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
@@ -25,7 +24,7 @@ from turnout.semantics.unfold import max_unpool_shapes
 from turnout.semantics.windows import COSINE_WINDOWS, window_period
 
 from ..backend import Backend
-from .conv import windows
+from .conv import pool_geometry, windows
 from .elementwise import ACTIVATIONS
 from .registry import cuda_kernel, float_only, numeric_only
 
@@ -92,16 +91,8 @@ def lp_pool(kn: KernelNode, be: Backend) -> KernelFn:
     ceil_mode = bool(kn.attr("ceil_mode", 0))
 
     def run(x: Any) -> tuple[Any]:
-        nd = x.ndim - 2
-        kernel = pool_kernel_shape(kn, nd)
-        strides, dilations = spatial_attrs(kn, nd, kernel)
-        pb, pe, out = conv_geometry(kn, x.shape[2:], kernel, strides, dilations, ceil_mode)
-        # ceil_mode: the last window may run past the end padding; zeros add nothing to the sum
-        eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-        ends = [
-            max(e, (o - 1) * s + k - i - b)
-            for e, o, s, k, i, b in zip(pe, out, strides, eff, x.shape[2:], pb)
-        ]
+        kernel, strides, dilations, pb, pe, out, extra = pool_geometry(kn, x.shape, ceil_mode)
+        ends = [e + q for e, q in zip(pe, extra)]  # zero padding adds nothing to the sum
         powered = xp.abs(_wide(x)) ** p
         padded = xp.pad(powered, [(0, 0), (0, 0), *zip(pb, ends)])
         total = xp.sum(windows(xp, padded, kernel, strides, dilations, out), axis=2)

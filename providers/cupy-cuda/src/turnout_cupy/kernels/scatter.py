@@ -16,13 +16,7 @@ from typing import Any
 import numpy as np
 
 from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.indexing import (
-    check_element_indices,
-    check_scatter_nd_updates,
-    index_axis,
-    nd_index_shape,
-    scatter_reduction,
-)
+from turnout.semantics import indexing
 
 from ..backend import Backend
 from .registry import cuda_kernel
@@ -81,8 +75,8 @@ def _scatter_elements(kn: KernelNode, be: Backend, reduction: str | None) -> Ker
     axis = int(kn.attr("axis", 0))
 
     def run(x: Any, idx: Any, updates: Any) -> tuple[Any]:
-        a = index_axis(kn, axis, x.ndim)
-        check_element_indices(kn, idx.shape, x.shape, a, updates.shape)
+        a = indexing.index_axis(kn, axis, x.ndim)
+        indexing.check_element_indices(kn, idx.shape, x.shape, a, updates.shape)
         out = xp.array(x, copy=True, order="C")
         if not idx.size:
             return (out,)
@@ -106,17 +100,17 @@ def scatter(kn: KernelNode, be: Backend) -> KernelFn:
 
 @cuda_kernel("ScatterElements", 11)
 def scatter_elements(kn: KernelNode, be: Backend) -> KernelFn:
-    return _scatter_elements(kn, be, scatter_reduction(kn))
+    return _scatter_elements(kn, be, indexing.scatter_reduction(kn))
 
 
 @cuda_kernel("ScatterND", 11)
 def scatter_nd(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
-    reduction = scatter_reduction(kn)
+    reduction = indexing.scatter_reduction(kn)
 
     def run(x: Any, idx: Any, updates: Any) -> tuple[Any]:
-        k = nd_index_shape(kn, x.shape, idx.shape, 0).k
-        check_scatter_nd_updates(kn, x.shape, idx.shape, updates.shape)
+        k = indexing.nd_index_shape(kn, x.shape, idx.shape, 0).k
+        indexing.check_scatter_nd_updates(kn, x.shape, idx.shape, updates.shape)
         out = xp.array(x, copy=True, order="C")
         block = int(np.prod(x.shape[k:], dtype=np.int64))
         rows = _nd_rows(be, kn, idx, x.shape[:k], 0).reshape(-1, 1) * block
@@ -132,7 +126,7 @@ def gather_nd(kn: KernelNode, be: Backend) -> KernelFn:
     b = int(kn.attr("batch_dims", 0))
 
     def run(x: Any, idx: Any) -> tuple[Any]:
-        k, batches, rows = nd_index_shape(kn, x.shape, idx.shape, b)
+        k, batches, rows = indexing.nd_index_shape(kn, x.shape, idx.shape, b)
         lin = _nd_rows(be, kn, idx, x.shape[b : b + k], b).reshape(batches, rows)
         flat = x.reshape(batches, -1, *x.shape[b + k :])
         y = flat[xp.arange(batches)[:, None], lin]
