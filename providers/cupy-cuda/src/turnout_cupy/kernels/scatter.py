@@ -19,12 +19,30 @@ from turnout.provider import KernelFn, KernelNode
 from turnout.semantics import indexing
 
 from ..backend import Backend
-from .registry import cuda_kernel
+from .registry import cuda_kernel, numeric_only
 from .shape import checked_indices
 
 __all__: list[str] = []
 
 _AT = {"add": "add", "max": "maximum", "min": "minimum"}
+# the dtypes CuPy's scatter_add / scatter_max / scatter_min (atomics) take
+_ATOMIC = {
+    "add": frozenset(("float16", "float32", "float64", "int32", "uint32", "uint64")),
+    "max": frozenset(("float32", "float64", "int32", "uint32", "uint64")),
+    "min": frozenset(("float32", "float64", "int32", "uint32", "uint64")),
+}
+
+
+def _scatter_applies(kn: KernelNode) -> str | None:
+    """Decline a reduction on a dtype CuPy's scatter atomics lack (mul and plain writes take
+    every dtype)."""
+    why = numeric_only(kn)
+    reduction = str(kn.attr("reduction", "none"))
+    if why is None and reduction in _ATOMIC:
+        dt = np.dtype(kn.inputs[0].dtype).name
+        if dt not in _ATOMIC[reduction]:
+            return f"CuPy has no scatter_{reduction} for {dt} ({kn.op_type} reduction)"
+    return why
 
 
 def _strides(shape: Sequence[int]) -> list[int]:
@@ -98,12 +116,12 @@ def scatter(kn: KernelNode, be: Backend) -> KernelFn:
     return _scatter_elements(kn, be, None)
 
 
-@cuda_kernel("ScatterElements", 11)
+@cuda_kernel("ScatterElements", 11, applies=_scatter_applies)
 def scatter_elements(kn: KernelNode, be: Backend) -> KernelFn:
     return _scatter_elements(kn, be, indexing.scatter_reduction(kn))
 
 
-@cuda_kernel("ScatterND", 11)
+@cuda_kernel("ScatterND", 11, applies=_scatter_applies)
 def scatter_nd(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
     reduction = indexing.scatter_reduction(kn)
