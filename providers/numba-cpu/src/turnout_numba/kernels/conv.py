@@ -6,10 +6,10 @@ Three paths, chosen when the session is created from the weight's shape and `gro
   written (`depthwise.py`); a GEMM per channel would be a 1-row matrix product;
 - pointwise (1x1 kernel, stride 1, no padding): the input image already is the column matrix,
   so each group is one BLAS GEMM straight into the output;
-- otherwise im2col: per group, one pass lays out the patches of its channels as
-  (C/group*KH*KW, OH*OW), then a BLAS GEMM writes the group's output channels in place. The
-  patches are read along the same `window.Window` plan as the depthwise kernel (long loops
-  over a plane, padding by guard zeros and masks).
+- otherwise im2col (`im2col.py`): the image is padded once along the same `window.Window`
+  plan as the depthwise kernel, then per group the patches of a band of output rows are laid
+  out as (C/group*KH*KW, rows*OW) and a BLAS GEMM writes that band of the group's output
+  channels in place, while the band's columns are still in cache.
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
 GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
 provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import types
 
 from turnout.blas_threads import blas_matmul
 from turnout.errors import InvalidArgument
@@ -35,13 +34,12 @@ from turnout.semantics.geometry import (
     spatial_attrs,
 )
 
-from .. import cache
-from ..codegen import numba_array
-from ..registry import SERIAL_WORK, BuildContext, SizedKernel, float_inputs_applies, numba_kernel
+from ..registry import SERIAL_WORK, BuildContext, float_inputs_applies, numba_kernel
 from .depthwise import depthwise_kernel
-from .epilogue import CTOR, Epilogue
+from .epilogue import Epilogue
 from .gemm import present
-from .window import Window, copy_lines, geo_lines, plan_window, window_arg_types
+from .im2col import pad_kernel, tile_kernel, tile_rows
+from .window import GEO, Window, plan_window
 
 __all__ = ["DEPTHWISE_MAX_MULTIPLIER"]
 
@@ -49,48 +47,6 @@ DEPTHWISE_MAX_MULTIPLIER = 4
 """A conv with one input channel per group and at most this many outputs per group runs the
 direct depthwise kernel; with more (a 1-channel audio front end with 258 filters) the outputs
 share each patch, which a GEMM does better."""
-
-_IM2COL = """\
-def _im2col(x, col, offs, cols, lo, hi, geo):
-    zero = {ctor}(0)
-{geo}    c_ = x.shape[0]
-    taps = offs.shape[0]
-    kw = lo.shape[0]
-    for c in prange(c_):
-        buf = np.zeros(blen, x.dtype)
-        src = x[c]
-        if not direct:
-{copy}            src = buf
-        for t in range(taps):
-            dst = col[c * taps + t]
-            ot = offs[t]
-            if flat:
-                kj = t % kw
-                lt = lo[kj]
-                ht = hi[kj]
-                tt = src[ot:]
-                for j in range(rlen):
-                    cj = cols[j]
-                    dst[j] = tt[j] if cj >= lt and cj < ht else zero
-            else:
-                for r in range(rows):
-                    tt = src[r * rstep + ot :]
-                    d = dst[r * rlen : r * rlen + rlen]
-                    for j in range(rlen):
-                        d[j] = tt[j]
-"""
-
-
-def _im2col_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
-    """im2col of one image (C, H*W) into (C*KH*KW, OH*OW) along a window plan."""
-    text = _IM2COL.format(ctor=CTOR[dtype.name], geo=geo_lines(4), copy=copy_lines(12))
-    fn = cache.load_source(text, "im2col")._im2col
-    sig = types.void(
-        numba_array(dtype, 2, readonly=True, layout="C"),
-        numba_array(dtype, 2, readonly=False, layout="C"),
-        *window_arg_types(),
-    )
-    return SizedKernel(fn, [sig], parallel)
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -147,7 +103,9 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         and all(s == 1 for s in kn.attr("strides", None) or [1])
         and not any(kn.attr("pads", None) or [0])
     )
-    im2col = [None if depthwise is not None or pointwise else _im2col_kernel(dt, ctx.parallel)]
+    im2col: list[_Im2col | None] = [None]
+    if depthwise is None and not pointwise:
+        im2col[0] = _Im2col(dt, ctx.parallel)
     # the bias goes into the depthwise kernel; the epilogue adds what the GEMM paths need
     epilogue = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=has_z)
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
@@ -191,7 +149,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (oh_, ow_),
             )
         if kind == "gemm" and im2col[0] is None:  # shapes unlike those declared
-            im2col[0] = _im2col_kernel(dt, ctx.parallel)
+            im2col[0] = _Im2col(dt, ctx.parallel)
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
@@ -242,27 +200,51 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     return run
 
 
-def _gemm_conv(x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: Any) -> None:
-    """im2col (or the input itself for a pointwise conv) then one BLAS GEMM per group. The
-    patches are laid out one group at a time, so that a group's columns are still in cache
-    when its GEMM reads them."""
+class _Im2col:
+    """The two im2col kernels of one dtype: pad the image, gather a tile of columns."""
+
+    def __init__(self, dtype: np.dtype[Any], parallel: bool) -> None:
+        self.pad = pad_kernel(dtype, parallel)
+        self.tile = tile_kernel(dtype, parallel)
+
+
+def _gemm_conv(x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: _Im2col | None) -> None:
+    """The input itself (pointwise) or im2col tiles, then BLAS GEMMs into the output. Each
+    image is padded once; its columns are gathered a band of output rows at a time, and each
+    band's GEMM reads them while they are still in cache (`im2col.TILE_BYTES`)."""
     n_, c_ = x.shape[:2]
     m_, cg = w.shape[:2]
     mg = m_ // group
-    rows = w[0].size
-    wg = w.reshape(group, mg, rows)
+    krows = w[0].size
+    wg = w.reshape(group, mg, krows)
     xs = x.reshape(n_, c_, -1)
+    if p.kind == "pw":
+        for n in range(n_):
+            for g in range(group):
+                blas_matmul(wg[g], xs[n, g * cg : (g + 1) * cg], out=y[n, g * mg : (g + 1) * mg])
+        return
     win = p.win
-    col = None if p.kind == "pw" else np.empty((rows, p.y3[2]), x.dtype)
+    assert win is not None and im2col is not None
+    args = win.args()
+    hw = p.y3[2]
+    out_w = p.final[-1]
+    step = tile_rows(krows, x.itemsize, out_w, hw // out_w) * out_w
+    col = np.empty(krows * min(step, hw), x.dtype)
+    blen = int(win.geo[GEO.index("blen")])  # 0 when the plan reads the input itself (`direct`)
+    padded = None if blen == 0 else np.empty((c_, blen), x.dtype)
     for n in range(n_):
+        src = xs[n]
+        if padded is not None:
+            im2col.pad(padded.size, src, padded, *args)
+            src = padded
         for g in range(group):
-            if col is None:
-                cols = xs[n, g * cg : (g + 1) * cg]
-            else:
-                assert win is not None and im2col is not None
-                im2col(col.size, xs[n, g * cg : (g + 1) * cg], col, *win.args())
-                cols = col
-            blas_matmul(wg[g], cols, out=y[n, g * mg : (g + 1) * mg])
+            planes = src[g * cg : (g + 1) * cg]
+            yg = y[n, g * mg : (g + 1) * mg]
+            for a in range(0, hw, step):
+                b = min(hw, a + step)
+                panel = col[: krows * (b - a)]
+                im2col.tile(panel.size, planes, panel, *args, a, b)
+                blas_matmul(wg[g], panel.reshape(krows, b - a), out=yg[:, a:b])
 
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)

@@ -1,0 +1,127 @@
+"""numba Conv's im2col in output-row tiles (kernels/im2col.py).
+
+Each geometry runs with tiles of a few output rows forced (the last one partial), so that every
+read layout of `window.Window` is gathered one band at a time, against onnx.reference in
+float64; then real models' conv shapes run with the default tile policy against onnxruntime.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from turnout.semantics.activations import activation
+from turnout.testing import one_node_model, provider_session, run_reference
+from turnout_numba.kernels import conv as conv_mod
+from turnout_numba.kernels import im2col
+
+GEOMETRIES: list[tuple[str, tuple[int, ...], int, int, tuple[int, ...], dict[str, Any]]] = [
+    # (what, x shape, M, group, kernel, attributes)
+    ("flat same 3x3", (2, 5, 11, 7), 6, 1, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("flat asymmetric", (1, 4, 9, 8), 5, 1, (3, 3), {"pads": [0, 2, 1, 0]}),
+    ("flat direct valid 1 column", (1, 3, 10, 1), 4, 1, (3, 1), {}),
+    ("padded stride 2", (1, 4, 15, 13), 8, 1, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    (
+        "padded stride 2 7x7",
+        (1, 3, 21, 20),
+        5,
+        1,
+        (7, 7),
+        {"pads": [3, 3, 3, 3], "strides": [2, 2]},
+    ),
+    ("padded stride 3", (1, 3, 17, 19), 4, 1, (3, 3), {"pads": [1, 2, 0, 1], "strides": [3, 3]}),
+    ("padded dilated", (1, 4, 12, 13), 3, 1, (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ("direct valid", (2, 4, 10, 11), 6, 1, (3, 3), {}),
+    ("1x1 stride 2", (1, 8, 13, 12), 6, 1, (1, 1), {"strides": [2, 2]}),
+    ("grouped", (2, 8, 9, 10), 6, 2, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("1-D same", (2, 6, 40), 5, 1, (5,), {"pads": [2, 2]}),
+    ("1-D stride 2", (1, 4, 41), 3, 1, (3,), {"pads": [1, 1], "strides": [2]}),
+]
+
+
+def _run(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | None, **attrs: Any
+) -> np.ndarray:
+    names = ["x", "w", "b"] + (["z"] if z is not None else [])
+    feeds = [v for v in (x, w, b, z) if v is not None]
+    node = helper.make_node(
+        "FusedConv", names, ["y"], domain="ai.turnout", activation="Relu", **attrs
+    )
+    sess = provider_session(one_node_model(node, feeds, 17), "NumbaExecutionProvider")
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    return np.asarray(sess.run(None, dict(zip(names, feeds)))[0])
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize(
+    "what, shape, m, group, kernel, attrs", GEOMETRIES, ids=[g[0] for g in GEOMETRIES]
+)
+def test_tiles_match_reference(
+    monkeypatch: pytest.MonkeyPatch,
+    rows: int,
+    what: str,
+    shape: tuple[int, ...],
+    m: int,
+    group: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+) -> None:
+    monkeypatch.setattr(conv_mod, "tile_rows", lambda *_: rows)
+    rng = np.random.default_rng(zlib.crc32(what.encode()))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((m, shape[1] // group, *kernel)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, **attrs)
+    ref = run_reference(node, [v.astype(np.float64) for v in (x, w, b)], 17)[0]
+    z = rng.standard_normal(ref.shape).astype(np.float32)
+    got = _run(x, w, b, z, group=group, **attrs)
+    want = activation("Relu", 0.0, 0.0)(ref + z)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_tile_policy() -> None:
+    # a small panel is one GEMM; a big one is cut into whole rows of at least MIN_TILE pixels
+    assert im2col.tile_rows(27, 4, 40, 40) == 40
+    krows, ow, oh = 1152, 56, 56
+    rows = im2col.tile_rows(krows, 4, ow, oh)
+    assert 1 <= rows < oh
+    assert rows * ow >= im2col.MIN_TILE - ow
+    assert rows * ow * krows * 4 <= max(im2col.TILE_BYTES, krows * 4 * im2col.MIN_TILE)
+    assert im2col.tile_rows(10**6, 4, 10**5, 3) == 1  # one row wider than any budget
+
+
+# conv shapes of the benchmark models whose column panels are tiled or large
+MODEL_SHAPES: list[tuple[str, tuple[int, ...], tuple[int, ...], int, int]] = [
+    ("yolo stem", (1, 3, 320, 320), (16, 3, 3, 3), 2, 1),
+    ("yolo 80x80 3x3", (1, 32, 80, 80), (32, 32, 3, 3), 1, 1),
+    ("resnet stem 7x7", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3),
+    ("resnet 56x56 3x3", (1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    ("densenet 56x56 3x3", (1, 128, 56, 56), (32, 128, 3, 3), 1, 1),
+    ("densenet 28x28 3x3", (1, 128, 28, 28), (32, 128, 3, 3), 1, 1),
+]
+
+
+@pytest.mark.parametrize(
+    "what, xs, ws, stride, pad", MODEL_SHAPES, ids=[s[0] for s in MODEL_SHAPES]
+)
+def test_model_shapes_match_onnxruntime(
+    what: str, xs: tuple[int, ...], ws: tuple[int, ...], stride: int, pad: int
+) -> None:
+    ort = pytest.importorskip("onnxruntime", reason="parity at model shapes is against onnxruntime")
+    rng = np.random.default_rng(zlib.crc32(what.encode()))
+    x = rng.random(xs, dtype=np.float32)
+    w = (rng.standard_normal(ws) * 0.1).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    attrs = {"strides": [stride, stride], "pads": [pad] * 4}
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    model = one_node_model(node, [x, w, b], 17).SerializeToString()
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "w": w, "b": b}
+    )[0]
+    got = _run(x, w, b, None, **attrs)
+    np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
