@@ -15,39 +15,19 @@ import numpy as np
 from ....environment import random_state
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.dropout import DropoutMode
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
 
 
-def _mask_dtype(node: KernelNode, x: np.ndarray) -> np.dtype[Any]:
-    # the mask was of the input's type before opset 10, bool since
-    return np.dtype(bool) if node.since_version >= 10 else x.dtype
-
-
 @cpu_kernel("Dropout", since=1)
 def dropout(node: KernelNode) -> KernelFn:
-    v = node.since_version
-    seed = node.attr("seed")
-    # A seeded node draws the same mask on every run (as the ONNX tests expect); an unseeded
-    # one draws a fresh mask each run, from a generator that `turnout.set_seed` seeds.
-    session_rng = random_state()
-    ratio_attr = float(node.attr("ratio", 0.5))
-    training_attr = v < 7 and not node.attr("is_test", 0)
+    mode = DropoutMode(node)
     n_out = len(node.node.outputs)
 
     def run(x: np.ndarray, ratio: Any = None, training: Any = None) -> tuple[Any, ...]:
-        r = ratio_attr if ratio is None or v < 12 else float(np.asarray(ratio).reshape(()))
-        train = training_attr if v < 12 else bool(training is not None and np.asarray(training))
-        if not 0 <= r < 1:
-            raise InvalidArgument(f"{node.name}: Dropout ratio must be in [0, 1), got {r}")
-        if not train or r == 0:
-            mask = np.ones(x.shape, _mask_dtype(node, x))
-            return (x, mask)[:n_out]
-        rng = np.random.RandomState(int(seed)) if seed is not None else session_rng
-        keep = rng.uniform(0, 1.0, x.shape) >= r
-        y = (keep * x * (1.0 / (1.0 - r))).astype(x.dtype)
-        return (y, keep.astype(_mask_dtype(node, x)))[:n_out]
+        return mode.apply(np, x, ratio, training)[:n_out]
 
     return run
 
