@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.batch_norm import batch_norm_training
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
@@ -20,14 +21,6 @@ __all__: list[str] = []
 
 def _stash(x: Any) -> Any:
     return x if x.dtype.itemsize >= 4 else x.astype(np.float32)
-
-
-def _training_applies(kn: KernelNode) -> str | None:
-    if int(kn.attr("training_mode", 0)):
-        return "BatchNormalization in training mode is not supported"
-    if len([o for o in kn.node.outputs if o]) > 1:
-        return "BatchNormalization's training outputs are not supported"
-    return float_only(kn)
 
 
 @cuda_kernel("LayerNormalization", 17, applies=float_only)
@@ -68,16 +61,37 @@ def _channel_view(v: Any, ndim: int) -> Any:
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-@cuda_kernel("BatchNormalization", 9, applies=_training_applies)
+@cuda_kernel("BatchNormalization", 9, applies=float_only)
 def batch_norm(kn: KernelNode, be: Backend) -> KernelFn:
+    """Inference: the given statistics. Training (`batch_norm_training`): the batch's mean and
+    population variance over all axes but the channels, the running statistics moved towards
+    them by `momentum`, and (opsets 9-13) the saved batch statistics."""
     xp = be.xp
     eps = float(kn.attr("epsilon", 1e-5))
+    momentum = float(kn.attr("momentum", 0.9))
+    training = batch_norm_training(kn)
+    n_out = len(kn.node.outputs)
 
-    def run(x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> tuple[Any]:
-        inv = scale / xp.sqrt(_stash(var) + eps)
-        shift = bias - mean * inv
-        y = x * _channel_view(inv, x.ndim) + _channel_view(shift, x.ndim)
-        return (y.astype(x.dtype),)
+    def run(x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> tuple[Any, ...]:
+        if not training:
+            inv = scale / xp.sqrt(_stash(var) + eps)
+            shift = bias - mean * inv
+            y = x * _channel_view(inv, x.ndim) + _channel_view(shift, x.ndim)
+            return (y.astype(x.dtype),) + (None,) * (n_out - 1)
+        axes = (0, *range(2, x.ndim))
+        xs = _stash(x)
+        bm = xp.mean(xs, axis=axes)
+        d = xs - _channel_view(bm, x.ndim)
+        bv = xp.mean(d * d, axis=axes)
+        a = _stash(scale) / xp.sqrt(bv + eps)
+        y = d * _channel_view(a, x.ndim) + _channel_view(_stash(bias), x.ndim)
+        stats = (
+            _stash(mean) * momentum + bm * (1 - momentum),
+            _stash(var) * momentum + bv * (1 - momentum),
+            bm,
+            bv,
+        )
+        return (y.astype(x.dtype), *(s.astype(mean.dtype) for s in stats[: n_out - 1]))
 
     return run
 

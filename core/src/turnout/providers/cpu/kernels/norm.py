@@ -13,6 +13,7 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
+from ....semantics.batch_norm import batch_norm_training
 from ....semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
 from ..registry import cpu_kernel
 from .conv import compute_dtype
@@ -45,12 +46,7 @@ def batch_normalization(node: KernelNode) -> KernelFn:
     eps = float(node.attr("epsilon", 1e-5))
     momentum = float(node.attr("momentum", 0.9))
     n_out = len(node.node.outputs)
-    if node.since_version >= 14:
-        training = bool(node.attr("training_mode", 0))
-    elif node.since_version >= 7:
-        training = n_out > 1
-    else:
-        training = not node.attr("is_test", 0) and n_out > 1
+    training = batch_norm_training(node)
     per_element = node.since_version < 9 and not node.attr("spatial", 1)
 
     def run(
