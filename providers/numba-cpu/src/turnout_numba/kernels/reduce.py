@@ -118,6 +118,12 @@ def _rows_source(op: str, A: str, T: str) -> str:
     element for ReduceMax of [100, 125] over the last axis; with lanes in registers LLVM
     interleaves them)."""
     _, init, upd, fin, first = _KINDS[op]
+    # float max/min: the lanes compare without the NaN test, which kept LLVM from vectorizing
+    # them (8.1 -> 4.1 us for [100, 125]); a second, vectorized pass counts the row's NaNs,
+    # and a row holding one reduces to NaN, as the NaN-propagating update would give
+    nan_pass = first and "float" in A
+    if nan_pass:
+        upd = upd.replace(" or v != v", "")
     # combining two partial results: max/min and products as they update, sums by adding
     comb = upd if first else ("a * v" if op == "ReduceProd" else "a + v")
     lanes = range(_LANES)
@@ -135,6 +141,10 @@ def _rows_source(op: str, A: str, T: str) -> str:
     lines.append(f"                a0 = {u0}")
     for k in lanes[1:]:
         lines += [f"            v = a{k}", f"            a0 = {_rename(comb, 'a', 'a0')}"]
+    if nan_pass:
+        lines += ["            nans = 0", "            for r in range(red):",
+                  "                nans += row[r] != row[r]",
+                  "            if nans:", f"                a0 = {A}(np.nan)"]  # fmt: skip
     lines += ["            a = a0", f"            out[i, 0] = {T}({fin})", "        return"]
     return "\n".join(lines) + "\n"
 
