@@ -14,6 +14,12 @@ these too.
 - `loss`: the loss ops' input-shape checks, class weighting and reduction.
 - `recurrent`: RNN/GRU/LSTM attributes (directions, layout, activations) and input checks.
 - `constants`: which inputs are constants a kernel may prepare once.
+- `sampling`: GridSample's and RoiAlign's sample taps, AffineGrid's base grid.
+- `unfold`: ConvTranspose, Col2Im and MaxUnpool output geometry; where each kernel tap lands.
+- `indexing`: the gather/scatter ops' axis, reduction and indices/updates shape checks.
+- `normalization`: LpNormalization, MeanVarianceNormalization and LRN attributes.
+- `linalg`: Einsum's equation and Det's input check.
+- `windows`: the Hann/Hamming/Blackman windows' coefficients and period.
 - `quant`: linear quantization's attributes, scale/zero-point layouts and integer ranges.
 - `pad`: Pad's and CenterCropPad's plans (crops, output shapes, source positions).
 - `literal`: a Constant node's value from its attributes.
