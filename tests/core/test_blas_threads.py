@@ -32,12 +32,23 @@ def test_small_products_and_one_thread_sessions_stay_serial(
     assert blas_threads_for(10 * BLAS_SERIAL_MACS, 1, "k") == 1
 
 
-def test_a_shape_runs_serial_until_its_serial_time_is_known() -> None:
+def test_a_shape_runs_serial_on_its_second_call_then_threaded() -> None:
     guard = StallGuard()
-    assert guard.threads_for("k", 2) == 1
-    guard.record("k", 1, 1e-3)
+    assert guard.threads_for("k", 2) == 2  # the first run is not slowed
+    guard.record("k", 2, 1e-3)
+    assert guard.threads_for("k", 2) == 1  # the serial time
+    guard.record("k", 1, 1.5e-3)
     assert guard.threads_for("k", 2) == 2
-    assert guard.threads_for("other", 2) == 1
+    assert guard.serial_best == {"k": 1.5e-3}
+
+
+def test_a_shape_first_seen_while_held_serial_takes_its_serial_time_then() -> None:
+    guard = StallGuard()
+    guard.record("k", 1, 1e-3)
+    guard.record("k", 2, 5e-3)
+    assert guard.threads_for("new", 2) == 1
+    guard.record("new", 1, 2e-3)
+    assert guard.serial_best["new"] == 2e-3
 
 
 def test_a_multithreaded_call_slower_than_serial_holds_calls_serial() -> None:
