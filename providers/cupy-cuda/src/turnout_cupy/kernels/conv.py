@@ -25,7 +25,7 @@ from turnout.semantics import (
 )
 
 from ..backend import Backend
-from .registry import cuda_kernel, float_only
+from .registry import cuda_kernel, float_only, numeric_only
 
 __all__ = ["im2col_conv", "pool_geometry", "windows"]
 
@@ -108,9 +108,32 @@ def pool_geometry(
 
 
 def _pool_applies(kn: KernelNode) -> str | None:
-    if len([o for o in kn.node.outputs if o]) > 1:
-        return f"{kn.op_type}'s Indices output is not supported"
+    if kn.op_type == "MaxPool":  # a max needs no arithmetic: integer inputs too (int8, uint8)
+        return numeric_only(kn)
     return float_only(kn)
+
+
+def _argmax_indices(xp: Any, kn: KernelNode, x: Any, cols: Any, y: Any, geo: Any) -> Any:
+    """MaxPool's Indices: the flat index into x (N, C, *spatial; spatial dims column-major
+    with storage_order 1) of each window's first tap inside the input that holds its max."""
+    kernel, strides, dilations, pb, _, out, extra = geo
+    nd = x.ndim - 2
+    ends = [p + q for p, q in zip(geo[4], extra)]
+    inside = _pad(xp, xp.ones((1, 1, *x.shape[2:]), bool), pb, ends, False)
+    hit = (cols == y[:, :, None]) & windows(xp, inside, kernel, strides, dilations, out)
+    if x.dtype.kind == "f":  # a NaN max is its window's first NaN
+        hit = hit | (xp.isnan(cols) & xp.isnan(y)[:, :, None])
+    best = xp.argmax(hit, axis=2).astype(np.int64)  # first True: the first such tap
+    sp = x.shape[2:]
+    flat = xp.zeros(best.shape, np.int64)
+    order = range(nd - 1, -1, -1) if int(kn.attr("storage_order", 0)) else range(nd)
+    for a in order:
+        tap = (best // int(np.prod(kernel[a + 1 :], dtype=np.int64))) % kernel[a]
+        start = xp.arange(out[a], dtype=np.int64) * strides[a] - pb[a]
+        coord = start.reshape((-1,) + (1,) * (nd - 1 - a)) + tap * dilations[a]
+        flat = flat * sp[a] + coord
+    nc = xp.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * nd)
+    return flat + nc * int(np.prod(sp, dtype=np.int64))
 
 
 def _pool(kind: str) -> Any:
@@ -118,15 +141,20 @@ def _pool(kind: str) -> Any:
         xp = be.xp
         ceil_mode = bool(kn.attr("ceil_mode", 0))
         include_pad = bool(kn.attr("count_include_pad", 0))
+        want_indices = len(kn.node.outputs) > 1 and bool(kn.node.outputs[1])
 
-        def run(x: Any) -> tuple[Any]:
+        def run(x: Any) -> tuple[Any, ...]:
             nd = x.ndim - 2
-            kernel, strides, dilations, pb, pe, out, extra = pool_geometry(kn, x.shape, ceil_mode)
+            geo = pool_geometry(kn, x.shape, ceil_mode)
+            kernel, strides, dilations, pb, pe, out, extra = geo
             ends = [p + q for p, q in zip(pe, extra)]
             if kind == "max":
                 lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
                 cols = windows(xp, _pad(xp, x, pb, ends, lowest), kernel, strides, dilations, out)
-                return (xp.max(cols, axis=2),)
+                y = xp.max(cols, axis=2)
+                if not want_indices:
+                    return (y,)
+                return (y, _argmax_indices(xp, kn, x, cols, y, geo))
             cols = windows(xp, _pad(xp, x, pb, ends, 0.0), kernel, strides, dilations, out)
             total = xp.sum(cols, axis=2)
             ones = xp.ones((1, 1, *x.shape[2:]), x.dtype)
