@@ -310,6 +310,15 @@ POOL_PATHS: list[tuple[str, str, tuple[int, ...], dict[str, Any]]] = [
     ("1-D max k3 s2", "MaxPool", (2, 5, 31), {"kernel_shape": [3], "strides": [2]}),
     ("1-D avg same", "AveragePool", (1, 5, 30), {"kernel_shape": [5], "pads": [2, 2]}),
     ("1-D generic max k31", "MaxPool", (1, 3, 50), {"kernel_shape": [31], "pads": [15, 15]}),
+    # windows that tile the input (stride = kernel, no padding): _tile_pool
+    ("tile avg (3, 2) crnn", "AveragePool", (1, 384, 3, 80),
+     {"kernel_shape": [3, 2], "strides": [3, 2]}),
+    ("tile avg 3x3 leftover", "AveragePool", (2, 3, 11, 10),
+     {"kernel_shape": [3, 3], "strides": [3, 3]}),
+    ("tile avg (2, 3) leftover", "AveragePool", (2, 3, 9, 13),
+     {"kernel_shape": [2, 3], "strides": [2, 3]}),
+    ("1-D tile avg k4", "AveragePool", (1, 5, 30), {"kernel_shape": [4], "strides": [4]}),
+    ("1-D tile avg k2", "AveragePool", (2, 5, 31), {"kernel_shape": [2], "strides": [2]}),
 ]  # fmt: skip
 # onnx.reference gets these wrong: its ceil_mode divisor is not onnxruntime's, and a window
 # wider than its padded copy raises IndexError
@@ -354,6 +363,30 @@ def test_max_pool_nan_on_both_paths(attrs: dict[str, Any]) -> None:
     y = _compare(node, x, 12)
     with_indices = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], **attrs)
     np.testing.assert_array_equal(y, run_onnxruntime(with_indices, [x], 12)[0])
+
+
+def test_tiling_is_recognized() -> None:
+    """Only stride = kernel, no dilation and no padding take the tiling path (AveragePool)."""
+    from turnout_numba.kernels.pool import _tiles
+
+    crnn = ((3, 80), (1, 40))
+    assert _tiles(crnn, (3, 2), (3, 2), (1, 1), (0, 0), (0, 0))
+    assert _tiles(((12, 13), (6, 6)), (2, 2), (2, 2), (1, 1), (0, 0), (0, 0))  # a column left
+    assert not _tiles(crnn, (3, 2), (3, 2), (1, 1), (0, 0), (0, 1))  # end padding
+    assert not _tiles(((12, 12), (5, 5)), (2, 2), (2, 2), (2, 2), (0, 0), (0, 0))  # dilated
+    assert not _tiles(((12, 12), (6, 11)), (2, 2), (2, 1), (1, 1), (0, 0), (0, 0))  # overlap
+    assert not _tiles(((12, 13), (6, 7)), (2, 2), (2, 2), (1, 1), (0, 0), (0, 0))  # ceil
+
+
+def test_tiling_average_keeps_nan_and_inf_in_their_windows() -> None:
+    x = np.ones((1, 2, 6, 8), np.float32)
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 4, 7] = np.inf
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], strides=[3, 2])
+    y = _compare(node, x, 19)
+    assert np.isnan(y[0, 0, 0, 0]) and np.isnan(y).sum() == 1
+    assert np.isinf(y[0, 1, 1, 3]) and np.isinf(y).sum() == 1
+    np.testing.assert_array_equal(y, run_onnxruntime(node, [x], 19)[0])
 
 
 def test_average_pool_edge_inf_stays_in_its_windows() -> None:
