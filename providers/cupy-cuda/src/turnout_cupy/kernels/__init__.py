@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
-from . import attention, conv, elementwise, loss, matmul, norm, reduce, resize, shape  # noqa: F401
-from . import misc, scatter, spatial  # noqa: F401
-from . import attention_extra, causal_conv, rnn  # noqa: F401
-from . import pad, quant, select, values  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F401
+    attention,
+    attention_extra,
+    causal_conv,
+    conv,
+    elementwise,
+    loss,
+    matmul,
+    misc,
+    norm,
+    pad,
+    quant,
+    reduce,
+    resize,
+    rnn,
+    scatter,
+    select,
+    shape,
+    spatial,
+    values,
+)
 
 __all__: list[str] = []
