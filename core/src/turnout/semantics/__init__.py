@@ -13,6 +13,9 @@ these too.
 - `attention`: Attention's input-shape checks.
 - `loss`: the loss ops' input-shape checks, class weighting and reduction.
 - `recurrent`: RNN/GRU/LSTM attributes (directions, layout, activations) and input checks.
+- `rotary`, `linear_attention`, `causal_conv`, `flex_attention`: those ops' sizes, attributes
+  and input checks.
+- `batch_norm`: whether a BatchNormalization node trains (per opset).
 - `constants`: which inputs are constants a kernel may prepare once.
 - `sampling`: GridSample's and RoiAlign's sample taps, AffineGrid's base grid.
 - `unfold`: ConvTranspose, Col2Im and MaxUnpool output geometry; where each kernel tap lands.
