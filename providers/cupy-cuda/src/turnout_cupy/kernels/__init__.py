@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F401
+from . import (  # noqa: F401
     attention,
     attention_extra,
     causal_conv,
