@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from turnout.errors import InvalidArgument
-from turnout.testing import provider_session
+from turnout.testing import cpu_session, provider_session
 
 F, I64, U8, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8, TensorProto.BOOL
 
@@ -86,3 +86,22 @@ def test_reflect_pad_of_a_single_element_axis(emulated: str) -> None:
     np.testing.assert_array_equal(y, np.pad(x, [(0, 0), (1, 1)], mode="reflect"))
     with pytest.raises(InvalidArgument, match="grow: reflect padding needs at least 2"):
         sess.run(None, {"x": x[:, :1], "p": np.array([0, 1, 0, 1])})
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+@pytest.mark.parametrize("is_sorted", [1, 0])
+def test_unique_groups_rows_as_the_numpy_kernels_do(
+    axis: int | None, is_sorted: int, emulated: str
+) -> None:
+    rng = np.random.default_rng(7)
+    x = rng.integers(-2, 2, size=(6, 5, 3)).astype(np.float32)
+    x[3] = x[1]  # repeated rows along axis 0
+    x[:, 4] = x[:, 0]
+    x[0, 0, 0] = x[2, 0, 0] = np.nan  # NaNs are equal to each other (equal_nan)
+    attrs: dict[str, Any] = {"sorted": is_sorted} | ({} if axis is None else {"axis": axis})
+    node = helper.make_node("Unique", ["x"], ["y", "i", "inv", "n"], name="uniq", **attrs)
+    model = _model(node, [("x", F, [6, 5, 3])], opset=11)
+    got = provider_session(model, emulated).run(None, {"x": x})
+    want = cpu_session(model).run(None, {"x": x})
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

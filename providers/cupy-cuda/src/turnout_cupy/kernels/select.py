@@ -5,7 +5,9 @@ TopK sorts stably on the device, so equal values keep the lower index first (as 
 for the largest values too (a stable ascending sort of the reversed axis, read backwards).
 NonZero, Compress and Unique cannot know their output's size before the data is read: CuPy
 reads the count (or the mask) back to the host to size the output, which is the one host sync
-these ops need.
+these ops need. Unique groups equal rows with device sorts (`_row_groups`) rather than
+`cupy.unique(axis=...)`, which orders rows by a host-driven quicksort that syncs on every
+comparison.
 """
 
 from __future__ import annotations
@@ -128,6 +130,32 @@ def compress(kn: KernelNode, be: Backend) -> KernelFn:
     return run
 
 
+def _row_groups(xp: Any, rows: Any) -> tuple[Any, Any, Any]:
+    """Equal rows of `rows` (N, M) grouped on the device, in ascending lexicographic order:
+    (first occurrence of each group, the group of each row, the rows per group).
+
+    One stable argsort per column, last column first, orders the rows lexicographically and
+    keeps equal rows in input order, so a group's first sorted row is its first occurrence.
+    NaNs are equal to each other (numpy's `equal_nan`). The number of groups sizes the
+    outputs: reading it is the one host sync."""
+    n = rows.shape[0]
+    order = xp.arange(n)
+    for j in range(rows.shape[1] - 1, -1, -1):
+        order = order[xp.argsort(rows[order, j], kind="stable")]
+    s = rows[order]
+    new = xp.ones(n, dtype=bool)
+    if n > 1:
+        differs = s[1:] != s[:-1]
+        if s.dtype.kind in "fc":
+            differs &= ~(xp.isnan(s[1:]) & xp.isnan(s[:-1]))
+        new[1:] = xp.any(differs, axis=1)
+    group = xp.cumsum(new) - 1
+    first = order[xp.nonzero(new)[0]]
+    inverse = xp.empty(n, dtype=np.int64)
+    inverse[order] = group
+    return first, inverse, xp.bincount(group, minlength=first.size)
+
+
 @cuda_kernel("Unique", 11)
 def unique(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
@@ -135,22 +163,18 @@ def unique(kn: KernelNode, be: Backend) -> KernelFn:
     is_sorted = bool(kn.attr("sorted", 1))
 
     def run(x: Any) -> tuple[Any, Any, Any, Any]:
-        a = None if axis is None else _axis(kn, int(axis), x.ndim)
-        u, idx, inv, cnt = xp.unique(
-            x.ravel() if a is None else x,
-            return_index=True,
-            return_inverse=True,
-            return_counts=True,
-            axis=a,
-        )
-        inv = inv.ravel()
+        a = 0 if axis is None else _axis(kn, int(axis), x.ndim)
+        moved = x.reshape(-1) if axis is None else xp.moveaxis(x, a, 0)
+        first, inv, cnt = _row_groups(xp, moved.reshape(moved.shape[0], -1))
         if not is_sorted:  # in order of first occurrence
-            order = xp.argsort(idx, kind="stable")
+            order = xp.argsort(first, kind="stable")
             rank = xp.empty_like(order)
             rank[order] = xp.arange(order.size, dtype=order.dtype)
-            u = xp.take(u, order, axis=0 if a is None else a)
-            idx, cnt, inv = idx[order], cnt[order], rank[inv]
+            first, cnt, inv = first[order], cnt[order], rank[inv]
+        u = xp.take(moved, first, axis=0)
+        if axis is not None:
+            u = xp.ascontiguousarray(xp.moveaxis(u, 0, a))
         i64 = np.int64
-        return u, idx.astype(i64), inv.astype(i64), cnt.astype(i64)
+        return u, first.astype(i64), inv.astype(i64), cnt.astype(i64)
 
     return run
