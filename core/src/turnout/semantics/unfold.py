@@ -48,12 +48,12 @@ class Col2ImGeometry(NamedTuple):
 
 
 class TapPlacement(NamedTuple):
-    """Kernel tap `tap`'s columns `src` (one slice per spatial axis of the blocks) add into the
-    output's `dst` (one strided slice per spatial axis)."""
+    """Kernel tap `tap`'s columns, `src` of the (N, C, taps, *blocks) columns, add into `dst` of
+    the (N, C, *out) output (strided slices, each position once)."""
 
     tap: int
-    src: tuple[slice, ...]
-    dst: tuple[slice, ...]
+    src: tuple[Any, ...]
+    dst: tuple[Any, ...]
 
 
 def _auto_pad(node: KernelNode) -> str:
@@ -172,7 +172,8 @@ def tap_placements(
             src.append(slice(first, last))
             dst.append(slice(start + first * s, start + (last - 1) * s + 1, s))
         else:
-            placements.append(TapPlacement(t, tuple(src), tuple(dst)))
+            every = (slice(None), slice(None))
+            placements.append(TapPlacement(t, (*every, t, *src), (*every, *dst)))
     return placements
 
 

@@ -70,7 +70,8 @@ def grid_sample(kn: KernelNode, be: Backend) -> KernelFn:
             masks = [t.inside for t in combo if t.inside is not None]
             if masks:  # a tap in the zero padding contributes 0, whatever it read
                 w = xp.where(functools.reduce(xp.logical_and, masks), w, 0)
-            y = y + xt[(bidx, *[t.index for t in combo])] * w[..., None]
+            key = (bidx, *(t.index for t in combo))
+            y = y + xt[key] * w[..., None]
         return (xp.moveaxis(y, -1, 1).astype(x.dtype),)
 
     return run
@@ -134,8 +135,8 @@ def _fold(xp: Any, cols: Any, placements: list[TapPlacement], out: Sequence[int]
     """col2im: add each kernel tap's columns (N, C, taps, *blocks) into a zero (N, C, *out)
     output where `tap_placements` puts them (strided slices: no position twice per tap)."""
     y = xp.zeros((*cols.shape[:2], *out), cols.dtype)
-    for t, src, dst in placements:
-        y[(slice(None), slice(None), *dst)] += cols[(slice(None), slice(None), t, *src)]
+    for _, src, dst in placements:
+        y[dst] += cols[src]
     return y
 
 
@@ -174,7 +175,10 @@ def col2im(kn: KernelNode, be: Backend) -> KernelFn:
         zero = [0] * len(geo.image)  # fold into the padded image, then crop its pads
         where = tap_placements(geo.kernel, geo.strides, geo.dilations, zero, geo.blocks, geo.padded)
         y = _fold(xp, cols, where, geo.padded)
-        crop = tuple(slice(p, p + i) for p, i in zip(geo.pads_begin, geo.image))
-        return (y[(Ellipsis, *crop)],)
+        crop: tuple[Any, ...] = (
+            Ellipsis,
+            *(slice(p, p + i) for p, i in zip(geo.pads_begin, geo.image)),
+        )
+        return (y[crop],)
 
     return run

@@ -363,8 +363,8 @@ def conv_transpose(node: KernelNode) -> KernelFn:
         # Add each kernel tap's columns into the output, with pads cropped (or zero-extended).
         y = np.zeros((n, group * mg, *tuple(geo.out)), ct)
         where = tap_placements(geo.kernel, geo.strides, geo.dilations, geo.pads_begin, ins, geo.out)
-        for ki, src, dst in where:
-            y[(slice(None), slice(None), *dst)] += cols[(slice(None), slice(None), ki, *src)]
+        for _, src, dst in where:
+            y[dst] += cols[src]
         if b is not None:
             y += b.astype(ct).reshape((-1,) + (1,) * nd)
         return (y.astype(x.dtype, copy=False),)

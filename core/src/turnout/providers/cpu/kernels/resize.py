@@ -257,11 +257,14 @@ def col2im(node: KernelNode) -> KernelFn:
         cols = x.reshape((x.shape[0], geo.channels, -1, *geo.blocks))
         y = np.zeros((x.shape[0], geo.channels, *geo.padded), x.dtype)
         zero = [0] * len(geo.image)  # fold into the padded image, then crop its pads
-        for t, src, dst in tap_placements(
+        for _, src, dst in tap_placements(
             geo.kernel, geo.strides, geo.dilations, zero, geo.blocks, geo.padded
         ):
-            y[(Ellipsis, *dst)] += cols[(slice(None), slice(None), t, *src)]
-        crop = tuple(slice(p, p + i) for p, i in zip(geo.pads_begin, geo.image))
-        return (y[(Ellipsis, *crop)],)
+            y[dst] += cols[src]
+        crop: tuple[Any, ...] = (
+            Ellipsis,
+            *(slice(p, p + i) for p, i in zip(geo.pads_begin, geo.image)),
+        )
+        return (y[crop],)
 
     return run
