@@ -63,13 +63,14 @@ def resize_attr_error(mode: str, coord: str, nearest: str, policy: str = "stretc
     return None
 
 
-def cubic_weights(t: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic convolution kernel with coefficient `a` (cubic_coeff_a), at distances `t`."""
-    t = np.abs(t)
+def cubic_weights(t: np.ndarray, a: float, xp: Any = np) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient `a` (cubic_coeff_a), at distances `t`
+    (an array of module `xp`: numpy, or CuPy for weights computed on the device)."""
+    t = xp.abs(t)
     t2, t3 = t * t, t * t * t
     near = (a + 2) * t3 - (a + 3) * t2 + 1
     far = a * t3 - 5 * a * t2 + 8 * a * t - 4 * a
-    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+    return xp.where(t <= 1, near, xp.where(t < 2, far, 0.0))  # type: ignore[no-any-return]
 
 
 def source_coordinates(

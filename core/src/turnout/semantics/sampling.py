@@ -125,7 +125,7 @@ def grid_axis_taps(xp: Any, v: Any, size: int, attrs: GridSampleAttrs) -> list[T
             if mode == "linear":
                 w = xp.clip(1 - xp.abs(f - o), 0, 1)
             else:
-                w = cubic_weights(f - o, -0.75)
+                w = cubic_weights(f - o, -0.75, xp)
             raw.append((base.astype(np.int64) + o, w.astype(v.dtype)))
     taps = []
     for idx, w in raw:
