@@ -1,8 +1,9 @@
-"""numba Conv's im2col in output-row tiles (kernels/im2col.py).
+"""numba Conv's GEMM path in bands of output rows (kernels/conv.py, kernels/im2col.py).
 
-Each geometry runs with tiles of a few output rows forced (the last one partial), so that every
-read layout of `window.Window` is gathered one band at a time, against onnx.reference in
-float64; then real models' conv shapes run with the default tile policy against onnxruntime.
+Each geometry runs with bands of a few output rows forced (the last one partial), so that every
+read layout of `window.Window` is gathered, multiplied and finished (bias, residual,
+activation) one band at a time, against onnx.reference in float64; then real models' conv
+shapes run with the default band policy against onnxruntime.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ GEOMETRIES: list[tuple[str, tuple[int, ...], int, int, tuple[int, ...], dict[str
     ("padded dilated", (1, 4, 12, 13), 3, 1, (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
     ("direct valid", (2, 4, 10, 11), 6, 1, (3, 3), {}),
     ("1x1 stride 2", (1, 8, 13, 12), 6, 1, (1, 1), {"strides": [2, 2]}),
+    ("pointwise", (2, 7, 9, 10), 5, 1, (1, 1), {}),
+    ("pointwise grouped", (1, 8, 11, 6), 6, 2, (1, 1), {}),
+    ("1-D pointwise", (1, 6, 33), 4, 1, (1,), {}),
     ("grouped", (2, 8, 9, 10), 6, 2, (3, 3), {"pads": [1, 1, 1, 1]}),
     ("1-D same", (2, 6, 40), 5, 1, (5,), {"pads": [2, 2]}),
     ("1-D stride 2", (1, 4, 41), 3, 1, (3,), {"pads": [1, 1], "strides": [2]}),
@@ -85,14 +89,14 @@ def test_tiles_match_reference(
 
 
 def test_tile_policy() -> None:
-    # a small panel is one GEMM; a big one is cut into whole rows of at least MIN_TILE pixels
-    assert im2col.tile_rows(27, 4, 40, 40) == 40
-    krows, ow, oh = 1152, 56, 56
-    rows = im2col.tile_rows(krows, 4, ow, oh)
+    # a small image is one band; a big one is cut into whole rows of at least MIN_TILE pixels
+    assert im2col.tile_rows((27 + 16) * 4, 40, 40) == 40
+    pixel, ow, oh = (1152 + 32) * 4, 56, 56
+    rows = im2col.tile_rows(pixel, ow, oh)
     assert 1 <= rows < oh
-    assert rows * ow >= im2col.MIN_TILE - ow
-    assert rows * ow * krows * 4 <= max(im2col.TILE_BYTES, krows * 4 * im2col.MIN_TILE)
-    assert im2col.tile_rows(10**6, 4, 10**5, 3) == 1  # one row wider than any budget
+    assert rows * ow > im2col.MIN_TILE - ow
+    assert rows * ow * pixel <= max(im2col.TILE_BYTES, pixel * im2col.MIN_TILE)
+    assert im2col.tile_rows(10**6, 10**5, 3) == 1  # one row wider than any budget
 
 
 # conv shapes of the benchmark models whose column panels are tiled or large

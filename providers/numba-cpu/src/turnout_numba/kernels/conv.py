@@ -192,9 +192,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             if after_dw is not None:
                 after_dw(y, full=full)
             return (y.reshape(p.final),)
-        _gemm_conv(x, w, y, group, p, im2col[0])
         row = None if b is None else np.ascontiguousarray(b)
-        epilogue(y, row=row, full=full)
+        _gemm_conv(x, w, y, group, p, im2col[0], _Finish(epilogue, y, row, full))
         return (y.reshape(p.final),)
 
     return run
@@ -208,43 +207,62 @@ class _Im2col:
         self.tile = tile_kernel(dtype, parallel)
 
 
-def _gemm_conv(x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: _Im2col | None) -> None:
-    """The input itself (pointwise) or im2col tiles, then BLAS GEMMs into the output. Each
-    image is padded once; its columns are gathered a band of output rows at a time, and each
-    band's GEMM reads them while they are still in cache (`im2col.TILE_BYTES`)."""
+@dataclass(frozen=True)
+class _Finish:
+    """The epilogue (bias, residual, activation) of one run, applied a band at a time."""
+
+    epilogue: Epilogue
+    y: Any
+    row: Any
+    full: Any
+
+    def __call__(self, n: int, a: int, b: int) -> None:
+        full = None if self.full is None else self.full[n : n + 1]
+        self.epilogue(self.y[n : n + 1], row=self.row, full=full, band=(a, b))
+
+
+def _gemm_conv(
+    x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: _Im2col | None, finish: _Finish
+) -> None:
+    """BLAS GEMMs into the output, a band of output rows at a time: on the input itself
+    (pointwise) or on the band's im2col columns, gathered from the image padded once. Each
+    band's columns are multiplied, and its outputs finished, while they are still in cache
+    (`im2col.tile_rows`)."""
     n_, c_ = x.shape[:2]
     m_, cg = w.shape[:2]
     mg = m_ // group
     krows = w[0].size
     wg = w.reshape(group, mg, krows)
     xs = x.reshape(n_, c_, -1)
-    if p.kind == "pw":
-        for n in range(n_):
-            for g in range(group):
-                blas_matmul(wg[g], xs[n, g * cg : (g + 1) * cg], out=y[n, g * mg : (g + 1) * mg])
-        return
-    win = p.win
-    assert win is not None and im2col is not None
-    args = win.args()
     hw = p.y3[2]
     out_w = p.final[-1]
-    step = tile_rows(krows, x.itemsize, out_w, hw // out_w) * out_w
-    col = np.empty(krows * min(step, hw), x.dtype)
-    blen = int(win.geo[GEO.index("blen")])  # 0 when the plan reads the input itself (`direct`)
-    padded = None if blen == 0 else np.empty((c_, blen), x.dtype)
+    step = tile_rows((krows + m_) * x.itemsize, out_w, hw // out_w) * out_w
+    win = p.win
+    col = padded = None
+    if p.kind != "pw":
+        assert win is not None and im2col is not None
+        col = np.empty(krows * min(step, hw), x.dtype)
+        blen = int(win.geo[GEO.index("blen")])  # 0: the plan reads the input itself (`direct`)
+        padded = None if blen == 0 else np.empty((c_, blen), x.dtype)
     for n in range(n_):
         src = xs[n]
         if padded is not None:
-            im2col.pad(padded.size, src, padded, *args)
+            assert win is not None and im2col is not None
+            im2col.pad(padded.size, src, padded, *win.args())
             src = padded
-        for g in range(group):
-            planes = src[g * cg : (g + 1) * cg]
-            yg = y[n, g * mg : (g + 1) * mg]
-            for a in range(0, hw, step):
-                b = min(hw, a + step)
-                panel = col[: krows * (b - a)]
-                im2col.tile(panel.size, planes, panel, *args, a, b)
-                blas_matmul(wg[g], panel.reshape(krows, b - a), out=yg[:, a:b])
+        for a in range(0, hw, step):
+            b = min(hw, a + step)
+            for g in range(group):
+                planes = src[g * cg : (g + 1) * cg]
+                if col is None:
+                    panel = planes[:, a:b]
+                else:
+                    assert win is not None and im2col is not None
+                    flat = col[: krows * (b - a)]
+                    im2col.tile(flat.size, planes, flat, *win.args(), a, b)
+                    panel = flat.reshape(krows, b - a)
+                blas_matmul(wg[g], panel, out=y[n, g * mg : (g + 1) * mg, a:b])
+            finish(n, a, b)
 
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)

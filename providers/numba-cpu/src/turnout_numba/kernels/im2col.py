@@ -23,17 +23,19 @@ from .window import copy_lines, geo_lines, window_arg_types
 
 __all__ = ["MIN_TILE", "TILE_BYTES", "WHOLE_BYTES", "pad_kernel", "tile_kernel", "tile_rows"]
 
-TILE_BYTES = 512 << 10
-"""The column panel one GEMM reads when the whole one is too big: half of a core's L2 here
-(1 MB), so that the panel, the weights and the output band stay cached between the gather and
-the GEMM. At ResNet-18's and DenseNet-121's 56x56 3x3 shapes, 256-512 KB panels ran the GEMM
-10-30% faster than one whole-image panel of 7-14 MB."""
+TILE_BYTES = 1 << 20
+"""The column panel and output band of one GEMM when the whole image's are too big: a core's
+L2 here, so that they stay cached from the gather through the GEMM to the epilogue. Swept at
+the benchmark models' shapes (1 thread, 256 KB to 1 MB bands against one whole-image GEMM):
+at 56x56 and 80x80 a band ran the conv 15-60% faster than the whole 7-15 MB panel (densenet's
+3x3 3.6 against 9.9 ms), 1 MB bands were the best or within noise of it."""
 
-WHOLE_BYTES = 1 << 20
-"""Up to this size the whole image's column panel is one GEMM (it stays in a 1 MB L2)."""
+WHOLE_BYTES = 4 << 20
+"""Up to this size the whole image's column panel and output are one GEMM: at 28x28 and 40x40
+(3.5-4 MB) bands gained nothing or lost up to 7% (BLAS's per-call cost, narrower GEMMs)."""
 
 MIN_TILE = 256
-"""The fewest output pixels a tile's GEMM gets."""
+"""The fewest output pixels a band's GEMM gets (fewer ran slower than the cache saves)."""
 
 _PAD = """\
 def _pad(x, out, offs, cols, lo, hi, geo):
@@ -113,12 +115,12 @@ def tile_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
     return _compiled("tile", dtype, parallel)
 
 
-def tile_rows(krows: int, itemsize: int, out_w: int, out_h: int) -> int:
-    """Output rows per tile: all of them when the whole panel fits in `WHOLE_BYTES`, else as
-    many as fill `TILE_BYTES`, and at least `MIN_TILE` pixels (a narrower GEMM runs slower
-    than the cache saves)."""
-    col = krows * itemsize
-    if col * out_w * out_h <= WHOLE_BYTES:
+def tile_rows(pixel_bytes: int, out_w: int, out_h: int) -> int:
+    """Output rows per band, for a GEMM reading and writing `pixel_bytes` a pixel (its column
+    and its outputs): all rows when the whole image fits in `WHOLE_BYTES`, else as many as fill
+    `TILE_BYTES`, and at least `MIN_TILE` pixels (a narrower GEMM runs slower than the cache
+    saves)."""
+    if pixel_bytes * out_w * out_h <= WHOLE_BYTES:
         return out_h
-    pixels = max(TILE_BYTES // col, MIN_TILE)
+    pixels = max(TILE_BYTES // max(1, pixel_bytes), MIN_TILE)
     return max(1, min(out_h, pixels // max(1, out_w)))
