@@ -1,4 +1,4 @@
-"""Reductions, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax and CumSum on `be.xp` (CuPy's
+"""Reductions, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax and CumSum/CumProd on `be.xp` (CuPy's
 reduction kernels; CUB where CuPy uses it).
 
 Axes come from the `axes` attribute up to the opset that moved them to an input (ReduceSum 13,
@@ -159,17 +159,29 @@ for _kind in ("Softmax", "LogSoftmax", "Hardmax"):
     cuda_kernel(_kind, 13, applies=float_only)(_softmax_builder(_kind, False))
 
 
-@cuda_kernel("CumSum", 11, host_inputs=(1,))
-def cumsum(kn: KernelNode, be: Backend) -> KernelFn:
-    xp = be.xp
-    exclusive, reverse = bool(kn.attr("exclusive", 0)), bool(kn.attr("reverse", 0))
+def _cumulative(kind: str) -> Any:
+    """CumSum/CumProd; exclusive shifts the running result one step along the axis, starting
+    from the identity (0 or 1), so a zero in CumProd's input does not need a division."""
 
-    def run(x: Any, axis_in: Any) -> tuple[Any]:
-        ax = int(np.asarray(axis_in).ravel()[0]) % x.ndim
-        y = xp.flip(x, axis=ax) if reverse else x
-        c = xp.cumsum(y, axis=ax, dtype=x.dtype)
-        if exclusive:
-            c = c - y
-        return (xp.flip(c, axis=ax) if reverse else c,)
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
+        xp = be.xp
+        exclusive, reverse = bool(kn.attr("exclusive", 0)), bool(kn.attr("reverse", 0))
+        scan, identity = (xp.cumsum, 0) if kind == "CumSum" else (xp.cumprod, 1)
 
-    return run
+        def run(x: Any, axis_in: Any) -> tuple[Any]:
+            ax = int(np.asarray(axis_in).ravel()[0]) % x.ndim
+            y = xp.flip(x, axis=ax) if reverse else x
+            c = scan(y, axis=ax, dtype=x.dtype)
+            if exclusive and x.shape[ax]:
+                lead = (slice(None),) * ax
+                first = xp.full_like(c[(*lead, slice(0, 1))], identity)
+                c = xp.concatenate([first, c[(*lead, slice(0, -1))]], axis=ax)
+            return (xp.flip(c, axis=ax) if reverse else c,)
+
+        return run
+
+    return build
+
+
+cuda_kernel("CumSum", 11, host_inputs=(1,))(_cumulative("CumSum"))
+cuda_kernel("CumProd", 26, host_inputs=(1,))(_cumulative("CumProd"))
