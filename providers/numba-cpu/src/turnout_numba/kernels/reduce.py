@@ -119,7 +119,7 @@ def _rows_source(op: str, A: str, T: str) -> str:
     interleaves them)."""
     _, init, upd, fin, first = _KINDS[op]
     # float max/min: the lanes compare without the NaN test, which kept LLVM from vectorizing
-    # them (8.1 -> 4.1 us for [100, 125]); a second, vectorized pass counts the row's NaNs,
+    # them (the node on [100, 125]: 9.7 -> 7.6 us); a second, vectorized pass counts the NaNs,
     # and a row holding one reduces to NaN, as the NaN-propagating update would give
     nan_pass = first and "float" in A
     if nan_pass:
@@ -128,7 +128,10 @@ def _rows_source(op: str, A: str, T: str) -> str:
     comb = upd if first else ("a * v" if op == "ReduceProd" else "a + v")
     lanes = range(_LANES)
     start = "1" if first else "0"
-    lines = ["    if post == 1:", "        for i in prange(pre):", "            row = x[i, :, 0]"]
+    # rows of the (pre, red) view: x[i, :, 0] is typed as a strided array, whose loops
+    # (the NaN count above all) stay scalar
+    lines = ["    if post == 1:", "        x2 = x.reshape(pre, red)"]
+    lines += ["        for i in prange(pre):", "            row = x2[i]"]
     first_value = f"{A}(row[0])" if first else f"{A}({init})"
     lines += [f"            a{k} = {first_value}" for k in lanes]
     lines.append(f"            stop = {start} + (red - {start}) // {_LANES} * {_LANES}")
