@@ -1,5 +1,5 @@
 """Elementwise kernels on `be.xp`: unary math, broadcasting binary ops, variadic ops, Where,
-Clip, Cast and the activations, each op one row of a table.
+Clip, Cast, BitCast and the activations, each op one row of a table.
 
 On a GPU the float32/float64 nodes of the ops in `codegen.FUSED_OPS` are fused into generated
 CUDA (`fusion`); these kernels run the rest (integer and float16 tensors, comparisons, logic,
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from turnout.dtypes import np_dtype
+from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
 from ..backend import Backend
@@ -335,6 +336,22 @@ def cast(kn: KernelNode, be: Backend) -> KernelFn:
 @cuda_kernel("CastLike", 15)
 def cast_like(kn: KernelNode, be: Backend) -> KernelFn:
     return lambda x, like: (x.astype(like.dtype),)
+
+
+@cuda_kernel("BitCast", 26)
+def bit_cast(kn: KernelNode, be: Backend) -> KernelFn:
+    """The same bytes read as `to` (a view, copied first when strided); the widths must match."""
+    to = np_dtype(int(kn.attr("to")))
+
+    def run(x: Any) -> tuple[Any]:
+        if x.dtype.itemsize != to.itemsize:
+            raise InvalidArgument(
+                f"BitCast node {kn.name!r}: {x.dtype} ({8 * x.dtype.itemsize} bits) and {to} "
+                f"({8 * to.itemsize} bits) differ in width"
+            )
+        return ((x if x.flags.c_contiguous else x.copy()).view(to),)
+
+    return run
 
 
 @cuda_kernel("Identity", 1)
