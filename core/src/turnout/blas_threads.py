@@ -5,11 +5,11 @@ numpy's BLAS starts as many threads as there are cores. A session asked for one 
 run its GEMMs on two (onnxruntime's CPU provider honours the count), and a numba session's
 threads must not fight BLAS's for the cores. threadpoolctl (optional: the `threads` extra) finds
 the libraries; its `limit()` context re-queries every library on each call (about 5.5 us, half
-of a tiny model's run), so this keeps the library controllers found once and makes two ctypes
-calls per run (0.5 us to read, 1 us to set, only when the count differs).
+of a tiny model's run), and even a found controller takes ~1.5 us a call, so this keeps
+OpenBLAS's own getter and setter found once and calls them through ctypes (0.15-0.2 us).
 
 Inside a run of a session with more than one thread, kernels multiply through `blas_matmul`,
-which picks the count per product (OpenBLAS's setter called through ctypes: 0.2 us):
+which picks the count per product:
 - products under `BLAS_SERIAL_MACS` multiply-adds run on one thread. A second thread saves
   at most half of their ~0.2 ms, and when another process holds the second core the call
   waits for a descheduled thread: 2-thread GEMMs of 2.4-4 M multiply-adds (text_cnn_like's
@@ -54,20 +54,24 @@ class _Run:
 _RUN = _Run()
 
 
-def _fast_setter(lib: Any) -> Callable[[int], Any]:
-    """OpenBLAS's own `openblas_set_num_threads` (pthreads build) as a ctypes function, found
-    once; other libraries through threadpoolctl's controller (~1 us)."""
+def _fast_controls(lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
+    """(get, set) of one library's thread count: OpenBLAS's own `openblas_get_num_threads` and
+    `openblas_set_num_threads` (pthreads builds) as ctypes functions, found once (0.15 us a
+    call); other libraries through threadpoolctl's controller (~1.5 us)."""
     dynlib = getattr(lib, "dynlib", None)
     pthreads = getattr(lib, "threading_layer", "") != "openmp"  # OpenMP builds: per thread
     if getattr(lib, "internal_api", "") == "openblas" and dynlib is not None and pthreads:
         for prefix in ("", "scipy_"):
             for suffix in ("", "64_", "_64"):
-                fn = getattr(dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
-                if fn is not None:
-                    fn.restype = None
-                    fn.argtypes = [ctypes.c_int]
-                    return fn  # type: ignore[no-any-return]
-    return lib.set_num_threads  # type: ignore[no-any-return]
+                get = getattr(dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                set_ = getattr(dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if get is not None and set_ is not None:
+                    get.restype = ctypes.c_int
+                    get.argtypes = []
+                    set_.restype = None
+                    set_.argtypes = [ctypes.c_int]
+                    return get, set_
+    return lib.get_num_threads, lib.set_num_threads
 
 
 class BlasThreads:
@@ -79,37 +83,39 @@ class BlasThreads:
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._libs: list[Any] = []
+        self._controls: list[tuple[Callable[[], int], Callable[[int], Any]]] = []
         self._setters: list[Callable[[int], Any]] = []
         try:
             import numpy  # noqa: F401 - loads the BLAS that threadpoolctl must find
             from threadpoolctl import ThreadpoolController
         except ImportError:
             return
-        self._libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        self._setters = [_fast_setter(lib) for lib in self._libs]
+        libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        self._controls = [_fast_controls(lib) for lib in libs]
+        self._setters = [set_ for _, set_ in self._controls]
 
-    def enter(self) -> list[tuple[Any, int]]:
+    def enter(self) -> list[tuple[Callable[[int], Any], int]]:
         """Limit every BLAS library; returns what `exit` must restore. With more than one
         thread every library is listed (`blas_matmul` may change the count during the run)."""
         changed = []
-        for lib in self._libs:
-            current = lib.get_num_threads()
-            if current != self.threads:
-                lib.set_num_threads(self.threads)
-                changed.append((lib, current))
-            elif self.threads > 1:
-                changed.append((lib, current))
-        if self.threads > 1 and self._libs:
-            _RUN.threads = _RUN.current = self.threads
+        threads = self.threads
+        for get, set_ in self._controls:
+            current = get()
+            if current != threads:
+                set_(threads)
+                changed.append((set_, current))
+            elif threads > 1:
+                changed.append((set_, current))
+        if threads > 1 and self._controls:
+            _RUN.threads = _RUN.current = threads
             _RUN.setters = self._setters
         return changed
 
     @staticmethod
-    def exit(changed: list[tuple[Any, int]]) -> None:
+    def exit(changed: list[tuple[Callable[[int], Any], int]]) -> None:
         _RUN.threads = 0
-        for lib, count in changed:
-            lib.set_num_threads(count)
+        for set_, count in changed:
+            set_(count)
 
 
 def blas_threads_for(macs: int, threads: int, key: Any = None) -> int:
