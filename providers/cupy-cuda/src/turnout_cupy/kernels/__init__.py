@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     select,
     shape,
     spatial,
+    spectral,
     values,
 )
 

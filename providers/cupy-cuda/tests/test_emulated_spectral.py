@@ -1,0 +1,49 @@
+"""DFT on the emulated backend against onnx.reference beyond the node cases: dft_length that
+pads or truncates, float64, a one-sided forward transform, an inner axis, and the
+shared check for an axis naming the (real, imaginary) dimension."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from turnout.errors import InvalidArgument
+from turnout.semantics.spectral import dft_plan
+from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
+
+CASES = [
+    (7, 1, 0, 0, 1),  # pad the signal to 7 points
+    (3, 2, 0, 1, 1),  # truncate, one-sided
+    (6, 2, 0, 0, 2),  # pad complex input
+    (8, 1, 1, 1, 2),  # one-sided inverse: real output of 8 points
+    (None, 1, 1, 0, 2),
+]
+
+
+@pytest.mark.parametrize(("length", "axis", "inverse", "onesided", "comp"), CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dft(emulated: str, length: Any, axis: int, inverse: int, onesided: int, comp: int, dtype):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 5, 4, comp)).astype(dtype)
+    feeds: dict[str, Any] = {"x": x}
+    names = ["x", "", "axis"]
+    if length is not None:
+        feeds["n"] = np.array(length, np.int64)
+        names[1] = "n"
+    feeds["axis"] = np.array(axis, np.int64)
+    node = helper.make_node("DFT", names, ["y"], inverse=inverse, onesided=onesided)
+    model = one_node_model(node, list(feeds.values()), 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = provider_session(model, emulated).run(None, feeds)
+    want = run_reference(node, list(feeds.values()), 20)
+    assert_outputs_close(want, got, 1e-5, 1e-5)
+
+
+def test_dft_axis_must_not_be_the_component_axis() -> None:
+    with pytest.raises(InvalidArgument, match=r"dft0: axis -1 must name a signal axis"):
+        dft_plan("dft0", (2, 5, 1), -1, None, False, False)
