@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     attention_extra,
     causal_conv,
     conv,
+    detection,
     elementwise,
     loss,
     matmul,
