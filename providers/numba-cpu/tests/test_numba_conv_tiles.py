@@ -94,9 +94,35 @@ def test_tile_policy() -> None:
     pixel, ow, oh = (1152 + 32) * 4, 56, 56
     rows = im2col.tile_rows(pixel, ow, oh)
     assert 1 <= rows < oh
-    assert rows * ow > im2col.MIN_TILE - ow
-    assert rows * ow * pixel <= max(im2col.TILE_BYTES, pixel * im2col.MIN_TILE)
+    assert rows * ow >= im2col.MIN_TILE
+    assert (rows - 1) * ow * pixel < max(im2col.TILE_BYTES, pixel * im2col.MIN_TILE)
     assert im2col.tile_rows(10**6, 10**5, 3) == 1  # one row wider than any budget
+    # a session with threads asks for bands big enough for BLAS to share among them
+    assert im2col.tile_rows(pixel, ow, oh, least=2000) * ow >= 2000
+
+
+def test_threads_keep_big_bands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With threads, a band's product is at least twice what BLAS runs on one thread, so that
+    banding does not take BLAS's threads away from the convolution."""
+    from turnout.blas_threads import BLAS_SERIAL_MACS
+
+    x = np.random.default_rng(0).standard_normal((1, 32, 80, 80)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((32, 32, 3, 3)).astype(np.float32)
+    model = one_node_model(helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4), [x, w], 17)
+    real = conv_mod.blas_matmul
+    widths: dict[int, list[int]] = {1: [], 2: []}
+    for threads, seen in widths.items():
+
+        def spy(a: Any, b: Any, out: Any = None, seen: list[int] = seen) -> Any:
+            seen.append(b.shape[1])
+            return real(a, b, out=out)
+
+        monkeypatch.setattr(conv_mod, "blas_matmul", spy)
+        sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
+        sess.run(None, {"x": x, "w": w})
+    assert sum(widths[1]) == sum(widths[2]) == 80 * 80
+    assert len(widths[1]) > 1  # 1 thread: cache-sized bands
+    assert min(widths[2][:-1] or widths[2]) * 32 * 288 >= 2 * BLAS_SERIAL_MACS
 
 
 # conv shapes of the benchmark models whose column panels are tiled or large

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from turnout.blas_threads import blas_matmul
+from turnout.blas_threads import BLAS_SERIAL_MACS, blas_matmul
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.activations import activation_of
@@ -38,7 +38,7 @@ from ..registry import SERIAL_WORK, BuildContext, float_inputs_applies, numba_ke
 from .depthwise import depthwise_kernel
 from .epilogue import Epilogue
 from .gemm import present
-from .im2col import pad_kernel, tile_kernel, tile_rows
+from .im2col import MIN_TILE, pad_kernel, tile_kernel, tile_rows
 from .window import GEO, Window, plan_window
 
 __all__ = ["DEPTHWISE_MAX_MULTIPLIER"]
@@ -76,6 +76,7 @@ class _Plan:
     win: Window | None
     work: int
     chunks: int
+    band: int  # output pixels per GEMM (whole output rows; `im2col.tile_rows`)
 
 
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -153,7 +154,13 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
-        return _Plan(kind, final, y3, win, work, max(chunks, 1))
+        # bands: sized for the cache; with threads, each band's product big enough for BLAS
+        # to run it on them (`blas_threads.BLAS_SERIAL_MACS`), as the whole image's did
+        macs = (m_ // max(group, 1)) * max(1, w[0].size)
+        least = max(MIN_TILE, -(-2 * BLAS_SERIAL_MACS // macs)) if ctx.parallel else MIN_TILE
+        pixel = (w[0].size + m_) * x.itemsize
+        band = tile_rows(pixel, ow_, oh_, least) * ow_
+        return _Plan(kind, final, y3, win, work, max(chunks, 1), band)
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -235,8 +242,7 @@ def _gemm_conv(
     wg = w.reshape(group, mg, krows)
     xs = x.reshape(n_, c_, -1)
     hw = p.y3[2]
-    out_w = p.final[-1]
-    step = tile_rows((krows + m_) * x.itemsize, out_w, hw // out_w) * out_w
+    step = p.band
     win = p.win
     col = padded = None
     if p.kind != "pw":

@@ -115,12 +115,12 @@ def tile_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
     return _compiled("tile", dtype, parallel)
 
 
-def tile_rows(pixel_bytes: int, out_w: int, out_h: int) -> int:
+def tile_rows(pixel_bytes: int, out_w: int, out_h: int, least: int = MIN_TILE) -> int:
     """Output rows per band, for a GEMM reading and writing `pixel_bytes` a pixel (its column
     and its outputs): all rows when the whole image fits in `WHOLE_BYTES`, else as many as fill
-    `TILE_BYTES`, and at least `MIN_TILE` pixels (a narrower GEMM runs slower than the cache
+    `TILE_BYTES`, and at least `least` pixels (a narrower GEMM runs slower than the cache
     saves)."""
     if pixel_bytes * out_w * out_h <= WHOLE_BYTES:
         return out_h
-    pixels = max(TILE_BYTES // max(1, pixel_bytes), MIN_TILE)
-    return max(1, min(out_h, pixels // max(1, out_w)))
+    pixels = max(TILE_BYTES // max(1, pixel_bytes), least)
+    return max(1, min(out_h, -(-pixels // max(1, out_w))))
