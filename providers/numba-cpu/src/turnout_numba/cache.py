@@ -151,11 +151,33 @@ def jit(
         try:
             for sig in sigs:
                 _compile(disp, sig, root if use_cache else None)
+            _accept_writable(disp)
         finally:
             # a call never compiles: arguments convert to a compiled signature (a writable
             # array to a read-only one) or the call fails loudly
             disp.disable_compile(True)
         return disp  # type: ignore[no-any-return]
+
+
+def _accept_writable(disp: Any) -> None:
+    """Register now the conversions a call makes to the arrays of the compiled signatures:
+    from a writable array to a read-only one, from any layout to an 'A' one. numba would find
+    them on the first such call, typing every argument in Python (1-20 ms a kernel, paid by
+    the first run)."""
+    from numba.core import types
+
+    ctx = disp.typingctx
+    for sig in disp.nopython_signatures:
+        for formal in sig.args:
+            if not isinstance(formal, types.Array):
+                continue
+            layouts: tuple[Any, ...] = ("C", "F", "A") if formal.layout == "A" else (formal.layout,)
+            flags = (False, True) if not formal.mutable else (False,)
+            for layout in layouts:
+                for readonly in flags:
+                    actual = formal.copy(layout=layout, readonly=readonly)
+                    if actual != formal:
+                        ctx.install_possible_conversions([actual], [formal])
 
 
 def _variant_module(pyfunc: Callable[..., Any], parallel: bool) -> ModuleType:
@@ -207,6 +229,8 @@ def _compile(disp: Any, sig: Sig, root: Path | None) -> None:
     misses = sum(disp.stats.cache_misses.values()) if root is not None else 0
     compiled = len(disp.overloads)
     try:
+        if root is not None and _load_cached(disp, sig):
+            return
         disp.compile(sig)
         if root is None:
             _COMPILES[0] += len(disp.overloads) - compiled
@@ -221,6 +245,50 @@ def _compile(disp: Any, sig: Sig, root: Path | None) -> None:
         disp._cache = numba.core.caching.NullCache()
         disp.compile(sig)
         _COMPILES[0] += 1
+
+
+_LAZY_READY: list[bool] = []  # the run-time symbols a cached kernel links to are installed
+
+
+def _load_cached(disp: Any, sig: Sig) -> bool:
+    """Load `sig` from numba's disk cache without numba's context refresh; False on a miss.
+
+    numba's own load first refreshes its target context: it imports and installs every
+    lowering and typing registry (~200 ms per process, most of a warm session's creation),
+    which only compiling needs (the compiler refreshes by itself on a miss). A cached kernel
+    links only to run-time symbols: numba's helpers and math (installed with the context),
+    NRT (initialized here), hash secrets (installed by importing numba's hashing module) and
+    the threading layer (re-run by the parallel kernel's own reload hooks). numba internals
+    that moved make this a miss, and `disp.compile` takes the documented path."""
+    cache = getattr(disp, "_cache", None)
+    load = getattr(cache, "_load_overload", None)
+    guard = getattr(cache, "_guard_against_spurious_io_errors", None)
+    if load is None or guard is None or not hasattr(disp, "_cache_hits"):
+        return False
+    from numba.core import sigutils
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        args, _ = sigutils.normalize_signature(sig)  # type: ignore[no-untyped-call]
+        if tuple(args) in disp.overloads:
+            return True
+        ctx = disp.targetctx
+        if not _LAZY_READY:
+            import numba.cpython.hashing  # noqa: F401 - installs the hash-secret symbols
+            from numba.core.runtime import nrt
+
+            nrt.rtsys.initialize(ctx)
+            _LAZY_READY.append(True)
+        cres = None
+        with guard():
+            cres = load(sig, ctx)
+        if cres is None:
+            return False
+        disp._cache_hits[sig] += 1
+        if not cres.objectmode:
+            ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        disp.add_overload(cres)
+        return True
 
 
 def _purge(disp: Any, root: Path) -> None:

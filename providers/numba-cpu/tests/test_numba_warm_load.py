@@ -1,0 +1,55 @@
+"""A warm process loads its kernels from the disk cache without numba's context refresh (the
+import of every lowering and typing registry, ~200 ms a process); a kernel that is not cached
+still compiles afterwards, and the loaded kernels give the right results, serial and parallel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_SCRIPT = """
+import os, sys
+import numpy as np, turnout
+from onnx import helper, TensorProto as T
+from turnout_numba import cache
+
+def model(op, elem):
+    n = [helper.make_node("Add", ["x", "x"], ["s"]), helper.make_node(op, ["s"], ["y"])]
+    g = helper.make_graph(n, "g", [helper.make_tensor_value_info("x", elem, [64, 300])],
+                          [helper.make_tensor_value_info("y", elem, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+so = turnout.SessionOptions()
+so.intra_op_num_threads = int(os.environ["THREADS"])
+x = np.linspace(-1, 1, 64 * 300, dtype=np.float32).reshape(64, 300)
+s = turnout.InferenceSession(model("Softmax", T.FLOAT), so, providers=["CPUExecutionProvider"])
+y = s.run(None, {"x": x})[0]
+e = np.exp(2 * x - (2 * x).max(axis=-1, keepdims=True))
+assert np.allclose(y, e / e.sum(axis=-1, keepdims=True), atol=1e-6), y
+if os.environ.get("WARM"):
+    assert cache.compile_count() == 0, cache.compile_count()
+    assert "numba.np.arraymath" not in sys.modules, "numba's registries were loaded"
+    # not cached: compiles (the compiler refreshes numba's context itself)
+    s2 = turnout.InferenceSession(model("Relu", T.DOUBLE), so, providers=["CPUExecutionProvider"])
+    y2 = s2.run(None, {"x": x.astype(np.float64)})[0]
+    assert np.array_equal(y2, np.maximum(2 * x.astype(np.float64), 0)), y2
+    assert cache.compile_count() > 0
+"""
+
+
+def _run(cache: Path, threads: int, **extra: str) -> None:
+    env = {**os.environ, "TURNOUT_CACHE_DIR": str(cache), "THREADS": str(threads), **extra}
+    subprocess.run([sys.executable, "-c", _SCRIPT], env=env, check=True)
+
+
+@pytest.mark.cpu_means_host
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_warm_process_loads_kernels_without_numba_registries(
+    tmp_path: Path, threads: int
+) -> None:
+    _run(tmp_path, threads)
+    _run(tmp_path, threads, WARM="1")
