@@ -53,3 +53,47 @@ def test_a_warm_process_loads_kernels_without_numba_registries(
 ) -> None:
     _run(tmp_path, threads)
     _run(tmp_path, threads, WARM="1")
+
+
+_KERNEL = """
+def add_one(x, y):
+    for i in range(x.shape[0]):
+        y[i] = x[i] + 1
+"""
+
+
+def test_array_conversions_are_registered_at_creation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writable or strided array passed where a signature takes a read-only or 'A' array
+    converts without numba typing the arguments in Python on the first call."""
+    import numpy as np
+    from numba import types
+
+    from turnout_numba import cache
+
+    (tmp_path / "warm_load_kernel.py").write_text(_KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "cache"))
+    from warm_load_kernel import add_one
+
+    sig = types.void(
+        types.Array(types.float32, 1, "A", readonly=True), types.Array(types.float32, 1, "C")
+    )
+    disp = cache.jit(add_one, [sig])
+
+    def refuse(*args: object) -> bool:
+        raise AssertionError("numba searched conversions at call time")
+
+    monkeypatch.setattr(disp, "_search_new_conversions", refuse)
+    x = np.arange(6, dtype=np.float32)
+    y = np.zeros(3, np.float32)
+    disp(x[:3], y)  # writable, C-contiguous
+    np.testing.assert_array_equal(y, [1, 2, 3])
+    disp(x[::2], y)  # strided
+    np.testing.assert_array_equal(y, [1, 3, 5])
+    x.flags.writeable = False
+    disp(x[1:4], y)  # read-only, as compiled
+    np.testing.assert_array_equal(y, [2, 3, 4])
+    with pytest.raises(AssertionError, match="searched"):  # not registered: another dtype
+        disp(x[:3].astype(np.float64), y)
