@@ -1,6 +1,7 @@
-"""The indexed ops' error paths on the emulated backend: an index read from device data that is
-out of range fails the run with an `InvalidArgument` naming the node and the input, and the
-next good run is unaffected; repeated scatter positions fold with every reduction."""
+"""Error paths of the indexed and sampling ops on the emulated backend: an index read from
+device data that is out of range fails the run with an `InvalidArgument` naming the node and the
+input, and the next good run is unaffected; repeated scatter positions fold with every
+reduction; RoiAlign's batch indices (read on the host) and SwiGLU's shapes are checked too."""
 
 from __future__ import annotations
 
@@ -105,3 +106,33 @@ def test_reverse_sequence_bad_length(emulated: str) -> None:
     _bad_run(sess, {"x": x, "n": np.array([4, 1])}, "a length in 'n' is out of range [0, 3]")
     (y,) = sess.run(None, {"x": x, "n": np.array([3, 1])})
     np.testing.assert_array_equal(y, [[4, 1], [2, 3], [0, 5]])
+
+
+def test_roi_align_bad_batch_index(emulated: str) -> None:
+    model = _model(
+        "RoiAlign",
+        [("x", F, [1, 1, 4, 4]), ("rois", F, [1, 4]), ("b", I64, [1])],
+        output_height=2,
+        output_width=2,
+    )
+    sess = provider_session(model, emulated)
+    feeds = {"x": np.ones((1, 1, 4, 4), np.float32), "rois": np.array([[0, 0, 3, 3]], np.float32)}
+    _bad_run(sess, {**feeds, "b": np.array([1])}, "a batch index in 'b' is out of range [0, 0]")
+    (y,) = sess.run(None, {**feeds, "b": np.array([0])})
+    np.testing.assert_allclose(y, np.ones((1, 1, 2, 2)))
+
+
+def test_swiglu_shapes_must_match(emulated: str) -> None:
+    node = helper.make_node("SwiGLU", ["a", "b"], ["y"], name="idx_node")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, F, None) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", F, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 28)])
+    sess = provider_session(model, emulated)
+    a = np.array([1.0, -2.0], np.float32)
+    _bad_run(sess, {"a": a, "b": np.ones(3, np.float32)}, "must have the same shape")
+    (y,) = sess.run(None, {"a": a, "b": np.full(2, 2.0, np.float32)})
+    np.testing.assert_allclose(y, 2 * a / (1 + np.exp(-a)), rtol=1e-6)
