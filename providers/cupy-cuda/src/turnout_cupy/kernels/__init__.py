@@ -23,6 +23,7 @@ from . import (  # noqa: F401
     shape,
     spatial,
     spectral,
+    training,
     values,
 )
 
