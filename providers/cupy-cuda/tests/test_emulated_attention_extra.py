@@ -183,3 +183,32 @@ def test_flex_attention_gqa(emulated: str, precision: int | None, dtype: Any) ->
 def test_flex_attention_bad_heads() -> None:
     with pytest.raises(InvalidArgument, match="fa: 6 query heads are not a multiple of 4"):
         flex_attention_shapes("fa", (1, 6, 2, 4), (1, 4, 3, 4), (1, 4, 3, 4), None)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis", [-2, 2, 1])
+@pytest.mark.parametrize("indices", [True, False])
+def test_tensor_scatter(emulated: str, mode: str, axis: int, indices: bool) -> None:
+    rng = np.random.default_rng(13)
+    cache = rng.standard_normal((3, 4, 6, 2)).astype(np.float32)
+    ushape = list(cache.shape)
+    ushape[axis] = 2
+    feeds = {"cache": cache, "update": rng.standard_normal(ushape).astype(np.float32)}
+    if indices:  # circular wraps past the end; linear stays inside
+        feeds["w"] = np.array([0, 2, cache.shape[axis] - (1 if mode == "circular" else 2)])
+    node = helper.make_node("TensorScatter", list(feeds), ["present"], mode=mode, axis=axis)
+    _check(emulated, node, feeds, 24, 0)
+
+
+def test_tensor_scatter_linear_overflow(emulated: str) -> None:
+    rng = np.random.default_rng(0)
+    feeds = {
+        "cache": rng.standard_normal((2, 5, 3)).astype(np.float32),
+        "update": rng.standard_normal((2, 2, 3)).astype(np.float32),
+        "w": np.array([1, 4], np.int64),  # rows 4 and 5 of a cache of 5
+    }
+    node = helper.make_node("TensorScatter", list(feeds), ["present"], name="kv0")
+    node.attribute.append(helper.make_attribute("axis", 1))
+    sess = _session(emulated, node, feeds, 24)
+    with pytest.raises(InvalidArgument, match=r"'kv0': write_indices put an update row outside"):
+        sess.run(None, feeds)

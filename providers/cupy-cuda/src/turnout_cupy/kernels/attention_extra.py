@@ -1,4 +1,5 @@
-"""RotaryEmbedding (ai.onnx 23) and LinearAttention (ai.onnx 27) on `be.xp`.
+"""RotaryEmbedding, LinearAttention, FlexAttention and TensorScatter (a KV-cache update) on
+`be.xp`.
 
 RotaryEmbedding: the sizes and input checks are `turnout.semantics.rotary`'s. X is viewed as
 (batch, seq, heads, head) without a copy; cos/sin rows are gathered by position_ids on the
@@ -28,6 +29,7 @@ from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.flex_attention import flex_attention_shapes, flex_softmax_dtype
 from turnout.semantics.linear_attention import linear_attention_attrs
 from turnout.semantics.rotary import rotary_shapes
+from turnout.semantics.tensor_scatter import tensor_scatter_mode, tensor_scatter_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
@@ -157,5 +159,37 @@ def flex_attention(kn: KernelNode, be: Backend) -> KernelFn:
         p = e / xp.sum(e, axis=-1, keepdims=True)
         y = xp.matmul(p, v[:, :, None].astype(ct))
         return (y.reshape(s.batch, s.q_heads, s.q_len, s.v_head).astype(v.dtype),)
+
+    return run
+
+
+@cuda_kernel("TensorScatter", 24)
+def tensor_scatter(kn: KernelNode, be: Backend) -> KernelFn:
+    """A KV-cache update: the update's rows are written into a copy of the cache along the
+    axis (moved next to the batch axis as a view) by one advanced-index assignment at
+    write_indices[b] + s; in linear mode a row past the cache's end is flagged on the device
+    (an `InvalidArgument` naming the node) and not written."""
+    xp = be.xp
+    mode = tensor_scatter_mode(kn)
+    axis = int(kn.attr("axis", -2))
+
+    def run(cache: Any, update: Any, write: Any = None) -> tuple[Any]:
+        p = tensor_scatter_plan(kn.name, cache.shape, update.shape, _shape(write), axis)
+        batch = cache.shape[0]
+        start = xp.zeros(batch, np.int64) if write is None else write.astype(np.int64)
+        pos = start[:, None] + xp.arange(p.update_len)  # (batch, update_len)
+        if mode == "circular":
+            pos = pos % p.cache_len
+        elif batch and p.update_len:
+            be.checks.flag(
+                xp.any((pos < 0) | (pos >= p.cache_len)),
+                f"TensorScatter node {kn.name!r}: write_indices put an update row outside "
+                f"the cache of {p.cache_len} along axis {p.axis} (checked on the device)",
+            )
+            pos = xp.clip(pos, 0, p.cache_len - 1)
+        present = cache.copy()
+        view = xp.moveaxis(present, p.axis, 1)
+        view[xp.arange(batch)[:, None], pos] = xp.moveaxis(update, p.axis, 1)
+        return (present,)
 
     return run
