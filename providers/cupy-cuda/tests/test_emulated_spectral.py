@@ -1,4 +1,4 @@
-"""DFT on the emulated backend against onnx.reference beyond the node cases: dft_length that
+"""DFT and STFT on the emulated backend against onnx.reference beyond the node cases: dft_length that
 pads or truncates, float64, a one-sided forward transform, an inner axis, and the
 shared check for an axis naming the (real, imaginary) dimension."""
 
@@ -47,3 +47,27 @@ def test_dft(emulated: str, length: Any, axis: int, inverse: int, onesided: int,
 def test_dft_axis_must_not_be_the_component_axis() -> None:
     with pytest.raises(InvalidArgument, match=r"dft0: axis -1 must name a signal axis"):
         dft_plan("dft0", (2, 5, 1), -1, None, False, False)
+
+
+@pytest.mark.parametrize(
+    ("step", "with_window", "onesided", "comp"), [(3, True, 1, 1), (5, False, 0, 2)]
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stft(emulated: str, step: int, with_window: bool, onesided: int, comp: int, dtype):
+    rng = np.random.default_rng(10)
+    feeds: dict[str, Any] = {
+        "x": rng.standard_normal((2, 40, comp)).astype(dtype),
+        "step": np.array(step, np.int64),
+    }
+    names = ["x", "step", "", "n"]
+    if with_window:
+        feeds["w"] = np.hanning(8).astype(dtype)
+        names[2] = "w"
+    feeds["n"] = np.array(8, np.int64)
+    node = helper.make_node("STFT", names, ["y"], onesided=onesided)
+    model = one_node_model(node, list(feeds.values()), 17)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = provider_session(model, emulated).run(None, feeds)
+    want = run_reference(node, list(feeds.values()), 17)
+    assert_outputs_close(want, got, 1e-5, 1e-5)

@@ -1,4 +1,4 @@
-"""What a DFT node means: its axis, length and direction, and the input checks.
+"""What a DFT or STFT node means: its axis, length and direction, and the input checks.
 
 X holds real (last dimension 1) or complex (last dimension 2: real, imaginary) signals; the
 transform runs along `axis` (an attribute default 1 in opset 17, an input default -2 from
@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 
-__all__ = ["DftPlan", "dft_plan"]
+__all__ = ["DftPlan", "StftPlan", "dft_plan", "stft_plan"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,41 @@ def dft_plan(
         kind = "an inverse DFT needs complex" if inverse else "a forward DFT needs real"
         raise InvalidArgument(f"{name}: one-sided, {kind} input, got {shape}")
     return DftPlan(ax, int(length), inverse, onesided, shape[-1] == 2)
+
+
+@dataclass(frozen=True)
+class StftPlan:
+    """An STFT's frames: `frames` windows of `length` samples, `step` apart; each frame is a
+    forward DFT of `length` points (one-sided: the first length // 2 + 1 frequencies)."""
+
+    frames: int
+    length: int
+    step: int
+    onesided: bool
+    complex_input: bool
+
+
+def stft_plan(
+    name: str,
+    x_shape: Any,
+    step: int,
+    window_len: int | None,
+    frame_length: int | None,
+    onesided: bool,
+) -> StftPlan:
+    """Check an STFT run (signal (batch, length, 1 | 2), the host scalars, the window's
+    length) and return its frames. The frame length defaults to the window's, else the
+    signal's."""
+    shape = tuple(int(s) for s in x_shape)
+    if len(shape) != 3 or shape[-1] not in (1, 2):
+        raise InvalidArgument(f"{name}: signal {shape} must be (batch, length, 1 or 2)")
+    n = frame_length if frame_length is not None else window_len or shape[1]
+    if window_len is not None and window_len != n:
+        raise InvalidArgument(f"{name}: window of {window_len} for frames of {n}")
+    if step < 1 or n < 1 or n > shape[1]:
+        raise InvalidArgument(
+            f"{name}: frames of {n} samples every {step} do not fit a signal of {shape[1]}"
+        )
+    if onesided and shape[-1] == 2:
+        raise InvalidArgument(f"{name}: a one-sided STFT needs a real signal")
+    return StftPlan(1 + (shape[1] - n) // step, n, step, onesided, shape[-1] == 2)

@@ -1,4 +1,4 @@
-"""DFT on `be.xp`'s FFT (cuFFT through CuPy).
+"""DFT and STFT on `be.xp`'s FFT (cuFFT through CuPy).
 
 The axis, length and direction are `turnout.semantics.spectral`'s. The (real, imaginary)
 pairs of the last dimension become a complex array (complex64 for float16/float32 input),
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.spectral import dft_plan
+from turnout.semantics.spectral import dft_plan, stft_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
@@ -23,6 +23,20 @@ __all__: list[str] = []
 
 def _scalar(v: Any) -> int | None:
     return None if v is None else int(np.asarray(v).reshape(-1)[0])
+
+
+def _signal(xp: Any, x: Any, complex_input: bool) -> Any:
+    """(..., 1 | 2) real or (real, imaginary) values as one complex array."""
+    cdt = np.complex128 if x.dtype == np.float64 else np.complex64
+    sig = x[..., 0].astype(cdt)
+    return sig + 1j * x[..., 1].astype(cdt) if complex_input else sig
+
+
+def _pairs(xp: Any, y: Any, axis: int, points: int, dtype: Any) -> Any:
+    """A complex result, its first `points` along `axis` kept, as (..., 2) pairs."""
+    if points != y.shape[axis]:
+        y = xp.take(y, xp.arange(points), axis=axis)
+    return xp.stack([y.real, y.imag], axis=-1).astype(dtype)
 
 
 def _dft(axis_is_input: bool) -> Any:
@@ -36,18 +50,12 @@ def _dft(axis_is_input: bool) -> Any:
             if axis_is_input:
                 axis = -2 if axis_in is None else int(np.asarray(axis_in).reshape(-1)[0])
             p = dft_plan(kn.name, x.shape, axis, _scalar(length), inverse, onesided)
-            cdt = np.complex128 if x.dtype == np.float64 else np.complex64
-            sig = x[..., 0].astype(cdt)
-            if p.complex_input:
-                sig = sig + 1j * x[..., 1].astype(cdt)
+            sig = _signal(xp, x, p.complex_input)
             if inverse and onesided:
                 real = xp.fft.irfft(sig, n=p.length, axis=p.axis)
                 return (real[..., None].astype(x.dtype),)
             f = xp.fft.ifft if inverse else xp.fft.fft
-            y = f(sig, n=p.length, axis=p.axis)
-            if p.out_points != p.length:
-                y = xp.take(y, xp.arange(p.out_points), axis=p.axis)
-            return (xp.stack([y.real, y.imag], axis=-1).astype(x.dtype),)
+            return (_pairs(xp, f(sig, n=p.length, axis=p.axis), p.axis, p.out_points, x.dtype),)
 
         return run
 
@@ -56,3 +64,25 @@ def _dft(axis_is_input: bool) -> Any:
 
 cuda_kernel("DFT", 17, until=19, applies=float_only, host_inputs=(1,))(_dft(False))
 cuda_kernel("DFT", 20, applies=float_only, host_inputs=(1, 2))(_dft(True))
+
+
+@cuda_kernel("STFT", 17, applies=float_only, host_inputs=(1, 3))
+def stft(kn: KernelNode, be: Backend) -> KernelFn:
+    """Frames gathered by one index array (frame start + sample offset), weighted by the
+    window, and transformed together by one batched FFT along the sample axis."""
+    xp = be.xp
+    onesided = bool(kn.attr("onesided", 1))
+
+    def run(x: Any, step: Any, window: Any = None, length: Any = None) -> tuple[Any]:
+        n_win = None if window is None else int(window.shape[0])
+        hop = int(np.asarray(step).reshape(-1)[0])
+        p = stft_plan(kn.name, x.shape, hop, n_win, _scalar(length), onesided)
+        starts = xp.arange(p.frames)[:, None] * p.step
+        frames = x[:, starts + xp.arange(p.length)]  # (batch, frames, length, 1 | 2)
+        if window is not None:
+            frames = frames * window.astype(x.dtype)[:, None]
+        sig = _signal(xp, frames, p.complex_input)
+        points = p.length // 2 + 1 if onesided else p.length
+        return (_pairs(xp, xp.fft.fft(sig, n=p.length, axis=2), 2, points, x.dtype),)
+
+    return run
