@@ -1,6 +1,7 @@
-"""DFT and STFT on the emulated backend against onnx.reference beyond the node cases: dft_length that
-pads or truncates, float64, a one-sided forward transform, an inner axis, and the
-shared check for an axis naming the (real, imaginary) dimension."""
+"""DFT and STFT on the emulated backend against onnx.reference beyond the node cases:
+dft_length that pads or truncates, float64, a one-sided forward transform, an inner axis,
+windows and frame steps, and the shared check for an axis naming the (real, imaginary)
+dimension."""
 
 from __future__ import annotations
 
