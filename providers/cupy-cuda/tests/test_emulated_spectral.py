@@ -1,4 +1,4 @@
-"""DFT and STFT on the emulated backend against onnx.reference beyond the node cases:
+"""DFT, STFT and MelWeightMatrix on the emulated backend against onnx.reference beyond the node cases:
 dft_length that pads or truncates, float64, a one-sided forward transform, an inner axis,
 windows and frame steps, and the shared check for an axis naming the (real, imaginary)
 dimension."""
@@ -72,3 +72,24 @@ def test_stft(emulated: str, step: int, with_window: bool, onesided: int, comp: 
         got = provider_session(model, emulated).run(None, feeds)
     want = run_reference(node, list(feeds.values()), 17)
     assert_outputs_close(want, got, 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("bins", "n", "rate", "lo", "hi", "out"),
+    [(8, 64, 16000, 100.0, 7000.0, 1), (20, 16, 8000, 0.0, 3900.0, 11)],  # 20 bins: empty rises
+)
+def test_mel_weight_matrix(emulated: str, bins: int, n: int, rate: int, lo: float, hi: float, out):
+    feeds = {
+        "bins": np.array(bins, np.int32),
+        "n": np.array(n, np.int32),
+        "rate": np.array(rate, np.int32),
+        "lo": np.array(lo, np.float32),
+        "hi": np.array(hi, np.float32),
+    }
+    node = helper.make_node("MelWeightMatrix", list(feeds), ["w"], output_datatype=out)
+    model = one_node_model(node, list(feeds.values()), 17)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = provider_session(model, emulated).run(None, feeds)
+    want = run_reference(node, list(feeds.values()), 17)
+    assert_outputs_close(want, got, 1e-6, 1e-6)

@@ -1,4 +1,4 @@
-"""What a DFT or STFT node means: its axis, length and direction, and the input checks.
+"""What a DFT, STFT or MelWeightMatrix node means: sizes, directions and input checks.
 
 X holds real (last dimension 1) or complex (last dimension 2: real, imaginary) signals; the
 transform runs along `axis` (an attribute default 1 in opset 17, an input default -2 from
@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import InvalidArgument
 
-__all__ = ["DftPlan", "StftPlan", "dft_plan", "stft_plan"]
+__all__ = ["DftPlan", "StftPlan", "dft_plan", "mel_bin_edges", "stft_plan"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +100,26 @@ def stft_plan(
     if onesided and shape[-1] == 2:
         raise InvalidArgument(f"{name}: a one-sided STFT needs a real signal")
     return StftPlan(1 + (shape[1] - n) // step, n, step, onesided, shape[-1] == 2)
+
+
+def mel_bin_edges(
+    name: str, bins: int, dft_length: int, sample_rate: int, lower: float, upper: float
+) -> np.ndarray:
+    """MelWeightMatrix's bins + 2 triangle edges as DFT bin indices (int64, host): evenly
+    spaced on the mel scale from `lower` to `upper` hertz, the step being the range over
+    bins + 2 as onnx.reference divides it; each of the `bins` filters rises from edge i to
+    edge i + 1 and falls to edge i + 2."""
+    if bins < 1 or dft_length < 1 or sample_rate < 1 or not 0 <= lower < upper:
+        raise InvalidArgument(
+            f"{name}: num_mel_bins {bins}, dft_length {dft_length}, sample_rate {sample_rate} "
+            f"and edges {lower}..{upper} Hz must be positive and increasing"
+        )
+    mel_lo, mel_hi = (2595 * np.log1p(f / 700) / np.log(10) for f in (lower, upper))
+    mels = np.arange(bins + 2) * ((mel_hi - mel_lo) / (bins + 2)) + mel_lo
+    hertz = 700 * np.expm1(mels / 2595 * np.log(10))
+    edges: np.ndarray = (((dft_length + 1) * hertz) // sample_rate).astype(np.int64)
+    if edges[-1] > dft_length // 2:
+        raise InvalidArgument(
+            f"{name}: upper_edge_hertz {upper} lies past the {dft_length // 2 + 1} DFT bins"
+        )
+    return edges

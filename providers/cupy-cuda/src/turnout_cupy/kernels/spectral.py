@@ -1,4 +1,4 @@
-"""DFT and STFT on `be.xp`'s FFT (cuFFT through CuPy).
+"""DFT and STFT on `be.xp`'s FFT (cuFFT through CuPy), and MelWeightMatrix.
 
 The axis, length and direction are `turnout.semantics.spectral`'s. The (real, imaginary)
 pairs of the last dimension become a complex array (complex64 for float16/float32 input),
@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from turnout.dtypes import np_dtype
 from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.spectral import dft_plan, stft_plan
+from turnout.semantics.spectral import dft_plan, mel_bin_edges, stft_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
@@ -84,5 +85,30 @@ def stft(kn: KernelNode, be: Backend) -> KernelFn:
         sig = _signal(xp, frames, p.complex_input)
         points = p.length // 2 + 1 if onesided else p.length
         return (_pairs(xp, xp.fft.fft(sig, n=p.length, axis=2), 2, points, x.dtype),)
+
+    return run
+
+
+@cuda_kernel("MelWeightMatrix", 17, host_inputs=(0, 1, 2, 3, 4))
+def mel_weight_matrix(kn: KernelNode, be: Backend) -> KernelFn:
+    """The triangle filters built on the device from their edges (host scalars: they set the
+    output's shape): rising (j - lo) / (center - lo) up to the center, falling
+    (hi - j) / (hi - center) after it, a single 1 where the rise is empty."""
+    xp = be.xp
+    out_dtype = np_dtype(int(kn.attr("output_datatype", 1)))
+
+    def run(bins: Any, n: Any, rate: Any, lower: Any, upper: Any) -> tuple[Any]:
+        nb, dft_length, sr = (int(np.asarray(v).reshape(-1)[0]) for v in (bins, n, rate))
+        lo_hz, hi_hz = (float(np.asarray(v).reshape(-1)[0]) for v in (lower, upper))
+        edges = mel_bin_edges(kn.name, nb, dft_length, sr, lo_hz, hi_hz)
+        e = xp.asarray(edges, dtype=np.float64)
+        lo, mid, hi = e[:-2], e[1:-1], e[2:]
+        j = xp.arange(dft_length // 2 + 1, dtype=np.float64)[:, None]
+        rise = xp.where(mid > lo, (j - lo) / xp.where(mid > lo, mid - lo, 1), 1.0)
+        fall = (hi - j) / xp.where(hi > mid, hi - mid, 1)
+        w = xp.where((j >= lo) & (j <= mid), rise, 0.0)
+        w = xp.where((j >= mid) & (j < hi), fall, w)
+        w = xp.where((mid == lo) & (j == mid), 1.0, w)
+        return (w.astype(out_dtype),)
 
     return run
