@@ -1,5 +1,5 @@
-"""DFT, STFT and MelWeightMatrix on the emulated backend against onnx.reference beyond the node cases:
-dft_length that pads or truncates, float64, a one-sided forward transform, an inner axis,
+"""DFT, STFT and MelWeightMatrix on the emulated backend against onnx.reference beyond the node
+cases: dft_length that pads or truncates, float64, a one-sided forward transform, an inner axis,
 windows and frame steps, and the shared check for an axis naming the (real, imaginary)
 dimension."""
 
