@@ -1,5 +1,6 @@
-"""Reductions over the last axes (`post == 1`): the row branch with independent accumulators,
-checked against onnx.reference for every kind, row lengths around the lane count, NaN rows."""
+"""Reductions over the last axes (`post == 1`): the row branch with independent accumulators
+(ReduceMax of floats: pool.row_max), checked against onnx.reference for every kind, row
+lengths around the lane count, NaN and infinite values."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def test_row_reduction_nan_and_ints(op: str) -> None:
     x[0, 2, 4] = np.inf
     x[0, 0, 5] = -np.inf
     _check(op, x, [2], 1)
+    _check(op, x.astype(np.float64), [2], 0)
     _check(op, (np.nan_to_num(x, posinf=99, neginf=-99) * 3).astype(np.int32), [2], 0)
     x = np.random.default_rng(1).standard_normal((100, 125)).astype(np.float32)
     x[7, 124] = np.nan  # text_cnn_like's max over time: a NaN in the tail of one long row

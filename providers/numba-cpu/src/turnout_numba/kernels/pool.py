@@ -35,6 +35,7 @@ MaxPool with an Indices output and 3-D windowed pools run on the numpy kernel (d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,7 @@ from ..registry import SERIAL_WORK, BuildContext, SizedKernel, numba_kernel
 from .depthwise import UNROLLED
 from .window import Window, copy_lines, geo_lines, plan_window, window_arg_types
 
-__all__: list[str] = []
+__all__ = ["row_max"]
 
 _CTOR = {
     "float32": "np.float32",
@@ -540,6 +541,26 @@ _BITS = {
 }
 
 
+def row_max(c: np.dtype[Any], ctx: BuildContext) -> Callable[[Any, Any], None]:
+    """`f(x2, y)`: y[p] = the max of row p of the C-contiguous float32/float64 matrix x2,
+    NaN when the row holds one (np.max's answer), by `_global_max` on the bits. Shared by
+    GlobalMaxPool and ReduceMax over trailing axes (text CNNs' max over time)."""
+    it, *bits = _BITS[c.name]
+    consts = [it(b) for b in bits]
+    ai = np.dtype(it)
+    sig = types.void(
+        numba_array(ai, 2, readonly=True, layout="C"),
+        numba_array(ai, 1, readonly=False, layout="C"),
+        *[from_dtype(ai)] * 3,
+    )
+    kern = ctx.jit(_global_max, [sig])
+
+    def run(x2: Any, y: Any) -> None:
+        kern(x2.size, x2.view(ai), y.view(ai), *consts)
+
+    return run
+
+
 def _build_global(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     dt = kn.inputs[0].dtype
     c = compute_dtype(dt)
@@ -547,15 +568,7 @@ def _build_global(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     name = kn.name
     is_max = kn.op_type == "GlobalMaxPool"
     if is_max:
-        it, *bits = _BITS[c.name]
-        consts = [it(b) for b in bits]
-        ai = np.dtype(it)
-        sig = types.void(
-            numba_array(ai, 2, readonly=True, layout="C"),
-            numba_array(ai, 1, readonly=False, layout="C"),
-            *[from_dtype(ai)] * 3,
-        )
-        kern = ctx.jit(_global_max, [sig])
+        rmax = row_max(c, ctx)
     weights: dict[int, Any] = {}  # spatial size -> its 1/size vector (average: one BLAS GEMV)
 
     def run(x: Any) -> tuple[Any]:
@@ -574,7 +587,7 @@ def _build_global(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         x2 = np.ascontiguousarray(x, dtype=c).reshape(planes, -1)
         y = np.empty(planes, c)
         if is_max:
-            kern(x2.size, x2.view(ai), y.view(ai), *consts)
+            rmax(x2, y)
         else:
             n = x2.shape[1]
             inv = weights.get(n)
