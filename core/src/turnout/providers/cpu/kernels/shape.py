@@ -528,7 +528,7 @@ def _pad_with(x: np.ndarray, plan: tuple[Any, ...], value: Any) -> np.ndarray:
         out[inside] = x
         return out
     for a, index in gathers:
-        x = np.take(x, index, axis=a)
+        x = x.take(index, axis=a)  # the method: np.take's dispatch is ~1 us on a small pad
     return x
 
 
