@@ -23,6 +23,7 @@ from turnout.semantics import (
     pool_kernel_shape,
     spatial_attrs,
 )
+from turnout.semantics.deform_conv import deform_conv_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only, numeric_only
@@ -185,3 +186,61 @@ def _global(reduce: str) -> Any:
 
 cuda_kernel("GlobalAveragePool", 1, applies=float_only)(_global("mean"))
 cuda_kernel("GlobalMaxPool", 1, applies=float_only)(_global("max"))
+
+
+def _shape(v: Any) -> Any:
+    return None if v is None else v.shape
+
+
+def _deform_applies(kn: KernelNode) -> str | None:
+    x = kn.inputs[0] if kn.inputs else None
+    if x is not None and x.shape is not None and len(x.shape) != 4:
+        return "DeformConv runs on 2-D images (4-D input) here"
+    return float_only(kn)
+
+
+@cuda_kernel("DeformConv", 19, applies=_deform_applies)
+def deform_conv(kn: KernelNode, be: Backend) -> KernelFn:
+    """Each kernel tap's samples (bilinear at the tap's position plus its offset, the four
+    neighbours gathered with `take_along_axis`, those outside the image weighted 0, times the
+    mask) form the im2col columns (N, C * taps, pixels), which one batched matmul per group
+    multiplies by the weights, as Conv does; geometry from `turnout.semantics.deform_conv`."""
+    xp = be.xp
+
+    def run(x: Any, w: Any, offset: Any, bias: Any = None, mask: Any = None) -> tuple[Any]:
+        p = deform_conv_plan(kn, x.shape, w.shape, offset.shape, _shape(bias), _shape(mask))
+        n, c, h, wd = x.shape
+        (kh, kw), (oh, ow), og = p.kernel, p.out, p.offset_group
+        taps, pixels = kh * kw, oh * ow
+        off = offset.reshape(n, og, taps, 2, pixels).astype(x.dtype, copy=False)
+        ty, tx = (a.reshape(-1) for a in xp.meshgrid(xp.arange(kh), xp.arange(kw), indexing="ij"))
+        oy, ox = (a.reshape(-1) for a in xp.meshgrid(xp.arange(oh), xp.arange(ow), indexing="ij"))
+        # sample positions (n, og, taps, pixels)
+        py = (oy * p.strides[0] - p.pads_begin[0])[None, :] + (ty * p.dilations[0])[:, None]
+        px = (ox * p.strides[1] - p.pads_begin[1])[None, :] + (tx * p.dilations[1])[:, None]
+        py, px = py + off[:, :, :, 0], px + off[:, :, :, 1]
+        y0, x0 = xp.floor(py), xp.floor(px)
+        fy, fx = py - y0, px - x0
+        flat = x.reshape(n, og, c // og, h * wd)
+        cols = xp.zeros((n, og, c // og, taps * pixels), x.dtype)
+        for dy, dx, wt in ((0, 0, (1 - fy) * (1 - fx)), (0, 1, (1 - fy) * fx),
+                           (1, 0, fy * (1 - fx)), (1, 1, fy * fx)):  # fmt: skip
+            yy, xx = y0 + dy, x0 + dx
+            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < wd)
+            idx = (xp.clip(yy, 0, h - 1) * wd + xp.clip(xx, 0, wd - 1)).astype(np.int64)
+            wt = xp.where(inside, wt, 0).reshape(n, og, 1, -1)
+            got = xp.take_along_axis(
+                flat, xp.broadcast_to(idx.reshape(n, og, 1, -1), cols.shape), 3
+            )
+            cols = cols + wt * got
+        if mask is not None:
+            cols = cols * mask.reshape(n, og, 1, taps * pixels).astype(x.dtype, copy=False)
+        g = p.group
+        cols = cols.reshape(n, g, (c // g) * taps, pixels)  # channels of a group, then taps
+        wg = w.reshape(g, w.shape[0] // g, (c // g) * taps)
+        y = xp.matmul(wg[None], cols).reshape(n, w.shape[0], oh, ow)
+        if bias is not None:
+            y = y + bias.reshape(1, -1, 1, 1)
+        return (y.astype(x.dtype, copy=False),)
+
+    return run
