@@ -16,6 +16,9 @@ these too.
 - `rotary`, `linear_attention`, `causal_conv`, `flex_attention`: those ops' sizes, attributes
   and input checks.
 - `batch_norm`: whether a BatchNormalization node trains (per opset).
+- `spectral`: DFT's and STFT's axis, length and frames; MelWeightMatrix's filter edges.
+- `nms`, `tensor_scatter`, `deform_conv`, `optimizers`: NonMaxSuppression's thresholds,
+  TensorScatter's cache update, DeformConv's geometry, the training optimizers' step scalars.
 - `constants`: which inputs are constants a kernel may prepare once.
 - `sampling`: GridSample's and RoiAlign's sample taps, AffineGrid's base grid.
 - `unfold`: ConvTranspose, Col2Im and MaxUnpool output geometry; where each kernel tap lands.
