@@ -59,18 +59,21 @@ def test_a_multithreaded_call_slower_than_serial_holds_calls_serial() -> None:
     assert guard.held_serial()
     assert guard.threads_for("k", 2) == 1
     assert guard.threads_for("j", 2) == 1  # the core is taken for every product
-    assert guard.backoff == 2 * StallGuard.FIRST_BACKOFF_S
+    assert guard.backoff == StallGuard.FACTOR * StallGuard.FIRST_BACKOFF_S
 
 
-def test_the_backoff_doubles_while_calls_lose_and_resets_on_a_win() -> None:
+def test_the_backoff_grows_while_calls_lose_and_shrinks_on_wins() -> None:
     guard = StallGuard()
     guard.record("k", 1, 1e-3)
     for _ in range(20):
         guard.record("k", 2, 5e-3)
     assert guard.backoff == StallGuard.MAX_BACKOFF_S
     guard.record("k", 2, 0.5e-3)
-    assert guard.backoff == StallGuard.FIRST_BACKOFF_S
+    assert guard.backoff == StallGuard.MAX_BACKOFF_S / StallGuard.FACTOR
     guard.record("k", 2, 0.9e-3)  # neither a loss nor a clear win: unchanged
+    assert guard.backoff == StallGuard.MAX_BACKOFF_S / StallGuard.FACTOR
+    for _ in range(20):
+        guard.record("k", 2, 0.5e-3)
     assert guard.backoff == StallGuard.FIRST_BACKOFF_S
 
 

@@ -7,8 +7,9 @@ onnxruntime's pool lets the caller take the work a late thread has not started; 
 So the caller measures instead: each product shape's second call runs serial (its serial
 time; the first keeps the threads, so that a first run is not slowed); later multi-threaded
 calls that take longer than that mean the other core is taken, and every call runs serial for a
-backoff time (doubling while calls keep losing, so a loaded machine pays one late call per
-backoff, not one per call); a call that wins resets the backoff.
+backoff time, four times longer after each loss (a loaded machine pays one late call per
+backoff, not one per call: a late call costs 10-100 ms, a run of resnet18_like 50 ms, so the
+backoff must outgrow the runs quickly), four times shorter after a win.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ __all__ = ["StallGuard"]
 class StallGuard:
     """The decision (`threads_for`) and the evidence (`record`) for one process's BLAS calls."""
 
-    FIRST_BACKOFF_S = 0.05
-    MAX_BACKOFF_S = 2.0
+    FIRST_BACKOFF_S = 0.25
+    MAX_BACKOFF_S = 16.0
+    FACTOR = 4.0
     WIN = 0.8
     """A multi-threaded call under this fraction of the serial time counts as a win."""
     MAX_SHAPES = 4096
@@ -54,9 +56,9 @@ class StallGuard:
             self.serial_best.setdefault(key, None)  # seen: its next call runs serial
         elif elapsed > best:
             self.serial_until = time.perf_counter() + self.backoff
-            self.backoff = min(2 * self.backoff, self.MAX_BACKOFF_S)
+            self.backoff = min(self.FACTOR * self.backoff, self.MAX_BACKOFF_S)
         elif elapsed < self.WIN * best:
-            self.backoff = self.FIRST_BACKOFF_S
+            self.backoff = max(self.backoff / self.FACTOR, self.FIRST_BACKOFF_S)
 
     def held_serial(self) -> bool:
         """Whether a recent multi-threaded call lost (other parallel launches may ask too)."""
