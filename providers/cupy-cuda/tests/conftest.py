@@ -6,11 +6,20 @@ nvcc or NVRTC; GPU tests skip with the probe's reason on machines without a usab
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from turnout.plugins import registry
+from turnout.testing import (
+    assert_outputs_close,
+    cpu_session,
+    one_node_model,
+    provider_session,
+    run_reference,
+)
 from turnout_cupy.emulated import EMULATED_NAME, EmulatedFactory
 from turnout_cupy.factory import CuPyProviderFactory
 
@@ -34,3 +43,36 @@ def gpu_reason() -> str | None:
 requires_gpu = pytest.mark.skipif(
     gpu_reason() is not None, reason=f"needs an NVIDIA GPU: {gpu_reason()}"
 )
+
+
+class NodeCheck:
+    """One node on the emulated provider next to a reference: onnx.reference
+    (`against_reference`) or turnout's numpy CPU kernels (`against_cpu`)."""
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+
+    def session(self, node: Any, feeds: dict[str, Any], opsets: Any) -> Any:
+        """The one-node model's session on the emulated provider (fallback "error")."""
+        model = one_node_model(node, list(feeds.values()), opsets)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # onnx's deprecation warnings for old opsets
+            return provider_session(model, self.provider)
+
+    def against_reference(self, node: Any, feeds: dict[str, Any], opsets: Any, tol: float) -> None:
+        got = self.session(node, feeds, opsets).run(None, feeds)
+        assert_outputs_close(run_reference(node, list(feeds.values()), opsets), got, tol, tol)
+
+    def against_cpu(self, model: Any, feeds: dict[str, Any], tol: float) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = provider_session(model, self.provider).run(None, feeds)
+            want = cpu_session(model).run(None, feeds)
+        assert len(got) == len(want)
+        assert_outputs_close(want, got, tol, tol)
+
+
+@pytest.fixture
+def node_check(emulated: str) -> NodeCheck:
+    """`NodeCheck` on the emulated provider, registered for one test."""
+    return NodeCheck(emulated)

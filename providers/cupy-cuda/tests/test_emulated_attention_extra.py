@@ -5,7 +5,6 @@ cache (checked on the device), inputs the update rule forbids, a bad weight shap
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -18,20 +17,6 @@ from turnout.provider import KernelNode
 from turnout.semantics.causal_conv import causal_conv_shapes
 from turnout.semantics.flex_attention import flex_attention_shapes
 from turnout.semantics.linear_attention import linear_attention_attrs
-from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
-
-
-def _session(emulated: str, node: Any, feeds: dict[str, Any], opset: int) -> Any:
-    model = one_node_model(node, list(feeds.values()), opset)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return provider_session(model, emulated)
-
-
-def _check(emulated: str, node: Any, feeds: dict[str, Any], opset: int, tol: float) -> None:
-    got = _session(emulated, node, feeds, opset).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), opset)
-    assert_outputs_close(want, got, tol, tol)
 
 
 def _rope_feeds(dtype: Any, rng: np.random.Generator, three_d_cache: bool) -> dict[str, Any]:
@@ -47,7 +32,7 @@ def _rope_feeds(dtype: Any, rng: np.random.Generator, three_d_cache: bool) -> di
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("interleaved", [0, 1])
 @pytest.mark.parametrize("three_d_cache", [False, True])
-def test_rotary_partial_dims(emulated: str, dtype: Any, interleaved: int, three_d_cache: bool):
+def test_rotary_partial_dims(node_check: Any, dtype: Any, interleaved: int, three_d_cache: bool):
     feeds = _rope_feeds(dtype, np.random.default_rng(3), three_d_cache)
     node = helper.make_node(
         "RotaryEmbedding",
@@ -56,15 +41,15 @@ def test_rotary_partial_dims(emulated: str, dtype: Any, interleaved: int, three_
         rotary_embedding_dim=6,
         interleaved=interleaved,
     )
-    _check(emulated, node, feeds, 23, 1e-3 if dtype == np.float16 else 1e-6)
+    node_check.against_reference(node, feeds, 23, 1e-3 if dtype == np.float16 else 1e-6)
 
 
-def test_rotary_position_out_of_range(emulated: str) -> None:
+def test_rotary_position_out_of_range(node_check: Any) -> None:
     feeds = _rope_feeds(np.float32, np.random.default_rng(0), False)
     feeds["pos"][1, 2] = 9  # the caches have 9 rows
     node = helper.make_node("RotaryEmbedding", list(feeds), ["y"], name="rope0")
     node.attribute.append(helper.make_attribute("rotary_embedding_dim", 6))
-    sess = _session(emulated, node, feeds, 23)
+    sess = node_check.session(node, feeds, 23)
     with pytest.raises(InvalidArgument, match=r"'rope0': a position in 'pos' is out of range"):
         sess.run(None, feeds)
 
@@ -81,7 +66,7 @@ LA_CASES = [
 @pytest.mark.parametrize(("rule", "hq", "hkv", "per_key", "past"), LA_CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_linear_attention(
-    emulated: str, rule: str, hq: int, hkv: int, per_key: bool, past: bool, dtype: Any
+    node_check: Any, rule: str, hq: int, hkv: int, per_key: bool, past: bool, dtype: Any
 ) -> None:
     rng = np.random.default_rng(5)
     b, t, dk, dv = 2, 4, 3, 5
@@ -109,7 +94,7 @@ def test_linear_attention(
         q_num_heads=hq,
         kv_num_heads=hkv,
     )
-    _check(emulated, node, feeds, 27, 5e-3 if dtype == np.float16 else 1e-5)
+    node_check.against_reference(node, feeds, 27, 5e-3 if dtype == np.float16 else 1e-5)
 
 
 def test_linear_attention_bad_inputs() -> None:
@@ -136,7 +121,7 @@ def test_linear_attention_bad_inputs() -> None:
 
 @pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_causal_conv(emulated: str, k: int, dtype: Any) -> None:
+def test_causal_conv(node_check: Any, k: int, dtype: Any) -> None:
     rng = np.random.default_rng(1)
     feeds = {
         "x": rng.standard_normal((2, 4, 6)).astype(dtype),
@@ -145,7 +130,7 @@ def test_causal_conv(emulated: str, k: int, dtype: Any) -> None:
         "s": rng.standard_normal((2, 4, k - 1)).astype(dtype),
     }
     node = helper.make_node("CausalConvWithState", list(feeds), ["y", "state"], activation="silu")
-    _check(emulated, node, feeds, 27, 2e-3 if dtype == np.float16 else 1e-6)
+    node_check.against_reference(node, feeds, 27, 2e-3 if dtype == np.float16 else 1e-6)
 
 
 def test_causal_conv_bad_shapes() -> None:
@@ -159,7 +144,7 @@ def test_causal_conv_bad_shapes() -> None:
 
 @pytest.mark.parametrize("precision", [None, int(TensorProto.DOUBLE)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_flex_attention_gqa(emulated: str, precision: int | None, dtype: Any) -> None:
+def test_flex_attention_gqa(node_check: Any, precision: int | None, dtype: Any) -> None:
     """ai.onnx.preview cases are not in test_emulated_kernels' default-domain list."""
     rng = np.random.default_rng(2)
     feeds = {
@@ -172,12 +157,7 @@ def test_flex_attention_gqa(emulated: str, precision: int | None, dtype: Any) ->
     if precision is not None:
         node.attribute.append(helper.make_attribute("softmax_precision", precision))
     opsets = {"": 26, "ai.onnx.preview": 1}
-    model = one_node_model(node, list(feeds.values()), opsets)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), opsets)
-    assert_outputs_close(want, got, 2e-3 if dtype == np.float16 else 1e-6, 1e-3)
+    node_check.against_reference(node, feeds, opsets, 2e-3 if dtype == np.float16 else 1e-6)
 
 
 def test_flex_attention_bad_heads() -> None:
@@ -188,7 +168,7 @@ def test_flex_attention_bad_heads() -> None:
 @pytest.mark.parametrize("mode", ["linear", "circular"])
 @pytest.mark.parametrize("axis", [-2, 2, 1])
 @pytest.mark.parametrize("indices", [True, False])
-def test_tensor_scatter(emulated: str, mode: str, axis: int, indices: bool) -> None:
+def test_tensor_scatter(node_check: Any, mode: str, axis: int, indices: bool) -> None:
     rng = np.random.default_rng(13)
     cache = rng.standard_normal((3, 4, 6, 2)).astype(np.float32)
     ushape = list(cache.shape)
@@ -197,10 +177,10 @@ def test_tensor_scatter(emulated: str, mode: str, axis: int, indices: bool) -> N
     if indices:  # circular wraps past the end; linear stays inside
         feeds["w"] = np.array([0, 2, cache.shape[axis] - (1 if mode == "circular" else 2)])
     node = helper.make_node("TensorScatter", list(feeds), ["present"], mode=mode, axis=axis)
-    _check(emulated, node, feeds, 24, 0)
+    node_check.against_reference(node, feeds, 24, 0)
 
 
-def test_tensor_scatter_linear_overflow(emulated: str) -> None:
+def test_tensor_scatter_linear_overflow(node_check: Any) -> None:
     rng = np.random.default_rng(0)
     feeds = {
         "cache": rng.standard_normal((2, 5, 3)).astype(np.float32),
@@ -209,6 +189,6 @@ def test_tensor_scatter_linear_overflow(emulated: str) -> None:
     }
     node = helper.make_node("TensorScatter", list(feeds), ["present"], name="kv0")
     node.attribute.append(helper.make_attribute("axis", 1))
-    sess = _session(emulated, node, feeds, 24)
+    sess = node_check.session(node, feeds, 24)
     with pytest.raises(InvalidArgument, match=r"'kv0': write_indices put an update row outside"):
         sess.run(None, feeds)

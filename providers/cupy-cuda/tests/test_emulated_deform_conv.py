@@ -4,14 +4,11 @@ and offsets large enough to sample outside the image (zero there)."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
 from onnx import helper
-
-from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
 
 
 @pytest.mark.parametrize(
@@ -22,7 +19,7 @@ from turnout.testing import assert_outputs_close, one_node_model, provider_sessi
     ],
 )
 @pytest.mark.parametrize("with_mask", [False, True])
-def test_deform_conv(emulated: str, attrs: dict[str, Any], with_mask: bool) -> None:
+def test_deform_conv(node_check: Any, attrs: dict[str, Any], with_mask: bool) -> None:
     rng = np.random.default_rng(14)
     n, c, h, w, oc, k = 2, 4, 5, 6, 4, (2, 3)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
@@ -46,9 +43,4 @@ def test_deform_conv(emulated: str, attrs: dict[str, Any], with_mask: bool) -> N
         feeds["m"] = rng.uniform(0, 1, (n, og * 6, *out)).astype(np.float32)
     else:
         node.input[4] = ""
-    model = one_node_model(node, list(feeds.values()), 22)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), 22)
-    assert_outputs_close(want, got, 1e-4, 1e-4)
+    node_check.against_reference(node, feeds, 22, 1e-4)

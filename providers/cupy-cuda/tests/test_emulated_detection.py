@@ -4,19 +4,16 @@ scores (visited by ascending index), a score threshold and a per-class limit."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
-
 
 @pytest.mark.parametrize("center", [0, 1])
 @pytest.mark.parametrize(("max_out", "score"), [(3, None), (20, 0.3), (0, None)])
-def test_nms(emulated: str, center: int, max_out: int, score: Any) -> None:
+def test_nms(node_check: Any, center: int, max_out: int, score: Any) -> None:
     rng = np.random.default_rng(11)
     b, n, c = 2, 12, 3
     xy = rng.uniform(0, 4, (b, n, 2))
@@ -35,10 +32,4 @@ def test_nms(emulated: str, center: int, max_out: int, score: Any) -> None:
     if score is not None:
         feeds["score"] = np.array([score], np.float32)
     node = helper.make_node("NonMaxSuppression", list(feeds), ["sel"], center_point_box=center)
-    model = one_node_model(node, list(feeds.values()), 11)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), 11)
-    assert got[0].shape == want[0].shape
-    assert_outputs_close(want, got, 0, 0)
+    node_check.against_reference(node, feeds, 11, 0)

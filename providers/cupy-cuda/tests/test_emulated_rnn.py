@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 from turnout.errors import InvalidArgument
-from turnout.testing import assert_outputs_close, cpu_session, one_node_model, provider_session
+from turnout.testing import one_node_model, provider_session
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
@@ -37,16 +37,12 @@ def _inputs(
     return v
 
 
-def _compare(emulated: str, op: str, feeds: dict[str, Any], opset: int, **attrs: Any) -> None:
+def _compare(node_check: Any, op: str, feeds: dict[str, Any], opset: int, **attrs: Any) -> None:
     names = ["X", "W", "R", "B", "seq", "h0"] + (["c0", "P"] if op == "LSTM" else [])
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, [n if n in feeds else "" for n in names], outs, **attrs)
     model = one_node_model(node, [feeds.get(n) for n in names if n in feeds], opset)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-        want = cpu_session(model).run(None, feeds)
-    assert_outputs_close(want, got, 1e-5, 1e-5)
+    node_check.against_cpu(model, feeds, 1e-5)
 
 
 CASES = [
@@ -74,7 +70,7 @@ CASES = [
     ("op", "attrs", "nd"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
 )
 def test_recurrent_matches_cpu(
-    emulated: str, op: str, attrs: dict[str, Any], nd: int, layout: int, with_lens: bool
+    node_check: Any, op: str, attrs: dict[str, Any], nd: int, layout: int, with_lens: bool
 ) -> None:
     rng = np.random.default_rng(7)
     steps, batch, isz, hs = 5, 3, 4, 6
@@ -86,10 +82,10 @@ def test_recurrent_matches_cpu(
         for k in ("h0", "c0"):
             if k in feeds:
                 feeds[k] = feeds[k].transpose(1, 0, 2).copy()
-    _compare(emulated, op, feeds, 14, hidden_size=hs, layout=layout, **attrs)
+    _compare(node_check, op, feeds, 14, hidden_size=hs, layout=layout, **attrs)
 
 
-def test_sequence_lens_out_of_range(emulated: str) -> None:
+def test_sequence_lens_out_of_range(node_check: Any) -> None:
     rng = np.random.default_rng(0)
     feeds = _inputs("GRU", 1, 4, 2, 3, 5, rng)
     feeds["seq"] = np.array([4, 9], np.int32)
@@ -98,12 +94,12 @@ def test_sequence_lens_out_of_range(emulated: str) -> None:
     model = one_node_model(node, [feeds[n] for n in ("X", "W", "R", "B", "seq")], 14)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sess = provider_session(model, emulated)
+        sess = provider_session(model, node_check.provider)
     with pytest.raises(InvalidArgument, match=r"gru7: sequence_lens \[4, 9\]"):
         sess.run(None, {k: v for k, v in feeds.items() if k != "c0"})
 
 
-def test_weight_shape_mismatch(emulated: str) -> None:
+def test_weight_shape_mismatch(node_check: Any) -> None:
     rng = np.random.default_rng(0)
     feeds = _inputs("RNN", 1, 4, 2, 3, 5, rng)
     feeds = {"X": feeds["X"], "W": feeds["W"][:, :, :2].copy(), "R": feeds["R"]}
@@ -111,6 +107,6 @@ def test_weight_shape_mismatch(emulated: str) -> None:
     model = one_node_model(node, list(feeds.values()), 14)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sess = provider_session(model, emulated)
+        sess = provider_session(model, node_check.provider)
     with pytest.raises(InvalidArgument, match=r"rnn3: W .* do not match"):
         sess.run(None, feeds)

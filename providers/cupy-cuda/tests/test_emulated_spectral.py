@@ -5,7 +5,6 @@ dimension."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,6 @@ from onnx import helper
 
 from turnout.errors import InvalidArgument
 from turnout.semantics.spectral import dft_plan
-from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
 
 CASES = [
     (7, 1, 0, 0, 1),  # pad the signal to 7 points
@@ -27,7 +25,9 @@ CASES = [
 
 @pytest.mark.parametrize(("length", "axis", "inverse", "onesided", "comp"), CASES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_dft(emulated: str, length: Any, axis: int, inverse: int, onesided: int, comp: int, dtype):
+def test_dft(
+    node_check: Any, length: Any, axis: int, inverse: int, onesided: int, comp: int, dtype
+):
     rng = np.random.default_rng(9)
     x = rng.standard_normal((2, 5, 4, comp)).astype(dtype)
     feeds: dict[str, Any] = {"x": x}
@@ -37,12 +37,7 @@ def test_dft(emulated: str, length: Any, axis: int, inverse: int, onesided: int,
         names[1] = "n"
     feeds["axis"] = np.array(axis, np.int64)
     node = helper.make_node("DFT", names, ["y"], inverse=inverse, onesided=onesided)
-    model = one_node_model(node, list(feeds.values()), 20)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), 20)
-    assert_outputs_close(want, got, 1e-5, 1e-5)
+    node_check.against_reference(node, feeds, 20, 1e-5)
 
 
 def test_dft_axis_must_not_be_the_component_axis() -> None:
@@ -54,7 +49,7 @@ def test_dft_axis_must_not_be_the_component_axis() -> None:
     ("step", "with_window", "onesided", "comp"), [(3, True, 1, 1), (5, False, 0, 2)]
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_stft(emulated: str, step: int, with_window: bool, onesided: int, comp: int, dtype):
+def test_stft(node_check: Any, step: int, with_window: bool, onesided: int, comp: int, dtype):
     rng = np.random.default_rng(10)
     feeds: dict[str, Any] = {
         "x": rng.standard_normal((2, 40, comp)).astype(dtype),
@@ -66,19 +61,16 @@ def test_stft(emulated: str, step: int, with_window: bool, onesided: int, comp: 
         names[2] = "w"
     feeds["n"] = np.array(8, np.int64)
     node = helper.make_node("STFT", names, ["y"], onesided=onesided)
-    model = one_node_model(node, list(feeds.values()), 17)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), 17)
-    assert_outputs_close(want, got, 1e-5, 1e-5)
+    node_check.against_reference(node, feeds, 17, 1e-5)
 
 
 @pytest.mark.parametrize(
     ("bins", "n", "rate", "lo", "hi", "out"),
     [(8, 64, 16000, 100.0, 7000.0, 1), (20, 16, 8000, 0.0, 3900.0, 11)],  # 20 bins: empty rises
 )
-def test_mel_weight_matrix(emulated: str, bins: int, n: int, rate: int, lo: float, hi: float, out):
+def test_mel_weight_matrix(
+    node_check: Any, bins: int, n: int, rate: int, lo: float, hi: float, out
+):
     feeds = {
         "bins": np.array(bins, np.int32),
         "n": np.array(n, np.int32),
@@ -87,9 +79,4 @@ def test_mel_weight_matrix(emulated: str, bins: int, n: int, rate: int, lo: floa
         "hi": np.array(hi, np.float32),
     }
     node = helper.make_node("MelWeightMatrix", list(feeds), ["w"], output_datatype=out)
-    model = one_node_model(node, list(feeds.values()), 17)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), 17)
-    assert_outputs_close(want, got, 1e-6, 1e-6)
+    node_check.against_reference(node, feeds, 17, 1e-6)

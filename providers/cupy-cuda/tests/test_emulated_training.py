@@ -5,7 +5,6 @@ the input-grouping check."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,6 @@ from onnx import helper
 
 from turnout.errors import InvalidArgument
 from turnout.semantics.optimizers import optimizer_groups
-from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
 
 DOMAIN = "ai.onnx.preview.training"
 CASES: list[tuple[str, int, dict[str, Any]]] = [
@@ -32,7 +30,7 @@ CASES: list[tuple[str, int, dict[str, Any]]] = [
 @pytest.mark.parametrize("t", [0, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("op", "states", "attrs"), CASES)
-def test_optimizer(emulated: str, op: str, states: int, attrs: dict[str, Any], t: int, dtype):
+def test_optimizer(node_check: Any, op: str, states: int, attrs: dict[str, Any], t: int, dtype):
     rng = np.random.default_rng(12)
     # onnx.reference casts Adam's results to float32 when it updates several tensors
     shapes = [(3,), (2, 2)] if dtype == np.float32 else [(2, 3)]
@@ -50,12 +48,7 @@ def test_optimizer(emulated: str, op: str, states: int, attrs: dict[str, Any], t
     ]
     node = helper.make_node(op, list(feeds), outs, domain=DOMAIN, **attrs)
     opsets = {"": 17, DOMAIN: 1}
-    model = one_node_model(node, list(feeds.values()), opsets)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = provider_session(model, emulated).run(None, feeds)
-    want = run_reference(node, list(feeds.values()), opsets)
-    assert_outputs_close(want, got, 1e-5, 1e-6)
+    node_check.against_reference(node, feeds, opsets, 1e-5)
 
 
 def test_grouping_must_divide() -> None:
