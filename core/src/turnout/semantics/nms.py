@@ -10,6 +10,7 @@ already selected box of that class exceeds iou_threshold, up to max_output_boxes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,16 +37,11 @@ def _first(v: Any) -> Any:
 
 
 def nms_params(
-    name: str,
-    boxes: Any,
-    scores: Any,
-    max_out: Any = None,
-    iou: Any = None,
-    score: Any = None,
-    center_point_box: int = 0,
+    name: str, boxes: Any, scores: Any, scalars: Sequence[Any], center_point_box: int = 0
 ) -> NmsParams:
-    """Check the shapes (tuples of ints) of boxes and scores; the optional scalar inputs are
-    host values (absent: None or empty)."""
+    """Check the shapes (tuples of ints) of boxes and scores; `scalars` are the optional
+    host inputs max_output_boxes_per_class, iou_threshold and score_threshold (absent: None
+    or empty)."""
     boxes, scores = tuple(boxes), tuple(scores)
     if len(boxes) != 3 or boxes[2] != 4:
         raise InvalidArgument(f"{name}: boxes must be (batch, boxes, 4), got {boxes}")
@@ -55,7 +51,7 @@ def nms_params(
         )
     if center_point_box not in (0, 1):
         raise InvalidArgument(f"{name}: center_point_box must be 0 or 1, got {center_point_box}")
-    m, t, s = (None if v is None else _first(v) for v in (max_out, iou, score))
+    m, t, s = (None if v is None else _first(v) for v in (*scalars, None, None, None)[:3])
     return NmsParams(
         boxes[0],
         scores[1],

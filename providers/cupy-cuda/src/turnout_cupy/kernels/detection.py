@@ -52,10 +52,8 @@ def non_max_suppression(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
     center = int(kn.attr("center_point_box", 0))
 
-    def run(
-        boxes: Any, scores: Any, max_out: Any = None, iou: Any = None, score: Any = None
-    ) -> tuple[Any]:
-        p = nms_params(kn.name, boxes.shape, scores.shape, max_out, iou, score, center)
+    def run(boxes: Any, scores: Any, *scalars: Any) -> tuple[Any]:
+        p = nms_params(kn.name, boxes.shape, scores.shape, scalars, center)
         if p.max_per_class == 0 or p.boxes == 0 or p.classes == 0:
             return (xp.zeros((0, 3), np.int64),)
         sup = _suppresses(xp, boxes, bool(center), p.iou_threshold)
