@@ -159,3 +159,42 @@ def test_initializer_outputs_are_copies() -> None:
     y[0] = 100
     (y2,) = sess.run(None, {})
     assert y2[0] == 0
+
+
+@pytest.mark.parametrize("numpy_only", ["0", "1"])
+def test_if_branches_are_planned_once_not_per_run(
+    monkeypatch: pytest.MonkeyPatch, numpy_only: str
+) -> None:
+    """vad_like's If branches (partitioned, kernels built, straight-line code generated) are
+    planned when the If kernel is built; later runs at the same shapes plan nothing and call
+    the branch's generated function with the outer values as arguments, no dict between."""
+    import turnout.executor.build as build
+    from turnout.models.apps import vad_feeds, vad_like
+
+    opts = turnout.SessionOptions()
+    opts.add_session_config_entry("session.turnout.cpu_numpy_only", numpy_only)
+    sess = turnout.InferenceSession(
+        vad_like().SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    feeds = vad_feeds()
+    first = sess.run(None, feeds)
+    planned: list[str] = []
+    original = build.build_plan
+
+    def counting(graph: Any, *args: Any, **kwargs: Any) -> Plan:
+        planned.append(graph.name)
+        return original(graph, *args, **kwargs)
+
+    monkeypatch.setattr(build, "build_plan", counting)
+    bound: list[Any] = []
+    monkeypatch.setattr(build.BoundRunner, "__call__", lambda *a: bound.append(a))
+    for _ in range(3):
+        again = sess.run(None, feeds)
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a, b)
+    assert planned == [] and bound == []
+    # the counter sits on the path that plans them: a new session plans both branches
+    turnout.InferenceSession(
+        vad_like().SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    assert {"If_0_then_branch/branch", "If_0_else_branch/branch"} <= set(planned)
