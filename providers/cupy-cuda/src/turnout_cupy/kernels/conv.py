@@ -124,7 +124,7 @@ def _argmax_indices(xp: Any, kn: KernelNode, x: Any, cols: Any, y: Any, geo: Any
     hit = (cols == y[:, :, None]) & windows(xp, inside, kernel, strides, dilations, out)
     if x.dtype.kind == "f":  # a NaN max is its window's first NaN
         hit = hit | (xp.isnan(cols) & xp.isnan(y)[:, :, None])
-    best = xp.argmax(hit, axis=2).astype(np.int64)  # first True: the first such tap
+    best = xp.argmax(hit.view(np.uint8), axis=2).astype(np.int64)  # first 1: the first such tap
     sp = x.shape[2:]
     flat = xp.zeros(best.shape, np.int64)
     order = range(nd - 1, -1, -1) if int(kn.attr("storage_order", 0)) else range(nd)
