@@ -40,19 +40,31 @@ def infer_with_bounded_data_prop(
     plain = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
     sizes = _static_sizes(plain)
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
+    nodes = model.graph.node
+    propagating = [
+        i
+        for i, n in enumerate(nodes)
+        if _propagates_data(_domain(n.domain), n.op_type, opsets.get(_domain(n.domain), 0))
+    ]
     cut = {
         i
-        for i, n in enumerate(model.graph.node)
-        if n.op_type != "Shape"  # reads only its input's shape
-        and _propagates_data(_domain(n.domain), n.op_type, opsets.get(_domain(n.domain), 0))
+        for i in propagating
+        if nodes[i].op_type != "Shape"  # reads only its input's shape
         and any(
             x and (sizes.get(x) is None or sizes[x] > max_elements)  # type: ignore[operator]
-            for x in (*n.input, *n.output)
+            for x in (*nodes[i].input, *nodes[i].output)
         )
     }
     if not cut:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    if len(cut) == len(propagating) and not any(map(_has_graph, nodes)):
+        # no node left to propagate data: the second pass would infer what the first did
+        return plain
     return _infer_around(model, plain, cut)
+
+
+def _has_graph(n: onnx.NodeProto) -> bool:
+    return any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute)
 
 
 def infer_value_types(
