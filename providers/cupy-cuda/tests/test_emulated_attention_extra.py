@@ -192,3 +192,30 @@ def test_tensor_scatter_linear_overflow(node_check: Any) -> None:
     sess = node_check.session(node, feeds, 24)
     with pytest.raises(InvalidArgument, match=r"'kv0': write_indices put an update row outside"):
         sess.run(None, feeds)
+
+
+def _mod_graph(name: str, op: str, constant: Any) -> Any:
+    """A one-node mod graph: `op`(its input, an initializer) over (batch, heads, q, kv)."""
+    value = helper.make_tensor("c", TensorProto.FLOAT, constant.shape, constant.ravel())
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("t", "out")]
+    node = helper.make_node(op, ["t", "c"], ["out"])
+    return helper.make_graph([node], name, [vi[0]], [vi[1]], initializer=[value])
+
+
+def test_flex_attention_mods_run_through_the_session(node_check: Any) -> None:
+    """score_mod and prob_mod graphs run as nested graphs on the session's providers."""
+    rng = np.random.default_rng(15)
+    feeds = {
+        "q": rng.standard_normal((1, 4, 3, 8)).astype(np.float32),
+        "k": rng.standard_normal((1, 2, 5, 8)).astype(np.float32),
+        "v": rng.standard_normal((1, 2, 5, 8)).astype(np.float32),
+    }
+    bias = rng.standard_normal((1, 4, 3, 5)).astype(np.float32)  # per query head
+    node = helper.make_node("FlexAttention", list(feeds), ["y"], domain="ai.onnx.preview")
+    node.attribute.extend(
+        [
+            helper.make_attribute("score_mod", _mod_graph("score", "Add", bias)),
+            helper.make_attribute("prob_mod", _mod_graph("prob", "Mul", np.full(5, 0.5, "f4"))),
+        ]
+    )
+    node_check.against_reference(node, feeds, {"": 26, "ai.onnx.preview": 1}, 1e-5)

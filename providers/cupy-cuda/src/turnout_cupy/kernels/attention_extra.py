@@ -15,8 +15,10 @@ never repeated per query head. chunk_size (a tuning hint) is not used.
 
 FlexAttention (ai.onnx.preview): sizes, scale and softmax type are
 `turnout.semantics.flex_attention`'s; grouped query heads read their kv head by broadcasting
-in the batched matmuls (no repeat). Nodes with a score_mod or prob_mod graph are declined:
-running a graph attribute on the device is not implemented.
+in the batched matmuls (no repeat). score_mod and prob_mod graphs run as nested graphs of
+the session (`KernelNode.subgraph`) on the (batch, q_heads, q_len, kv_len) tensor; their nodes
+go where the session places them (a node whose types the graph leaves unknown is declined by
+the CuPy kernels and falls back as the session's fallback policy says).
 """
 
 from __future__ import annotations
@@ -134,9 +136,6 @@ def linear_attention(kn: KernelNode, be: Backend) -> KernelFn:
 
 
 def _flex_applies(kn: KernelNode) -> str | None:
-    for mod in ("score_mod", "prob_mod"):
-        if kn.attr(mod) is not None:
-            return f"FlexAttention's {mod} graph is not run on the device"
     precision = kn.attr("softmax_precision")
     if precision is not None and int(precision) == 16:
         return "CuPy has no bfloat16 arrays (softmax_precision)"
@@ -147,6 +146,16 @@ def _flex_applies(kn: KernelNode) -> str | None:
 def flex_attention(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
     scale_attr, precision = kn.attr("scale"), kn.attr("softmax_precision")
+    # score_mod / prob_mod graphs run through the session (`KernelNode.subgraph`), on the
+    # providers that claim their nodes, with the (batch, q_heads, q_len, kv_len) tensor
+    mods = {m: kn.subgraph(m) for m in ("score_mod", "prob_mod") if kn.attr(m) is not None}
+
+    def modded(name: str, t: Any, s: Any, ct: Any) -> Any:
+        if name not in mods:
+            return t
+        four = t.reshape(s.batch, s.q_heads, s.q_len, s.kv_len)
+        (out,) = mods[name]([four], {})
+        return out.astype(ct, copy=False).reshape(t.shape)
 
     def run(q: Any, k: Any, v: Any) -> tuple[Any]:
         s = flex_attention_shapes(kn.name, q.shape, k.shape, v.shape, scale_attr)
@@ -154,9 +163,9 @@ def flex_attention(kn: KernelNode, be: Backend) -> KernelFn:
         root = q.dtype.type(np.sqrt(np.float32(s.scale)))  # Q and K each scaled by its root
         q5 = (q * root).reshape(s.batch, s.kv_heads, s.group, s.q_len, s.head)
         k5 = (k * root)[:, :, None]  # (batch, kv_heads, 1, kv_len, head)
-        scores = xp.matmul(q5, xp.swapaxes(k5, -1, -2)).astype(ct)
+        scores = modded("score_mod", xp.matmul(q5, xp.swapaxes(k5, -1, -2)).astype(ct), s, ct)
         e = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
-        p = e / xp.sum(e, axis=-1, keepdims=True)
+        p = modded("prob_mod", e / xp.sum(e, axis=-1, keepdims=True), s, ct)
         y = xp.matmul(p, v[:, :, None].astype(ct))
         return (y.reshape(s.batch, s.q_heads, s.q_len, s.v_head).astype(v.dtype),)
 
