@@ -60,7 +60,7 @@ def _run(
     return np.asarray(sess.run(None, dict(zip(names, feeds)))[0])
 
 
-@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 10**6])  # 10**6: one band, planes padded inline
 @pytest.mark.parametrize(
     "what, shape, m, group, kernel, attrs", GEOMETRIES, ids=[g[0] for g in GEOMETRIES]
 )

@@ -200,7 +200,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 after_dw(y, full=full)
             return (y.reshape(p.final),)
         row = None if b is None else np.ascontiguousarray(b)
-        _gemm_conv(x, w, y, group, p, im2col[0], _Finish(epilogue, y, row, full))
+        _gemm_conv(x, w, y, group, p, im2col[0], epilogue, row, full)
         return (y.reshape(p.final),)
 
     return run
@@ -214,26 +214,24 @@ class _Im2col:
         self.tile = tile_kernel(dtype, parallel)
 
 
-@dataclass(frozen=True)
-class _Finish:
-    """The epilogue (bias, residual, activation) of one run, applied a band at a time."""
-
-    epilogue: Epilogue
-    y: Any
-    row: Any
-    full: Any
-
-    def __call__(self, n: int, a: int, b: int) -> None:
-        full = None if self.full is None else self.full[n : n + 1]
-        self.epilogue(self.y[n : n + 1], row=self.row, full=full, band=(a, b))
+_BLEN = GEO.index("blen")
 
 
 def _gemm_conv(
-    x: Any, w: Any, y: Any, group: int, p: _Plan, im2col: _Im2col | None, finish: _Finish
+    x: Any,
+    w: Any,
+    y: Any,
+    group: int,
+    p: _Plan,
+    im2col: _Im2col | None,
+    epilogue: Epilogue,
+    row: Any,
+    full: Any,
 ) -> None:
     """BLAS GEMMs into the output, a band of output rows at a time: on the input itself
-    (pointwise) or on the band's im2col columns, gathered from the image padded once. Each
-    band's columns are multiplied, and its outputs finished, while they are still in cache
+    (pointwise) or on the band's im2col columns (gathered from the image padded once, or with
+    each plane padded as it is gathered when the image is one band). Each band's columns are
+    multiplied, and its outputs finished (`epilogue`), while they are still in cache
     (`im2col.tile_rows`)."""
     n_, c_ = x.shape[:2]
     m_, cg = w.shape[:2]
@@ -244,17 +242,19 @@ def _gemm_conv(
     hw = p.y3[2]
     step = p.band
     win = p.win
+    args = () if win is None else win.args()
     col = padded = None
     if p.kind != "pw":
         assert win is not None and im2col is not None
         col = np.empty(krows * min(step, hw), x.dtype)
-        blen = int(win.geo[GEO.index("blen")])  # 0: the plan reads the input itself (`direct`)
-        padded = None if blen == 0 else np.empty((c_, blen), x.dtype)
+        blen = int(win.geo[_BLEN])  # 0: the plan reads the input itself (`direct`)
+        # several bands read the image padded once; one band pads each plane as it gathers it
+        padded = None if blen == 0 or step >= hw else np.empty((c_, blen), x.dtype)
     for n in range(n_):
         src = xs[n]
         if padded is not None:
             assert win is not None and im2col is not None
-            im2col.pad(padded.size, src, padded, *win.args())
+            im2col.pad(padded.size, src, padded, *args)
             src = padded
         for a in range(0, hw, step):
             b = min(hw, a + step)
@@ -264,11 +264,12 @@ def _gemm_conv(
                     panel = planes[:, a:b]
                 else:
                     assert win is not None and im2col is not None
-                    flat = col[: krows * (b - a)]
-                    im2col.tile(flat.size, planes, flat, *win.args(), a, b)
-                    panel = flat.reshape(krows, b - a)
+                    panel = col[: krows * (b - a)].reshape(krows, b - a)
+                    im2col.tile(panel.size, planes, panel, *args, a, b, padded is None)
                 blas_matmul(wg[g], panel, out=y[n, g * mg : (g + 1) * mg, a:b])
-            finish(n, a, b)
+            if not epilogue.noop:  # bias, residual Z, activation
+                zn = None if full is None else full[n : n + 1]
+                epilogue(y[n : n + 1], row=row, full=zn, band=(a, b))
 
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)

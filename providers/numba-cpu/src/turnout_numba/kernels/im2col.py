@@ -5,7 +5,8 @@ stages, so im2col wrote it to memory and the GEMM read it back from there, at ab
 speed BLAS reaches on a cache-resident panel. Instead the input is padded once (`pad_kernel`,
 the `window.Window` layout: each plane copied into a zeroed buffer with its guard values or
 split by stride phase) and the columns are then gathered one band of output rows at a time
-(`tile_kernel`) into a small buffer that the band's GEMM reads while it is still in L2.
+(`tile_kernel`) into a small buffer that the band's GEMM reads while it is still in L2. An
+image gathered as one band pads each plane as it goes instead (`inline`).
 """
 
 from __future__ import annotations
@@ -49,17 +50,20 @@ def _pad(x, out, offs, cols, lo, hi, geo):
 {copy}"""
 
 _TILE = """\
-def _im2col_tile(src, col, offs, cols, lo, hi, geo, a, b):
+def _im2col_tile(planes, col, offs, cols, lo, hi, geo, a, b, inline):
     zero = {ctor}(0)
-{geo}    c_ = src.shape[0]
+{geo}    c_ = planes.shape[0]
     taps = offs.shape[0]
     kw = lo.shape[0]
     n = b - a
     for c in prange(c_):
-        s = src[c]
+        src = planes[c]
+        if inline and not direct:
+            buf = np.zeros(blen, planes.dtype)
+{copy}            src = buf
+        s = src
         for t in range(taps):
-            q = (c * taps + t) * n
-            dst = col[q : q + n]
+            dst = col[c * taps + t]
             ot = offs[t]
             if flat:
                 kj = t % kw
@@ -93,10 +97,11 @@ def _compiled(kind: str, dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
             out = numba_array(dtype, 2, readonly=False, layout="C")
             sig = types.void(ro2, out, *window_arg_types())
         else:
-            text = _TILE.format(ctor=CTOR[dtype.name], geo=geo_lines(4))
+            text = _TILE.format(ctor=CTOR[dtype.name], geo=geo_lines(4), copy=copy_lines(12))
             fn = cache.load_source(text, "im2col_tile")._im2col_tile
-            out = numba_array(dtype, 1, readonly=False, layout="C")
-            sig = types.void(ro2, out, *window_arg_types(), types.int64, types.int64)
+            out = numba_array(dtype, 2, readonly=False, layout="C")
+            i64 = types.int64
+            sig = types.void(ro2, out, *window_arg_types(), i64, i64, types.boolean)
         kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
     cache.note_used(kern.serial, kern.parallel)  # memoized: the session still uses it
     return kern
@@ -109,9 +114,12 @@ def pad_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
 
 
 def tile_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
-    """`k(work, src2, col1, *window.args(), a, b)`: the columns of output pixels [a, b) (whole
-    output rows) as a C-contiguous (C*KH*KW, b - a) matrix in the flat `col1`; `src2` is the
-    padded planes (or the input itself when the plan is `direct`)."""
+    """`k(work, src2, col2, *window.args(), a, b, inline)`: the columns of output pixels
+    [a, b) (whole output rows) into the C-contiguous (C*KH*KW, b - a) `col2` (a flat view
+    runs 1.6x slower at 7x7: LLVM's loops over its row slices vectorize worse).
+    `src2` is the padded planes (or the input itself when the plan is `direct`); with `inline`
+    it is the input, each plane padded into a small buffer as it is gathered (one band for the
+    whole image: a separate padding pass would only add a write and a read of the input)."""
     return _compiled("tile", dtype, parallel)
 
 
