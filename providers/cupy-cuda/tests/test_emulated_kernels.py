@@ -62,7 +62,7 @@ def test_most_cases_are_claimed(emulated: str) -> None:
         except FallbackError:
             pass
     # 1,126 claimed when measured at 575d103; a margin for cases a kernel starts declining
-    assert len(CASES) > 800 and claimed >= max(1100, 0.75 * len(CASES)), (claimed, len(CASES))
+    assert len(CASES) > 800 and claimed >= max(1150, 0.75 * len(CASES)), (claimed, len(CASES))
 
 
 def _gather_model(axis: int) -> bytes:
