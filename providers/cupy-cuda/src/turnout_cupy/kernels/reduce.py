@@ -174,8 +174,8 @@ def _cumulative(kind: str) -> Any:
             c = scan(y, axis=ax, dtype=x.dtype)
             if exclusive and x.shape[ax]:
                 lead = (slice(None),) * ax
-                first = xp.full_like(c[(*lead, slice(0, 1))], identity)
-                c = xp.concatenate([first, c[(*lead, slice(0, -1))]], axis=ax)
+                head, rest = (*lead, slice(0, 1)), (*lead, slice(0, -1))
+                c = xp.concatenate([xp.full_like(c[head], identity), c[rest]], axis=ax)
             return (xp.flip(c, axis=ax) if reverse else c,)
 
         return run
