@@ -152,3 +152,29 @@ def test_a_two_thread_run_gives_each_product_its_threads(
     np.testing.assert_allclose(b, real(feeds["y"], WB), rtol=1e-4, atol=1e-4)
     assert sorted(seen) == [((100, 320), 1), ((256, 256), 2)]
     assert libs[0].get_num_threads() == before
+
+
+class _FakeController:
+    """A threadpoolctl controller of a BLAS whose count is not set through OpenBLAS's symbols."""
+
+    def __init__(self, internal_api: str, threading_layer: str) -> None:
+        self.internal_api = internal_api
+        self.threading_layer = threading_layer
+        self.dynlib = object()
+        self.count = 4
+
+    def get_num_threads(self) -> int:
+        return self.count
+
+    def set_num_threads(self, n: int) -> None:
+        self.count = n
+
+
+@pytest.mark.parametrize(("api", "layer"), [("mkl", "intel"), ("openblas", "openmp")])
+def test_other_blas_libraries_are_set_through_their_controller(api: str, layer: str) -> None:
+    """MKL, BLIS and OpenMP builds of OpenBLAS (whose count is per thread) keep threadpoolctl's
+    own calls."""
+    lib = _FakeController(api, layer)
+    get, set_ = blas_threads._fast_controls(lib)
+    set_(2)
+    assert get() == 2 == lib.count
