@@ -16,9 +16,9 @@ never repeated per query head. chunk_size (a tuning hint) is not used.
 FlexAttention (ai.onnx.preview): sizes, scale and softmax type are
 `turnout.semantics.flex_attention`'s; grouped query heads read their kv head by broadcasting
 in the batched matmuls (no repeat). score_mod and prob_mod graphs run as nested graphs of
-the session (`KernelNode.subgraph`) on the (batch, q_heads, q_len, kv_len) tensor; their nodes
-go where the session places them (a node whose types the graph leaves unknown is declined by
-the CuPy kernels and falls back as the session's fallback policy says).
+the session (`KernelNode.subgraph_builder`) on the (batch, q_heads, q_len, kv_len) tensor,
+their value types inferred first (the node's shape inference does not type them), so their
+nodes can be claimed by type like any other.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import helper
 
+from turnout.ir import Graph
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.flex_attention import flex_attention_shapes, flex_softmax_dtype
 from turnout.semantics.linear_attention import linear_attention_attrs
@@ -135,6 +138,27 @@ def linear_attention(kn: KernelNode, be: Backend) -> KernelFn:
     return run
 
 
+def _typed_subgraph(kn: KernelNode, attr: str, dtype: Any) -> Any:
+    """A runnable for a mod graph with its value types inferred: the graph declares no types
+    for its intermediate values (the node's own shape inference does not enter it), and
+    kernels that claim by type need them. Its input is the scores tensor in `dtype`."""
+    graph = kn.attr(attr)
+    proto = onnx.GraphProto()
+    proto.CopyFrom(graph.proto)
+    if proto.input:
+        proto.input[0].type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(dtype)
+    opsets = [helper.make_opsetid(d, v) for d, v in graph.opsets.items()]
+    model = helper.make_model(proto, opset_imports=opsets)
+    try:
+        typed = onnx.shape_inference.infer_shapes(model).graph
+    except onnx.shape_inference.InferenceError:  # keep the graph as given; nodes may decline
+        typed = proto
+    builder = kn.subgraph_builder
+    if builder is None:
+        return kn.subgraph(attr)  # raises: no session to build it in
+    return builder(Graph.from_proto(typed, graph.opsets, parent=graph.parent))
+
+
 def _flex_applies(kn: KernelNode) -> str | None:
     precision = kn.attr("softmax_precision")
     if precision is not None and int(precision) == 16:
@@ -148,7 +172,12 @@ def flex_attention(kn: KernelNode, be: Backend) -> KernelFn:
     scale_attr, precision = kn.attr("scale"), kn.attr("softmax_precision")
     # score_mod / prob_mod graphs run through the session (`KernelNode.subgraph`), on the
     # providers that claim their nodes, with the (batch, q_heads, q_len, kv_len) tensor
-    mods = {m: kn.subgraph(m) for m in ("score_mod", "prob_mod") if kn.attr(m) is not None}
+    ct_build = np.dtype(flex_softmax_dtype(kn.name, kn.inputs[0].dtype, precision))
+    mods = {
+        m: _typed_subgraph(kn, m, ct_build)
+        for m in ("score_mod", "prob_mod")
+        if kn.attr(m) is not None
+    }
 
     def modded(name: str, t: Any, s: Any, ct: Any) -> Any:
         if name not in mods:
