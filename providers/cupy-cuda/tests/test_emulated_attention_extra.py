@@ -219,3 +219,27 @@ def test_flex_attention_mods_run_through_the_session(node_check: Any) -> None:
         ]
     )
     node_check.against_reference(node, feeds, {"": 26, "ai.onnx.preview": 1}, 1e-5)
+
+
+def test_flex_attention_untyped_mod_graph_is_claimed(node_check: Any) -> None:
+    """A soft-cap score_mod of three nodes whose intermediate values carry no types: they are
+    inferred before the session builds the graph, so under fallback="error" every node of it
+    is claimed (it would be declined for unknown types otherwise)."""
+    rng = np.random.default_rng(16)
+    feeds = {n: rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for n in ("q", "k", "v")}
+    cap = helper.make_tensor("cap", TensorProto.FLOAT, [], [2.0])
+    nodes = [
+        helper.make_node("Div", ["s", "cap"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["b"]),
+        helper.make_node("Mul", ["b", "cap"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "soft_cap",
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        initializer=[cap],
+    )
+    node = helper.make_node("FlexAttention", list(feeds), ["y"], domain="ai.onnx.preview")
+    node.attribute.append(helper.make_attribute("score_mod", graph))
+    node_check.against_reference(node, feeds, {"": 26, "ai.onnx.preview": 1}, 1e-5)
