@@ -27,7 +27,11 @@ def _scalar(v: Any) -> int | None:
 
 
 def _signal(xp: Any, x: Any, complex_input: bool) -> Any:
-    """(..., 1 | 2) real or (real, imaginary) values as one complex array."""
+    """(..., 1 | 2) real or (real, imaginary) values as one complex array: complex64 for
+    16/32-bit floats, as onnx.reference computes them (numpy's single-precision FFT). The ONNX
+    DFT test data carry that FFT's rounding (1.9e-7 where the exact value is 0, against an
+    atol of 1e-7), so a double-precision transform fails them; another single-precision FFT
+    (cuFFT) may round those elements differently too: unverified until a GPU run."""
     cdt = np.complex128 if x.dtype == np.float64 else np.complex64
     sig = x[..., 0].astype(cdt)
     return sig + 1j * x[..., 1].astype(cdt) if complex_input else sig
