@@ -97,3 +97,48 @@ def test_array_conversions_are_registered_at_creation(
     np.testing.assert_array_equal(y, [2, 3, 4])
     with pytest.raises(AssertionError, match="searched"):  # not registered: another dtype
         disp(x[:3].astype(np.float64), y)
+
+
+_TWO_KERNELS = """
+def add_three(x, y):
+    for i in range(x.shape[0]):
+        y[i] = x[i] + 3
+
+
+def add_four(x, y):
+    for i in range(x.shape[0]):
+        y[i] = x[i] + 4
+"""
+
+
+def test_a_note_naming_a_module_without_the_kernel_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A note written from a stale source (its file edited after import) names a module that
+    lacks the kernel: the module is made again; a source that is not the kernel's definition
+    fails naming the file, and leaves no note."""
+    import inspect
+
+    from turnout.errors import EPFail
+    from turnout_numba import cache
+
+    (tmp_path / "warm_load_two.py").write_text(_TWO_KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path / "cache"))
+    from warm_load_two import add_four, add_three
+
+    one = cache._variant_module(add_three, False)
+    two = cache._variant_module(add_four, False)
+    notes = sorted((cache.cache_dir() / "src").glob("note_*"))
+    assert len(notes) == 2
+    for note in notes:  # both notes name add_four's module
+        note.write_text(two.__name__)
+    assert cache._variant_module(add_three, False).add_three.__code__.co_code == (
+        one.add_three.__code__.co_code
+    )
+    for note in notes:
+        note.unlink()
+    monkeypatch.setattr(inspect, "getsource", lambda obj: "x = 1\n")  # not a definition
+    with pytest.raises(EPFail, match=r"warm_load_two\.py changed since it was imported"):
+        cache._variant_module(add_four, True)
+    assert not list((cache.cache_dir() / "src").glob("note_*"))

@@ -33,6 +33,7 @@ from typing import Any
 import numba
 from numba.core.typing.templates import Signature
 
+from turnout.errors import EPFail
 from turnout.logs import logger
 
 __all__ = [
@@ -201,19 +202,33 @@ def _variant_module(pyfunc: Callable[..., Any], parallel: bool) -> ModuleType:
             found = _load_module(modname, note.parent / f"{modname}.py")
         except Exception:  # no note, or a module the cache lost or mangled: made again below
             found = None
-        if found is not None:
-            return found
+        if found is not None and hasattr(found, pyfunc.__name__):
+            return found  # (a module without it: a note written from a stale source, below)
     text = (
         f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}\n\n"
         + textwrap.dedent(inspect.getsource(pyfunc))
     )
-    mod = load_source(text, "k")
+    try:
+        mod = load_source(text, "k")
+    except SyntaxError as e:
+        raise _stale_source(pyfunc, origin) from e
+    if not hasattr(mod, pyfunc.__name__):
+        raise _stale_source(pyfunc, origin)
     if stamp and mod.__file__ and Path(mod.__file__).parent == note.parent:
         with contextlib.suppress(OSError):
             tmp = note.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(mod.__name__)
             os.replace(tmp, note)
     return mod
+
+
+def _stale_source(pyfunc: Callable[..., Any], origin: str) -> EPFail:
+    """The source read for `pyfunc` is not its definition: its file changed on disk after it
+    was imported (the line numbers point into the new text). No note is written for it."""
+    return EPFail(
+        f"turnout-numba kernel {pyfunc.__qualname__}: {origin} changed since it was imported, "
+        "so its source cannot be read back; restart the process"
+    )
 
 
 _COMPILES = [0]  # signatures compiled by LLVM in this process (cache loads excluded)
