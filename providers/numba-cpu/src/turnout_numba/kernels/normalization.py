@@ -1,12 +1,14 @@
 """Softmax, LogSoftmax and LayerNormalization: row kernels, one pass to reduce and one to write.
 
 Softmax works on a (pre, n, post) view of its axis (flattened to 2-D before opset 13, as the
-spec says); LayerNormalization on (rows, normalized size) with scale/bias broadcast once to the
-normalized shape. Statistics accumulate in float64.
+spec says), in the compute dtype (float32 sums its exps in float32, as onnxruntime does);
+LayerNormalization on (rows, normalized size) with scale/bias broadcast once to the normalized
+shape, its statistics accumulated in float64.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -15,36 +17,166 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
+from .. import cache
 from ..codegen import compute_dtype, numba_array
-from ..registry import BuildContext, float_inputs_applies, numba_kernel
+from ..registry import (
+    SERIAL_WORK,
+    BuildContext,
+    SizedKernel,
+    float_inputs_applies,
+    numba_kernel,
+)
+from ..vecmath import exp_f32
 
 __all__: list[str] = []
 
 
-def _softmax(x: Any, out: Any, log: bool) -> None:  # pragma: no cover - compiled by numba
+# Softmax over a (pre, n, post) view. The kernel text is generated per (dtype, log): float32
+# computes exp with vecmath's vectorizing float32 exp (within 1 ulp), float64 with np.exp.
+# Per row: a max pass, an exp pass writing exp(x - max) into the output, a sum pass, and a
+# scale pass (Softmax: divide by the sum; LogSoftmax: x - max - log(sum)). Every pass is a loop
+# LLVM vectorizes: the max runs on the float's bits as integers (see pool's `_global_max`: a
+# float max reduction is not vectorized), the sum in `_LANES` partial sums, elementwise over
+# blocks of the row (one running float sum cannot be reordered). A NaN in a row makes its exp
+# NaN whatever the max did with it, so the sum and then every output of the row are NaN, as in
+# onnxruntime and onnx.reference; a +inf gives inf - inf = NaN the same way, and a row of -inf
+# gives NaN everywhere. The cols kernel (axis not last) runs the same passes on `post`-long
+# vectors of running maxima and sums.
+_LANES = 8
+
+_SOFTMAX_ROWS = """\
+def _softmax_rows(x, xi, out, chunks, lanes):
+    T = {ctor}
+    I = {ictor}
+    mag = I({mag})  # every bit but the sign
+    rows, n = x.shape
+    nb = n // lanes
+    for ch in prange(chunks):
+        acc = np.empty(lanes, T)
+        for i in range(ch * rows // chunks, (ch + 1) * rows // chunks):
+            xr = x[i]
+            ir = xi[i]
+            yr = out[i]
+            km = ~mag
+            for j in range(n):
+                v = ir[j]
+                key = v ^ mag if v < 0 else v
+                km = key if key > km else km
+            m = I(km ^ mag if km < 0 else km).view(T)
+            for k in range(lanes):
+                acc[k] = 0
+            for b in range(nb + 1):  # blocks of `lanes`, then the rest of the row
+                j0 = b * lanes
+                xb = xr[j0:]
+                yb = yr[j0:]
+                for k in range(min(lanes, n - j0)):
+                    d = xb[k] - m
+{exp}
+                    yb[k] = e
+                    acc[k] += e
+            w = lanes  # a power of two: fold the partial sums pairwise (no serial chain)
+            while w > 1:
+                w //= 2
+                for k in range(w):
+                    acc[k] += acc[k + w]
+            s = acc[0]
+{scale_rows}
+"""
+
+_SOFTMAX_COLS = """\
+def _softmax_cols(x, out, chunks):
+    T = {ctor}
     pre, n, post = x.shape
-    for i in prange(pre):
-        m = np.empty(post, np.float64)
-        s = np.zeros(post, np.float64)
-        for p in range(post):
-            m[p] = x[i, 0, p]
-        for r in range(1, n):
+    for ch in prange(chunks):
+        m = np.empty(post, T)
+        s = np.empty(post, T)
+        for i in range(ch * pre // chunks, (ch + 1) * pre // chunks):
+            xi = x[i]
+            yi = out[i]
             for p in range(post):
-                v = x[i, r, p]
-                if v > m[p] or v != v:
-                    m[p] = v
-        for r in range(n):
+                m[p] = -np.inf
+                s[p] = 0
+            for r in range(n):
+                xr = xi[r]
+                for p in range(post):
+                    v = xr[p]
+                    m[p] = v if v > m[p] else m[p]
+            for r in range(n):
+                xr = xi[r]
+                yr = yi[r]
+                for p in range(post):
+                    d = xr[p] - m[p]
+{exp_cols}
+                    yr[p] = e
+                    s[p] += e
+{scale_cols}
+"""
+
+_SCALE = {
+    (False, "rows"): """\
+            r = T(1) / s
+            for j in range(n):
+                yr[j] = yr[j] * r""",
+    (True, "rows"): """\
+            ls = T(np.log(s))
+            for j in range(n):
+                yr[j] = (xr[j] - m) - ls""",
+    (False, "cols"): """\
+            for r in range(n):
+                yr = yi[r]
+                for p in range(post):
+                    yr[p] = yr[p] / s[p]""",
+    (True, "cols"): """\
             for p in range(post):
-                e = np.exp(np.float64(x[i, r, p]) - m[p])
-                s[p] += e
-                if not log:
-                    out[i, r, p] = e
-        for r in range(n):
-            for p in range(post):
-                if log:
-                    out[i, r, p] = np.float64(x[i, r, p]) - m[p] - np.log(s[p])
-                else:
-                    out[i, r, p] = out[i, r, p] / s[p]
+                s[p] = np.log(s[p])
+            for r in range(n):
+                xr = xi[r]
+                yr = yi[r]
+                for p in range(post):
+                    yr[p] = (xr[p] - m[p]) - s[p]""",
+}
+
+
+def _softmax_source(c: np.dtype[Any], log: bool, cols: bool) -> str:
+    """The text of `_softmax_cols` (over the middle axis of (pre, n, post)) or of
+    `_softmax_rows` (over the last axis of (rows, n))."""
+    exp = exp_f32("d", "e") if c == np.float32 else ["e = np.exp(d)"]
+    ctor = f"np.{c.name}"
+    if cols:
+        return _SOFTMAX_COLS.format(
+            ctor=ctor,
+            exp_cols="\n".join(f"{' ' * 20}{ln}" for ln in exp),
+            scale_cols=_SCALE[(log, "cols")],
+        )
+    bits = c.itemsize * 8 - 1
+    return _SOFTMAX_ROWS.format(
+        ctor=ctor,
+        ictor=f"np.int{bits + 1}",
+        mag=hex((1 << bits) - 1),
+        exp="\n".join(f"{' ' * 20}{ln}" for ln in exp),
+        scale_rows=_SCALE[(log, "rows")],
+    )
+
+
+def _softmax_kernel(c: np.dtype[Any], log: bool, cols: bool, ctx: BuildContext) -> SizedKernel:
+    """The rows kernel (softmax over the last axis of a (rows, n) view) or the cols kernel
+    (over the middle axis of (pre, n, post)), compiled for this session (memoized)."""
+    mod = cache.load_source(_softmax_source(c, log, cols), "softmax")
+    if cols:
+        sig = types.void(
+            numba_array(c, 3, readonly=True, layout="C"),
+            numba_array(c, 3, readonly=False, layout="C"),
+            types.int64,
+        )
+        return ctx.jit(mod._softmax_cols, [sig])
+    sig = types.void(
+        numba_array(c, 2, readonly=True, layout="C"),
+        numba_array(np.dtype(f"int{c.itemsize * 8}"), 2, readonly=True, layout="C"),
+        numba_array(c, 2, readonly=False, layout="C"),
+        types.int64,
+        types.int64,
+    )
+    return ctx.jit(mod._softmax_rows, [sig])
 
 
 def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -52,34 +184,55 @@ def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     c = compute_dtype(dt)
     assert c is not None
     log = kn.op_type == "LogSoftmax"
-    sig = types.void(
-        numba_array(c, 3, readonly=True, layout="C"),
-        numba_array(c, 3, readonly=False, layout="C"),
-        types.boolean,
-    )
-    kern = ctx.jit(_softmax, [sig])
     flatten = kn.since_version < 13
     axis0 = int(kn.attr("axis", 1 if flatten else -1))
     name = kn.name
+    shape0 = kn.inputs[0].shape
+    kerns: dict[bool, SizedKernel] = {}
+    ints = np.dtype(f"int{c.itemsize * 8}")  # the rows kernel's max reads the float's bits
+    # (shape) -> (view shape, chunks, cols): the arithmetic once per input shape
+    plans: dict[tuple[int, ...], tuple[tuple[int, ...], int, bool]] = {}
 
-    def run(x: Any) -> tuple[Any, ...]:
-        nd = x.ndim
+    def kernel(cols: bool) -> SizedKernel:
+        k = kerns.get(cols)
+        if k is None:
+            k = kerns[cols] = _softmax_kernel(c, log, cols, ctx)
+        return k
+
+    if shape0 is not None:  # the static rank says which kernel runs: compile it now
+        nd0 = len(shape0)
+        last = flatten or axis0 in (-1, nd0 - 1) or nd0 == 0
+        kernel(not last)
+
+    def plan(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int, bool]:
+        nd = len(shape)
         axis = axis0 + nd if axis0 < 0 else axis0
         if not 0 <= axis < max(nd, 1):
             raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {nd}")
-        shape = x.shape
+        pre = math.prod(shape[:axis])
         if flatten:
-            pre, n, post = int(np.prod(shape[:axis])), int(np.prod(shape[axis:])), 1
+            n, post = math.prod(shape[axis:]), 1
         else:
-            pre, n, post = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
+            n, post = (shape[axis] if nd else 1), math.prod(shape[axis + 1 :])
+        size = pre * n * post
+        chunks = min(pre, 64) if ctx.parallel and size >= SERIAL_WORK else 1
+        view = (pre, n) if post == 1 else (pre, n, post)
+        return view, max(chunks, 1), post != 1
+
+    def run(x: Any) -> tuple[Any, ...]:
+        p = plans.get(x.shape)
+        if p is None:
+            p = plans[x.shape] = plan(x.shape)
+        view, chunks, cols = p
         if x.size == 0:
-            return (np.empty(shape, dt),)
-        x3 = np.ascontiguousarray(x).reshape(pre, n, post)
-        if x3.dtype != c:
-            x3 = x3.astype(c)
-        out = np.empty((pre, n, post), c)
-        kern(x3.size * 3, x3, out, log)
-        res = out.reshape(shape)
+            return (np.empty(x.shape, dt),)
+        xv = np.ascontiguousarray(x, dtype=c).reshape(view)
+        out = np.empty(view, c)
+        if cols:
+            kernel(True)(x.size, xv, out, chunks)
+        else:
+            kernel(False)(x.size, xv, xv.view(ints), out, chunks, _LANES)
+        res = out.reshape(x.shape)
         return (res.astype(dt) if dt != c else res,)
 
     return run
