@@ -8,6 +8,8 @@ from `codegen`) is compiled through `jit()`, which:
   version: a kernel compiled by another numba, for another CPU or by another turnout-numba is
   never loaded (numba's own index also checks the source file's timestamp);
 - compiles the requested signatures immediately (session creation, never the first run);
+  a cached signature loads without numba's context refresh (`_load_cached`), and the array
+  conversions a call will need are registered then too (`_accept_writable`);
 - treats a corrupted cache entry as a miss: the entry is removed and the kernel recompiled.
 
 Generated sources are written as modules under `<key>/src/` (named by the hash of their text),
