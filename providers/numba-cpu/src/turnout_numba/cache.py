@@ -297,8 +297,11 @@ def _load_cached(disp: Any, sig: Sig) -> bool:
             nrt.rtsys.initialize(ctx)
             _LAZY_READY.append(True)
         cres = None
-        with guard():
-            cres = load(sig, ctx)
+        try:
+            with guard():
+                cres = load(sig, ctx)
+        except Exception:  # a corrupted entry, or internals that moved: numba's own path
+            return False  # decides (`_compile` purges an entry it cannot load)
         if cres is None:
             return False
         disp._cache_hits[sig] += 1
