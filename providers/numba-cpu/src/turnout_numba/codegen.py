@@ -749,18 +749,18 @@ def _compile_dynamic(
     stores = [f"out{k}[IDX] = {var[y]}" for k, y in enumerate(outputs)]
     text = _loop_source(rank, len(ext), len(outputs), body, stores)
     # The same loop twice: for any strides (broadcast views), and for C-contiguous inputs, the
-    # only one LLVM vectorizes; the run picks one. When every input is either full-size or
-    # scalar (declared 1 in no dimension or in all), the contiguous one is a flat loop over
-    # the elements: a short last dimension (85 in a detector head, 7 in a pooled map) leaves
-    # the rank-N loop mostly in its scalar remainder (measured 3x slower at [1, 3, 40, 40, 85]).
-    flat = rank > 1 and all(all(o) or not any(o) for o in ones)
-    if flat:
-        read_f = {x: f"in{k}[{'0' if all(ones[k]) else 'i0'}]" for k, x in enumerate(ext)}
-        body_f, var_f = _scalar_body(nodes, read_f)
-        stores_f = [f"out{k}[IDX] = {var_f[y]}" for k, y in enumerate(outputs)]
-        text_c = _loop_source(1, len(ext), len(outputs), body_f, stores_f)
-    else:
-        text_c = text
+    # only one LLVM vectorizes; the run picks one. The contiguous one runs over the dimensions
+    # collapsed by broadcast pattern (`_collapse`): a short last dimension (85 in a detector
+    # head, 2 for its box centres) leaves the rank-N loop in its scalar remainder and index
+    # arithmetic (measured 3-4x slower at [1, 3, 40, 40, 85] and [1, 3, 40, 40, 2]).
+    spans, unit = _collapse(ones)
+    read_c = {
+        x: f"in{k}[{', '.join('0' if unit[k][g] else f'i{g}' for g in range(len(spans)))}]"
+        for k, x in enumerate(ext)
+    }
+    body_c, var_c = _scalar_body(nodes, read_c)
+    stores_c = [f"out{k}[IDX] = {var_c[y]}" for k, y in enumerate(outputs)]
+    text_c = _loop_source(len(spans), len(ext), len(outputs), body_c, stores_c)
     source = (
         text + "\n\n" + text_c.replace(_PRELUDE_SRC, "").replace("def kernel(", "def kernel_c(")
     )
@@ -769,7 +769,7 @@ def _compile_dynamic(
     out_c = [_group_dtype(info[y]) for y in outputs]
 
     def sig(layout: Literal["A", "C"]) -> Any:
-        r = 1 if flat and layout == "C" else rank
+        r = len(spans) if layout == "C" else rank
         return types.void(
             *[numba_array(d, r, readonly=True, layout=layout) for d in in_c],
             *[numba_array(d, r, readonly=False, layout="C") for d in out_c],
@@ -782,8 +782,30 @@ def _compile_dynamic(
         # small runs take the serial variant: see SERIAL_WORK
         small = cache.jit(fn, [sig(layout)], parallel=False) if parallel else kern
         kernels.append((kern, small))
-    run = _wrapper(nodes, ext, outputs, info, rank, ones, kernels, name, flat)
+    run = _wrapper(nodes, ext, outputs, info, rank, ones, kernels, name, spans)
     return GroupKernel(name, tuple(ext), tuple(outputs), run, source)
+
+
+def _collapse(
+    ones: Sequence[tuple[bool, ...]],
+) -> tuple[list[tuple[int, int]], list[tuple[bool, ...]]]:
+    """The contiguous kernel's dimensions: runs of adjacent dimensions in which every input is
+    declared 1 in the same ones (a dimension all inputs declare 1 joins any run), as
+    [start, end) spans of the full rank, and per input whether it is 1 in each span. Inputs of
+    the full size or scalar collapse to one span: a flat loop."""
+    rank = len(ones[0]) if ones else 1
+    cols = [tuple(o[d] for o in ones) for d in range(rank)]
+    runs: list[tuple[int, int, tuple[bool, ...]]] = []  # (start, end, pattern)
+    for d, c in enumerate(cols):
+        if runs and (all(c) or runs[-1][2] == c):
+            runs[-1] = (runs[-1][0], d + 1, runs[-1][2])
+        elif runs and all(runs[-1][2]):  # a leading run of unit dimensions takes the pattern
+            runs[-1] = (runs[-1][0], d + 1, c)
+        else:
+            runs.append((d, d + 1, c))
+    spans = [(a, b) for a, b, _ in runs]
+    unit = [tuple(c[k] for _, _, c in runs) for k in range(len(ones))]
+    return spans, unit
 
 
 def _declared_ones(shape: Sequence[Any], rank: int) -> tuple[bool, ...]:
@@ -803,9 +825,9 @@ class _BroadcastPlan:
     broadcast: list[bool]
     finish: list[tuple[tuple[slice, ...] | None, tuple[int, ...] | None]]
     parallel: bool
-    contiguous: list[tuple[int, ...] | None] | None
-    """When no input needs a broadcast view: per input, its full-rank shape where its rank is
-    lower (a reshape), else None; the inputs then go to the contiguous kernel in C order."""
+    contiguous: list[tuple[int, ...]] | None
+    """When no input needs a broadcast view: per input, then for the outputs, the shape
+    collapsed to the contiguous kernel's dimensions; the inputs go to it in C order."""
 
 
 def _wrapper(
@@ -817,9 +839,9 @@ def _wrapper(
     ones: list[tuple[bool, ...]],
     kernels: list[tuple[Any, Any]],
     name: str,
-    flat: bool = False,
+    spans: list[tuple[int, int]],
 ) -> Callable[..., tuple[Any, ...]]:
-    """The run function. `flat`: the contiguous kernel takes every array as 1-D."""
+    """The run function. The contiguous kernel takes every array collapsed to `spans`."""
     (kern, small), (kern_c, small_c) = kernels
     in_cast = [compute_dtype(info[x].dtype) for x in ext]
     in_cast_needed = [info[x].dtype != c for x, c in zip(ext, in_cast)]
@@ -874,7 +896,7 @@ def _wrapper(
         )
         contiguous = None
         if not needs_view:
-            contiguous = [ps if len(x) != rank else None for x, ps in zip(shapes, padded)]
+            contiguous = [tuple(prod(ps[a:b]) for a, b in spans) for ps in [*padded, full]]
         return _BroadcastPlan(
             shapes, full, broadcast, finish, prod(full) >= small_below, contiguous
         )
@@ -890,14 +912,10 @@ def _wrapper(
             last[0] = p
         full = p.full
         bufs = [empty(full, c) for c in out_c]
-        if flat and p.contiguous is not None:
-            views = [c_order(x).reshape(-1) for x in xs]
-            (kern_c if p.parallel else small_c)(*views, *[b.reshape(-1) for b in bufs])
-        elif p.contiguous is not None:
-            views = [
-                c_order(x) if r is None else c_order(x).reshape(r) for x, r in zip(xs, p.contiguous)
-            ]
-            (kern_c if p.parallel else small_c)(*views, *bufs)
+        if p.contiguous is not None:
+            views = [c_order(x).reshape(r) for x, r in zip(xs, p.contiguous)]
+            cfull = p.contiguous[-1]
+            (kern_c if p.parallel else small_c)(*views, *[b.reshape(cfull) for b in bufs])
         else:
             views = [broadcast_to(x, full) if b else x for x, b in zip(xs, p.broadcast)]
             (kern if p.parallel else small)(*views, *bufs)
