@@ -108,3 +108,43 @@ def test_flat_loop_serves_full_size_and_scalar_inputs() -> None:
         np.testing.assert_allclose(y, want, rtol=3e-6, atol=1e-6)
         (yt,) = sess.run(None, {"x": np.asfortranarray(x)})  # a view: copied, same loop
         np.testing.assert_array_equal(yt, y)
+
+
+@pytest.mark.parametrize(
+    ("x_dims", "z_dims", "x_shape", "z_shape"),
+    [
+        (["a", "b", 4, 5], [1, 1, 4, 5], (2, 3, 4, 5), (1, 1, 4, 5)),  # [a*b, 20] x [1, 20]
+        (["a", 1, 6], [1, "c", 6], (3, 1, 6), (1, 5, 6)),  # no two dimensions merge
+        ([1, "a", "b", 1], [1, "a", "b", 9], (1, 4, 3, 1), (1, 4, 3, 9)),  # [12, 1] x [12, 9]
+    ],
+)
+def test_collapsed_dimensions_agree_with_numpy(
+    x_dims: list[object], z_dims: list[object], x_shape: tuple[int, ...], z_shape: tuple[int, ...]
+) -> None:
+    """Groups whose inputs are declared 1 in some dimensions run over the dimensions merged by
+    broadcast pattern; C-ordered inputs and views give numpy's broadcast result."""
+    nodes = [
+        helper.make_node("Mul", ["x", "k"], ["m"]),
+        helper.make_node("Sub", ["m", "z"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, x_dims),
+            helper.make_tensor_value_info("z", F, z_dims),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+        [numpy_helper.from_array(np.float32(1.5), "k")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    z = rng.standard_normal(z_shape).astype(np.float32)
+    want = x * np.float32(1.5) - z
+    for xv, zv in ((x, z), (np.asfortranarray(x), np.asfortranarray(z))):
+        (y,) = sess.run(None, {"x": xv, "z": zv})
+        np.testing.assert_array_equal(y, want)
