@@ -42,7 +42,7 @@ __all__: list[str] = []
 # onnxruntime and onnx.reference; a +inf gives inf - inf = NaN the same way, and a row of -inf
 # gives NaN everywhere. The cols kernel (axis not last) runs the same passes on `post`-long
 # vectors of running maxima and sums.
-_LANES = 8
+_LANES = 32
 
 _SOFTMAX_ROWS = """\
 def _softmax_rows(x, xi, out, chunks, lanes):
