@@ -148,3 +148,41 @@ def test_collapsed_dimensions_agree_with_numpy(
     for xv, zv in ((x, z), (np.asfortranarray(x), np.asfortranarray(z))):
         (y,) = sess.run(None, {"x": xv, "z": zv})
         np.testing.assert_array_equal(y, want)
+
+
+def test_inputs_permuted_alike_compute_in_memory_order() -> None:
+    """Two Transpose views with the same permutation and a scalar: the group computes in
+    their memory order (no copy) and returns the same permutation of its buffer; a view next
+    to a C-ordered input, or permuted differently, is copied. All agree with numpy."""
+    perm = [0, 2, 3, 1]
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xt"], perm=perm),
+        helper.make_node("Transpose", ["z"], ["zt"], perm=perm),
+        helper.make_node("Sigmoid", ["xt"], ["s"]),
+        helper.make_node("Mul", ["s", "k"], ["m"]),
+        helper.make_node("Sub", ["m", "zt"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", F, ["n", 5, 6, 7]),
+            helper.make_tensor_value_info("z", F, ["n", 5, 6, 7]),
+        ],
+        [helper.make_tensor_value_info("y", F, ["n", 6, 7, 5])],
+        [numpy_helper.from_array(np.float32(-2.5), "k")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((2, 5, 6, 7)) * 5).astype(np.float32)
+    z = rng.standard_normal((2, 5, 6, 7)).astype(np.float32)
+    x64 = x.transpose(perm).astype(np.float64)
+    want = -2.5 / (1.0 + np.exp(-x64)) - z.transpose(perm)
+    zt_c = np.ascontiguousarray(z.transpose(perm)).transpose(0, 3, 1, 2)  # zt is C-ordered
+    for zv in (z, np.asfortranarray(z), zt_c):
+        (y,) = sess.run(None, {"x": x, "z": zv})
+        assert y.shape == (2, 6, 7, 5)
+        np.testing.assert_allclose(y, want, rtol=3e-6, atol=1e-6)

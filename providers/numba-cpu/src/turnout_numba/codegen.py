@@ -808,6 +808,26 @@ def _collapse(
     return spans, unit
 
 
+def _shared_order(xs: Sequence[np.ndarray], flat_sizes: Sequence[tuple[int, ...]]) -> Any:
+    """The axis order (outer first) in which every full-size input of a flat group is
+    C-contiguous, when some of them are not C-contiguous but all are the same permutation of a
+    dense buffer; else None. Scalar inputs (flat size 1) do not count."""
+    order = None
+    full = flat_sizes[-1]
+    if full[0] <= 1:
+        return None
+    for x, size in zip(xs, flat_sizes):
+        if size != full:
+            continue
+        if order is None:
+            if x.flags.c_contiguous:
+                return None
+            order = tuple(sorted(range(x.ndim), key=lambda d: -x.strides[d]))
+        if not x.transpose(order).flags.c_contiguous:
+            return None
+    return order
+
+
 def _declared_ones(shape: Sequence[Any], rank: int) -> tuple[bool, ...]:
     """Per dimension of the full rank: whether the value's declared shape has 1 there (the
     leading dimensions a lower-rank value lacks count as 1)."""
@@ -828,6 +848,9 @@ class _BroadcastPlan:
     contiguous: list[tuple[int, ...]] | None
     """When no input needs a broadcast view: per input, then for the outputs, the shape
     collapsed to the contiguous kernel's dimensions; the inputs go to it in C order."""
+    flat: bool
+    """The contiguous kernel is one flat loop and every output has the full shape: inputs
+    permuted alike can be computed in their memory order (`_shared_order`)."""
 
 
 def _wrapper(
@@ -897,8 +920,14 @@ def _wrapper(
         contiguous = None
         if not needs_view:
             contiguous = [tuple(prod(ps[a:b]) for a, b in spans) for ps in [*padded, full]]
+        flat = (
+            contiguous is not None
+            and rank > 1
+            and len(spans) == 1
+            and all(f == (None, None) for f in finish)
+        )
         return _BroadcastPlan(
-            shapes, full, broadcast, finish, prod(full) >= small_below, contiguous
+            shapes, full, broadcast, finish, prod(full) >= small_below, contiguous, flat
         )
 
     last: list[_BroadcastPlan | None] = [None]  # the plan of the last shapes seen
@@ -911,6 +940,18 @@ def _wrapper(
             p = plan(shapes)
             last[0] = p
         full = p.full
+        if p.flat and p.contiguous and (order := _shared_order(xs, p.contiguous)) is not None:
+            # inputs permuted alike (a Transpose's view): computed in their memory order, the
+            # outputs returned as the same permutation of C-ordered buffers; no copy
+            mem = [empty(tuple(full[d] for d in order), c) for c in out_c]
+            views = [
+                x.transpose(order).reshape(-1) if x.ndim == rank else c_order(x).reshape(-1)
+                for x in xs
+            ]
+            (kern_c if p.parallel else small_c)(*views, *[b.reshape(-1) for b in mem])
+            back = tuple(sorted(range(rank), key=order.__getitem__))
+            res = [b.transpose(back) for b in mem]
+            return tuple(r.astype(d) if bk else r for r, d, bk in zip(res, out_dt, out_back))
         bufs = [empty(full, c) for c in out_c]
         if p.contiguous is not None:
             views = [c_order(x).reshape(r) for x, r in zip(xs, p.contiguous)]
