@@ -528,9 +528,11 @@ def _compile_static(
         pad = "    "
         if parallel and len(loops) == 1:
             (d,) = loops
-            lines += [
+            lines += [  # counting from 0 in each block: see _loop_source
                 f"    for blk in prange({(space[d] + 4095) // 4096}):",
-                f"        for i{d} in range(blk * 4096, min({space[d]}, blk * 4096 + 4096)):",
+                "        lo = blk * 4096",
+                f"        for j in range(min({space[d]} - lo, 4096)):",
+                f"            i{d} = lo + j",
             ]
             pad += "        "
         elif parallel and loops:
