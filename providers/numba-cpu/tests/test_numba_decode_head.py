@@ -186,3 +186,27 @@ def test_inputs_permuted_alike_compute_in_memory_order() -> None:
         (y,) = sess.run(None, {"x": x, "z": zv})
         assert y.shape == (2, 6, 7, 5)
         np.testing.assert_allclose(y, want, rtol=3e-6, atol=1e-6)
+
+
+def test_lower_rank_input_next_to_a_permuted_one() -> None:
+    """A [1, a, b] Transpose view next to an [a, b] input: the flat group cannot permute the
+    lower-rank one to the group's rank, so both are copied to C order instead."""
+    g = helper.make_graph(
+        [helper.make_node("Add", ["z", "x"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("z", F, [1, "a", "b"]),
+            helper.make_tensor_value_info("x", F, ["a", "b"]),
+        ],
+        [helper.make_tensor_value_info("y", F, None)],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((1, 7, 6)).astype(np.float32).transpose(0, 2, 1)  # [1, 6, 7] view
+    x = rng.standard_normal((6, 7)).astype(np.float32)
+    for xv in (x, x[::-1][::-1], np.asfortranarray(x)):
+        (y,) = sess.run(None, {"z": z, "x": xv})
+        np.testing.assert_array_equal(y, z + x)

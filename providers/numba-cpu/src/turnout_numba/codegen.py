@@ -818,9 +818,12 @@ def _shared_order(xs: Sequence[np.ndarray], flat_sizes: Sequence[tuple[int, ...]
     full = flat_sizes[-1]
     if full[0] <= 1:
         return None
+    rank = max(x.ndim for x in xs)
     for x, size in zip(xs, flat_sizes):
         if size != full:
             continue
+        if x.ndim != rank:  # a lower-rank full-size input has no place in the permutation
+            return None
         if order is None:
             if x.flags.c_contiguous:
                 return None
