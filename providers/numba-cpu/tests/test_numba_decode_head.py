@@ -59,14 +59,19 @@ def _head(ny: int, nx: int, na: int = 3) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _numba(m: onnx.ModelProto) -> turnout.InferenceSession:
+    """`m` on the numba provider alone (a node it does not take fails the session)."""
+    so = turnout.SessionOptions()
+    so.fallback = "error"
+    return turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+
+
 @pytest.mark.parametrize(("ny", "nx", "batch"), [(40, 40, 1), (20, 20, 2), (10, 10, 3), (3, 5, 1)])
 def test_decode_head_matches_onnxruntime(ny: int, nx: int, batch: int) -> None:
     ort = pytest.importorskip("onnxruntime", reason="the reference runtime for parity")
-    m = _head(ny, nx).SerializeToString()
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    sess = turnout.InferenceSession(m, so, providers=["NumbaExecutionProvider"])
-    ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+    m = _head(ny, nx)
+    sess = _numba(m)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     x = np.random.default_rng(0).standard_normal((batch, 3, 5 + NC, ny, nx)).astype(np.float32)
     x *= 4
     for _ in range(2):  # the second run reuses the per-shape plans
@@ -93,9 +98,7 @@ def test_flat_loop_serves_full_size_and_scalar_inputs() -> None:
         [numpy_helper.from_array(np.float32(3.0), "k")],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    sess = _numba(m)
     (kind,) = {a.source for a in sess.partition_report().assignments}
     assert kind == "fused"
     rng = np.random.default_rng(2)
@@ -138,9 +141,7 @@ def test_collapsed_dimensions_agree_with_numpy(
         [numpy_helper.from_array(np.float32(1.5), "k")],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    sess = _numba(m)
     rng = np.random.default_rng(3)
     x = rng.standard_normal(x_shape).astype(np.float32)
     z = rng.standard_normal(z_shape).astype(np.float32)
@@ -173,9 +174,7 @@ def test_inputs_permuted_alike_compute_in_memory_order() -> None:
         [numpy_helper.from_array(np.float32(-2.5), "k")],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    sess = _numba(m)
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((2, 5, 6, 7)) * 5).astype(np.float32)
     z = rng.standard_normal((2, 5, 6, 7)).astype(np.float32)
@@ -201,9 +200,7 @@ def test_lower_rank_input_next_to_a_permuted_one() -> None:
         [helper.make_tensor_value_info("y", F, None)],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    so = turnout.SessionOptions()
-    so.fallback = "error"
-    sess = turnout.InferenceSession(m.SerializeToString(), so, providers=["NumbaExecutionProvider"])
+    sess = _numba(m)
     rng = np.random.default_rng(5)
     z = rng.standard_normal((1, 7, 6)).astype(np.float32).transpose(0, 2, 1)  # [1, 6, 7] view
     x = rng.standard_normal((6, 7)).astype(np.float32)

@@ -22,16 +22,9 @@ from turnout.providers.cpu import numpy_kernels
 
 from .. import cache
 from ..registry import BuildContext, numba_kernel
+from .gather import _NB_UINT, _UINT  # item size -> the unsigned type that moves it
 
 __all__: list[str] = []
-
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_NB_UINT: dict[int, types.Integer[Any]] = {
-    1: types.uint8,
-    2: types.uint16,
-    4: types.uint32,
-    8: types.uint64,
-}
 
 NARROW = 64
 """Rows of at most this many elements go to the compiled copy (measured at widths 2 and 81
