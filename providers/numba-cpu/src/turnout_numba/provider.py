@@ -165,8 +165,10 @@ class NumbaExecutionProvider(ExecutionProvider):
         # serial kernels never use numba's pool, and asking numba for its thread count starts
         # it (10 ms in a 1-thread session's first run); the count is per calling thread
         if self.ctx.parallel:
-            st.saved = numba.get_num_threads()
-            numba.set_num_threads(self.threads)
+            saved = numba.get_num_threads()
+            if saved != self.threads:  # restored in on_run_end; unchanged: nothing to restore
+                numba.set_num_threads(self.threads)
+                st.saved = saved
         st.blas = self._blas.enter() if self._blas is not None else None
 
     def on_run_end(self) -> None:
