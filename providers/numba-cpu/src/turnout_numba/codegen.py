@@ -105,6 +105,14 @@ def _sigmoid(a: list[str], n: Node, T: str) -> str:
     return "\n".join([*sigmoid_f32(a[0], "@v"), "@v"])
 
 
+def _pow(a: list[str], n: Node, T: str) -> str:
+    """x ** y, with y == 2 as x * x: the exponent is loop-invariant (a constant, usually 2 in a
+    detector head's (2 * sigmoid) ** 2), so LLVM hoists the test and the square vectorizes;
+    numba's float32 `**` is a scalar call (~15 ns an element, measured) and not always the
+    correctly rounded square that x * x, numpy and onnxruntime give."""
+    return f"{T}({a[0]} * {a[0]} if {a[1]} == 2 else {a[0]} ** {T}({a[1]}))"
+
+
 def _bin(op: str) -> Expr:
     return lambda a, n, T: f"{T}({a[0]} {op} {a[1]})"
 
@@ -181,7 +189,7 @@ EW_OPS: dict[str, tuple[frozenset[str], int, Expr]] = {
     "Sub": (_FIU, 7, _bin("-")),
     "Mul": (_FIU, 7, _bin("*")),
     "Div": (_F, 7, _bin("/")),
-    "Pow": (_F, 7, lambda a, n, T: f"{T}({a[0]} ** {T}({a[1]}))"),
+    "Pow": (_F, 7, _pow),
     "Max": (_FIU, 8, _fold(">=")),
     "Min": (_FIU, 8, _fold("<=")),
     "Sum": (_FIU, 8, lambda a, n, T: f"{T}({' + '.join(a)})"),
@@ -704,11 +712,22 @@ def _static_wrapper(
 # ---------------------------------------------------------------------------- dynamic shapes
 
 
-def _loop_source(rank: int, n_in: int, n_out: int, body: list[str], stores: list[str]) -> str:
+def _loop_source(
+    rank: int,
+    n_in: int,
+    n_out: int,
+    versions: Sequence[tuple[str, list[str], list[str]]],
+    hoisted: Sequence[str] = (),
+) -> str:
+    """The kernel over a rank-`rank` space. `versions`: the loop over a block of rows as
+    (condition, body, stores), the first whose condition holds runs the block; the last one's
+    condition is ignored (the general case; a rank-1 kernel has only it). `hoisted`: statements
+    before the loops (scalar reads)."""
     idx = ", ".join(f"i{d}" for d in range(rank))
     args = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
     lines = [_PRELUDE_SRC, f"def kernel({', '.join(args)}):"]
     lines += [f"    n{d} = out0.shape[{d}]" for d in range(rank)]
+    lines += [f"    {h}" for h in hoisted]
     if rank == 1:
         # the inner loop counts from 0 and the index is base + j: with `range(lo, hi)` LLVM
         # keeps the negative-index wraparound and the loop stays scalar (3x slower, measured)
@@ -718,16 +737,95 @@ def _loop_source(rank: int, n_in: int, n_out: int, body: list[str], stores: list
             "        for j in range(min(n0 - lo, 4096)):",
             "            i0 = lo + j",
         ]
-    else:
-        outer = " * ".join(f"n{d}" for d in range(rank - 1))
-        lines += [f"    for o in prange({outer}):", f"        q{rank - 2} = o"]
-        for d in range(rank - 2, 0, -1):  # fresh names: numba forbids rebinding the index
-            lines += [f"        i{d} = q{d} % n{d}", f"        q{d - 1} = q{d} // n{d}"]
-        lines += ["        i0 = q0", f"        for i{rank - 1} in range(n{rank - 1}):"]
-    pad = "            "
-    lines += [pad + s for s in body]
-    lines += [pad + s.replace("[IDX]", f"[{idx}]") for s in stores]
+        _, body, stores = versions[-1]
+        pad = "            "
+        lines += [pad + s for s in body]
+        lines += [pad + s.replace("[IDX]", f"[{idx}]") for s in stores]
+        return "\n".join(lines) + "\n"
+    # rows in blocks of ROWS: a block's first row index is divided out once, the next ones
+    # counted like an odometer (a division per dimension and row cost more than a short row's
+    # work: [1, 6300, 2] box halves of Split views 72 -> 53 us, the version test per row too)
+    outer = " * ".join(f"n{d}" for d in range(rank - 1))
+    lines += [
+        f"    rows = {outer}",
+        f"    for blk in prange((rows + {ROWS - 1}) // {ROWS}):",
+        f"        lo = blk * {ROWS}",
+        f"        q{rank - 2} = lo",
+    ]
+    for d in range(rank - 2, 0, -1):  # fresh names: numba forbids rebinding the index
+        lines += [f"        i{d} = q{d} % n{d}", f"        q{d - 1} = q{d} // n{d}"]
+    lines.append("        i0 = q0")
+    for v, (cond, body, stores) in enumerate(versions):
+        pad = "        "
+        if len(versions) > 1:
+            # the test sits inside the parallel block, next to the loads it specialises: LLVM
+            # then knows the strides it compared (also in a parallel kernel's outlined body)
+            head = "else:" if v == len(versions) - 1 else f"{'if' if v == 0 else 'elif'} {cond}:"
+            lines.append(f"        {head}")
+            pad += "    "
+        lines.append(f"{pad}for r in range(min(rows - lo, {ROWS})):")
+        lines.append(f"{pad}    for i{rank - 1} in range(n{rank - 1}):")
+        lines += [pad + "        " + s for s in body]
+        lines += [pad + "        " + s.replace("[IDX]", f"[{idx}]") for s in stores]
+        pad += "    "
+        for d in range(rank - 2, 0, -1):
+            lines += [f"{pad}i{d} += 1", f"{pad}if i{d} == n{d}:", f"{pad}    i{d} = 0"]
+            pad += "    "
+        lines.append(f"{pad}i0 += 1")
     return "\n".join(lines) + "\n"
+
+
+ROWS = 64
+"""Rows of the strided kernel per parallel block (their indices counted, not divided)."""
+
+
+ROW_VERSIONS_MAX = 4
+"""Inputs read along the last dimension up to which the strided kernel gets a version per
+input broadcast along it (beyond, only the all-unit-stride version and the general loop)."""
+
+
+def _strided_versions(
+    nodes: Sequence[Node],
+    ext: list[str],
+    outputs: Sequence[str],
+    ones: Sequence[tuple[bool, ...]],
+    itemsizes: Sequence[int],
+    rank: int,
+    hoisted: Mapping[int, str],
+) -> list[tuple[str, list[str], list[str]]]:
+    """The strided kernel's last-dimension loops: numba indexes an 'A' array through its
+    run-time strides, so LLVM leaves the loop scalar; under a test that each input's last
+    stride is its item size (or 0: a broadcast view) it knows them and vectorizes (a [1, 6300,
+    80] by [1, 6300, 1] Mul of Split views, 276 -> 163 us measured). Versions: every input of
+    unit stride; with 2 to `ROW_VERSIONS_MAX` of them, each one broadcast (stride 0) in turn;
+    then the general loop."""
+    last = rank - 1
+    rows = [k for k in range(len(ext)) if k not in hoisted and not ones[k][last]]
+
+    def read(k: int, zero: bool) -> str:
+        if k in hoisted:
+            return hoisted[k]
+        ix = ["0" if ones[k][d] else f"i{d}" for d in range(rank)]
+        if zero:
+            ix[last] = "0"
+        return f"in{k}[{', '.join(ix)}]"
+
+    def version(cond: str, zero: int) -> tuple[str, list[str], list[str]]:
+        body, var = _scalar_body(nodes, {x: read(k, k == zero) for k, x in enumerate(ext)})
+        return cond, body, [f"out{k}[IDX] = {var[y]}" for k, y in enumerate(outputs)]
+
+    out: list[tuple[str, list[str], list[str]]] = []
+    if rank > 1 and rows:
+        unit = {k: f"in{k}.strides[{last}] == {itemsizes[k]}" for k in rows}
+        out.append(version(" and ".join(unit.values()), -1))
+        if 2 <= len(rows) <= ROW_VERSIONS_MAX:
+            for b in rows:
+                cond = " and ".join(
+                    f"in{k}.strides[{last}] == 0" if k == b else unit[k] for k in rows
+                )
+                out.append(version(cond, b))
+    out.append(version("", -1))
+    return out
 
 
 def _compile_dynamic(
@@ -743,32 +841,37 @@ def _compile_dynamic(
     1 is read at index 0, so a [B, N, 1] operand next to [B, N, 80] needs no broadcast view."""
     rank = max(1, max(_rank(info[v]) for v in info))
     ones = [_declared_ones(info[x].shape, rank) for x in ext]
-    read = {
-        x: f"in{k}[{', '.join('0' if ones[k][d] else f'i{d}' for d in range(rank))}]"
-        for k, x in enumerate(ext)
-    }
-    body, var = _scalar_body(nodes, read)
-    stores = [f"out{k}[IDX] = {var[y]}" for k, y in enumerate(outputs)]
-    text = _loop_source(rank, len(ext), len(outputs), body, stores)
+    in_c = [_group_dtype(info[x]) for x in ext]
+    out_c = [_group_dtype(info[y]) for y in outputs]
+    # inputs declared 1 everywhere (scalars) are read once, before the loops: a value loaded
+    # in the loop may alias the outputs for all LLVM knows, which keeps a test on it (Pow's
+    # exponent == 2) inside the loop
+    scalars = {k: f"s{k}" for k in range(len(ext)) if all(ones[k])}
+    hoist = [f"s{k} = in{k}[{', '.join(['0'] * rank)}]" for k in scalars]
+    versions = _strided_versions(
+        nodes, ext, outputs, ones, [d.itemsize for d in in_c], rank, scalars
+    )
+    text = _loop_source(rank, len(ext), len(outputs), versions, hoist)
     # The same loop twice: for any strides (broadcast views), and for C-contiguous inputs, the
     # only one LLVM vectorizes; the run picks one. The contiguous one runs over the dimensions
     # collapsed by broadcast pattern (`_collapse`): a short last dimension (85 in a detector
     # head, 2 for its box centres) leaves the rank-N loop in its scalar remainder and index
     # arithmetic (measured 3-4x slower at [1, 3, 40, 40, 85] and [1, 3, 40, 40, 2]).
     spans, unit = _collapse(ones)
+    nc = len(spans)
     read_c = {
-        x: f"in{k}[{', '.join('0' if unit[k][g] else f'i{g}' for g in range(len(spans)))}]"
+        x: scalars.get(k)
+        or f"in{k}[{', '.join('0' if u else f'i{g}' for g, u in enumerate(unit[k]))}]"
         for k, x in enumerate(ext)
     }
     body_c, var_c = _scalar_body(nodes, read_c)
     stores_c = [f"out{k}[IDX] = {var_c[y]}" for k, y in enumerate(outputs)]
-    text_c = _loop_source(len(spans), len(ext), len(outputs), body_c, stores_c)
+    hoist_c = [f"s{k} = in{k}[{', '.join(['0'] * nc)}]" for k in scalars]
+    text_c = _loop_source(nc, len(ext), len(outputs), [("", body_c, stores_c)], hoist_c)
     source = (
         text + "\n\n" + text_c.replace(_PRELUDE_SRC, "").replace("def kernel(", "def kernel_c(")
     )
     mod = cache.load_source(source, "ew")
-    in_c = [_group_dtype(info[x]) for x in ext]
-    out_c = [_group_dtype(info[y]) for y in outputs]
 
     def sig(layout: Literal["A", "C"]) -> Any:
         r = len(spans) if layout == "C" else rank
@@ -833,6 +936,17 @@ def _shared_order(xs: Sequence[np.ndarray], flat_sizes: Sequence[tuple[int, ...]
     return order
 
 
+def _strided_pays(xs: Sequence[np.ndarray]) -> bool:
+    """Whether a group's views (no broadcasting needed) go to the strided kernel rather than
+    being copied to C order: when each view's last stride is its item size (a Split on the last
+    axis: rows of a [B, N, 85] detector output, which the kernel's unit-stride version
+    vectorizes; [1, 6300, 2] box halves 116 -> 53 us). Views of other strides (a transposed
+    head) are copied: the strided loop over them is slower than numpy's copy and the
+    contiguous kernel together (a [1, 3, 40, 40, 2] slice 48 us against 28), and for a SiLU
+    5-9x slower."""
+    return all(x.ndim == 0 or x.shape[-1] <= 1 or x.strides[-1] == x.itemsize for x in xs)
+
+
 def _declared_ones(shape: Sequence[Any], rank: int) -> tuple[bool, ...]:
     """Per dimension of the full rank: whether the value's declared shape has 1 there (the
     leading dimensions a lower-rank value lacks count as 1)."""
@@ -883,6 +997,7 @@ def _wrapper(
     broadcast_shapes = np.broadcast_shapes
     broadcast_to = np.broadcast_to
     c_order = _c_order
+    strided_pays = _strided_pays
     empty = np.empty
     prod = math.prod
 
@@ -958,7 +1073,9 @@ def _wrapper(
             res = [b.transpose(back) for b in mem]
             return tuple(r.astype(d) if bk else r for r, d, bk in zip(res, out_dt, out_back))
         bufs = [empty(full, c) for c in out_c]
-        if p.contiguous is not None:
+        if p.contiguous is not None and (
+            all(x.flags.c_contiguous for x in xs) or not strided_pays(xs)
+        ):
             views = [c_order(x).reshape(r) for x, r in zip(xs, p.contiguous)]
             cfull = p.contiguous[-1]
             (kern_c if p.parallel else small_c)(*views, *[b.reshape(cfull) for b in bufs])
