@@ -99,3 +99,27 @@ def test_identity_of_a_feed_is_returned_as_a_copy() -> None:
     y, z = sess.run(None, {"x": x})
     assert not np.shares_memory(y, x) and not np.shares_memory(z, x)
     assert not np.shares_memory(y, z)
+
+
+def test_feed_fast_path_takes_a_matching_array_as_it_is() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F, ["n", 3])],
+        [helper.make_tensor_value_info("y", F, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = turnout.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.ones((5, 3), np.float32)
+    assert sess._prepare_feeds({"x": x})[0] is x
+    strided = np.ones((5, 6), np.float32)[:, ::2]
+    assert sess._prepare_feeds({"x": strided})[0] is strided
+    for bad, needle in [
+        (np.ones((5, 4), np.float32), "Got invalid dimensions for input: x"),
+        (np.ones((5, 3, 1), np.float32), "Invalid rank for input: x"),
+        (np.ones((5, 3), np.float64), "Unexpected input data type"),
+    ]:
+        with pytest.raises(turnout.InvalidArgument, match=needle):
+            sess.run(None, {"x": bad})
+    sub = np.ones((2, 3), np.float32).view(np.recarray)  # a subclass: the full checks
+    assert np.array_equal(sess.run(None, {"x": sub})[0], np.ones((2, 3), np.float32))
