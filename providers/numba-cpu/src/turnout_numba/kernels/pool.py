@@ -1,18 +1,16 @@
 """MaxPool, AveragePool (1-D and 2-D), GlobalAveragePool and GlobalMaxPool.
 
-MaxPool and AveragePool read each plane along a `window.Window` plan, as the depthwise Conv
-does: a stride-1 pool whose output rows are as long as the input's is one loop over the whole
-plane (a tap crossing a row edge is dropped by a select); other pools copy the plane once into
-a buffer padded with the identity (-inf, the type's minimum, or 0) and split by stride phase,
-then run one loop over all output rows (the values past each row's end computed and dropped)
-and copy the rows out. The kernel text is generated per (op, kernel size, dtype) with the taps
-unrolled for the common sizes (`depthwise.UNROLLED`; other sizes share one looped text per op
-and dtype). AveragePool sums in float64 and multiplies by the reciprocal of each window's
-count, planned with the window (per input shape): the taps inside the input, or
-(count_include_pad) inside the explicitly padded input; taps that a ceil_mode window puts past
-the end padding never count, as in the numpy kernel and onnxruntime. Window geometry (auto_pad,
-pads, ceil_mode, dilations, output shape) comes from the CPU provider's
-`conv_geometry`/`spatial_attrs`.
+MaxPool and AveragePool run on `pool_rows`' kernels, which read the input itself (no padded
+or phase-split copy of each plane, which cost more than the pooling at conv nets' 3x3 stride-2
+shapes): per output row, the window's rows inside the input are reduced into a row buffer
+with the padding's identity at both ends, then the columns are reduced at the stride
+(`max_rows`, `avg_rows`); a stride-1 pool whose output rows are as long as the input's does
+each pass as one loop over the plane and redoes the edge columns (`max_flat`, `avg_flat`).
+AveragePool sums in float64 and multiplies by the reciprocal of each window's count, planned
+per input shape: the taps inside the input, or (count_include_pad) inside the explicitly
+padded input; taps that a ceil_mode window puts past the end padding never count, as in the
+numpy kernel and onnxruntime. Window geometry (auto_pad, pads, ceil_mode, dilations, output
+shape) comes from the CPU provider's `conv_geometry`/`spatial_attrs`.
 
 An AveragePool whose windows tile the input (stride = kernel, no padding, no dilation: CRNN's
 (3, 2) average down to height 1) takes a shorter road, `_tile_pool`: per output row, the
@@ -22,9 +20,9 @@ where the windowed kernel's strided float64 taps took 44 (onnxruntime: 7). The s
 MaxPool measured slower than the windowed kernel (its NaN count is a second pass).
 
 MaxPool treats NaN as the numpy kernel does (see `_max_pool` there: onnxruntime's
-first-tap-then-strictly-greater rule): the unrolled max is Python's max, one vector instruction
-that keeps or drops a NaN by its place, so the kernel also counts the input's NaNs, and a run
-that has some redoes every window in `_max_pool_nan` (rare inputs pay, not the others).
+first-tap-then-strictly-greater rule): the kernels' max is Python's max, one vector instruction
+that keeps or drops a NaN by its place, so they also report the planes holding a NaN, and a
+run that has some redoes every window in `_max_pool_nan` (rare inputs pay, not the others).
 
 GlobalAveragePool is one BLAS matrix-vector product (planes x spatial times 1/spatial): a sum
 in numba's loops cannot be vectorized without reordering it. GlobalMaxPool runs on the float's
@@ -46,199 +44,20 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.geometry import conv_geometry, spatial_attrs
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import SERIAL_WORK, BuildContext, SizedKernel, numba_kernel
-from .depthwise import UNROLLED
-from .window import Window, copy_lines, geo_lines, plan_window, window_arg_types
+from .pool_rows import (
+    avg_flat,
+    avg_rows,
+    flat_geometry,
+    flat_sig,
+    geometry,
+    max_flat,
+    max_rows,
+    rows_sig,
+)
 
 __all__ = ["row_max"]
-
-_CTOR = {
-    "float32": "np.float32",
-    "float64": "np.float64",
-    "int8": "np.int8",
-    "uint8": "np.uint8",
-}
-
-_HEAD = """\
-def _pool(x, y, rc, offs, cols, lo, hi, geo, chunks, low_):
-    T = {ctor}
-    F = np.float64
-    low = T(low_)
-{geo}    planes = x.shape[0]
-    nans = 0
-{consts}    for ch in prange(chunks):
-        buf = np.full(blen, low)
-        acc = np.empty(0 if flat else rows * rstep, {acc})
-        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
-            src = x[q]
-            if not direct:
-{copy}                src = buf
-            yp = y[q]
-{body}{count}    return nans
-"""
-
-# the NaNs of an input plane, counted after it is pooled (a loop of its own: a test inside the
-# unrolled one would keep it from vectorizing)
-_COUNT = """\
-            xq = x[q]
-            for k in range(xq.shape[0]):
-                nans += xq[k] != xq[k]
-"""
-
-
-def _reduce(op: str, reads: list[str]) -> str:
-    # the max is Python's max (a select LLVM turns into one vector max), which drops a NaN
-    # depending on its place: a plane holding a NaN is redone by onnxruntime's rule
-    if op == "max":
-        return reads[0] if len(reads) == 1 else f"max({', '.join(reads)})"
-    return " + ".join(f"F({r})" for r in reads)
-
-
-def _unrolled(op: str, kh: int, kw: int) -> tuple[str, str]:
-    taps = kh * kw
-    consts = "".join(f"    lo{j} = lo[{j}]\n    hi{j} = hi[{j}]\n" for j in range(kw))
-    consts += "".join(f"    o{t} = offs[{t}]\n" for t in range(taps))
-    lines = ["            if flat:"]
-    lines += [f"                r{ki} = src[o{ki * kw}:]" for ki in range(kh)]
-    lines.append("                for j in range(rlen):")
-    lines.append("                    cj = cols[j]")
-    lines.append("                    v = low" if op == "max" else "                    v = F(0)")
-    for kj in range(kw):
-        s = _reduce(op, [f"r{ki}[j + {kj}]" for ki in range(kh)])
-        lines.append(f"                    s = {s}")
-        keep = "max(v, s)" if op == "max" else "v + s"
-        lines.append(f"                    v = {keep} if cj >= lo{kj} and cj < hi{kj} else v")
-    lines.append(
-        "                    yp[j] = v"
-        if op == "max"
-        else "                    yp[j] = T(v * rc[j])"
-    )
-    s = _reduce(op, [f"t{t}[j]" for t in range(taps)])
-    if kw <= 2:  # the input itself at column stride 2 (see plan_window's direct_stride2)
-        s2 = _reduce(op, [f"r{ki}[2 * j + {kj}]" for ki in range(kh) for kj in range(kw)])
-        lines.append("            elif direct and sw == 2:")
-        lines.append("                for r in range(rows):")
-        lines.append("                    base = r * rstep")
-        lines += [f"                    r{ki} = src[base + o{ki * kw}:]" for ki in range(kh)]
-        lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
-        if op != "max":
-            lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
-        lines.append("                    for j in range(rlen):")
-        lines.append(
-            f"                        yo[j] = {s2}"
-            if op == "max"
-            else f"                        yo[j] = T(({s2}) * ro[j])"
-        )
-    lines.append("            elif rstep == wp:")
-    lines += [f"                t{t} = src[o{t}:]" for t in range(taps)]
-    lines.append("                for j in range((rows - 1) * rstep + rlen):")
-    lines.append(f"                    acc[j] = {s}")
-    lines.append("                for r in range(rows):")
-    lines.append("                    ar = acc[r * rstep : r * rstep + rlen]")
-    lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
-    if op == "max":
-        lines.append("                    for j in range(rlen):")
-        lines.append("                        yo[j] = ar[j]")
-    else:
-        lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
-        lines.append("                    for j in range(rlen):")
-        lines.append("                        yo[j] = T(ar[j] * ro[j])")
-    lines.append("            else:")
-    lines.append("                for r in range(rows):")
-    lines.append("                    base = r * rstep")
-    lines += [f"                    t{t} = src[base + o{t}:]" for t in range(taps)]
-    lines.append("                    yo = yp[r * rlen : r * rlen + rlen]")
-    if op != "max":
-        lines.append("                    ro = rc[r * rlen : r * rlen + rlen]")
-    lines.append("                    for j in range(rlen):")
-    lines.append(
-        f"                        yo[j] = {s}"
-        if op == "max"
-        else f"                        yo[j] = T(({s}) * ro[j])"
-    )
-    return consts, "\n".join(lines) + "\n"
-
-
-_GENERIC = """\
-            racc = np.empty(rlen, {acc})
-            for r in range(rows):
-                base = r * rstep
-                for j in range(rlen):
-                    racc[j] = {init}
-                for t in range(taps):
-                    tt = src[base + offs[t]:]
-                    if flat:
-                        kj = t % kw
-                        lt = lo[kj]
-                        ht = hi[kj]
-                        for j in range(rlen):
-                            cj = cols[j]
-                            racc[j] = {update} if cj >= lt and cj < ht else racc[j]
-                    else:
-                        for j in range(rlen):
-                            racc[j] = {update}
-                yo = yp[r * rlen : r * rlen + rlen]
-                ro = rc[r * rlen : r * rlen + rlen]
-                for j in range(rlen):
-                    yo[j] = {final}
-"""
-
-
-def _source(op: str, kh: int, kw: int, dtype: np.dtype[Any]) -> str:
-    if (kh, kw) in UNROLLED:
-        consts, body = _unrolled(op, kh, kw)
-    else:
-        consts = "    taps = offs.shape[0]\n    kw = lo.shape[0]\n"
-        if op == "max":
-            body = _GENERIC.format(
-                acc="x.dtype", init="low", update="max(racc[j], tt[j])", final="racc[j]"
-            )
-        else:
-            body = _GENERIC.format(
-                acc="np.float64",
-                init="F(0)",
-                update="racc[j] + F(tt[j])",
-                final="T(racc[j] * ro[j])",
-            )
-    count = _COUNT if op == "max" and dtype.kind == "f" else ""
-    return _HEAD.format(
-        acc="np.float64" if op == "avg" else "x.dtype",
-        ctor=_CTOR[dtype.name],
-        geo=geo_lines(4),
-        copy=copy_lines(16),
-        consts=consts,
-        body=body,
-        count=count,
-    )
-
-
-_KERNELS: dict[tuple[Any, ...], SizedKernel] = {}
-
-
-def _pool_kernel(
-    op: str, kernel: tuple[int, int], dtype: np.dtype[Any], parallel: bool
-) -> SizedKernel:
-    """`k(work, x2, y2, rc, *window.args(), chunks, low) -> NaN outputs` for planes x2 (P, H*W)
-    and y2 (P, OH*OW); `rc` holds the reciprocal window counts (average) or is a dummy."""
-    kh, kw = kernel
-    shape = (kh, kw) if (kh, kw) in UNROLLED else (0, 0)
-    key = (op, shape, dtype.name, parallel)
-    kern = _KERNELS.get(key)
-    if kern is None:
-        fn = cache.load_source(_source(op, kh, kw, dtype), "pool")._pool
-        sig = types.int64(
-            numba_array(dtype, 2, readonly=True, layout="C"),
-            numba_array(dtype, 2, readonly=False, layout="C"),
-            numba_array(np.dtype(np.float64), 1, readonly=True, layout="C"),
-            *window_arg_types(),
-            types.int64,
-            types.float64,
-        )
-        kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
-    cache.note_used(kern.serial, kern.parallel)  # memoized: the session still uses it
-    return kern
 
 
 def _tile_pool(  # pragma: no cover - compiled by numba
@@ -368,17 +187,18 @@ def _counts(n_out: int, stride: int, dil: int, k: int, pad: int, lo: int, hi: in
 
 @dataclass(frozen=True)
 class _Plan:
-    """A run at one input shape: its window plan, output shapes and average divisors."""
+    """A run at one input shape: the kernel's geometry, output shapes and average divisors."""
 
     chunks: int
     final: tuple[int, ...]
+    geo: Any  # pool_rows.geometry(), None when there is nothing to compute
     nan_geo: tuple[int, ...]
-    planes: int
     rc: Any
-    shape2: tuple[Any, Any]
-    win: Window | None
+    shape3: tuple[int, ...]  # (planes, H, W)
+    out3: tuple[int, ...]  # (planes, OH, OW)
     work: int
     tile: bool  # the windows tile the input: `_tile_pool`
+    flat: bool  # 'same' pooling at stride 1: `max_flat` / `avg_flat`
 
 
 def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -389,7 +209,13 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     kernel = [int(k) for k in kn.attr("kernel_shape")]
     nd = len(kernel)
     k2 = (1, kernel[0]) if nd == 1 else (kernel[0], kernel[1])
-    kern = _pool_kernel("max" if is_max else "avg", k2, c, ctx.parallel)
+    kern = ctx.jit(max_rows if is_max else avg_rows, [rows_sig(c, is_max)])
+    strides, dilations = spatial_attrs(kn, nd, kernel)
+    s2 = ([1] if nd == 1 else []) + [int(s) for s in strides]
+    d2 = ([1] if nd == 1 else []) + [int(d) for d in dilations]
+    flat_kern = None  # stride 1, columns undilated: 'same' pooling may run flat
+    if s2 == [1, 1] and d2[1] == 1:
+        flat_kern = ctx.jit(max_flat if is_max else avg_flat, [flat_sig(c, is_max)])
     tile_kern = None if is_max else ctx.jit(_tile_pool, [_tile_sig(c)])
     redo_nan: SizedKernel | None = None
     if is_max:
@@ -398,60 +224,61 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             redo_nan = ctx.jit(_max_pool_nan, [_nan_sig(c)])
     else:
         low = 0.0
+    lowa = np.full(1, low, c)
     include_pad = bool(kn.attr("count_include_pad", 0))
-    strides, dilations = spatial_attrs(kn, nd, kernel)
     ceil_mode = bool(kn.attr("ceil_mode", 0))
     name = kn.name
     absent = (None,) * (len(kn.node.outputs) - 1)  # an Indices output named "" (not requested)
-    s2 = ([1] if nd == 1 else []) + [int(s) for s in strides]
-    d2 = ([1] if nd == 1 else []) + [int(d) for d in dilations]
     plans: dict[tuple[int, ...], _Plan] = {}
-    dummy = np.zeros(1, np.float64)
+    dummy = np.zeros((1, 1), np.float64)
 
     def plan(shape: tuple[int, ...]) -> _Plan:
         pb, pe, out = conv_geometry(kn, shape[2:], kernel, strides, dilations, ceil_mode)
         n, ch = shape[:2]
+        planes = n * ch
         sp = ((1,) if nd == 1 else ()) + tuple(shape[2:])
         pb2 = ([0] if nd == 1 else []) + list(pb)
         pe2 = ([0] if nd == 1 else []) + list(pe)
         out2 = ([1] if nd == 1 else []) + list(out)
-        win: Window | None = None
-        rc = dummy
-        if out2[0] * out2[1] > 0 and n * ch > 0:
-            win = plan_window(
+        geo = None
+        rc: Any = dummy
+        if out2[0] * out2[1] > 0 and planes > 0:
+            geo = geometry(
                 (sp[0], sp[1]),
                 k2,
                 (s2[0], s2[1]),
                 (d2[0], d2[1]),
                 (pb2[0], pb2[1]),
                 (out2[0], out2[1]),
-                direct_stride2=k2[1] <= 2 and k2 in UNROLLED,
             )
             if not is_max:
                 ext = [(-pb2[a], sp[a] + pe2[a]) if include_pad else (0, sp[a]) for a in (0, 1)]
                 cnt = [_counts(out2[a], s2[a], d2[a], k2[a], pb2[a], *ext[a]) for a in (0, 1)]
-                total = np.outer(cnt[0], cnt[1]).reshape(-1).astype(np.float64)
+                total = np.outer(cnt[0], cnt[1]).astype(np.float64)
                 with np.errstate(divide="ignore"):
                     rc = np.ascontiguousarray(1.0 / total)
-        planes = n * ch
-        work = planes * out2[0] * out2[1] * k2[0] * k2[1]
-        chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
-        nan_geo = (k2[0], k2[1], s2[0], s2[1], d2[0], d2[1], pb2[0], pb2[1])
-        tile = tile_kern is not None and win is not None
+        # elements read and written, roughly: each input row once per window holding it
+        work = planes * out2[0] * (k2[0] * sp[1] + k2[1] * out2[1])
+        tile = tile_kern is not None and geo is not None
         tile = tile and _tiles((sp, out2), k2, s2, d2, pb2, pe2)
         if tile:
             work = planes * out2[0] * k2[0] * sp[1]
-            chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
+        chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
+        flat = flat_kern is not None and geo is not None and out2[1] == sp[1] and not tile
+        if flat and geo is not None:
+            geo = flat_geometry(geo, sp[0], k2[0], pb2[0])
+            rc = rc.reshape(-1)
         return _Plan(
             chunks=max(chunks, 1),
             final=(n, ch, *out),
-            nan_geo=nan_geo,
-            planes=planes,
+            geo=geo,
+            nan_geo=(k2[0], k2[1], s2[0], s2[1], d2[0], d2[1], pb2[0], pb2[1]),
             rc=rc,
-            shape2=(sp, out2),
-            win=win,
+            shape3=(planes, sp[0], sp[1]),
+            out3=(planes, out2[0], out2[1]),
             work=work,
             tile=tile,
+            flat=flat,
         )
 
     def run(x: Any) -> tuple[Any, ...]:
@@ -463,25 +290,27 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         p = plans.get(x.shape)
         if p is None:  # pads/auto_pad/output size: the same for every run at this shape
             p = plans[x.shape] = plan(x.shape)
-        sp, out2 = p.shape2
-        y = np.empty((p.planes, out2[0] * out2[1]), c)
-        if y.size and p.win is not None:
-            x2 = np.ascontiguousarray(x, dtype=c).reshape(p.planes, sp[0] * sp[1])
+        y = np.empty(p.out3, c)
+        nans = 0
+        if p.geo is not None:
+            x3 = np.ascontiguousarray(x, dtype=c).reshape(p.shape3)
             if p.tile and tile_kern is not None:
-                x3 = x2.reshape(p.planes, sp[0], sp[1])
-                y3 = y.reshape(p.planes, out2[0], out2[1])
-                tile_kern(p.work, x3, y3, k2[0], k2[1], 1.0 / (k2[0] * k2[1]), p.chunks)
-                nans = 0
+                k = k2[0] * k2[1]
+                tile_kern(p.work, x3, y, k2[0], k2[1], 1.0 / k, p.chunks)
+            elif p.flat and flat_kern is not None:
+                x2 = x3.reshape(p.shape3[0], -1)
+                y2 = y.reshape(p.out3[0], -1)
+                if is_max:
+                    nans = flat_kern(p.work, x2, y2, p.geo, p.chunks, lowa)
+                else:
+                    flat_kern(p.work, x2, y2, p.geo, p.chunks, p.rc)
+            elif not is_max:
+                kern(p.work, x3, y, p.geo, p.chunks, p.rc)
             else:
-                nans = kern(p.work, x2, y, p.rc, *p.win.args(), p.chunks, low)
-            if nans and redo_nan is not None:  # every window again, by onnxruntime's rule
-                y.fill(np.nan)
-                redo_nan(
-                    y.size,
-                    x2.reshape(p.planes, sp[0], sp[1]),
-                    y.reshape(p.planes, out2[0], out2[1]),
-                    *p.nan_geo,
-                )
+                nans = kern(p.work, x3, y, p.geo, p.chunks, lowa)
+            if nans and redo_nan is not None:
+                y.fill(np.nan)  # every window again, by onnxruntime's rule
+                redo_nan(y.size, x3, y, *p.nan_geo)
         res = y.reshape(p.final)
         return (res.astype(dt) if dt != c else res, *absent)
 

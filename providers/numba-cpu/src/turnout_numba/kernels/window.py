@@ -1,6 +1,6 @@
 """Where each tap of a 2-D sliding window reads, planned once per input shape (no numba here).
 
-The window kernels (depthwise Conv, im2col, MaxPool/AveragePool) read a channel's plane as one
+The window kernels (depthwise Conv, im2col) read a channel's plane as one
 flat array, so that their inner loops run over outputs with every tap at a fixed offset: a loop
 over a whole plane vectorizes, a loop over one short row runs mostly scalar. Two layouts:
 
@@ -15,11 +15,10 @@ over a whole plane vectorizes, a loop over one short row runs mostly scalar. Two
   values, rows `wp` long), so that every tap reads consecutive values: output `j` of row `r`
   reads tap `t` at `src[offs[t] + r * rstep + j]` (`rstep == wp`), which is also position
   `r * wp + j` of one loop over all the rows (the `wp - OW` values past each row's end are
-  computed and dropped). Without padding, at column stride 1 (or 2 for a pool window at most 2
-  wide, `direct_stride2`), the input itself is read (`direct`, `rstep = sh * W`, one loop per
-  output row).
+  computed and dropped). Without padding, at column stride 1, the input itself is read
+  (`direct`, `rstep = sh * W`, one loop per output row).
 
-The buffer starts filled with the padding value (0, or a pool's identity) and the copy writes
+The buffer starts filled with the padding value (0) and the copy writes
 only the input's positions, so one buffer serves every plane a kernel walks.
 """
 
@@ -76,12 +75,8 @@ def plan_window(
     dilations: tuple[int, int],
     pads_begin: tuple[int, int],
     out: tuple[int, int],
-    *,
-    direct_stride2: bool = False,
 ) -> Window:
-    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid.
-    `direct_stride2`: the kernel can read an unpadded input itself at column stride 2 (a
-    window at most 2 wide reads columns 2j and 2j + 1, which LLVM vectorizes with shuffles)."""
+    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid."""
     h, w = hw
     kh, kw = kernel
     sh, sw = strides
@@ -108,8 +103,7 @@ def plan_window(
     # each phase plane (rstep = wp) and a whole output plane is affine in the phase planes
     span_h = (oh - 1) * sh + (kh - 1) * dh + 1  # padded rows the windows read
     span_w = (ow - 1) * sw + (kw - 1) * dw + 1
-    strided = direct_stride2 and sw == 2 and kw <= 2 and dw == 1
-    direct = (sw == 1 or strided) and pt == 0 and pl == 0 and span_h <= h and span_w <= w
+    direct = sw == 1 and pt == 0 and pl == 0 and span_h <= h and span_w <= w
     if direct:  # the input itself: output (r, j) reads row r * sh + c, column j * sw + c'
         hq, wp = h, w
         plane = h * w

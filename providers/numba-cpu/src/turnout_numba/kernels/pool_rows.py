@@ -1,0 +1,396 @@
+"""MaxPool and AveragePool (1-D and 2-D) by rows, with no padded copy of the input.
+
+Both pools are separable: a window's max (sum) is the max (sum) over its columns of the max
+(sum) over its rows. So per output row the kernel first reduces the window's input rows that
+lie inside the input (the window clamped at the top and bottom, planned per output row in
+`geometry`) elementwise into one row buffer `t` (contiguous loops, which vectorize), then
+reduces each output's `kw` taps of that buffer at the column stride (strides 1 and 2 with
+kernels 2 and 3 wide are written out with literal offsets, which LLVM vectorizes with shuffles;
+other geometries loop over the taps). The buffer holds `pl` identity values before the row and
+identity values after it as far as the last window reads, so the left and right padding (and
+ceil_mode's overhang) cost nothing per plane. The identity is the pool's: -inf or the integer
+type's minimum for the max, 0 for the (float64) sum. AveragePool multiplies each sum by its
+window's reciprocal count `rc`, planned by the caller. A stride-1 pool whose output rows are
+as long as the input's ('same' pooling: inception's 3x3 pad-1 branches) runs `max_flat` /
+`avg_flat` instead, each pass one loop over the whole plane: at 13- or 6-wide rows the row
+loops run mostly scalar (LLVM's vector loop takes 32 floats per turn).
+
+The kernels index the planes with integers, never per-row slices (a slice costs two
+reference-count calls, as long as a short row's arithmetic), and the rows kernels index the
+(P, H, W) planes by row and column, so no index can look negative to LLVM: numba's negative-
+index wraparound on a computed flat offset turned the row loops into scatters. The per-row
+geometry (first row inside the input, rows inside) is planned, not divided out per row.
+
+MaxPool's max is Python's max, one vector instruction that keeps or drops a NaN by its operand
+order, so the max kernel also says whether each plane holds a NaN (a loop of its own over the
+plane, still in cache: a flag inside the row loops measured no faster) and returns how many
+planes do; the caller redoes a run that has any by turnout's NaN rule (pool.py's `_max_pool_nan`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import prange, types
+
+from ..codegen import numba_array
+
+__all__ = [
+    "avg_flat",
+    "avg_rows",
+    "flat_geometry",
+    "flat_sig",
+    "geometry",
+    "max_flat",
+    "max_rows",
+    "rows_sig",
+]
+
+
+def geometry(
+    hw: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+    pads_begin: tuple[int, int],
+    out: tuple[int, int],
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """The kernels' `geo` argument: (kw, sw, dw, pl, w, oh, ow, tlen, dh * w), then per output
+    row the offset of its window's first row inside the input (row times w), then per output
+    row how many of its window's rows lie inside the input. `tlen` is the row buffer's length:
+    the left padding plus the input row, or as far as the last window reads if further."""
+    (h, w), (kh, kw), (sh, sw), (dh, dw), (pt, pl), (oh, ow) = (
+        hw, kernel, strides, dilations, pads_begin, out
+    )  # fmt: skip
+    tlen = max(pl + w, (ow - 1) * sw + (kw - 1) * dw + 1)
+    rows = np.arange(oh)[:, None] * sh - pt + np.arange(kh)[None, :] * dh
+    inside = (rows >= 0) & (rows < h)
+    count = inside.sum(axis=1)
+    first = np.where(inside.any(axis=1), rows[np.arange(oh), inside.argmax(axis=1)], 0)
+    head = [kw, sw, dw, pl, oh, tlen, dh]
+    return np.concatenate([np.array(head, np.int64), first, count]).astype(np.int64)
+
+
+def rows_sig(c: np.dtype[Any], is_max: bool) -> Any:
+    """The signature of `max_rows` (int64: the planes holding a NaN) or `avg_rows` (void) for
+    planes of dtype `c`."""
+    x = numba_array(c, 3, readonly=True, layout="C")
+    y = numba_array(c, 3, readonly=False, layout="C")
+    geo = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+    if is_max:
+        low = numba_array(c, 1, readonly=True, layout="C")
+        return types.int64(x, y, geo, types.int64, low)
+    rc = numba_array(np.dtype(np.float64), 2, readonly=True, layout="C")
+    return types.void(x, y, geo, types.int64, rc)
+
+
+def max_rows(x: Any, y: Any, geo: Any, chunks: int, lowa: Any) -> int:  # pragma: no cover
+    """y[p] (OH*OW) = the max pool of plane x[p] (H*W), planes split in `chunks` (prange);
+    `lowa[0]` is the identity. Returns how many planes hold a NaN."""
+    kw, sw, dw, pl, oh_n, tlen, dh = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
+    w = x.shape[2]
+    ow_n = y.shape[2]
+    low = lowa[0]
+    planes = x.shape[0]
+    nans = 0
+    for ch in prange(chunks):
+        t = np.empty(tlen, x.dtype)
+        for k in range(tlen):
+            t[k] = low
+        tv = t[pl:]  # the input row's place in t
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            for o in range(oh_n):
+                b0 = geo[7 + o]
+                nr = geo[7 + oh_n + o]
+                if nr == 3:
+                    b1 = b0 + dh
+                    b2 = b1 + dh
+                    for k in range(w):
+                        tv[k] = max(x[q, b0, k], x[q, b1, k], x[q, b2, k])
+                elif nr == 2:
+                    b1 = b0 + dh
+                    for k in range(w):
+                        tv[k] = max(x[q, b0, k], x[q, b1, k])
+                elif nr == 0:  # no row of the window inside the input
+                    for k in range(w):
+                        tv[k] = low
+                else:
+                    for k in range(w):
+                        tv[k] = x[q, b0, k]
+                    for i in range(1, nr):
+                        bi = b0 + i * dh
+                        for k in range(w):
+                            tv[k] = max(tv[k], x[q, bi, k])
+                if dw == 1 and sw == 2 and kw == 3:
+                    for j in range(ow_n):
+                        y[q, o, j] = max(t[2 * j], t[2 * j + 1], t[2 * j + 2])
+                elif dw == 1 and sw == 2 and kw == 2:
+                    for j in range(ow_n):
+                        y[q, o, j] = max(t[2 * j], t[2 * j + 1])
+                elif dw == 1 and sw == 1 and kw == 3:
+                    for j in range(ow_n):
+                        y[q, o, j] = max(t[j], t[j + 1], t[j + 2])
+                elif dw == 1 and sw == 1 and kw == 2:
+                    for j in range(ow_n):
+                        y[q, o, j] = max(t[j], t[j + 1])
+                else:
+                    for j in range(ow_n):
+                        y[q, o, j] = t[j * sw]
+                    for kj in range(1, kw):
+                        tb = kj * dw
+                        for j in range(ow_n):
+                            y[q, o, j] = max(y[q, o, j], t[tb + j * sw])
+            seen = False  # a flag, not a count: an OR vectorizes best
+            for i in range(x.shape[1]):
+                for k in range(w):
+                    seen |= x[q, i, k] != x[q, i, k]
+            nans += seen
+    return nans
+
+
+def avg_rows(x: Any, y: Any, geo: Any, chunks: int, rc: Any) -> None:  # pragma: no cover
+    """y[p] (OH*OW) = the average pool of plane x[p] (H*W), planes split in `chunks`: the
+    window sums in float64 times `rc`, the reciprocal window counts (OH*OW)."""
+    kw, sw, dw, pl, oh_n, tlen, dh = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5], geo[6]
+    w = x.shape[2]
+    ow_n = y.shape[2]
+    F = np.float64
+    planes = x.shape[0]
+    for ch in prange(chunks):
+        t = np.zeros(tlen, np.float64)
+        tv = t[pl:]
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            for o in range(oh_n):
+                b0 = geo[7 + o]
+                nr = geo[7 + oh_n + o]
+                if nr == 3:
+                    b1 = b0 + dh
+                    b2 = b1 + dh
+                    for k in range(w):
+                        tv[k] = F(x[q, b0, k]) + F(x[q, b1, k]) + F(x[q, b2, k])
+                elif nr == 2:
+                    b1 = b0 + dh
+                    for k in range(w):
+                        tv[k] = F(x[q, b0, k]) + F(x[q, b1, k])
+                elif nr == 0:
+                    for k in range(w):
+                        tv[k] = 0.0
+                else:
+                    for k in range(w):
+                        tv[k] = F(x[q, b0, k])
+                    for i in range(1, nr):
+                        bi = b0 + i * dh
+                        for k in range(w):
+                            tv[k] += F(x[q, bi, k])
+                if dw == 1 and sw == 2 and kw == 3:
+                    for j in range(ow_n):
+                        y[q, o, j] = (t[2 * j] + t[2 * j + 1] + t[2 * j + 2]) * rc[o, j]
+                elif dw == 1 and sw == 2 and kw == 2:
+                    for j in range(ow_n):
+                        y[q, o, j] = (t[2 * j] + t[2 * j + 1]) * rc[o, j]
+                elif dw == 1 and sw == 1 and kw == 3:
+                    for j in range(ow_n):
+                        y[q, o, j] = (t[j] + t[j + 1] + t[j + 2]) * rc[o, j]
+                else:
+                    for j in range(ow_n):
+                        s = t[j * sw]
+                        for kj in range(1, kw):
+                            s += t[j * sw + kj * dw]
+                        y[q, o, j] = s * rc[o, j]
+
+
+def flat_sig(c: np.dtype[Any], is_max: bool) -> Any:
+    """The signature of `max_flat` / `avg_flat`: `rows_sig`'s, with planes flattened (P, H*W)
+    and (P, OH*OW), and the average's `rc` flat (OH*OW)."""
+    x = numba_array(c, 2, readonly=True, layout="C")
+    y = numba_array(c, 2, readonly=False, layout="C")
+    geo = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
+    if is_max:
+        low = numba_array(c, 1, readonly=True, layout="C")
+        return types.int64(x, y, geo, types.int64, low)
+    rc = numba_array(np.dtype(np.float64), 1, readonly=True, layout="C")
+    return types.void(x, y, geo, types.int64, rc)
+
+
+def flat_geometry(geo: Any, h: int, kh: int, pt: int) -> Any:
+    """`geometry()` plus what the flat kernels need (strides 1, columns undilated, output rows
+    as long as input rows): (pt, kh, oa, ob) appended, where [oa, ob) are the output rows
+    whose windows lie wholly inside the input."""
+    oh = int(geo[4])
+    dh = int(geo[6])
+    oa = min(pt, oh)
+    ob = max(oa, min(oh, h - (kh - 1) * dh + pt))
+    return np.concatenate([geo, np.array([pt, kh, oa, ob], np.int64)])
+
+
+def max_flat(x: Any, y: Any, geo: Any, chunks: int, lowa: Any) -> int:  # pragma: no cover
+    """`max_rows` for strides 1, columns undilated and output rows as long as the input's
+    ('same' pooling), each pass one loop over the plane: the rows whose windows lie inside the
+    input are reduced in one loop into the plane buffer `v` (the others row by row), then every
+    output takes the max of its `kw` neighbours in `v` (reading across row ends), and the first
+    `pl` and last `kw - 1 - pl` columns of each row are redone with their windows clamped
+    (written out for the common kw = 3, pl = 1: a loop per edge column cost more than the
+    rest at 6x6 planes). The whole-plane loops index with unsigned integers and no slices, as
+    the rows kernels do (a slice per plane costs two reference-count calls)."""
+    U = np.uint64
+    kw, pl, oh_n, dh = U(geo[0]), U(geo[3]), geo[4], U(geo[6])
+    e = geo.shape[0] - 4
+    pt, kh, oa, ob = U(geo[e]), U(geo[e + 1]), U(geo[e + 2]), U(geo[e + 3])
+    w = U(y.shape[1] // oh_n)
+    n = U(oh_n) * w
+    low = lowa[0]
+    planes = x.shape[0]
+    # the edge columns in signed integers: [0, el) and [er, wi)
+    wi, pli, kwi = y.shape[1] // oh_n, geo[3], geo[0]
+    el = min(pli, wi)
+    er = max(el, wi - (kwi - 1 - pli))
+    oai, obi, dhw = geo[geo.shape[0] - 2], geo[geo.shape[0] - 1], geo[6] * wi
+    m = (ob - oa) * w  # the outputs whose window rows are all inside: [oa * w, ob * w)
+    a0 = (oa - pt) * w  # their first rows in the input
+    d = dh * w
+    nans = 0
+    for ch in prange(chunks):
+        vb = np.empty(n + kw, x.dtype)
+        for k in range(n + kw):
+            vb[k] = low
+        vo = pl + oa * w  # where `m` starts in vb
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            if kh == U(3):
+                for k in range(m):
+                    vb[vo + k] = max(x[q, a0 + k], x[q, a0 + d + k], x[q, a0 + U(2) * d + k])
+            elif kh == U(2):
+                for k in range(m):
+                    vb[vo + k] = max(x[q, a0 + k], x[q, a0 + d + k])
+            else:
+                for k in range(m):
+                    vb[vo + k] = x[q, a0 + k]
+                for i in range(U(1), kh):
+                    for k in range(m):
+                        vb[vo + k] = max(vb[vo + k], x[q, a0 + i * d + k])
+            for o in range(oh_n):  # the other rows, clamped
+                if oai <= o < obi:
+                    continue
+                nr = geo[7 + oh_n + o]
+                ro = pli + o * wi
+                b = geo[7 + o] * wi
+                if nr == 2:
+                    for k in range(wi):
+                        vb[ro + k] = max(x[q, b + k], x[q, b + dhw + k])
+                elif nr == 0:
+                    for k in range(wi):
+                        vb[ro + k] = low
+                else:
+                    for k in range(wi):
+                        vb[ro + k] = x[q, b + k]
+                    for i in range(1, nr):
+                        for k in range(wi):
+                            vb[ro + k] = max(vb[ro + k], x[q, b + i * dhw + k])
+            if kw == U(3):
+                for k in range(n):
+                    y[q, k] = max(vb[k], vb[k + U(1)], vb[k + U(2)])
+            elif kw == U(2):
+                for k in range(n):
+                    y[q, k] = max(vb[k], vb[k + U(1)])
+            else:
+                for k in range(n):
+                    y[q, k] = vb[k]
+                for kj in range(U(1), kw):
+                    for k in range(n):
+                        y[q, k] = max(y[q, k], vb[k + kj])
+            if kwi == 3 and pli == 1 and wi >= 2:  # the common case, written out
+                for o in range(oh_n):
+                    ro = o * wi
+                    y[q, ro] = max(vb[ro + 1], vb[ro + 2])
+                    y[q, ro + wi - 1] = max(vb[ro + wi - 1], vb[ro + wi])
+            else:
+                for o in range(oh_n):  # the edge columns, their windows clamped
+                    ro = o * wi
+                    for u in range(el + wi - er):
+                        j = u if u < el else er + u - el
+                        s = low
+                        for c in range(max(0, j - pli), min(wi, j - pli + kwi)):
+                            s = max(s, vb[pli + ro + c])
+                        y[q, ro + j] = s
+            seen = False
+            for k in range(x.shape[1]):
+                seen |= x[q, k] != x[q, k]
+            nans += seen
+    return nans
+
+
+def avg_flat(x: Any, y: Any, geo: Any, chunks: int, rc: Any) -> None:  # pragma: no cover
+    """`avg_rows` as `max_flat` computes `max_rows` (float64 sums, `rc` flat)."""
+    kw, pl, oh_n, dh = geo[0], geo[3], geo[4], geo[6]
+    e = geo.shape[0] - 4
+    pt, kh, oa, ob = geo[e], geo[e + 1], geo[e + 2], geo[e + 3]
+    w = y.shape[1] // oh_n
+    n = oh_n * w
+    low = 0.0
+    F = np.float64
+    planes = x.shape[0]
+    lend = min(pl, w)  # left edge columns: [0, lend); right ones: [rbeg, w)
+    rbeg = max(lend, w - (kw - 1 - pl))
+    for ch in prange(chunks):
+        vb = np.empty(n + kw, np.float64)
+        for k in range(n + kw):
+            vb[k] = low
+        v = vb[pl:]
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            xq = x[q]
+            yq = y[q]
+            if ob > oa:  # the rows whose windows are whole: one loop
+                a0 = xq[(oa - pt) * w :]
+                vm = v[oa * w :]
+                m = (ob - oa) * w
+                if kh == 3:
+                    a1 = a0[dh * w :]
+                    a2 = a0[2 * dh * w :]
+                    for k in range(m):
+                        vm[k] = F(a0[k]) + F(a1[k]) + F(a2[k])
+                elif kh == 2:
+                    a1 = a0[dh * w :]
+                    for k in range(m):
+                        vm[k] = F(a0[k]) + F(a1[k])
+                else:
+                    for k in range(m):
+                        vm[k] = F(a0[k])
+                    for i in range(1, kh):
+                        ai = a0[i * dh * w :]
+                        for k in range(m):
+                            vm[k] += F(ai[k])
+            for o in range(oh_n):  # the others, clamped
+                if oa <= o < ob:
+                    continue
+                vo = v[o * w : o * w + w]
+                nr = geo[7 + oh_n + o]
+                for k in range(w):
+                    vo[k] = low
+                for i in range(nr):
+                    r = xq[(geo[7 + o] + i * dh) * w :]
+                    for k in range(w):
+                        vo[k] += F(r[k])
+            if kw == 3:
+                v1 = vb[1:]
+                v2 = vb[2:]
+                for m in range(n):
+                    yq[m] = (vb[m] + v1[m] + v2[m]) * rc[m]
+            elif kw == 2:
+                v1 = vb[1:]
+                for m in range(n):
+                    yq[m] = (vb[m] + v1[m]) * rc[m]
+            else:
+                for m in range(n):
+                    a = vb[m]
+                    for kj in range(1, kw):
+                        a += vb[m + kj]
+                    yq[m] = a * rc[m]
+            for o in range(oh_n):  # the edge columns, their windows clamped
+                for u in range(lend + w - rbeg):
+                    j = u if u < lend else rbeg + u - lend
+                    s = low
+                    for kj in range(kw):
+                        c = j - pl + kj
+                        if 0 <= c < w:
+                            s += v[o * w + c]
+                    yq[o * w + j] = s * rc[o * w + j]
