@@ -121,14 +121,22 @@ def _build_gather(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     view = _UINT[kn.inputs[0].dtype.itemsize]
     empty, contiguous, prod = np.empty, np.ascontiguousarray, math.prod
     take_max = TAKE_MAX
+    # (data shape, axis, axis size, elements before the axis, after it): planned once per
+    # data shape (a model gathers from one shape run after run), one tuple so that
+    # concurrent runs never read half of an update
+    memo: tuple[Any, int, int, int, int] = ((), 0, 0, 0, 0)
 
     def run(data: Any, indices: Any) -> tuple[Any, ...]:
+        nonlocal memo
         shape = data.shape
-        axis = axis0 + len(shape) if axis0 < 0 else axis0
-        if not 0 <= axis < len(shape):
-            raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {len(shape)}")
-        n = shape[axis]
-        pre, post = prod(shape[:axis]), prod(shape[axis + 1 :])
+        planned = memo
+        if shape != planned[0] or not shape:
+            axis = axis0 + len(shape) if axis0 < 0 else axis0
+            if not 0 <= axis < len(shape):
+                raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {len(shape)}")
+            planned = (shape, axis, shape[axis], prod(shape[:axis]), prod(shape[axis + 1 :]))
+            memo = planned
+        _, axis, n, pre, post = planned
         if pre == 1 and indices.size * post <= take_max:
             try:  # negative indices wrap and any index outside [-n, n) raises, as ONNX says
                 out = data.take(indices, axis)
