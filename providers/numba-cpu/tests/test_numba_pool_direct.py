@@ -58,13 +58,26 @@ CASES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
     ("1-D k3 s2 p1", (2, 3, 21), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
     ("1-D k3 s1 p1", (2, 3, 21), {"kernel_shape": [3], "pads": [1, 1]}),
     ("1-D k5 s3 ceil", (1, 3, 22), {"kernel_shape": [5], "strides": [3], "ceil_mode": 1}),
+    # output rows 32 or more wide: the rows kernels (pool_rows.plane_fits)
+    ("wide k3 s2 p1", (1, 2, 9, 75), {"kernel_shape": _k(3), "strides": _k(2), "pads": _k(1, 4)}),
+    ("wide k2 s2 ceil", (1, 2, 7, 81), {"kernel_shape": _k(2), "strides": _k(2), "ceil_mode": 1}),
+    ("wide k5 s3 p2", (1, 2, 8, 110), {"kernel_shape": _k(5), "strides": _k(3), "pads": _k(2, 4)}),
+    ("wide (3, 1) s(2, 1)", (1, 2, 9, 40), {"kernel_shape": [3, 1], "strides": [2, 1]}),
+    ("wide k3 s1 p(1, 0)", (1, 2, 6, 70), {"kernel_shape": _k(3), "pads": [1, 0, 1, 0]}),
+    ("wide k2 s1", (1, 2, 5, 66), {"kernel_shape": _k(2)}),
+    ("wide k3 s2 dilated", (1, 2, 11, 90),
+     {"kernel_shape": _k(3), "strides": _k(2), "dilations": [2, 3], "pads": [2, 1, 2, 1]}),
+    ("wide 1-D k3 s2 p1", (2, 3, 90), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ("wide k4 s2 p(0, 3)", (1, 2, 8, 80),
+     {"kernel_shape": _k(4), "strides": _k(2), "pads": [0, 3, 0, 3]}),
 ]  # fmt: skip
 # numpy kernel only: onnx.reference's ceil_mode divisor is not onnxruntime's (or turnout's),
-# it reads 2-D pads that differ at begin and end as (h begin, h end, w begin, w end), and its
-# 1-D MaxPool with pads at stride 1 raises IndexError
+# its output shape is wrong for pads [1, 1, 3, 3], [1, 0, 1, 0] or [2, 2, 0, 0] (it gives
+# (6, 82) for an (8, 80) input at kernel 5 and pads [1, 1, 3, 3]), and its 1-D MaxPool with
+# pads at stride 1 raises IndexError
 NOT_REFERENCE = {
     "k2 s2 ceil", "k3 s2 ceil p1", "1-D k5 s3 ceil", "k5 s1 p(1, 3)", "k3 s1 p(2, 0)",
-    "k3 s2 dilated", "1-D k3 s1 p1",
+    "k3 s2 dilated", "1-D k3 s1 p1", "wide k2 s2 ceil", "wide k3 s1 p(1, 0)",
 }  # fmt: skip
 
 
@@ -105,7 +118,7 @@ def test_max_pool_nan_and_inf_at_borders(what: str, shape: Any, attrs: dict[str,
 
 @pytest.mark.parametrize("dt", [np.float64, np.int8, np.uint8])
 @pytest.mark.parametrize(
-    "what", ["k3 s2 p1 even", "k3 s1 p1 same", "k5 s1 p(1, 3)", "1-D k3 s1 p1"]
+    "what", ["k3 s2 p1 even", "k3 s1 p1 same", "k5 s1 p(1, 3)", "1-D k3 s1 p1", "wide k3 s2 p1"]
 )
 def test_max_pool_dtypes(dt: Any, what: str) -> None:
     _, shape, attrs = next(c for c in CASES if c[0] == what)
@@ -119,7 +132,9 @@ def test_max_pool_dtypes(dt: Any, what: str) -> None:
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("what", ["k3 s2 p1 even", "k3 s1 p1 same", "k5 s1 p2 same"])
+@pytest.mark.parametrize(
+    "what", ["k3 s2 p1 even", "k3 s1 p1 same", "k5 s1 p2 same", "wide k3 s2 p1"]
+)
 def test_average_pool_float64(what: str) -> None:
     _, shape, attrs = next(c for c in CASES if c[0] == what)
     x = np.random.default_rng(8).standard_normal(shape)

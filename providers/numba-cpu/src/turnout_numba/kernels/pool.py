@@ -4,8 +4,9 @@ MaxPool and AveragePool run on `pool_rows`' kernels, which read the input itself
 or phase-split copy of each plane, which cost more than the pooling at conv nets' 3x3 stride-2
 shapes): per output row, the window's rows inside the input are reduced into a row buffer
 with the padding's identity at both ends, then the columns are reduced at the stride
-(`max_rows`, `avg_rows`); a stride-1 pool whose output rows are as long as the input's does
-each pass as one loop over the plane and redoes the edge columns (`max_flat`, `avg_flat`).
+(`max_rows`, `avg_rows`); stride-1 'same' pools (`max_flat`, `avg_flat`) and MaxPool on
+narrow planes (`max_plane`, see `plane_fits`) do each pass as one loop over the plane and
+redo the edge columns.
 AveragePool sums in float64 and multiplies by the reciprocal of each window's count, planned
 per input shape: the taps inside the input, or (count_include_pad) inside the explicitly
 padded input; taps that a ceil_mode window puts past the end padding never count, as in the
@@ -53,7 +54,10 @@ from .pool_rows import (
     flat_sig,
     geometry,
     max_flat,
+    max_plane,
     max_rows,
+    plane_fits,
+    plane_geometry,
     rows_sig,
 )
 
@@ -198,7 +202,7 @@ class _Plan:
     out3: tuple[int, ...]  # (planes, OH, OW)
     work: int
     tile: bool  # the windows tile the input: `_tile_pool`
-    flat: bool  # 'same' pooling at stride 1: `max_flat` / `avg_flat`
+    flat: Any  # the kernel taking flattened planes (`max_flat`, `avg_flat`, `max_plane`)
 
 
 def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -213,9 +217,10 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     strides, dilations = spatial_attrs(kn, nd, kernel)
     s2 = ([1] if nd == 1 else []) + [int(s) for s in strides]
     d2 = ([1] if nd == 1 else []) + [int(d) for d in dilations]
-    flat_kern = None  # stride 1, columns undilated: 'same' pooling may run flat
+    flat_kern = None  # stride 1, columns undilated: 'same' pooling runs flat
     if s2 == [1, 1] and d2[1] == 1:
         flat_kern = ctx.jit(max_flat if is_max else avg_flat, [flat_sig(c, is_max)])
+    plane_kern = ctx.jit(max_plane, [flat_sig(c, True)]) if is_max else None
     tile_kern = None if is_max else ctx.jit(_tile_pool, [_tile_sig(c)])
     redo_nan: SizedKernel | None = None
     if is_max:
@@ -264,10 +269,14 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if tile:
             work = planes * out2[0] * k2[0] * sp[1]
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
-        flat = flat_kern is not None and geo is not None and out2[1] == sp[1] and not tile
-        if flat and geo is not None:
+        flat: Any = None
+        if geo is not None and not tile and flat_kern is not None and out2[1] == sp[1]:
+            flat = flat_kern
             geo = flat_geometry(geo, sp[0], k2[0], pb2[0])
             rc = rc.reshape(-1)
+        elif geo is not None and plane_kern and plane_fits(sp[1], (s2[0], s2[1]), out2[1]):
+            flat = plane_kern
+            geo = plane_geometry(geo, sp[0], sp[1], k2[0], s2[0], pb2[0], out2[1])
         return _Plan(
             chunks=max(chunks, 1),
             final=(n, ch, *out),
@@ -297,13 +306,13 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             if p.tile and tile_kern is not None:
                 k = k2[0] * k2[1]
                 tile_kern(p.work, x3, y, k2[0], k2[1], 1.0 / k, p.chunks)
-            elif p.flat and flat_kern is not None:
+            elif p.flat is not None:
                 x2 = x3.reshape(p.shape3[0], -1)
                 y2 = y.reshape(p.out3[0], -1)
                 if is_max:
-                    nans = flat_kern(p.work, x2, y2, p.geo, p.chunks, lowa)
+                    nans = p.flat(p.work, x2, y2, p.geo, p.chunks, lowa)
                 else:
-                    flat_kern(p.work, x2, y2, p.geo, p.chunks, p.rc)
+                    p.flat(p.work, x2, y2, p.geo, p.chunks, p.rc)
             elif not is_max:
                 kern(p.work, x3, y, p.geo, p.chunks, p.rc)
             else:

@@ -10,10 +10,10 @@ other geometries loop over the taps). The buffer holds `pl` identity values befo
 identity values after it as far as the last window reads, so the left and right padding (and
 ceil_mode's overhang) cost nothing per plane. The identity is the pool's: -inf or the integer
 type's minimum for the max, 0 for the (float64) sum. AveragePool multiplies each sum by its
-window's reciprocal count `rc`, planned by the caller. A stride-1 pool whose output rows are
-as long as the input's ('same' pooling: inception's 3x3 pad-1 branches) runs `max_flat` /
-`avg_flat` instead, each pass one loop over the whole plane: at 13- or 6-wide rows the row
-loops run mostly scalar (LLVM's vector loop takes 32 floats per turn).
+window's reciprocal count `rc`, planned by the caller. Stride-1 'same' pools (inception's 3x3
+pad-1 branches) run `max_flat` / `avg_flat` instead, and MaxPool on narrow planes (output rows
+under 32 wide) `max_plane`: each pass one loop over the whole plane, since at 13- or 6-wide
+rows the row loops run mostly scalar (LLVM's vector loop takes 32 floats per turn).
 
 The kernels index the planes with integers, never per-row slices (a slice costs two
 reference-count calls, as long as a short row's arithmetic), and the rows kernels index the
@@ -43,7 +43,10 @@ __all__ = [
     "flat_sig",
     "geometry",
     "max_flat",
+    "max_plane",
     "max_rows",
+    "plane_fits",
+    "plane_geometry",
     "rows_sig",
 ]
 
@@ -394,3 +397,119 @@ def avg_flat(x: Any, y: Any, geo: Any, chunks: int, rc: Any) -> None:  # pragma:
                         if 0 <= c < w:
                             s += v[o * w + c]
                     yq[o * w + j] = s * rc[o * w + j]
+
+
+def plane_fits(w: int, strides: tuple[int, int], ow: int) -> bool:
+    """Whether `max_plane` serves this geometry (output row `o` starts at column-pass position
+    `o * sh * w / sw`, so that must be whole) and beats `max_rows`: output rows under 32 wide
+    (the rows kernel's column loop then runs scalar: LLVM's vector loop takes 32 floats per
+    turn). Stride-1 'same' pooling goes to the flat kernels instead."""
+    sh, sw = strides
+    return (sh * w) % sw == 0 and ow < 32
+
+
+def plane_geometry(geo: Any, h: int, w: int, kh: int, sh: int, pt: int, ow: int) -> Any:
+    """`geometry()` plus what the plane kernels need, appended: (pt, kh, oa, ob, sh, w, ow,
+    hlen), where [oa, ob) are the output rows whose windows lie wholly inside the input and
+    `hlen` is the length of the flat column pass."""
+    sw, oh, dh = int(geo[1]), int(geo[4]), int(geo[6])
+    oa = min(oh, -(-pt // sh))
+    ob = max(oa, min(oh, (h - 1 - (kh - 1) * dh + pt) // sh + 1))
+    hlen = ((oh - 1) * sh * w) // sw + ow
+    tail = [pt, kh, oa, ob, sh, w, ow, hlen]
+    return np.concatenate([geo, np.array(tail, np.int64)])
+
+
+def max_plane(x: Any, y: Any, geo: Any, chunks: int, lowa: Any) -> int:  # pragma: no cover
+    """`max_rows` with each pass one loop over the plane (`flat_sig`), for narrow planes (see
+    `plane_fits`): `max_flat` generalized to strides, with a copy out.
+    The row pass computes, for every output row `o`, the max over its window's rows at
+    position `pl + o * sh * w` of the buffer `vb` (the rows whose windows lie inside the input
+    in one loop, which also computes the rows between them at stride 2: twice the work, but in
+    vectors; the others row by row, clamped); the column pass takes every `sw`-th position of
+    `vb` and its `kw` neighbours (one loop, reading across row ends) into `hb`; then each
+    output row is copied out of `hb` and its
+    edge columns (windows past the input's sides) are redone, clamped. The whole-plane loops
+    index with unsigned integers and no slices, as the rows kernels do."""
+    U = np.uint64
+    kw, sw, dw, pl, oh, dh = geo[0], geo[1], geo[2], geo[3], geo[4], geo[6]
+    e = geo.shape[0] - 8
+    pt, kh, oa, ob, sh, w, ow, hlen = (
+        geo[e], geo[e + 1], geo[e + 2], geo[e + 3], geo[e + 4], geo[e + 5], geo[e + 6],
+        geo[e + 7],
+    )  # fmt: skip
+    rs = sh * w  # from one output row's first window row to the next's
+    vlen = pl + sw * hlen + (kw - 1) * dw + 1
+    mv = U((ob - 1 - oa) * rs + w) if ob > oa else U(0)  # the one-loop rows: [oa, ob)
+    vo = U(pl + oa * rs)
+    a0 = U(max(oa * sh - pt, 0) * w)
+    d = U(dh * w)
+    el = min(ow, (pl + sw - 1) // sw)  # edge columns: [0, el) and [er, ow)
+    er = max(el, min(ow, (w - 1 - (kw - 1) * dw + pl) // sw + 1))
+    low = lowa[0]
+    planes = x.shape[0]
+    nans = 0
+    for ch in prange(chunks):
+        vb = np.empty(vlen, x.dtype)
+        for k in range(vlen):
+            vb[k] = low
+        hb = np.empty(hlen, x.dtype)
+        for q in range(ch * planes // chunks, (ch + 1) * planes // chunks):
+            if kh == 3:
+                for k in range(mv):
+                    vb[vo + k] = max(x[q, a0 + k], x[q, a0 + d + k], x[q, a0 + U(2) * d + k])
+            elif kh == 2:
+                for k in range(mv):
+                    vb[vo + k] = max(x[q, a0 + k], x[q, a0 + d + k])
+            else:
+                for k in range(mv):
+                    vb[vo + k] = x[q, a0 + k]
+                for i in range(U(1), U(kh)):
+                    for k in range(mv):
+                        vb[vo + k] = max(vb[vo + k], x[q, a0 + i * d + k])
+            for o in range(oh):  # the rows clamped at the top or bottom
+                if oa <= o < ob:
+                    continue
+                ro = pl + o * rs
+                b = geo[7 + o] * w
+                for k in range(w):
+                    vb[ro + k] = low
+                for i in range(geo[7 + oh + o]):
+                    for k in range(w):
+                        vb[ro + k] = max(vb[ro + k], x[q, b + i * dh * w + k])
+            if dw == 1 and sw == 2 and kw == 3:
+                for p in range(U(hlen)):
+                    hb[p] = max(vb[U(2) * p], vb[U(2) * p + U(1)], vb[U(2) * p + U(2)])
+            elif dw == 1 and sw == 2 and kw == 2:
+                for p in range(U(hlen)):
+                    hb[p] = max(vb[U(2) * p], vb[U(2) * p + U(1)])
+            elif dw == 1 and sw == 1 and kw == 3:
+                for p in range(U(hlen)):
+                    hb[p] = max(vb[p], vb[p + U(1)], vb[p + U(2)])
+            elif dw == 1 and sw == 1 and kw == 2:
+                for p in range(U(hlen)):
+                    hb[p] = max(vb[p], vb[p + U(1)])
+            else:
+                for p in range(U(hlen)):
+                    hb[p] = vb[p * U(sw)]
+                for kj in range(U(1), U(kw)):
+                    for p in range(U(hlen)):
+                        hb[p] = max(hb[p], vb[p * U(sw) + kj * U(dw)])
+            for o in range(oh):
+                yo = o * ow
+                hbase = (o * rs) // sw
+                for j in range(ow):
+                    y[q, yo + j] = hb[hbase + j]
+                for u in range(el + ow - er):  # the edge columns, clamped
+                    j = u if u < el else er + u - el
+                    s = low
+                    for kj in range(kw):
+                        c = j * sw - pl + kj * dw
+                        if 0 <= c < w:
+                            s = max(s, vb[pl + o * rs + c])
+                    y[q, yo + j] = s
+            seen = False
+            for k in range(x.shape[1]):
+                seen |= x[q, k] != x[q, k]
+            nans += seen
+    return nans
