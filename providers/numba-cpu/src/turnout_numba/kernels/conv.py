@@ -18,7 +18,7 @@ stay with the numpy kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,7 @@ class _Plan:
     work: int
     chunks: int
     band: int  # output pixels per GEMM (whole output rows; `im2col.tile_rows`)
+    pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
 
 
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -248,8 +249,12 @@ def _gemm_conv(
         assert win is not None and im2col is not None
         col = np.empty(krows * min(step, hw), x.dtype)
         blen = int(win.geo[_BLEN])  # 0: the plan reads the input itself (`direct`)
-        # several bands read the image padded once; one band pads each plane as it gathers it
-        padded = None if blen == 0 or step >= hw else np.empty((c_, blen), x.dtype)
+        # several bands read the image padded once; one band pads each plane as it gathers it.
+        # The padded image's buffer is kept with the plan: its padding, zeroed once, stays zero
+        # (the copy writes only the input's positions), so a run does not zero it again (a
+        # fifth of the padding pass at the yolo stem). Concurrent runs each take their own.
+        if blen and step < hw:
+            padded = p.pads.pop() if p.pads else np.zeros((c_, blen), x.dtype)
     for n in range(n_):
         src = xs[n]
         if padded is not None:
@@ -270,6 +275,8 @@ def _gemm_conv(
             if not epilogue.noop:  # bias, residual Z, activation
                 zn = None if full is None else full[n : n + 1]
                 epilogue(y[n : n + 1], row=row, full=zn, band=(a, b))
+    if padded is not None:
+        p.pads.append(padded)
 
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)
