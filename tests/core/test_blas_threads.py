@@ -1,7 +1,9 @@
-"""The BLAS thread policy: which products get a session's threads (decisions, never times)."""
+"""The BLAS thread policy: which products are split, how the caller and the helper threads share
+the blocks, and that every split product equals np.matmul (decisions and values, never times)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -11,8 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout import blas_threads
-from turnout.blas_threads import BLAS_SERIAL_MACS, GUARD, blas_threads_for
-from turnout.thread_contention import StallGuard
+from turnout.blas_threads import BLAS_SERIAL_MACS, BlasThreads, blas_matmul, blas_threads_for
 
 BIG = (256, 256, 256)  # 16.8 M multiply-adds: above the serial limit
 SMALL = (100, 320, 124)  # text_cnn_like's largest convolution GEMM, 4 M
@@ -22,67 +23,189 @@ def test_the_limits_sit_where_the_measured_models_need_them() -> None:
     assert SMALL[0] * SMALL[1] * SMALL[2] < BLAS_SERIAL_MACS <= BIG[0] * BIG[1] * BIG[2]
 
 
-def test_small_products_and_one_thread_sessions_stay_serial(
-    monkeypatch: pytest.MonkeyPatch,
+def test_small_products_and_one_thread_sessions_stay_serial() -> None:
+    assert blas_threads_for(BLAS_SERIAL_MACS, 2) == 2
+    assert blas_threads_for(BLAS_SERIAL_MACS - 1, 2) == 1
+    assert blas_threads_for(10 * BLAS_SERIAL_MACS, 1) == 1
+
+
+@pytest.fixture
+def two_thread_run() -> Any:
+    """The state of a managed 2-thread run (BLAS's count is restored after)."""
+    run = BlasThreads(2)
+    changed = run.enter()
+    blas_threads._RUN.threads = 2  # also without a BLAS found (then nothing is set)
+    try:
+        yield
+    finally:
+        BlasThreads.exit(changed)
+
+
+RNG = np.random.default_rng(3)
+
+# (A shape, B shape): split along columns, along rows, odd sizes (blocks of 16 and a short
+# last one), batched with broadcast leading dimensions, a batched B, K = 1
+SPLIT = [
+    ((64, 1152), (1152, 504)),
+    ((1000, 512), (512, 169)),
+    ((129, 1001), (1001, 131)),
+    ((1, 12, 128, 64), (1, 12, 64, 128)),
+    ((3, 1, 100, 300), (5, 300, 200)),
+    ((12, 128, 64), (64, 1000)),
+    ((300, 1), (1, 30000)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("sa", "sb"), SPLIT)
+def test_split_products_equal_numpy(
+    two_thread_run: None, sa: tuple[int, ...], sb: tuple[int, ...], dtype: Any
 ) -> None:
-    monkeypatch.setattr(GUARD, "serial_best", {"k": 1e-3})
-    monkeypatch.setattr(GUARD, "serial_until", 0.0)
-    assert blas_threads_for(BLAS_SERIAL_MACS, 2, "k") == 2
-    assert blas_threads_for(BLAS_SERIAL_MACS - 1, 2, "k") == 1
-    assert blas_threads_for(10 * BLAS_SERIAL_MACS, 1, "k") == 1
+    a = RNG.standard_normal(sa).astype(dtype)
+    b = RNG.standard_normal(sb).astype(dtype)
+    y = blas_matmul(a, b)
+    assert y.dtype == dtype
+    np.testing.assert_allclose(y, np.matmul(a, b), rtol=1e-4, atol=1e-4)
 
 
-def test_a_shape_runs_serial_on_its_second_call_then_threaded() -> None:
-    guard = StallGuard()
-    assert guard.threads_for("k", 2) == 2  # the first run is not slowed
-    guard.record("k", 2, 1e-3)
-    assert guard.threads_for("k", 2) == 1  # the serial time
-    guard.record("k", 1, 1.5e-3)
-    assert guard.threads_for("k", 2) == 2
-    assert guard.serial_best == {"k": 1.5e-3}
+def test_a_split_product_writes_into_a_strided_out(two_thread_run: None) -> None:
+    """As Conv does: a band of output columns of a group's output channels, a view of y."""
+    w = RNG.standard_normal((64, 288)).astype(np.float32)
+    panel = RNG.standard_normal((288, 900)).astype(np.float32)
+    y = np.full((2, 128, 1000), np.nan, np.float32)
+    blas_matmul(w, panel, out=y[1, 64:128, 50:950])
+    np.testing.assert_allclose(y[1, 64:128, 50:950], w @ panel, rtol=1e-4, atol=1e-4)
+    assert np.isnan(y[1, 64:128, :50]).all() and np.isnan(y[1, 64:128, 950:]).all()
+    assert np.isnan(y[0]).all() and np.isnan(y[1, :64]).all()
 
 
-def test_a_shape_first_seen_while_held_serial_takes_its_serial_time_then() -> None:
-    guard = StallGuard()
-    guard.record("k", 1, 1e-3)
-    guard.record("k", 2, 5e-3)
-    assert guard.threads_for("new", 2) == 1
-    guard.record("new", 1, 2e-3)
-    assert guard.serial_best["new"] == 2e-3
+def test_products_that_are_not_split_are_numpys(two_thread_run: None) -> None:
+    """Integers, mixed dtypes, vectors, an out that overlaps an input, and shape errors."""
+    ai = RNG.integers(-9, 9, (300, 300))
+    np.testing.assert_array_equal(blas_matmul(ai, ai), ai @ ai)
+    a = RNG.standard_normal((300, 300)).astype(np.float32)
+    b64 = a.astype(np.float64)
+    np.testing.assert_allclose(blas_matmul(a, b64), a @ b64, rtol=1e-6)
+    v = RNG.standard_normal(300).astype(np.float32)
+    np.testing.assert_allclose(blas_matmul(a, v), a @ v, rtol=1e-4, atol=1e-4)
+    c = a.copy()
+    expect = a @ a
+    blas_matmul(c, a, out=c)  # numpy buffers an overlapping out
+    np.testing.assert_allclose(c, expect, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError):
+        blas_matmul(a, RNG.standard_normal((299, 300)).astype(np.float32))
+    with pytest.raises(ValueError):
+        blas_matmul(a, a, out=np.empty((300, 301), np.float32))
 
 
-def test_a_multithreaded_call_slower_than_serial_holds_calls_serial() -> None:
-    guard = StallGuard()
-    guard.record("k", 1, 1e-3)
-    guard.record("j", 1, 1e-3)
-    guard.record("k", 2, 5e-3)  # the helper thread was late: the other core is taken
-    assert guard.held_serial()
-    assert guard.threads_for("k", 2) == 1
-    assert guard.threads_for("j", 2) == 1  # the core is taken for every product
-    assert guard.backoff == StallGuard.FACTOR * StallGuard.FIRST_BACKOFF_S
+def test_nan_and_inf_pass_through_the_blocks(two_thread_run: None) -> None:
+    a = RNG.standard_normal((256, 256)).astype(np.float32)
+    b = RNG.standard_normal((256, 256)).astype(np.float32)
+    a[3, 7] = np.nan
+    b[5, 200] = np.inf
+    np.testing.assert_array_equal(np.isnan(blas_matmul(a, b)), np.isnan(a @ b))
 
 
-def test_the_backoff_grows_while_calls_lose_and_shrinks_on_wins() -> None:
-    guard = StallGuard()
-    guard.record("k", 1, 1e-3)
-    for _ in range(20):
-        guard.record("k", 2, 5e-3)
-    assert guard.backoff == StallGuard.MAX_BACKOFF_S
-    guard.record("k", 2, 0.5e-3)
-    assert guard.backoff == StallGuard.MAX_BACKOFF_S / StallGuard.FACTOR
-    guard.record("k", 2, 0.9e-3)  # neither a loss nor a clear win: unchanged
-    assert guard.backoff == StallGuard.MAX_BACKOFF_S / StallGuard.FACTOR
-    for _ in range(20):
-        guard.record("k", 2, 0.5e-3)
-    assert guard.backoff == StallGuard.FIRST_BACKOFF_S
+def _blocks(out: Any, a: Any, b: Any) -> list[tuple[Any, Any, Any]]:
+    return [(a, b[:, j : j + 32], out[:, j : j + 32]) for j in range(0, b.shape[1], 32)]
 
 
-def test_the_serial_time_is_the_best_seen() -> None:
-    guard = StallGuard()
-    guard.record("k", 1, 3e-3)
-    guard.record("k", 1, 1e-3)
-    guard.record("k", 1, 2e-3)
-    assert guard.serial_best["k"] == 1e-3
+def test_the_caller_does_every_block_a_helper_has_not_taken() -> None:
+    """A helper that is not scheduled yet costs nothing: the caller takes all blocks and does
+    not wait; the helper that comes later finds none."""
+    a = RNG.standard_normal((32, 64)).astype(np.float32)
+    b = RNG.standard_normal((64, 96)).astype(np.float32)
+    out = np.zeros((32, 96), np.float32)
+    job = blas_threads._Job(_blocks(out, a, b))
+    job.call()
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+    job.help({})  # a late helper
+    assert job.state == [blas_threads._FREE] * 3
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_block_whose_helper_stalls_is_taken_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper descheduled in the middle of its block: once the caller has waited as long as
+    one of its own blocks took, it multiplies that block itself and returns; what the helper
+    computes after that never reaches `out`."""
+    a = RNG.standard_normal((32, 64)).astype(np.float32)
+    b = RNG.standard_normal((64, 96)).astype(np.float32)
+    out = np.zeros((32, 96), np.float32)
+    job = blas_threads._Job(_blocks(out, a, b))
+    real = np.matmul
+    started, resume, helper_done = threading.Event(), threading.Event(), threading.Event()
+
+    def help_then_signal() -> None:
+        job.help({})
+        helper_done.set()
+
+    helper = threading.Thread(target=help_then_signal)
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+        def matmul(self, x: Any, y: Any, out: Any = None) -> Any:
+            if threading.current_thread() is helper:
+                started.set()
+                resume.wait(10)
+                out[...] = -1.0  # a stale result: must be dropped
+                return out
+            return real(x, y, out=out)
+
+    monkeypatch.setattr(blas_threads, "np", Spy())
+    helper.start()
+    assert started.wait(10)  # the helper holds block 0
+    job.call()
+    np.testing.assert_allclose(out, real(a, b), rtol=1e-5, atol=1e-5)
+    assert job.state[0] == blas_threads._TAKEN_BACK
+    resume.set()
+    assert helper_done.wait(10)
+    helper.join(10)
+    np.testing.assert_allclose(out, real(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_helper_takes_blocks_and_the_caller_waits_for_them(
+    two_thread_run: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's first block is held until a helper has finished one; every block runs on
+    one BLAS thread, and the product is complete when blas_matmul returns."""
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it reads BLAS's thread count")
+    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    real = np.matmul
+    helped = threading.Event()
+    calls: list[tuple[bool, int]] = []
+    caller = threading.get_ident()
+
+    class Spy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+        def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
+            mine = threading.get_ident() == caller
+            calls.append((mine, libs[0].get_num_threads() if libs else 1))
+            if mine:
+                helped.wait(10)
+            y = real(a, b, out=out)
+            if not mine:
+                helped.set()
+            return y
+
+    monkeypatch.setattr(blas_threads, "np", Spy())
+    a = RNG.standard_normal(BIG[:2]).astype(np.float32)
+    b = RNG.standard_normal(BIG[1:]).astype(np.float32)
+    y = blas_matmul(a, b)
+    np.testing.assert_allclose(y, real(a, b), rtol=1e-4, atol=1e-4)
+    assert len(calls) == 2 * blas_threads.BLOCKS_PER_THREAD
+    assert {mine for mine, _ in calls} == {True, False}
+    assert {count for _, count in calls} == {1}
+
+
+def test_an_error_in_a_helpers_block_reaches_the_caller() -> None:
+    job = blas_threads._Job([(np.ones((2, 3)), np.ones((4, 5)), np.empty((2, 5)))])
+    job.help({})
+    assert isinstance(job.error, ValueError)
+    assert not job.finished.locked()  # the caller does not wait for it
 
 
 WS = np.random.default_rng(0).standard_normal((320, 124)).astype(np.float32)
@@ -113,11 +236,11 @@ def _two_products() -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("numpy_only", ["1", "0"])
-def test_a_two_thread_run_gives_each_product_its_threads(
+def test_a_two_thread_run_splits_the_large_product_only(
     numpy_only: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Inside a 2-thread run, the 4 M product multiplies on one BLAS thread and the 17 M one on
-    two (serial times known); the count before the run is back after it."""
+    """Inside a 2-thread run, the 4 M product is one call and the 17 M one is cut into blocks,
+    all on one BLAS thread; the count before the run is back after it."""
     threadpoolctl = pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
     libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
     if not libs:
@@ -126,15 +249,14 @@ def test_a_two_thread_run_gives_each_product_its_threads(
     real = np.matmul
 
     class Spy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
         def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
-            seen.append((a.shape, libs[0].get_num_threads()))
+            seen.append((b.shape, libs[0].get_num_threads()))
             return real(a, b, out=out)
 
     monkeypatch.setattr(blas_threads, "np", Spy())
-    monkeypatch.setattr(GUARD, "serial_best", {})
-    monkeypatch.setattr(GUARD, "serial_until", 0.0)
-    for shapes in (((100, 320), (320, 124)), ((256, 256), (256, 256))):
-        GUARD.serial_best[shapes] = 1.0  # serial times known, and never lost to
     before = libs[0].get_num_threads()
     so = turnout.SessionOptions()
     so.intra_op_num_threads = 2
@@ -150,7 +272,7 @@ def test_a_two_thread_run_gives_each_product_its_threads(
     s, b = sess.run(None, feeds)
     np.testing.assert_allclose(s, real(feeds["x"], WS), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(b, real(feeds["y"], WB), rtol=1e-4, atol=1e-4)
-    assert sorted(seen) == [((100, 320), 1), ((256, 256), 2)]
+    assert sorted(seen) == [((256, 64), 1)] * 4 + [((320, 124), 1)]
     assert libs[0].get_num_threads() == before
 
 

@@ -1,5 +1,5 @@
-"""BLAS's thread count: held to a session's `intra_op_num_threads` while it runs, and per product
-to what the product gains from.
+"""BLAS's thread count: held to a session's `intra_op_num_threads` while it runs; inside the run,
+products large enough are split between the caller and turnout's own helper threads.
 
 numpy's BLAS starts as many threads as there are cores. A session asked for one thread must not
 run its GEMMs on two (onnxruntime's CPU provider honours the count), and a numba session's
@@ -9,38 +9,57 @@ of a tiny model's run), and even a found controller takes ~1.5 us a call, so thi
 OpenBLAS's own getter and setter found once and calls them through ctypes (0.15-0.2 us).
 
 Inside a run of a session with more than one thread, kernels multiply through `blas_matmul`,
-which picks the count per product:
-- products under `BLAS_SERIAL_MACS` multiply-adds run on one thread. A second thread saves
-  at most half of their ~0.2 ms, and when another process holds the second core the call
-  waits for a descheduled thread: 2-thread GEMMs of 2.4-4 M multiply-adds (text_cnn_like's
-  convolutions, 0.1 ms serial) took 45-51 ms each on the loaded 2-core machine;
-- larger ones get the session's threads unless `thread_contention.StallGuard` has seen a
-  multi-threaded call lose to its serial time (the other core is taken: mlp's 51-67 M
-  products went from 12 ms to 72 ms a run at 2 threads).
+which runs every product on one BLAS thread:
+- products under `BLAS_SERIAL_MACS` multiply-adds run whole in the caller (a second thread
+  saves at most half of their ~0.2 ms);
+- larger ones are cut into `BLOCKS_PER_THREAD` column (or row) blocks per thread, each one
+  single-threaded BLAS call into its slice of the output. The caller posts the blocks to
+  `threads - 1` helper threads and takes blocks itself from the same counter, so a helper that
+  is not scheduled yet costs nothing: the caller does its blocks too (onnxruntime's thread pool
+  works this way). A helper multiplies into its own scratch and copies into the output once it
+  has committed the block; a block still not committed when the caller has waited as long as
+  one of its own blocks took (the helper descheduled in the middle of it) is taken back and
+  multiplied by the caller, and the helper's late result is dropped.
+OpenBLAS's own threads cannot do that: a call on two threads waits for both, and when another
+process holds the second core the helper is descheduled. Measured on the 2-core VM with other
+work on it, 2-thread OpenBLAS calls of 0.3-0.4 ms (serial) took 30-70 ms; the stall guard that
+held products serial after such a loss (`thread_contention.StallGuard`, until 2026-12-01) tripped
+on this noisy machine and kept it serial nearly all the time (densenet121, squeezenet: 2t/1t
+0.96-1.02). Split here, with the machine to itself (the process at real-time priority), a
+17-115 M product took 0.35-0.9 of its serial time, as OpenBLAS's two threads did; with six
+other processes runnable, 1.0-1.3x its serial time at the median (OpenBLAS's: 30-200x).
 OpenBLAS's count is process-wide: sessions running at once from several Python threads share
-it, as they did before.
+it, as they did before; their products share the helpers (a busy helper's blocks are the
+caller's).
 """
 
 from __future__ import annotations
 
+import _thread
 import ctypes
+import itertools
+import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from .thread_contention import StallGuard
-
 __all__ = ["BLAS_SERIAL_MACS", "BlasThreads", "blas_matmul", "blas_threads_for"]
 
 BLAS_SERIAL_MACS = 1 << 23
-"""Products with fewer multiply-adds (m * k * n per matrix, 8.4 M) run on one BLAS thread.
-Measured (1 vs 2 threads, OpenBLAS 0.3.31, quiet moments of the 2-core machine): 4 M saves
-40 us of 90, 17 M 150 us of 345; a descheduled helper thread costs milliseconds."""
+"""Products with fewer multiply-adds (m * k * n, times the batch, 8.4 M) run whole in the
+caller. Measured (1 vs 2 threads, OpenBLAS 0.3.31, quiet moments of the 2-core machine): 4 M
+saves 40 us of 90, 17 M 150 us of 345."""
 
-GUARD = StallGuard()
-"""The process's evidence of a taken core, shared by every session (the cores are shared)."""
+BLOCKS_PER_THREAD = 2
+"""A split product is cut into this many blocks per thread: a helper that starts late still
+takes a share, and the caller's wait for a started block is a fraction of the product."""
+
+_ALIGN = 16  # block widths are multiples of 16 elements (a 64-byte line of float32)
+_SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class _Run:
@@ -52,6 +71,133 @@ class _Run:
 
 
 _RUN = _Run()
+
+
+_FREE, _HELPING, _COMMITTED, _TAKEN_BACK = 0, 1, 2, 3  # a block's state (helpers' blocks)
+
+
+class _Job:
+    """One split product: blocks (a, b, out) taken in turn by the caller and the helpers;
+    whoever completes the last block releases `finished`.
+
+    A helper multiplies into its own scratch array and copies into `out` only after marking the
+    block committed, so the caller can take back a block whose helper was descheduled in the
+    middle of it (`call`) and never sees `out` written after it returned."""
+
+    __slots__ = ("count", "done", "error", "finished", "lock", "next", "parts", "state")
+
+    def __init__(self, parts: list[tuple[Any, Any, Any]]) -> None:
+        self.parts = parts
+        self.count = len(parts)
+        self.next = 0
+        self.state = [_FREE] * self.count
+        self.lock = _thread.allocate_lock()  # guards next and state
+        self.done = itertools.count()  # next() is atomic under the GIL
+        self.finished = _thread.allocate_lock()
+        self.finished.acquire()
+        self.error: BaseException | None = None
+
+    def _take(self, state: int) -> int:
+        with self.lock:
+            i = self.next
+            if i < self.count:
+                self.next = i + 1
+                self.state[i] = state
+            return i
+
+    def call(self) -> None:
+        """The caller's share: blocks until none is left; then it waits for the helpers'
+        blocks in progress, as long as one of its own blocks took, and multiplies the ones
+        still not committed itself."""
+        parts = self.parts
+        last = self.count - 1
+        mine = 0
+        start = time.perf_counter()
+        while (i := self._take(_FREE)) <= last:
+            a, b, out = parts[i]
+            np.matmul(a, b, out=out)
+            mine += 1
+            if next(self.done) == last:
+                return
+        if not mine:
+            self.finished.acquire()
+            return
+        if self.finished.acquire(timeout=(time.perf_counter() - start) / mine):
+            return
+        with self.lock:
+            late = [i for i, st in enumerate(self.state) if st == _HELPING]
+            for i in late:
+                self.state[i] = _TAKEN_BACK
+        for i in late:
+            a, b, out = parts[i]
+            np.matmul(a, b, out=out)
+            if next(self.done) == last:
+                return
+        self.finished.acquire()  # committed blocks being copied
+
+    def help(self, scratch: dict[Any, Any]) -> None:
+        """A helper's share: blocks into scratch, each copied to `out` unless taken back."""
+        parts = self.parts
+        last = self.count - 1
+        while (i := self._take(_HELPING)) <= last:
+            a, b, out = parts[i]
+            buf = scratch.get(out.dtype)
+            if buf is None or buf.size < out.size:
+                buf = scratch[out.dtype] = np.empty(out.size, out.dtype)
+            tmp = buf[: out.size].reshape(out.shape)
+            try:
+                np.matmul(a, b, out=tmp)
+            except BaseException as e:  # re-raised by the caller
+                self.error = e
+                tmp = None
+            with self.lock:
+                if self.state[i] == _TAKEN_BACK:
+                    continue
+                self.state[i] = _COMMITTED
+            if tmp is not None:
+                np.copyto(out, tmp)
+            if next(self.done) == last:
+                self.finished.release()
+
+
+class _Helpers:
+    """Daemon threads that take blocks of posted products (started on first need)."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self.started = 0
+        self.lock = threading.Lock()
+
+    def post(self, job: _Job, helpers: int) -> None:
+        if self.started < helpers:
+            with self.lock:
+                while self.started < helpers:
+                    threading.Thread(
+                        target=_serve, args=(self.jobs,), name="turnout-blas", daemon=True
+                    ).start()
+                    self.started += 1
+        for _ in range(helpers):
+            self.jobs.put(job)
+
+
+def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
+    scratch: dict[Any, Any] = {}  # dtype -> this helper's block buffer
+    while True:
+        job = jobs.get()
+        job.help(scratch)
+        del job  # no reference to the arrays while waiting
+
+
+_HELPERS = _Helpers()
+
+
+def _forget_helpers() -> None:  # a forked child has none of its parent's threads
+    global _HELPERS
+    _HELPERS = _Helpers()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def _fast_controls(lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
@@ -76,7 +222,7 @@ def _fast_controls(lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
 
 class BlasThreads:
     """Sets BLAS to `threads` in `enter()` and restores the previous counts in `exit()`; in
-    between, `blas_matmul` sets the count per product.
+    between, `blas_matmul` runs products on one BLAS thread and splits the large ones.
 
     Without threadpoolctl, or with no BLAS loaded, both are no-ops.
     """
@@ -118,36 +264,63 @@ class BlasThreads:
             set_(count)
 
 
-def blas_threads_for(macs: int, threads: int, key: Any = None) -> int:
-    """BLAS threads for a product of `macs` multiply-adds per matrix in a session of `threads`
-    (see the module docstring); `key` names the product's shapes for the stall guard."""
-    if threads <= 1 or macs < BLAS_SERIAL_MACS:
-        return 1
-    return GUARD.threads_for(key, threads)
+def blas_threads_for(macs: int, threads: int) -> int:
+    """How many threads share a product of `macs` multiply-adds in a session of `threads`: one
+    under `BLAS_SERIAL_MACS`, else all of them (each block on one BLAS thread)."""
+    return 1 if threads <= 1 or macs < BLAS_SERIAL_MACS else threads
 
 
 def blas_matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """np.matmul(a, b, out=out) on the BLAS threads the product gains from (inside a managed
-    run of a session with threads; elsewhere plain np.matmul)."""
+    """np.matmul(a, b, out=out): inside a managed run of a session with threads, on one BLAS
+    thread, split between the caller and the helpers when large (see the module docstring);
+    elsewhere plain np.matmul."""
     run = _RUN
     if run.threads <= 1:
         return np.matmul(a, b, out=out)
+    if run.current != 1:
+        for setter in run.setters:
+            setter(1)
+        run.current = 1
     sa = a.shape
     sb = b.shape
-    macs = (sa[-2] if len(sa) > 1 else 1) * (sa[-1] if sa else 1) * (sb[-1] if len(sb) > 1 else 1)
-    key = (sa, sb)
-    want = blas_threads_for(macs, run.threads, key)
-    if run.current != want:
-        _set(run, want)
-    if macs < BLAS_SERIAL_MACS:  # serial for good: no evidence to gather
+    if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:  # vectors; shape errors are numpy's
         return np.matmul(a, b, out=out)
-    start = time.perf_counter()
-    y = np.matmul(a, b, out=out)
-    GUARD.record(key, want, time.perf_counter() - start)
-    return y
-
-
-def _set(run: _Run, count: int) -> None:
-    for setter in run.setters:
-        setter(count)
-    run.current = count
+    m = sa[-2]
+    n = sb[-1]
+    lead = sa[:-2]
+    if lead != sb[:-2]:
+        try:
+            lead = np.broadcast_shapes(lead, sb[:-2])
+        except ValueError:
+            return np.matmul(a, b, out=out)
+    batch = 1
+    for d in lead:
+        batch *= d
+    threads = blas_threads_for(batch * m * sa[-1] * n, run.threads)
+    dt = a.dtype
+    if threads == 1 or b.dtype != dt or dt not in _SPLIT_DTYPES or max(m, n) < 2 * _ALIGN:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty((*lead, m, n), dt)
+    elif (
+        out.shape != (*lead, m, n)
+        or out.dtype != dt
+        or np.may_share_memory(out, a)
+        or np.may_share_memory(out, b)
+    ):  # numpy's errors, casts and buffering
+        return np.matmul(a, b, out=out)
+    pieces = threads * BLOCKS_PER_THREAD
+    if n >= m:
+        step = -(-n // pieces)
+        step += -step % _ALIGN
+        parts = [(a, b[..., j : j + step], out[..., j : j + step]) for j in range(0, n, step)]
+    else:
+        step = -(-m // pieces)
+        step += -step % _ALIGN
+        parts = [(a[..., i : i + step, :], b, out[..., i : i + step, :]) for i in range(0, m, step)]
+    job = _Job(parts)
+    _HELPERS.post(job, threads - 1)
+    job.call()
+    if job.error is not None:
+        raise job.error
+    return out

@@ -39,3 +39,56 @@ def test_shared_session_is_thread_safe(model: Any, threads: int) -> None:
     feeds = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(16)]
     result = run_from_threads(sess, feeds, threads=8, runs=500)
     assert result.clean, result
+
+
+def _split_products() -> bytes:
+    """A 3x3 Conv of 32 -> 64 channels at 56x56 (58 M multiply-adds, in bands) and a MatMul of
+    [200, 512] @ [512, 300] (31 M): both above `BLAS_SERIAL_MACS`, so split into blocks."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array((rng.standard_normal((64, 32, 3, 3)) * 0.1).astype(np.float32), "w")
+    m = numpy_helper.from_array(rng.standard_normal((512, 300)).astype(np.float32), "m")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("MatMul", ["a", "m"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "split",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 56, 56]),
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [200, 512]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+        ],
+        [w, m],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data: bytes = model.SerializeToString()
+    return data
+
+
+def test_split_products_from_many_threads_give_the_single_thread_result() -> None:
+    """Products split between the caller and the BLAS helper threads, from 4 Python threads at
+    once into one 2-thread session: every output equals the lone run's, bit for bit, and the
+    reference within float32 rounding."""
+    sess = turnout.InferenceSession(
+        _split_products(), providers=[("NumbaExecutionProvider", {"intra_op_num_threads": 2})]
+    )
+    rng = np.random.default_rng(3)
+    feeds = [
+        {
+            "x": rng.standard_normal((1, 32, 56, 56)).astype(np.float32),
+            "a": rng.standard_normal((200, 512)).astype(np.float32),
+        }
+        for _ in range(6)
+    ]
+    result = run_from_threads(sess, feeds, threads=4, runs=15)
+    assert result.clean, result
+    ref = turnout.InferenceSession(_split_products(), providers=["CPUExecutionProvider"])
+    for f in feeds[:2]:
+        for got, want in zip(sess.run(None, f), ref.run(None, f), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
