@@ -110,6 +110,29 @@ class Plan:
         self.run: Callable[..., tuple[Any, ...]] = self._generate()
 
     # ---------------------------------------------------------------- code generation
+    def _releases(self) -> tuple[list[list[str]], dict[str, Callable[[Any], None]]]:
+        """What each step leaves dead (its inputs' last read; outputs nobody reads), and the
+        allocator `free` of each produced value whose allocator pools. Empty when the plan
+        keeps every intermediate (`release=False`). Shared by the generated and the profiled
+        run, so a profile sees the memory the plain run has."""
+        if not self.release:
+            return [[] for _ in self.steps], {}
+        last_use: dict[str, int] = {}
+        for i, st in enumerate(self.steps):
+            for x in st.inputs:
+                if x:
+                    last_use[x] = i
+        keep = set(self.output_names) | set(self.constants)
+        dead_after: list[list[str]] = []
+        for i, st in enumerate(self.steps):
+            dead = [x for x in dict.fromkeys(st.inputs) if x and last_use[x] == i and x not in keep]
+            dead += [  # produced, never read, not an output: nothing needs it
+                y for y in dict.fromkeys(st.outputs) if y and y not in last_use and y not in keep
+            ]
+            dead_after.append(dead)
+        free_fn = {y: st.free for st in self.steps if st.free is not None for y in st.outputs if y}
+        return dead_after, free_fn
+
     def _generate(self) -> Callable[..., tuple[Any, ...]]:
         slot: dict[str, str] = {}
         params: list[str] = []
@@ -120,20 +143,13 @@ class Plan:
         consts = list(self.constants)
         for i, name in enumerate(consts):
             slot.setdefault(name, f"c{i}")
-        last_use: dict[str, int] = {}
-        for i, st in enumerate(self.steps):
-            for x in st.inputs:
-                if x:
-                    last_use[x] = i
-        keep = set(self.output_names) | set(self.constants)
+        dead_after, free_fn = self._releases()
         free_of: dict[str, str] = {}  # produced value -> name of its allocator's free
         frees_fns: list[Callable[[Any], None]] = []
-        for st in self.steps:
-            if st.free is not None and self.release:
-                if st.free not in frees_fns:
-                    frees_fns.append(st.free)
-                k = frees_fns.index(st.free)
-                free_of.update((y, f"fr{k}") for y in st.outputs if y)
+        for y, fn in free_fn.items():
+            if fn not in frees_fns:
+                frees_fns.append(fn)
+            free_of[y] = f"fr{frees_fns.index(fn)}"
         body: list[str] = []
         body_step: dict[int, int] = {}  # body line index -> step index
         for i, st in enumerate(self.steps):
@@ -162,15 +178,8 @@ class Plan:
                 if outs
                 else f"    f{i}({', '.join(args)})"
             )
-            dead = [
-                x
-                for x in dict.fromkeys(st.inputs)
-                if x and last_use.get(x) == i and x not in keep and slot[x].startswith("v")
-            ]
-            dead += [  # produced, never read, not an output: nothing needs it
-                y for y in dict.fromkeys(st.outputs) if y and y not in last_use and y not in keep
-            ]
-            if dead and self.release:
+            dead = dead_after[i]
+            if dead:
                 body.extend(f"    {free_of[x]}({slot[x]})" for x in dead if x in free_of)
                 body.append("    " + " = ".join(slot[x] for x in dead) + " = None")
             if (i + 1) % TERMINATE_EVERY == 0 and i + 1 < len(self.steps):
@@ -283,6 +292,7 @@ class Plan:
         names = self.input_names + self.outer_names
         env.update(zip(names, args))
         clock = time.perf_counter_ns
+        dead_after, free_fn = self._releases()
         for i, st in enumerate(self.steps):
             if run_options.terminate:
                 raise RunTerminated("run terminated by RunOptions.terminate")
@@ -295,10 +305,16 @@ class Plan:
             except Exception as e:
                 raise self._explain_step(i, e) from e
             record(st, t0, clock() - t0, ins, outs)
-            for y, v in zip(st.outputs, outs):
-                if y:
-                    env[y] = v
-                    sizes[y] = value_bytes(v)
+            produced = {y: v for y, v in zip(st.outputs, outs) if y}
+            env.update(produced)
+            sizes.update((y, value_bytes(v)) for y, v in produced.items())
+            del ins, outs, produced  # no local may keep a dead value alive
+            for x in dead_after[i]:  # as the generated run does: a profile measures its memory
+                free = free_fn.get(x)
+                if free is None:
+                    env.pop(x, None)
+                elif x in env:
+                    free(env.pop(x))
         return tuple(env[y] for y in self.output_names)
 
     def _explain_step(self, i: int, e: Exception) -> Exception:
