@@ -134,3 +134,25 @@ def test_pow_of_two_is_the_square(shape: list[str | int]) -> None:
     )
     (got,) = _session(fixed, 1).run(None, {"x": x})
     np.testing.assert_array_equal(got, x * x)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_long_bodies_copy_row_strided_views(threads: int) -> None:
+    """A SiLU plus a broadcast add (a body past VERSION_BODY_MAX: no versions) on Split-like
+    views: copied to C order or read by the general loop, equal to numpy within rounding."""
+    m = _model(
+        [
+            helper.make_node("Sigmoid", ["x"], ["s"]),
+            helper.make_node("Mul", ["x", "s"], ["m"]),
+            helper.make_node("Add", ["m", "z"], ["y"]),
+        ],
+        {"x": ["a", "b", "c"], "z": ["a", "b", "d"]},
+    )
+    sess = _session(m, threads)
+    rng = np.random.default_rng(4)
+    base = (rng.standard_normal((2, 300, 90)) * 4).astype(np.float32)
+    for x, z in [(base[..., 3:80], base[..., 10:87]), (base[..., 3:80], base[..., 1:2])]:
+        (got,) = sess.run(None, {"x": x, "z": z})
+        x64 = x.astype(np.float64)
+        want = x64 / (1 + np.exp(-x64)) + z
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)

@@ -790,6 +790,7 @@ def _strided_versions(
     outputs: Sequence[str],
     ones: Sequence[tuple[bool, ...]],
     itemsizes: Sequence[int],
+    lasts: Sequence[Any],
     rank: int,
     hoisted: Mapping[int, str],
 ) -> list[tuple[str, list[str], list[str]]]:
@@ -797,8 +798,8 @@ def _strided_versions(
     run-time strides, so LLVM leaves the loop scalar; under a test that each input's last
     stride is its item size (or 0: a broadcast view) it knows them and vectorizes (a [1, 6300,
     80] by [1, 6300, 1] Mul of Split views, 276 -> 163 us measured). Versions: every input of
-    unit stride; with 2 to `ROW_VERSIONS_MAX` of them, each one broadcast (stride 0) in turn;
-    then the general loop."""
+    unit stride; with 2 to `ROW_VERSIONS_MAX` of them, each one whose declared last dimension
+    is not a number (`lasts`) broadcast (stride 0) in turn; then the general loop."""
     last = rank - 1
     rows = [k for k in range(len(ext)) if k not in hoisted and not ones[k][last]]
 
@@ -819,13 +820,25 @@ def _strided_versions(
         unit = {k: f"in{k}.strides[{last}] == {itemsizes[k]}" for k in rows}
         out.append(version(" and ".join(unit.values()), -1))
         if 2 <= len(rows) <= ROW_VERSIONS_MAX:
-            for b in rows:
+            # only inputs whose size there is not declared as a number: every version is
+            # compiled (seconds, cold); one that comes 1 against its declaration anyway still
+            # gets the general loop
+            for b in [k for k in rows if not isinstance(lasts[k], int)]:
                 cond = " and ".join(
                     f"in{k}.strides[{last}] == 0" if k == b else unit[k] for k in rows
                 )
                 out.append(version(cond, b))
-    out.append(version("", -1))
-    return out
+    general = version("", -1)
+    if len(general[1]) > VERSION_BODY_MAX:
+        # compute-bound: a copy to C order costs little next to the arithmetic, and every
+        # version is compiled again (a Sigmoid's: seconds, cold)
+        return [general]
+    return [*out, general]
+
+
+VERSION_BODY_MAX = 12
+"""Longest scalar body (statements) the strided kernel gets versions for; groups with longer
+ones (a Sigmoid's exp is 15) have their views copied to C order."""
 
 
 def _compile_dynamic(
@@ -848,8 +861,9 @@ def _compile_dynamic(
     # exponent == 2) inside the loop
     scalars = {k: f"s{k}" for k in range(len(ext)) if all(ones[k])}
     hoist = [f"s{k} = in{k}[{', '.join(['0'] * rank)}]" for k in scalars]
+    lasts = [info[x].shape[-1] if info[x].shape else 1 for x in ext]
     versions = _strided_versions(
-        nodes, ext, outputs, ones, [d.itemsize for d in in_c], rank, scalars
+        nodes, ext, outputs, ones, [d.itemsize for d in in_c], lasts, rank, scalars
     )
     text = _loop_source(rank, len(ext), len(outputs), versions, hoist)
     # The same loop twice: for any strides (broadcast views), and for C-contiguous inputs, the
@@ -887,7 +901,8 @@ def _compile_dynamic(
         # small runs take the serial variant: see SERIAL_WORK
         small = cache.jit(fn, [sig(layout)], parallel=False) if parallel else kern
         kernels.append((kern, small))
-    run = _wrapper(nodes, ext, outputs, info, rank, ones, kernels, name, spans)
+    rows = len(versions) > 1
+    run = _wrapper(nodes, ext, outputs, info, rank, ones, kernels, name, spans, rows)
     return GroupKernel(name, tuple(ext), tuple(outputs), run, source)
 
 
@@ -982,8 +997,10 @@ def _wrapper(
     kernels: list[tuple[Any, Any]],
     name: str,
     spans: list[tuple[int, int]],
+    rows: bool,
 ) -> Callable[..., tuple[Any, ...]]:
-    """The run function. The contiguous kernel takes every array collapsed to `spans`."""
+    """The run function. The contiguous kernel takes every array collapsed to `spans`; views
+    of unit last stride go to the strided one when it has `rows` versions."""
     (kern, small), (kern_c, small_c) = kernels
     in_cast = [compute_dtype(info[x].dtype) for x in ext]
     in_cast_needed = [info[x].dtype != c for x, c in zip(ext, in_cast)]
@@ -1074,7 +1091,7 @@ def _wrapper(
             return tuple(r.astype(d) if bk else r for r, d, bk in zip(res, out_dt, out_back))
         bufs = [empty(full, c) for c in out_c]
         if p.contiguous is not None and (
-            all(x.flags.c_contiguous for x in xs) or not strided_pays(xs)
+            all(x.flags.c_contiguous for x in xs) or not (rows and strided_pays(xs))
         ):
             views = [c_order(x).reshape(r) for x, r in zip(xs, p.contiguous)]
             cfull = p.contiguous[-1]
