@@ -55,6 +55,9 @@ CASES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
      {"kernel_shape": _k(3), "strides": _k(2), "dilations": [2, 2], "pads": [1, 2, 2, 1]}),
     ("k4 s2 p3", (1, 3, 7, 7), {"kernel_shape": _k(4), "strides": _k(2), "pads": _k(3, 4)}),
     ("k7 s1 global-like", (1, 6, 7, 7), {"kernel_shape": _k(7)}),
+    ("k7 p(0, 1) global-like", (2, 5, 6, 6), {"kernel_shape": _k(7), "pads": [0, 0, 1, 1]}),
+    ("k7 p1 global-like, 6 wide", (1, 4, 7, 6), {"kernel_shape": _k(7), "pads": [1, 0, 0, 1]}),
+    ("(5, 1) global rows", (1, 4, 5, 3), {"kernel_shape": [5, 1]}),
     ("1-D k3 s2 p1", (2, 3, 21), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
     ("1-D k3 s1 p1", (2, 3, 21), {"kernel_shape": [3], "pads": [1, 1]}),
     ("1-D k5 s3 ceil", (1, 3, 22), {"kernel_shape": [5], "strides": [3], "ceil_mode": 1}),
@@ -78,6 +81,7 @@ CASES: list[tuple[str, tuple[int, ...], dict[str, Any]]] = [
 NOT_REFERENCE = {
     "k2 s2 ceil", "k3 s2 ceil p1", "1-D k5 s3 ceil", "k5 s1 p(1, 3)", "k3 s1 p(2, 0)",
     "k3 s2 dilated", "1-D k3 s1 p1", "wide k2 s2 ceil", "wide k3 s1 p(1, 0)",
+    "k7 p(0, 1) global-like", "k7 p1 global-like, 6 wide",
 }  # fmt: skip
 
 

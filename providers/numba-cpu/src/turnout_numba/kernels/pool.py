@@ -116,6 +116,15 @@ def _tiles(shape2: tuple[Any, Any], k2: Any, s2: Any, d2: Any, pb2: Any, pe2: An
     )  # fmt: skip
 
 
+def _whole(sp: Any, out2: Any, k2: Any, d2: Any, pb2: Any) -> bool:
+    """Whether the output is one window holding every input position (undilated, its rows
+    and columns from the top-left padding past the input's end): shufflenet's and inception's
+    7x7 AveragePool before the classifier."""
+    return all(
+        out2[a] == 1 and d2[a] == 1 and k2[a] - pb2[a] >= sp[a] for a in (0, 1)
+    )  # fmt: skip
+
+
 def _max_pool_nan(
     x: Any, y: Any, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, ph: int, pw: int
 ) -> None:  # pragma: no cover - compiled by numba
@@ -202,6 +211,7 @@ class _Plan:
     out3: tuple[int, ...]  # (planes, OH, OW)
     work: int
     tile: bool  # the windows tile the input: `_tile_pool`
+    whole: Any  # AveragePool's one window holding the whole plane: the GEMV's weights
     flat: Any  # the kernel taking flattened planes (`max_flat`, `avg_flat`, `max_plane`)
 
 
@@ -266,6 +276,9 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         work = planes * out2[0] * (k2[0] * sp[1] + k2[1] * out2[1])
         tile = tile_kern is not None and geo is not None
         tile = tile and _tiles((sp, out2), k2, s2, d2, pb2, pe2)
+        whole = None
+        if not is_max and geo is not None and _whole(sp, out2, k2, d2, pb2):
+            whole = np.full(sp[0] * sp[1], rc[0, 0], c)
         if tile:
             work = planes * out2[0] * k2[0] * sp[1]
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
@@ -287,6 +300,7 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             out3=(planes, out2[0], out2[1]),
             work=work,
             tile=tile,
+            whole=whole,
             flat=flat,
         )
 
@@ -303,7 +317,9 @@ def _build_pool(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         nans = 0
         if p.geo is not None:
             x3 = np.ascontiguousarray(x, dtype=c).reshape(p.shape3)
-            if p.tile and tile_kern is not None:
+            if p.whole is not None:  # GlobalAveragePool's road (see `_build_global`)
+                np.matmul(x3.reshape(p.shape3[0], -1), p.whole, out=y.reshape(-1))
+            elif p.tile and tile_kern is not None:
                 k = k2[0] * k2[1]
                 tile_kern(p.work, x3, y, k2[0], k2[1], 1.0 / k, p.chunks)
             elif p.flat is not None:
