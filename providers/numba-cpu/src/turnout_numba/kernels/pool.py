@@ -17,8 +17,11 @@ An AveragePool whose windows tile the input (stride = kernel, no padding, no dil
 (3, 2) average down to height 1) takes a shorter road, `_tile_pool`: per output row, the
 window's input rows are summed elementwise into one float64 buffer (contiguous loops that
 vectorize), then each run of `kw` columns is added. For CRNN's [384, 3, 80] that is 15 us
-where the windowed kernel's strided float64 taps took 44 (onnxruntime: 7). The same road for
-MaxPool measured slower than the windowed kernel (its NaN count is a second pass).
+where the windowed kernel's strided float64 taps took 44 (onnxruntime: 7; these numbers are
+from before `pool_rows`, which left this road as it was). The same road for MaxPool measured
+slower than the windowed kernel (its NaN count is a second pass). An AveragePool whose one
+window holds the whole plane (`_whole`: the 7x7 before a classifier) is GlobalAveragePool's
+matrix-vector product, with the window's reciprocal count as the weights.
 
 MaxPool treats NaN as the numpy kernel does (see `_max_pool` there: onnxruntime's
 first-tap-then-strictly-greater rule): the kernels' max is Python's max, one vector instruction
