@@ -75,17 +75,24 @@ def geometry(
     return np.concatenate([np.array(head, np.int64), first, count]).astype(np.int64)
 
 
-def rows_sig(c: np.dtype[Any], is_max: bool) -> Any:
-    """The signature of `max_rows` (int64: the planes holding a NaN) or `avg_rows` (void) for
-    planes of dtype `c`."""
-    x = numba_array(c, 3, readonly=True, layout="C")
-    y = numba_array(c, 3, readonly=False, layout="C")
+def _pool_sig(c: np.dtype[Any], is_max: bool, rank: int) -> Any:
+    """(x, y, geo, chunks, low) -> int64 planes holding a NaN for the max kernels, (x, y, geo,
+    chunks, rc) -> void for the average ones; planes of dtype `c` as rank-`rank` arrays and the
+    average's reciprocal counts one rank lower."""
+    x = numba_array(c, rank, readonly=True, layout="C")
+    y = numba_array(c, rank, readonly=False, layout="C")
     geo = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
     if is_max:
         low = numba_array(c, 1, readonly=True, layout="C")
         return types.int64(x, y, geo, types.int64, low)
-    rc = numba_array(np.dtype(np.float64), 2, readonly=True, layout="C")
+    rc = numba_array(np.dtype(np.float64), rank - 1, readonly=True, layout="C")
     return types.void(x, y, geo, types.int64, rc)
+
+
+def rows_sig(c: np.dtype[Any], is_max: bool) -> Any:
+    """The signature of `max_rows` (int64: the planes holding a NaN) or `avg_rows` (void) for
+    planes of dtype `c`."""
+    return _pool_sig(c, is_max, 3)
 
 
 def max_rows(x: Any, y: Any, geo: Any, chunks: int, lowa: Any) -> int:  # pragma: no cover
@@ -206,14 +213,7 @@ def avg_rows(x: Any, y: Any, geo: Any, chunks: int, rc: Any) -> None:  # pragma:
 def flat_sig(c: np.dtype[Any], is_max: bool) -> Any:
     """The signature of `max_flat` / `avg_flat`: `rows_sig`'s, with planes flattened (P, H*W)
     and (P, OH*OW), and the average's `rc` flat (OH*OW)."""
-    x = numba_array(c, 2, readonly=True, layout="C")
-    y = numba_array(c, 2, readonly=False, layout="C")
-    geo = numba_array(np.dtype(np.int64), 1, readonly=True, layout="C")
-    if is_max:
-        low = numba_array(c, 1, readonly=True, layout="C")
-        return types.int64(x, y, geo, types.int64, low)
-    rc = numba_array(np.dtype(np.float64), 1, readonly=True, layout="C")
-    return types.void(x, y, geo, types.int64, rc)
+    return _pool_sig(c, is_max, 2)
 
 
 def flat_geometry(geo: Any, h: int, kh: int, pt: int) -> Any:
