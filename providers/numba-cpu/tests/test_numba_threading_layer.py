@@ -87,3 +87,11 @@ def test_tbb_is_chosen_and_used(first: list[str]) -> None:
 def test_user_choice_is_kept_and_workqueue_serializes_runs() -> None:
     got = _child(env={"NUMBA_THREADING_LAYER": "workqueue"})
     assert got == {"chosen": "workqueue", "numba": "workqueue", "locked": True}
+
+
+@pytest.mark.skipif(not _tbb_installed(), reason="the tbb package is not installed here")
+def test_user_asking_for_tbb_gets_it() -> None:
+    """NUMBA_THREADING_LAYER=tbb with the tbb package installed: the library is loaded by path
+    for numba (without it, session creation failed: "No threading layer could be loaded")."""
+    got = _child(env={"NUMBA_THREADING_LAYER": "tbb"})
+    assert got == {"chosen": "tbb", "numba": "tbb", "locked": False}

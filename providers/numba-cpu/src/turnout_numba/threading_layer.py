@@ -6,7 +6,9 @@ loader does not search, so numba fell through to OpenMP. Sharing OpenMP with tor
 first, `torch.set_num_threads(1)`, as voice-activity packages do) stalled every parallel kernel
 for a scheduler slice: 7-8 ms instead of 0.02 ms, in 10 of 13 processes.
 
-The choice, unless the user set `NUMBA_THREADING_LAYER` (numba reads it; we leave it alone):
+The choice, unless the user set `NUMBA_THREADING_LAYER` (numba reads it; we leave it alone, but
+load the `tbb` package's library when the layer asked for may use it, or numba would refuse
+"tbb" with "No threading layer could be loaded" although tbb is installed):
 1. TBB when the `tbb` package is installed (a dependency of turnout-numba where wheels exist):
    its library is loaded by path, then the layer is set. TBB composes with other thread pools
    and is safe for runs from many threads.
@@ -31,6 +33,7 @@ from .cache import NUMBA_CONFIG
 __all__ = ["PARALLEL_RUN_LOCK", "choose_layer", "chosen_layer", "decide_layer", "run_lock"]
 
 _OPENMP_LIBRARIES = ("libgomp", "libiomp", "libomp.")
+_LAYERS_THAT_MAY_USE_TBB = ("", "tbb", "default", "safe", "threadsafe")
 _CHOSEN: list[str] = []
 _CHOICE_LOCK = threading.Lock()
 PARALLEL_RUN_LOCK = threading.RLock()
@@ -55,7 +58,10 @@ def choose_layer() -> str:
         if not _CHOSEN:
             user = os.environ.get("NUMBA_THREADING_LAYER", "").strip()
             openmp = _openmp_loaded()
-            layer = decide_layer(user, not user and _load_tbb(), openmp)
+            # numba only finds the `tbb` package's library once it is loaded by path, whether
+            # we pick TBB or the user asks for a layer that may use it ("tbb", "safe", ...)
+            tbb = user.lower() in _LAYERS_THAT_MAY_USE_TBB and _load_tbb()
+            layer = decide_layer(user, tbb, openmp)
             if not user:
                 NUMBA_CONFIG.THREADING_LAYER = layer
             _CHOSEN.append(layer)
