@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLAS_SERIAL_MACS", "BlasThreads", "blas_matmul", "blas_threads_for"]
+__all__ = ["BLAS_SERIAL_MACS", "BlasThreads", "blas_matmul", "blas_threads_for", "run_threads"]
 
 BLAS_SERIAL_MACS = 1 << 23
 """Products with fewer multiply-adds (m * k * n, times the batch, 8.4 M) run whole in the
@@ -270,17 +270,26 @@ def blas_threads_for(macs: int, threads: int) -> int:
     return 1 if threads <= 1 or macs < BLAS_SERIAL_MACS else threads
 
 
+def run_threads() -> int:
+    """The thread count of the managed run in progress, with BLAS held to one thread from now
+    to the run's end (each thread's products run on it alone); 0 or 1 outside such a run,
+    where BLAS keeps its count. Kernels that split products themselves (`blas_matmul`, or a
+    provider's own pool) ask this first."""
+    run = _RUN
+    if run.threads > 1 and run.current != 1:
+        for setter in run.setters:
+            setter(1)
+        run.current = 1
+    return run.threads
+
+
 def blas_matmul(a: Any, b: Any, out: Any = None) -> Any:
     """np.matmul(a, b, out=out): inside a managed run of a session with threads, on one BLAS
     thread, split between the caller and the helpers when large (see the module docstring);
     elsewhere plain np.matmul."""
-    run = _RUN
-    if run.threads <= 1:
+    budget = run_threads()
+    if budget <= 1:
         return np.matmul(a, b, out=out)
-    if run.current != 1:
-        for setter in run.setters:
-            setter(1)
-        run.current = 1
     sa = a.shape
     sb = b.shape
     if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:  # vectors; shape errors are numpy's
@@ -296,7 +305,7 @@ def blas_matmul(a: Any, b: Any, out: Any = None) -> Any:
     batch = 1
     for d in lead:
         batch *= d
-    threads = blas_threads_for(batch * m * sa[-1] * n, run.threads)
+    threads = blas_threads_for(batch * m * sa[-1] * n, budget)
     dt = a.dtype
     if threads == 1 or b.dtype != dt or dt not in _SPLIT_DTYPES or max(m, n) < 2 * _ALIGN:
         return np.matmul(a, b, out=out)

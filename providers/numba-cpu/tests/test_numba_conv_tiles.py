@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 from onnx import helper
@@ -88,6 +89,84 @@ def test_tiles_match_reference(
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+VARIANTS: dict[str, tuple[str, bool, bool]] = {
+    # what the fused band kernel's epilogue holds: (activation, bias, residual Z)
+    "relu bias z": ("Relu", True, True),
+    "sigmoid bias": ("Sigmoid", True, False),
+    "plain": ("", False, False),
+}
+
+
+@pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2,
+    reason="numba has one thread on this machine: the fused band kernel runs with threads only",
+)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize(
+    "what, shape, m, group, kernel, attrs", GEOMETRIES, ids=[g[0] for g in GEOMETRIES]
+)
+def test_fused_bands_match_reference(
+    monkeypatch: pytest.MonkeyPatch,
+    variant: str,
+    rows: int,
+    what: str,
+    shape: tuple[int, ...],
+    m: int,
+    group: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+) -> None:
+    """With 2 threads, bands of `rows` output rows forced through `conv_bands` (gather,
+    product and epilogue in one parallel kernel) give the reference; a spy checks it ran."""
+    monkeypatch.setattr(
+        conv_mod, "fused_band", lambda _pixel, ow, oh, _threads: rows * ow if rows < oh else 0
+    )
+    fused: list[int] = []
+    real = conv_mod._banded_conv
+
+    def spy(*args: Any) -> None:
+        fused.append(1)
+        real(*args)
+
+    monkeypatch.setattr(conv_mod, "_banded_conv", spy)
+    act, with_b, with_z = VARIANTS[variant]
+    rng = np.random.default_rng(zlib.crc32(what.encode()))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((m, shape[1] // group, *kernel)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, **attrs)
+    ref = run_reference(node, [v.astype(np.float64) for v in (x, w, b if with_b else 0 * b)], 17)[0]
+    z = rng.standard_normal(ref.shape).astype(np.float32)
+    names = ["x", "w"] + (["b"] if with_b else []) + (["z"] if with_z else [])
+    feeds = [x, w] + ([b] if with_b else []) + ([z] if with_z else [])
+    if act:
+        node = helper.make_node(
+            "FusedConv", names, ["y"], domain="ai.turnout", activation=act, group=group, **attrs
+        )
+    else:
+        node = helper.make_node("Conv", names, ["y"], group=group, **attrs)
+    model = one_node_model(node, feeds, 17)
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=2)
+    got = sess.run(None, dict(zip(names, feeds)))[0]
+    want = activation(act or "Identity", 1.0, 0.0)(ref + (z if with_z else 0))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    out_h = ref.shape[2] if ref.ndim == 4 else 1
+    assert bool(fused) == (rows < out_h), fused  # im2col and pointwise plans alike
+
+
+def test_fused_band_policy() -> None:
+    pixel = (576 + 64) * 4  # ResNet's 56x56 3x3: 2.5 KB of columns and outputs a pixel
+    band = im2col.fused_band(pixel, 56, 56, 2)
+    assert band % 56 == 0 and band * pixel <= im2col.TILE_BYTES
+    assert -(-56 * 56 // band) >= 4  # two bands a thread at least
+    assert im2col.fused_band(pixel, 56, 56, 1) == 0  # one thread: not fused
+    assert im2col.fused_band(pixel, 7, 7, 2) == 0  # too small to cut: the split product
+    assert im2col.fused_band(10**6, 5000, 4, 2) == 5000  # a row wider than the cache budget
+    assert im2col.fused_band((512 + 1000) * 4, 13, 13, 2) == 7 * 13  # 7 + 6 rows, not 10 + 3
+    assert im2col.fused_band(64, 13, 13, 4) == 0  # fewer bands than threads
+
+
 def test_tile_policy() -> None:
     # a small image is one band; a big one is cut into whole rows of at least MIN_TILE pixels
     assert im2col.tile_rows((27 + 16) * 4, 40, 40) == 40
@@ -102,14 +181,16 @@ def test_tile_policy() -> None:
 
 
 def test_threads_keep_big_bands(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With threads, a band's product is at least twice what BLAS runs on one thread, so that
-    banding does not take BLAS's threads away from the convolution."""
-    from turnout.blas_threads import BLAS_SERIAL_MACS
+    """With threads and without the fused band kernel (no `cblas_sgemm`), a band's product is
+    at least twice what runs serial (`POOL_SERIAL_MACS`), so that banding does not take the
+    threads away from the convolution's products."""
+    from turnout_numba.kernels.pool_matmul import POOL_SERIAL_MACS
 
+    monkeypatch.setattr(conv_mod, "fused_band", lambda *_: 0)
     x = np.random.default_rng(0).standard_normal((1, 32, 80, 80)).astype(np.float32)
     w = np.random.default_rng(1).standard_normal((32, 32, 3, 3)).astype(np.float32)
     model = one_node_model(helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4), [x, w], 17)
-    real = conv_mod.blas_matmul
+    real = conv_mod.pool_matmul
     widths: dict[int, list[int]] = {1: [], 2: []}
     for threads, seen in widths.items():
 
@@ -117,12 +198,12 @@ def test_threads_keep_big_bands(monkeypatch: pytest.MonkeyPatch) -> None:
             seen.append(b.shape[1])
             return real(a, b, out=out)
 
-        monkeypatch.setattr(conv_mod, "blas_matmul", spy)
+        monkeypatch.setattr(conv_mod, "pool_matmul", spy)
         sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
         sess.run(None, {"x": x, "w": w})
     assert sum(widths[1]) == sum(widths[2]) == 80 * 80
     assert len(widths[1]) > 1  # 1 thread: cache-sized bands
-    assert min(widths[2][:-1] or widths[2]) * 32 * 288 >= 2 * BLAS_SERIAL_MACS
+    assert min(widths[2][:-1] or widths[2]) * 32 * 288 >= 2 * POOL_SERIAL_MACS
 
 
 # conv shapes of the benchmark models whose column panels are tiled or large

@@ -128,10 +128,16 @@ def _writable(path: Path) -> bool:
 
 
 def jit(
-    pyfunc: Callable[..., Any], sigs: Sequence[Sig], *, parallel: bool = False
+    pyfunc: Callable[..., Any],
+    sigs: Sequence[Sig],
+    *,
+    parallel: bool = False,
+    imports: str = "",
 ) -> Callable[..., Any]:
     """A numba dispatcher for `pyfunc` with `sigs` compiled now (loaded from cache if there).
 
+    The function is compiled from a copy of its source with the standard prelude (math, np,
+    prange) and `imports` (import lines for the other names it calls, such as an intrinsic).
     Dispatchers are shared in-process per (function, parallel); asking again for a signature
     already compiled costs nothing.
     """
@@ -141,7 +147,7 @@ def jit(
         root = cache_dir()
         use_cache = _writable(root)
         if disp is None:
-            variant = getattr(_variant_module(pyfunc, parallel), pyfunc.__name__)
+            variant = getattr(_variant_module(pyfunc, parallel, imports), pyfunc.__name__)
             opts: dict[str, Any] = {"nogil": True, "parallel": parallel, "error_model": "numpy"}
             if use_cache:
                 with _numba_cache_at(root):
@@ -183,7 +189,7 @@ def _accept_writable(disp: Any) -> None:
                         ctx.install_possible_conversions([actual], [formal])
 
 
-def _variant_module(pyfunc: Callable[..., Any], parallel: bool) -> ModuleType:
+def _variant_module(pyfunc: Callable[..., Any], parallel: bool, imports: str = "") -> ModuleType:
     """The generated module holding `pyfunc`'s source for one compile flag. numba's cache
     index does not record compile flags: the serial and the parallel variant of a function
     get their own source file, hence their own cache entries.
@@ -194,7 +200,7 @@ def _variant_module(pyfunc: Callable[..., Any], parallel: bool) -> ModuleType:
     origin = inspect.getsourcefile(pyfunc) or ""
     try:
         st = os.stat(origin)
-        stamp = f"{origin}|{st.st_size}|{st.st_mtime_ns}|{pyfunc.__qualname__}|{parallel}"
+        stamp = f"{origin}|{st.st_size}|{st.st_mtime_ns}|{pyfunc.__qualname__}|{parallel}|{imports}"
     except OSError:
         stamp = ""
     note = cache_dir() / "src" / f"note_{hashlib.sha256(stamp.encode()).hexdigest()[:20]}"
@@ -207,7 +213,7 @@ def _variant_module(pyfunc: Callable[..., Any], parallel: bool) -> ModuleType:
         if found is not None and hasattr(found, pyfunc.__name__):
             return found  # (a module without it: a note written from a stale source, below)
     text = (
-        f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}\n\n"
+        f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}{imports}\n\n"
         + textwrap.dedent(inspect.getsource(pyfunc))
     )
     try:

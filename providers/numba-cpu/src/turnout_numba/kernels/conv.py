@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
-from turnout.blas_threads import BLAS_SERIAL_MACS, blas_matmul
+from turnout.blas_threads import run_threads
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.activations import activation_of
@@ -34,11 +35,14 @@ from turnout.semantics.geometry import (
     spatial_attrs,
 )
 
+from ..cblas import Gemm, find_gemm
 from ..registry import SERIAL_WORK, BuildContext, float_inputs_applies, numba_kernel
+from .conv_bands import BandKernel
 from .depthwise import depthwise_kernel
 from .epilogue import Epilogue
 from .gemm import present
-from .im2col import MIN_TILE, pad_kernel, tile_kernel, tile_rows
+from .im2col import MIN_TILE, fused_band, pad_kernel, tile_kernel, tile_rows
+from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
 from .window import GEO, Window, plan_window
 
 __all__ = ["DEPTHWISE_MAX_MULTIPLIER"]
@@ -77,7 +81,9 @@ class _Plan:
     work: int
     chunks: int
     band: int  # output pixels per GEMM (whole output rows; `im2col.tile_rows`)
+    fused: int  # with threads, output pixels per band of `conv_bands` (0: not used)
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
+    scratch: list[Any] = field(default_factory=list)  # `conv_bands` column buffers
 
 
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -106,9 +112,25 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         and not any(kn.attr("pads", None) or [0])
     )
     im2col: list[_Im2col | None] = [None]
+    # with threads: gather, product and epilogue of a band in one kernel, by plan kind
+    bands: dict[str, BandKernel] = {}
+
+    def need_bands(kind: str) -> None:
+        if ctx.parallel and kind not in bands and find_gemm(dt.name) is not None:
+            bands[kind] = BandKernel(dt, act, present(kn, 2), has_z, gather=kind == "gemm")
+
+    def need_im2col() -> None:
+        if im2col[0] is None:
+            im2col[0] = _Im2col(dt, ctx.parallel)
+        need_bands("gemm")
+
     if depthwise is None and not pointwise:
-        im2col[0] = _Im2col(dt, ctx.parallel)
+        need_im2col()
+    elif pointwise:
+        need_bands("pw")
     # the bias goes into the depthwise kernel; the epilogue adds what the GEMM paths need
+    if depthwise is None and ctx.parallel:
+        prepare_pool_matmul(dt)  # compiled now: the first run's products need it
     epilogue = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=has_z)
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
     zeros: dict[int, Any] = {}
@@ -150,18 +172,24 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (pb[0], pb[1]),
                 (oh_, ow_),
             )
-        if kind == "gemm" and im2col[0] is None:  # shapes unlike those declared
-            im2col[0] = _Im2col(dt, ctx.parallel)
+        if kind == "gemm":  # (compiled now for shapes unlike those declared)
+            need_im2col()
+        elif kind == "pw":
+            need_bands("pw")
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
-        # bands: sized for the cache; with threads, each band's product big enough for BLAS
-        # to run it on them (`blas_threads.BLAS_SERIAL_MACS`), as the whole image's did
+        # bands: sized for the cache; with threads, each band's product big enough to be
+        # split between them (`pool_matmul.POOL_SERIAL_MACS`), as the whole image's was
         macs = (m_ // max(group, 1)) * max(1, w[0].size)
-        least = max(MIN_TILE, -(-2 * BLAS_SERIAL_MACS // macs)) if ctx.parallel else MIN_TILE
+        least = max(MIN_TILE, -(-2 * POOL_SERIAL_MACS // macs)) if ctx.parallel else MIN_TILE
         pixel = (w[0].size + m_) * x.itemsize
         band = tile_rows(pixel, ow_, oh_, least) * ow_
-        return _Plan(kind, final, y3, win, work, max(chunks, 1), band)
+        fused = 0
+        if kind in bands:
+            # numba's count is this thread's and the session's (BLAS's is process-wide)
+            fused = fused_band(pixel, ow_, oh_, numba.get_num_threads())
+        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused)
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -201,7 +229,11 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 after_dw(y, full=full)
             return (y.reshape(p.final),)
         row = None if b is None else np.ascontiguousarray(b)
-        _gemm_conv(x, w, y, group, p, im2col[0], epilogue, row, full)
+        gemm = find_gemm(dt.name) if p.fused else None
+        if gemm is not None:
+            _banded_conv(x, w, y, group, p, im2col[0], bands[p.kind], gemm, row, full)
+        else:
+            _gemm_conv(x, w, y, group, p, im2col[0], epilogue, row, full)
         return (y.reshape(p.final),)
 
     return run
@@ -271,7 +303,7 @@ def _gemm_conv(
                     assert win is not None and im2col is not None
                     panel = col[: krows * (b - a)].reshape(krows, b - a)
                     im2col.tile(panel.size, planes, panel, *args, a, b, padded is None)
-                blas_matmul(wg[g], panel, out=y[n, g * mg : (g + 1) * mg, a:b])
+                pool_matmul(wg[g], panel, out=y[n, g * mg : (g + 1) * mg, a:b])
             if not epilogue.noop:  # bias, residual Z, activation
                 zn = None if full is None else full[n : n + 1]
                 epilogue(y[n : n + 1], row=row, full=zn, band=(a, b))
@@ -281,3 +313,47 @@ def _gemm_conv(
 
 numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)
 numba_kernel("FusedConv", since=1, domain="ai.turnout", applies=_conv_applies)(_build_conv)
+
+
+def _banded_conv(
+    x: Any,
+    w: Any,
+    y: Any,
+    group: int,
+    p: _Plan,
+    im2col: _Im2col | None,
+    bands: BandKernel,
+    gemm: Gemm,
+    row: Any,
+    full: Any,
+) -> None:
+    """A threaded conv as one parallel kernel per image (`conv_bands`), each band of `p.fused`
+    output pixels gathered (im2col plans; the image padded once first, unless the plan reads
+    it directly) or read in place (pointwise), multiplied and finished by one worker."""
+    run_threads()  # BLAS on one thread in each worker
+    n_, c_ = x.shape[:2]
+    m_ = w.shape[0]
+    w3 = w.reshape(group, m_ // group, -1)
+    xs = x.reshape(n_, c_, -1)
+    args: tuple[Any, ...] | None = None
+    padded = scratch = None
+    if p.win is not None:  # im2col
+        args = p.win.args()
+        blen = int(p.win.geo[_BLEN])
+        padded = (p.pads.pop() if p.pads else np.zeros((c_, blen), x.dtype)) if blen else None
+        threads = numba.get_num_threads()
+        scratch = p.scratch.pop() if p.scratch else None
+        if scratch is None or scratch.shape[0] < threads:
+            scratch = np.empty((threads, w3.shape[2] * p.fused), x.dtype)
+    for n in range(n_):
+        src = xs[n]
+        if padded is not None:
+            assert im2col is not None and p.win is not None
+            im2col.pad(padded.size, src, padded, *p.win.args())
+            src = padded
+        zn = None if full is None else full[n]
+        bands(src, w3, y[n], scratch, row, zn, args, p.fused, gemm.address, gemm.ilp64)
+    if scratch is not None:
+        p.scratch.append(scratch)
+    if padded is not None:
+        p.pads.append(padded)

@@ -37,6 +37,7 @@ from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from .epilogue import Epilogue
+from .pool_matmul import pool_matmul, prepare_pool_matmul
 
 __all__: list[str] = []
 
@@ -134,6 +135,8 @@ class _Product:
         kind = _c_kind(kn) if self.with_c else ""
         scale = self.alpha != 1.0
         par = ctx.parallel
+        if par:
+            prepare_pool_matmul(dt)  # compiled now: the first run's products need it
         self.plain = Epilogue(dt, act, par, scale=scale)
         self.no_act = act[0] in ("", "Identity")
         with_c = self.with_c
@@ -224,18 +227,18 @@ class _Product:
             form = self._c_form(c, (*lead, n), rows, n)
         if form is None:
             if self.plain.noop:
-                y = blas_matmul(a2, bp)
+                y = pool_matmul(a2, bp)
             elif rows <= SMALL_M and self.no_act:
                 y = np.empty((rows, n), dt)
                 self.small(a2, bp, self.zero_col, self.alpha, 0.0, y)
             else:
-                y = blas_matmul(a2, bp)
+                y = pool_matmul(a2, bp)
                 self.plain(y.reshape(1, rows, n), alpha=self.alpha)
         elif form.ndim == 1 and rows <= SMALL_M and self.no_act:
             y = np.empty((rows, n), dt)
             self.small(a2, bp, form, self.alpha, self.beta, y)
         else:
-            y = blas_matmul(a2, bp)
+            y = pool_matmul(a2, bp)
             self._epilogue(y.reshape(1, rows, n), form, c)
         return (y if len(lead) == 1 else y.reshape((*lead, n)),)
 

@@ -23,7 +23,16 @@ from ..registry import SizedKernel
 from .epilogue import CTOR
 from .window import copy_lines, geo_lines, window_arg_types
 
-__all__ = ["MIN_TILE", "TILE_BYTES", "WHOLE_BYTES", "pad_kernel", "tile_kernel", "tile_rows"]
+__all__ = [
+    "MIN_TILE",
+    "TILE_BYTES",
+    "WHOLE_BYTES",
+    "fused_band",
+    "pad_kernel",
+    "tile_kernel",
+    "tile_lines",
+    "tile_rows",
+]
 
 TILE_BYTES = 1 << 20
 """The column panel and output band of one GEMM when the whole image's are too big: a core's
@@ -47,39 +56,56 @@ def _pad(x, out, offs, cols, lo, hi, geo):
         buf = out[c]
 {copy}"""
 
-_TILE = """\
-def _im2col_tile(planes, col, offs, cols, lo, hi, geo, a, b, inline):
-    zero = {ctor}(0)
-{geo}    c_ = planes.shape[0]
-    taps = offs.shape[0]
-    kw = lo.shape[0]
-    n = b - a
-    for c in prange(c_):
-        src = planes[c]
-        if inline and not direct:
-            buf = np.zeros(blen, planes.dtype)
-{copy}            src = buf
-        s = src
-        for t in range(taps):
-            dst = col[c * taps + t]
-            ot = offs[t]
-            if flat:
-                kj = t % kw
-                lt = lo[kj]
-                ht = hi[kj]
-                tt = s[ot + a :]
-                cc = cols[a:]
-                for j in range(n):
-                    cj = cc[j]
-                    dst[j] = tt[j] if cj >= lt and cj < ht else zero
-            else:
-                r0 = a // rlen
-                for r in range(n // rlen):
-                    tt = s[(r0 + r) * rstep + ot :]
-                    d = dst[r * rlen : r * rlen + rlen]
-                    for j in range(rlen):
-                        d[j] = tt[j]
+_TILE_LOOP = """\
+c_ = planes.shape[0]
+taps = offs.shape[0]
+kw = lo.shape[0]
+n = b - a
+for c in {loop}(c_):
+    src = planes[c]
+{inline}    s = src
+    for t in range(taps):
+        dst = col[c * taps + t]
+        ot = offs[t]
+        if flat:
+            kj = t % kw
+            lt = lo[kj]
+            ht = hi[kj]
+            tt = s[ot + a :]
+            cc = cols[a:]
+            for j in range(n):
+                cj = cc[j]
+                dst[j] = tt[j] if cj >= lt and cj < ht else zero
+        else:
+            r0 = a // rlen
+            for r in range(n // rlen):
+                tt = s[(r0 + r) * rstep + ot :]
+                d = dst[r * rlen : r * rlen + rlen]
+                for j in range(rlen):
+                    d[j] = tt[j]
 """
+
+_INLINE = """\
+    if inline and not direct:
+        buf = np.zeros(blen, planes.dtype)
+{copy}        src = buf
+"""
+
+
+def tile_lines(indent: int, loop: str, inline: bool) -> str:
+    """The statements gathering the columns of output pixels [a, b) of `planes` into `col`
+    (names as in `tile_kernel`'s arguments; `zero` and the `geo` names defined), channels in a
+    `loop` ("prange" or "range") loop; with `inline`, the padding-as-it-gathers branch too.
+    Shared by the tile kernel and the fused band kernel (`conv_bands`)."""
+    body = _TILE_LOOP.format(loop=loop, inline=_INLINE.format(copy=copy_lines(8)) if inline else "")
+    pad = " " * indent
+    return "".join(f"{pad}{line}\n" if line else "\n" for line in body.splitlines())
+
+
+_TILE = (
+    "def _im2col_tile(planes, col, offs, cols, lo, hi, geo, a, b, inline):\n"
+    "    zero = {ctor}(0)\n{geo}{tile}"
+)
 
 _KERNELS: dict[tuple[str, str, bool], SizedKernel] = {}
 
@@ -95,7 +121,8 @@ def _compiled(kind: str, dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
             out = numba_array(dtype, 2, readonly=False, layout="C")
             sig = types.void(ro2, out, *window_arg_types())
         else:
-            text = _TILE.format(ctor=CTOR[dtype.name], geo=geo_lines(4), copy=copy_lines(12))
+            tile = tile_lines(4, "prange", inline=True)
+            text = _TILE.format(ctor=CTOR[dtype.name], geo=geo_lines(4), tile=tile)
             fn = cache.load_source(text, "im2col_tile")._im2col_tile
             out = numba_array(dtype, 2, readonly=False, layout="C")
             i64 = types.int64
@@ -133,3 +160,23 @@ def tile_rows(pixel_bytes: int, out_w: int, out_h: int, least: int = MIN_TILE) -
         return out_h
     pixels = max(TILE_BYTES // max(1, pixel_bytes), least)
     return max(1, min(out_h, -(-pixels // max(1, out_w))))
+
+
+def fused_band(pixel_bytes: int, out_w: int, out_h: int, threads: int) -> int:
+    """Output pixels per band of the threaded fused kernel (`conv_bands`), whole rows: no more
+    than fill `TILE_BYTES` (each worker's columns stay in its core's cache) nor than give two
+    bands per thread (a late worker still takes a share), and at least half `MIN_TILE`; then
+    evened out over the bands (13 rows as 10 + 3 left one worker idle most of the time).
+    0 where that gives fewer bands than threads (the split product serves the image), or with
+    one thread."""
+    if threads < 2:
+        return 0
+    width = max(1, out_w)
+    cache_rows = max(1, TILE_BYTES // max(1, pixel_bytes) // width)
+    share_rows = -(-out_h // (2 * threads))
+    least_rows = -(-(MIN_TILE // 2) // width)
+    rows = max(least_rows, min(cache_rows, share_rows))
+    count = -(-out_h // rows)
+    if count < threads:
+        return 0
+    return -(-out_h // count) * out_w

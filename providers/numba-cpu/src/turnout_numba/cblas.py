@@ -1,0 +1,129 @@
+"""numpy's own BLAS GEMM, callable from inside numba kernels.
+
+numba has no GEMM of its own (its `np.dot` needs SciPy, which turnout does not install), and a
+product split between Python threads pays a thread wake-up and GIL hand-offs per block: about
+60 us on the 2-core VM, as much as a 300 us product saves on a second core. Called from a
+`prange` loop, the blocks run on numba's worker threads, which the kernels before and after
+have just woken (`pool_matmul`).
+
+`find_gemm` looks up `cblas_sgemm`/`cblas_dgemm` in the BLAS library numpy loaded (found by
+threadpoolctl: OpenBLAS builds with or without the `scipy_` prefix and the 64-bit-integer
+suffix); `gemm_call` is the numba intrinsic that calls one through its address, so a cached
+kernel never holds a process's address.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from llvmlite import ir
+from numba import types
+from numba.core.extending import intrinsic
+
+__all__ = ["Gemm", "find_gemm", "gemm_call", "gemm_operand"]
+
+_ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS_ORDER.CblasRowMajor, CBLAS_TRANSPOSE.CblasNoTrans
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The address of one dtype's `cblas_?gemm` and whether its integers are 64-bit."""
+
+    address: int
+    ilp64: bool
+
+
+@functools.cache
+def find_gemm(dtype_name: str) -> Gemm | None:
+    """numpy's BLAS `cblas_sgemm` ("float32") or `cblas_dgemm` ("float64"); None when
+    threadpoolctl is missing or the library exports neither name (products then stay with
+    `np.matmul`)."""
+    letter = {"float32": "s", "float64": "d"}.get(dtype_name)
+    if letter is None:
+        return None
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+        try:
+            dll = ctypes.CDLL(lib.filepath)
+        except OSError:
+            continue
+        for prefix in ("scipy_", ""):
+            for suffix, ilp64 in (("64_", True), ("_64", True), ("", lib.internal_api == "mkl")):
+                fn = getattr(dll, f"{prefix}cblas_{letter}gemm{suffix}", None)
+                if fn is None:
+                    continue
+                if not suffix and ilp64:
+                    continue  # MKL's LP64 names: integers are 32-bit
+                address = ctypes.cast(fn, ctypes.c_void_p).value
+                if address:
+                    return Gemm(int(address), bool(suffix))
+    return None
+
+
+@intrinsic
+def gemm_call(
+    typingctx: Any,
+    address: Any,
+    ilp64: Any,
+    m: Any,
+    n: Any,
+    k: Any,
+    a: Any,
+    lda: Any,
+    b: Any,
+    ldb: Any,
+    c: Any,
+    ldc: Any,
+) -> Any:
+    """`c[:m, :n] = a[:m, :k] @ b[:k, :n]`, row-major with leading dimensions lda/ldb/ldc (in
+    elements; each array's last axis contiguous), through the `cblas_?gemm` at `address`."""
+    if (
+        not all(isinstance(x, types.Array) for x in (a, b, c))
+        or len({a.dtype, b.dtype, c.dtype}) != 1
+    ):
+        return None
+    i64 = types.int64
+    sig = types.void(i64, types.boolean, i64, i64, i64, a, i64, b, i64, c, i64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        fa, wide, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
+        real = context.get_value_type(a.dtype)
+        ptr = real.as_pointer()
+        i32 = ir.IntType(32)
+        one, zero = ir.Constant(real, 1.0), ir.Constant(real, 0.0)
+        order, trans = ir.Constant(i32, _ROW_MAJOR), ir.Constant(i32, _NO_TRANS)
+        data = [
+            builder.bitcast(context.make_array(t)(context, builder, v).data, ptr)
+            for t, v in ((a, a_), (b, b_), (c, c_))
+        ]
+        with builder.if_else(wide) as (then, otherwise):
+            for width, block in ((64, then), (32, otherwise)):
+                with block:
+                    it = ir.IntType(width)
+                    m, n, k, lda, ldb, ldc = (
+                        v if width == 64 else builder.trunc(v, it)
+                        for v in (m_, n_, k_, lda_, ldb_, ldc_)
+                    )
+                    params = [i32, i32, i32, it, it, it, real, ptr, it, ptr, it, real, ptr, it]
+                    fnty = ir.FunctionType(ir.VoidType(), params)
+                    fn = builder.inttoptr(fa, fnty.as_pointer())
+                    a_p, b_p, c_p = data
+                    args = [order, trans, trans, m, n, k, one, a_p, lda, b_p, ldb, zero, c_p, ldc]
+                    builder.call(fn, args)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def gemm_operand(x: Any) -> bool:
+    """Whether a 2-D array can be a GEMM operand as it is: rows contiguous, each starting a
+    whole number of elements after the last, at least a row apart (a leading dimension)."""
+    s0, s1 = x.strides
+    size = x.itemsize
+    return bool(s1 == size and s0 % size == 0 and s0 >= x.shape[1] * size)

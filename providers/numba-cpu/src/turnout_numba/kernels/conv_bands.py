@@ -1,0 +1,167 @@
+"""One parallel kernel for a threaded im2col convolution: each band of output rows gathered,
+multiplied and finished by one worker.
+
+With threads, the banded im2col path (`conv._gemm_conv`) ran three parallel steps per band:
+the gather, the product (`pool_matmul`) and the epilogue, each one a launch and a barrier on
+numba's workers for a fraction of a millisecond of work, so a 2-thread conv at ResNet's 56x56
+stage took 0.8x of its 1-thread time. Here a `prange` over the bands does all three for a band
+in one iteration, on one worker, with its columns still in that core's cache: the gather
+(`im2col.tile_lines`, serial), numpy's BLAS GEMM on one thread (`cblas.gemm_call`), then the
+bias, residual Z and activation (`epilogue.activation_lines`). Each worker gathers into its
+own row of a scratch array (`numba.get_thread_id`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from .. import cache
+from ..codegen import numba_array
+from .epilogue import CTOR, activation_lines
+from .im2col import tile_lines
+from .window import GEO, geo_lines, window_arg_types
+
+__all__ = ["BandKernel"]
+
+_IMPORTS = "import numba\nfrom turnout_numba.cblas import gemm_call\n"
+
+_HEAD = """\
+def _conv_bands(image, w3, y2, scratch, bias, full, offs, cols, lo, hi, geo, band,
+                address, ilp64, p0, p1):
+    T = {ctor}
+    zero = T(0)
+    one = T(1)
+    a0 = T(p0)
+    a1 = T(p1)
+{geo}    group = w3.shape[0]
+    mg = w3.shape[1]
+    krows = w3.shape[2]
+    cg = image.shape[0] // group
+    hw = y2.shape[1]
+    ldy = y2.strides[0] // y2.itemsize
+    count = (hw + band - 1) // band
+    for q in prange(count):
+        a = q * band
+        b = min(hw, a + band)
+        width = b - a
+{gather}"""
+
+_GATHER = """\
+        col = scratch[numba.get_thread_id(), : krows * width].reshape((krows, width))
+        for g in range(group):
+            planes = image[g * cg : g * cg + cg]
+{tile}            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
+                      y2[g * mg :, a:], ldy)
+"""
+
+_POINTWISE = """\
+        ldx = image.strides[0] // image.itemsize
+        for g in range(group):
+            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, image[g * cg :, a:], ldx,
+                      y2[g * mg :, a:], ldy)
+"""
+
+_EPILOGUE = """\
+        for j in range(group * mg):
+            yr = y2[j, a:b]
+{bias}{full}            for k in range(width):
+                v = yr[k]{terms}
+{act}                yr[k] = v
+"""
+
+
+def _source(dtype: np.dtype[Any], act: str, bias: bool, full: bool, gather: bool) -> str:
+    steps = _GATHER.format(tile=tile_lines(12, "range", inline=False)) if gather else _POINTWISE
+    text = _HEAD.format(ctor=CTOR[dtype.name], geo=geo_lines(4) if gather else "", gather=steps)
+    if bias or full or act not in ("", "Identity"):
+        text += _EPILOGUE.format(
+            bias="            rv = bias[j]\n" if bias else "",
+            full="            fr = full[j, a:b]\n" if full else "",
+            terms=(" + rv" if bias else "") + (" + fr[k]" if full else ""),
+            act=activation_lines(dtype, act, 16),
+        )
+    return _IMPORTS + "\n\n" + text
+
+
+_NO_WINDOW = (
+    np.zeros(1, np.int64),
+    np.zeros(1, np.int32),
+    np.zeros(1, np.int32),
+    np.zeros(1, np.int32),
+    np.zeros(len(GEO), np.int64),
+)
+"""The window arguments of a pointwise band kernel, which reads none of them."""
+
+
+class BandKernel:
+    """The compiled band kernel of one (dtype, activation, bias?, residual?, gather?)
+    combination. Without `gather` (a pointwise conv) the product reads the image's band of
+    columns in place, as the unthreaded path does."""
+
+    def __init__(
+        self,
+        dtype: np.dtype[Any],
+        activation: tuple[str, float, float],
+        bias: bool,
+        full: bool,
+        gather: bool = True,
+    ) -> None:
+        self.activation = activation
+        text = _source(dtype, activation[0], bias, full, gather)
+        fn = cache.load_source(text, "conv_bands")._conv_bands
+        ro1 = numba_array(dtype, 1, readonly=True, layout="C")
+        ro2 = numba_array(dtype, 2, readonly=True, layout="C")
+        i64 = types.int64
+        sig = types.void(
+            ro2,
+            numba_array(dtype, 3, readonly=True, layout="C"),
+            numba_array(dtype, 2, readonly=False, layout="C"),
+            numba_array(dtype, 2, readonly=False, layout="C"),
+            ro1,
+            ro2,
+            *window_arg_types(),
+            i64,
+            i64,
+            types.boolean,
+            types.float64,
+            types.float64,
+        )
+        self._kern = cache.jit(fn, [sig], parallel=True, imports=_IMPORTS)
+        self._none1 = np.zeros(1, dtype)
+        self._none2 = np.zeros((1, 1), dtype)
+
+    def __call__(
+        self,
+        image: Any,
+        w3: Any,
+        y2: Any,
+        scratch: Any,
+        bias: Any,
+        full: Any,
+        window_args: tuple[Any, ...] | None,
+        band: int,
+        address: int,
+        ilp64: bool,
+    ) -> None:
+        """Convolve one image: `image` (C, L) is the padded planes (or the input, for a direct
+        plan or a pointwise conv), `w3` (group, M/group, C/group*KH*KW), `y2` (M, OH*OW) the
+        output; `scratch` has a row of at least (C/group*KH*KW) * band elements per numba
+        thread. A pointwise kernel takes None for both `scratch` and `window_args`."""
+        _, p0, p1 = self.activation
+        self._kern(
+            image,
+            w3,
+            y2,
+            self._none2 if scratch is None else scratch,
+            self._none1 if bias is None else bias,
+            self._none2 if full is None else full,
+            *(_NO_WINDOW if window_args is None else window_args),
+            band,
+            address,
+            ilp64,
+            p0,
+            p1,
+        )
