@@ -39,8 +39,10 @@ class Gemm:
 @functools.cache
 def find_gemm(dtype_name: str) -> Gemm | None:
     """numpy's BLAS `cblas_sgemm` ("float32") or `cblas_dgemm` ("float64"); None when
-    threadpoolctl is missing or the library exports neither name (products then stay with
-    `np.matmul`)."""
+    threadpoolctl is missing, the library is not OpenBLAS, or its integer width cannot be told
+    (products then stay with `np.matmul`). Names with a `64_`/`_64` suffix take 64-bit
+    integers; plain names are used only where `openblas_get_config` does not say USE64BITINT
+    (a call with the wrong width would read garbage sizes)."""
     letter = {"float32": "s", "float64": "d"}.get(dtype_name)
     if letter is None:
         return None
@@ -48,22 +50,34 @@ def find_gemm(dtype_name: str) -> Gemm | None:
         from threadpoolctl import ThreadpoolController
     except ImportError:
         return None
-    for lib in ThreadpoolController().select(user_api="blas").lib_controllers:
+    for lib in ThreadpoolController().select(internal_api="openblas").lib_controllers:
         try:
             dll = ctypes.CDLL(lib.filepath)
         except OSError:
             continue
         for prefix in ("scipy_", ""):
-            for suffix, ilp64 in (("64_", True), ("_64", True), ("", lib.internal_api == "mkl")):
+            for suffix in ("64_", "_64", ""):
                 fn = getattr(dll, f"{prefix}cblas_{letter}gemm{suffix}", None)
                 if fn is None:
                     continue
-                if not suffix and ilp64:
-                    continue  # MKL's LP64 names: integers are 32-bit
+                ilp64 = bool(suffix)
+                if not ilp64 and _config_says_ilp64(dll, prefix):
+                    continue
                 address = ctypes.cast(fn, ctypes.c_void_p).value
                 if address:
-                    return Gemm(int(address), bool(suffix))
+                    return Gemm(int(address), ilp64)
     return None
+
+
+def _config_says_ilp64(dll: Any, prefix: str) -> bool:
+    """Whether OpenBLAS's build configuration says 64-bit integers (True when unreadable)."""
+    get = getattr(dll, f"{prefix}openblas_get_config", None)
+    if get is None:
+        return True
+    get.restype = ctypes.c_char_p
+    get.argtypes = []
+    config = get() or b""
+    return b"USE64BITINT" in config
 
 
 @intrinsic
