@@ -119,6 +119,23 @@ def test_random_configurations_match_reference(seed: int) -> None:
     _close(got, [np.asarray(w) for w in want])
 
 
+@pytest.mark.parametrize("layout", [0, 1])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_bidirectional_on_two_threads_matches_reference(
+    rng: np.random.Generator, op: str, layout: int
+) -> None:
+    """With threads the two directions run on two workers, each writing its half of Y and of
+    the final states; the input projection (40 x 384 @ 384 x 8*hs) is split between them."""
+    feeds = _inputs(
+        rng, op, steps=40, batch=1, isz=384, hs=96, nd=2, layout=layout, dtype=np.float32,
+        optional=("B", "initial_h", "initial_c"),
+    )  # fmt: skip
+    attrs: dict[str, Any] = {"hidden_size": 96, "direction": "bidirectional", "layout": layout}
+    model = _model(op, feeds, **attrs)
+    got = _numba(model, intra_op_num_threads=2).run(None, feeds)
+    _close(got, [np.asarray(w) for w in ReferenceEvaluator(model).run(None, feeds)])
+
+
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("shape", [(1, 1, 128, 128), (40, 1, 96, 64), (3, 8, 32, 48)])
 def test_small_model_shapes_match_reference(

@@ -37,6 +37,7 @@ from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from ..vecmath import tanh_f32
+from .pool_matmul import pool_matmul, prepare_pool_matmul
 
 __all__ = ["ACTIVATIONS"]
 
@@ -289,6 +290,7 @@ def kernel_source(
     peepholes: bool = False,
     input_forget: bool = False,
     linear_before_reset: bool = False,
+    loop: str = "range",
 ) -> str:
     """The text of `_recurrent(x, wt, xw, rt, bias, rbh, p, lens, h, c, y, layout, rev0)`.
 
@@ -330,7 +332,7 @@ def kernel_source(
         "    steps = y.shape[0] if layout == 0 else y.shape[1]",
         "    isz = wt.shape[0]",
         "    project = xw.shape[0] == 0",
-        "    for d in range(rt.shape[0]):",
+        f"    for d in {loop}(rt.shape[0]):",
         "        rd = rt[d]",
         "        off = d * gh",
         "        acc = np.empty((batch, gh), y.dtype)",
@@ -370,7 +372,7 @@ class _Packed:
 class _Recurrent:
     """The run function of one RNN/GRU/LSTM node (see the module docstring)."""
 
-    def __init__(self, kn: KernelNode) -> None:
+    def __init__(self, kn: KernelNode, parallel: bool) -> None:
         op = self.op = kn.op_type
         self.name = kn.name
         self.gates, _, self.has_cell = _OPS[op]
@@ -393,6 +395,7 @@ class _Recurrent:
             peepholes=peep,
             input_forget=op == "LSTM" and bool(kn.attr("input_forget", 0)),
             linear_before_reset=self.lbr,
+            loop="prange" if parallel and self.nd == 2 else "range",
         )
         fn = cache.load_source(text, "rnn")._recurrent
 
@@ -404,10 +407,13 @@ class _Recurrent:
             types.Array(types.int64, 1, "C", readonly=True),
             a(3, False), a(3, False), a(4, False), types.int64, types.int64,
         )  # fmt: skip
-        # serial even in sessions with threads: running the two directions of a bidirectional
-        # node on two threads measured no faster on a busy 2-core machine (kept out until it
-        # is measured on a quiet one), and a parallel variant costs seconds of compile time
-        self.kern = cache.jit(fn, [sig])
+        # with threads, the two directions of a bidirectional node run on two workers (with
+        # the input projection split too, crnn_ocr_like's BiLSTM at 2 threads went from 575-653
+        # to 375-447 us; onnxruntime 325); a parallel variant costs seconds of compile time
+        # once, so one-direction nodes stay serial
+        self.kern = cache.jit(fn, [sig], parallel=parallel and self.nd == 2)
+        if parallel:
+            prepare_pool_matmul(self.dt)  # the input projection's split
         self._packed: _Packed | None = None
         self._lens: dict[tuple[int, int], Any] = {}  # (batch, steps) -> all rows full length
         self._no_cell = np.zeros((self.nd, 0, 0), self.dt)  # GRU and RNN have no cell state
@@ -524,7 +530,7 @@ class _Recurrent:
         c = self._state(init_c, "initial_c", batch, hs) if self.has_cell else self._no_cell
         x2 = np.ascontiguousarray(x, dt).reshape(-1, isz)
         # few rows: the kernel projects them itself (a BLAS call costs more than it saves)
-        xw = self._no_xw if x2.shape[0] <= _PROJECT_ROWS else np.matmul(x2, pk.wt)
+        xw = self._no_xw if x2.shape[0] <= _PROJECT_ROWS else pool_matmul(x2, pk.wt)
         y_shape = (steps, nd, batch, hs) if layout == 0 else (batch, steps, nd, hs)
         y = np.empty(y_shape, dt)
         args = (x2, pk.wt, xw, pk.rt, pk.bias, pk.rbh, pk.pp, lens, h, c, y, layout, self.rev0)
@@ -537,7 +543,7 @@ class _Recurrent:
 
 
 def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    return _Recurrent(kn)
+    return _Recurrent(kn, ctx.parallel)
 
 
 for _op in _OPS:
