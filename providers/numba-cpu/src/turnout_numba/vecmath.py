@@ -56,7 +56,9 @@ def exp_f32(x: str, out: str) -> list[str]:
     return [
         f"{t}c = {x} if {x} < {_F}(89.0) else {_F}(89.0)",
         f"{t}c = {t}c if {t}c > {_F}(-104.0) else {_F}(-104.0)",
-        f"{t}n = np.rint({t}c * {_F}(1.4426950408889634))",
+        # rint by the 1.5 * 2^23 shift (exact for |x| < 2^22; no fast-math, so LLVM keeps the
+        # add and the subtract): np.rint vectorized worse, 1.10 against 0.91 ns a sigmoid
+        f"{t}n = ({t}c * {_F}(1.4426950408889634) + {_F}(12582912.0)) - {_F}(12582912.0)",
         f"{t}r = {t}c - {t}n * {_F}({_LN2_HI!r}) - {t}n * {_F}({_LN2_LO!r})",
         f"{t}p = {horner(_EXP_Q, f'{t}r', _F)} * ({t}r * {t}r) + {t}r + {_F}(1.0)",
         f"{t}i = np.int32({t}n)",
