@@ -94,23 +94,27 @@ def gemm_call(
     ldb: Any,
     c: Any,
     ldc: Any,
+    beta: Any,
 ) -> Any:
-    """`c[:m, :n] = a[:m, :k] @ b[:k, :n]`, row-major with leading dimensions lda/ldb/ldc (in
-    elements; each array's last axis contiguous), through the `cblas_?gemm` at `address`."""
+    """`c[:m, :n] = a[:m, :k] @ b[:k, :n] + beta * c[:m, :n]`, row-major with leading
+    dimensions lda/ldb/ldc (in elements; each array's last axis contiguous), through the
+    `cblas_?gemm` at `address` (beta 0: c is only written)."""
     if (
         not all(isinstance(x, types.Array) for x in (a, b, c))
         or len({a.dtype, b.dtype, c.dtype}) != 1
+        or not isinstance(beta, types.Float)
     ):
         return None
     i64 = types.int64
-    sig = types.void(i64, types.boolean, i64, i64, i64, a, i64, b, i64, c, i64)
+    sig = types.void(i64, types.boolean, i64, i64, i64, a, i64, b, i64, c, i64, beta)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        fa, wide, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_ = args
+        fa, wide, m_, n_, k_, a_, lda_, b_, ldb_, c_, ldc_, beta_ = args
         real = context.get_value_type(a.dtype)
         ptr = real.as_pointer()
         i32 = ir.IntType(32)
-        one, zero = ir.Constant(real, 1.0), ir.Constant(real, 0.0)
+        one = ir.Constant(real, 1.0)
+        scale = context.cast(builder, beta_, beta, a.dtype)
         order, trans = ir.Constant(i32, _ROW_MAJOR), ir.Constant(i32, _NO_TRANS)
         data = [
             builder.bitcast(context.make_array(t)(context, builder, v).data, ptr)
@@ -128,7 +132,7 @@ def gemm_call(
                     fnty = ir.FunctionType(ir.VoidType(), params)
                     fn = builder.inttoptr(fa, fnty.as_pointer())
                     a_p, b_p, c_p = data
-                    args = [order, trans, trans, m, n, k, one, a_p, lda, b_p, ldb, zero, c_p, ldc]
+                    args = [order, trans, trans, m, n, k, one, a_p, lda, b_p, ldb, scale, c_p, ldc]
                     builder.call(fn, args)
         return context.get_dummy_value()
 

@@ -38,6 +38,7 @@ from turnout.semantics.geometry import (
 from ..cblas import Gemm, find_gemm
 from ..registry import SERIAL_WORK, BuildContext, float_inputs_applies, numba_kernel
 from .conv_bands import BandKernel
+from .conv_shift import SHIFT_MIN_CHANNELS, ShiftGeometry, ShiftKernel
 from .depthwise import depthwise_kernel
 from .epilogue import Epilogue
 from .gemm import present
@@ -82,6 +83,7 @@ class _Plan:
     chunks: int
     band: int  # output pixels per GEMM (whole output rows; `im2col.tile_rows`)
     fused: int  # with threads, output pixels per band of `conv_bands` (0: not used)
+    shift: ShiftGeometry | None  # the "shift" kind's layout (`conv_shift`)
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
     scratch: list[Any] = field(default_factory=list)  # `conv_bands` column buffers
 
@@ -124,7 +126,20 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             im2col[0] = _Im2col(dt, ctx.parallel)
         need_bands("gemm")
 
-    if depthwise is None and not pointwise:
+    shift: list[ShiftKernel | None] = [None]  # stride-1 convs as shifted products
+
+    def need_shift() -> None:
+        if shift[0] is None:
+            shift[0] = ShiftKernel(dt, act, present(kn, 2), has_z, ctx.parallel)
+
+    if (
+        depthwise is None
+        and known
+        and w_shape is not None
+        and _shift_applies(w_shape, group, kn.attr("strides", None) or [1], dt)
+    ):
+        need_shift()
+    elif depthwise is None and not pointwise:
         need_im2col()
     elif pointwise:
         need_bands("pw")
@@ -160,10 +175,25 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             kind = "dw"
         elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
             kind = "pw"
+        elif x.ndim == 4 and _shift_applies(w.shape, group, strides, dt):
+            kind = "shift"
         else:
             kind = "gemm"
         win = None
-        if kind != "pw" and oh_ * ow_ > 0:
+        shape = None
+        if kind == "shift":
+            need_shift()
+            assert shift[0] is not None
+            shape = shift[0].geometry(
+                hw,
+                (pb[0], pb[1]),
+                (oh_, ow_),
+                k2,
+                (dilations[0], dilations[1]),
+                (x.shape[1], m_),
+                numba.get_num_threads() if ctx.parallel else 1,
+            )
+        elif kind != "pw" and oh_ * ow_ > 0:
             win = plan_window(
                 hw,
                 k2,
@@ -189,7 +219,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if kind in bands:
             # numba's count is this thread's and the session's (BLAS's is process-wide)
             fused = fused_band(pixel, ow_, oh_, numba.get_num_threads())
-        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused)
+        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape)
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -229,6 +259,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 after_dw(y, full=full)
             return (y.reshape(p.final),)
         row = None if b is None else np.ascontiguousarray(b)
+        if p.shift is not None:
+            assert shift[0] is not None
+            _shifted_conv(x, w, y, p, p.shift, shift[0], row, full)
+            return (y.reshape(p.final),)
         gemm = find_gemm(dt.name) if p.fused else None
         if gemm is not None:
             _banded_conv(x, w, y, group, p, im2col[0], bands[p.kind], gemm, row, full)
@@ -357,3 +391,47 @@ def _banded_conv(
         p.scratch.append(scratch)
     if padded is not None:
         p.pads.append(padded)
+
+
+def _shift_applies(w_shape: Any, group: int, strides: Any, dt: np.dtype[Any]) -> bool:
+    """Whether a 2-D conv runs as shifted products (`conv_shift`): group 1, stride 1, a
+    kernel larger than 1x1, enough input channels, and numpy's BLAS GEMM found."""
+    return (
+        len(w_shape) == 4
+        and group == 1
+        and all(s == 1 for s in strides)
+        and tuple(w_shape[2:]) != (1, 1)
+        and w_shape[1] >= SHIFT_MIN_CHANNELS
+        and find_gemm(dt.name) is not None
+    )
+
+
+def _shifted_conv(
+    x: Any,
+    w: Any,
+    y: Any,
+    p: _Plan,
+    geo: ShiftGeometry,
+    kern: ShiftKernel,
+    row: Any,
+    full: Any,
+) -> None:
+    """A stride-1 conv by `conv_shift`, with the plan's padded image and scratch buffers
+    (taken by this run, given back after it: concurrent runs each take their own)."""
+    gemm = find_gemm(x.dtype.name)
+    assert gemm is not None
+    run_threads()  # BLAS on one thread in each worker
+    n_, c_ = x.shape[:2]
+    m_ = w.shape[0]
+    padded = p.pads.pop() if p.pads else np.zeros((c_, geo.padded_len), x.dtype)
+    threads = numba.get_num_threads()
+    size = m_ * geo.rows * int(geo.dims[2])
+    scratch = p.scratch.pop() if p.scratch else None
+    if scratch is None or scratch.shape[0] < threads:
+        scratch = np.empty((threads, size), x.dtype)
+    kern(
+        x.reshape(n_, c_, -1), kern.packed(w), y, row, full, geo, padded, scratch,
+        gemm.address, gemm.ilp64,
+    )  # fmt: skip
+    p.scratch.append(scratch)
+    p.pads.append(padded)

@@ -54,14 +54,14 @@ _GATHER = """\
         for g in range(group):
             planes = image[g * cg : g * cg + cg]
 {tile}            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
-                      y2[g * mg :, a:], ldy)
+                      y2[g * mg :, a:], ldy, 0.0)
 """
 
 _POINTWISE = """\
         ldx = image.strides[0] // image.itemsize
         for g in range(group):
             gemm_call(address, ilp64, mg, width, krows, w3[g], krows, image[g * cg :, a:], ldx,
-                      y2[g * mg :, a:], ldy)
+                      y2[g * mg :, a:], ldy, 0.0)
 """
 
 _EPILOGUE = """\

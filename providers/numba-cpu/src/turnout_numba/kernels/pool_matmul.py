@@ -57,14 +57,14 @@ def _pool_matmul(address, ilp64, a, b, c, blocks, by_columns):
         for i in prange(count):
             j = i * step
             gemm_call(address, ilp64, m, min(n, j + step) - j, k, a, lda, b[:, j:], ldb,
-                      c[:, j:], ldc)
+                      c[:, j:], ldc, 0.0)
     else:
         step = (m + blocks - 1) // blocks
         count = (m + step - 1) // step
         for i in prange(count):
             r = i * step
             gemm_call(address, ilp64, min(m, r + step) - r, n, k, a[r:], lda, b, ldb,
-                      c[r:], ldc)
+                      c[r:], ldc, 0.0)
 """
 )
 

@@ -1,0 +1,216 @@
+"""Stride-1 convolutions as a sum of shifted products, without im2col.
+
+A KxK stride-1 conv's im2col panel repeats each input value K*K times: at DenseNet's 56x56
+stage (128 channels in, 3x3) it is 14 MB written and read back per image, about a third of the
+conv's time. Here the image is padded once into rows of width Wp = W + pads (`_PAD`); then
+for each tap (ki, kj) the output, computed Wp wide, gets W[:, :, ki, kj] @ the padded image
+read from offset (ki * dh) * Wp + kj * dw, a plain strided view, by one BLAS GEMM with beta 1
+(`cblas.gemm_call`). The Wp - OW columns past each output row read across the row end; they are
+dropped when each band is copied into the output, with the bias, residual Z and activation
+applied on the way (`epilogue.activation_lines`). Measured (1 thread, the conv alone, numpy
+prototype against the im2col path): 128->32 at 56x56 2.7 against 3.8 ms, 64->64 at 56x56 2.0
+against 2.5, 32->32 at 80x80 1.4 against 1.7; at 14x14 even.
+
+The bands of output rows run in a `prange` loop (with threads, one worker a band); each
+accumulates in its own rows of a scratch array. Used for group 1, stride 1, at least
+`SHIFT_MIN_CHANNELS` input channels (fewer make each tap's GEMM too thin), when numpy's BLAS
+exports `cblas_?gemm`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import types
+
+from .. import cache
+from ..codegen import numba_array
+from .epilogue import CTOR, activation_lines
+from .im2col import TILE_BYTES
+
+__all__ = ["SHIFT_MIN_CHANNELS", "ShiftGeometry", "ShiftKernel", "shift_rows"]
+
+SHIFT_MIN_CHANNELS = 32
+"""Input channels from which a stride-1 conv runs as shifted products (each tap's GEMM has
+this inner dimension); 32->32 at 80x80 gained a fifth."""
+
+_IMPORTS = "import numba\nfrom turnout_numba.cblas import gemm_call\n"
+
+_PAD = """
+def _shift_pad(x, xp, dims):
+    h = dims[0]
+    w = dims[1]
+    wp = dims[2]
+    top = dims[3]
+    left = dims[4]
+    for c in prange(x.shape[0]):
+        src = x[c]
+        dst = xp[c]
+        for i in range(h):
+            row = dst[(i + top) * wp + left :]
+            line = src[i * w : i * w + w]
+            for j in range(w):
+                row[j] = line[j]
+"""
+
+_BANDS = """
+def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, address, ilp64, p0, p1):
+    T = {ctor}
+    zero = T(0)
+    one = T(1)
+    a0 = T(p0)
+    a1 = T(p1)
+    wp = dims[2]
+    oh = dims[5]
+    ow = dims[6]
+    kh = wt.shape[0]
+    kw = wt.shape[1]
+    dh = dims[7]
+    dw = dims[8]
+    m_ = wt.shape[2]
+    c_ = wt.shape[3]
+    lx = xp.shape[1]
+    count = (oh + rows - 1) // rows
+    for q in prange(count):
+        r0 = q * rows
+        r1 = min(oh, r0 + rows)
+        n = (r1 - r0) * wp
+        acc = scratch[{thread}, : m_ * n].reshape((m_, n))
+        beta = 0.0
+        for ki in range(kh):
+            for kj in range(kw):
+                off = (r0 + ki * dh) * wp + kj * dw
+                gemm_call(address, ilp64, m_, n, c_, wt[ki, kj], c_, xp[:, off:], lx, acc, n,
+                          beta)
+                beta = 1.0
+        for j in range(m_):
+{bias}            for r in range(r1 - r0):
+                src = acc[j, r * wp : r * wp + ow]
+                dst = y2[j, (r0 + r) * ow : (r0 + r) * ow + ow]
+{full}                for k in range(ow):
+                    v = src[k]{terms}
+{act}                    dst[k] = v
+"""
+
+
+@dataclass(frozen=True)
+class ShiftGeometry:
+    """One input shape's layout: the padded image (C, Hp * Wp + (KW-1) * dw) and the band
+    height; `dims` packs (H, W, Wp, top, left, OH, OW, dh, dw) for the kernels."""
+
+    dims: Any
+    padded_len: int
+    rows: int
+
+
+def shift_rows(pixel_bytes: int, wide: int, out_h: int, threads: int) -> int:
+    """Output rows per band: as many as keep a band's accumulator and input rows within
+    `TILE_BYTES` (`pixel_bytes` a wide output pixel's share), and with threads no more than
+    give two bands a thread where the image allows."""
+    rows = max(1, TILE_BYTES // max(1, pixel_bytes * wide))
+    if threads > 1:
+        rows = min(rows, max(1, -(-out_h // (2 * threads))))
+    return min(rows, max(1, out_h))
+
+
+class ShiftKernel:
+    """The padding and band kernels of one (dtype, activation, bias?, residual?, parallel?)."""
+
+    def __init__(
+        self,
+        dtype: np.dtype[Any],
+        activation: tuple[str, float, float],
+        bias: bool,
+        full: bool,
+        parallel: bool,
+    ) -> None:
+        self.dtype = dtype
+        self.activation = activation
+        ro = numba_array(dtype, 2, readonly=True, layout="C")
+        rw = numba_array(dtype, 2, readonly=False, layout="C")
+        dims = types.Array(types.int64, 1, "C", readonly=True)
+        pad = cache.load_source(_PAD, "shift_pad")._shift_pad
+        self._pad = cache.jit(pad, [types.void(ro, rw, dims)], parallel=parallel)
+        text = _IMPORTS + _BANDS.format(
+            ctor=CTOR[dtype.name],
+            thread="numba.get_thread_id()" if parallel else "0",
+            bias="            rv = bias[j]\n" if bias else "",
+            full="                fr = full[j, (r0 + r) * ow :]\n" if full else "",
+            terms=(" + rv" if bias else "") + (" + fr[k]" if full else ""),
+            act=activation_lines(dtype, activation[0], 20),
+        )
+        fn = cache.load_source(text, "shift_bands")._shift_bands
+        sig = types.void(
+            ro,
+            numba_array(dtype, 4, readonly=True, layout="C"),
+            rw,
+            rw,
+            numba_array(dtype, 1, readonly=True, layout="C"),
+            ro,
+            dims,
+            types.int64,
+            types.int64,
+            types.boolean,
+            types.float64,
+            types.float64,
+        )
+        self._bands = cache.jit(fn, [sig], parallel=parallel, imports=_IMPORTS)
+        self._none1 = np.zeros(1, dtype)
+        self._none2 = np.zeros((1, 1), dtype)
+        self._weights: tuple[Any, Any] | None = None  # (W as given, W as (KH, KW, M, C))
+
+    def geometry(
+        self,
+        hw: tuple[int, int],
+        pads_begin: tuple[int, int],
+        out: tuple[int, int],
+        kernel: tuple[int, int],
+        dilations: tuple[int, int],
+        channels: tuple[int, int],
+        threads: int,
+    ) -> ShiftGeometry:
+        """The layout for an (H, W) input giving `out` with these pads, kernel and dilations
+        (stride 1), for `channels` (C, M)."""
+        (h, w), (top, left), (oh, ow) = hw, pads_begin, out
+        wp = ow + (kernel[1] - 1) * dilations[1]
+        hp = oh + (kernel[0] - 1) * dilations[0]
+        dims = np.array([h, w, wp, top, left, oh, ow, dilations[0], dilations[1]], np.int64)
+        rows = shift_rows((channels[0] + channels[1]) * self.dtype.itemsize, wp, oh, threads)
+        return ShiftGeometry(dims, hp * wp + (kernel[1] - 1) * dilations[1], rows)
+
+    def packed(self, w: Any) -> Any:
+        """W (M, C, KH, KW) as (KH, KW, M, C), kept while the same array comes back (an
+        initializer reaches the kernel as the same object every run)."""
+        kept = self._weights
+        if kept is not None and kept[0] is w:
+            return kept[1]
+        wt = np.ascontiguousarray(w.transpose(2, 3, 0, 1))
+        self._weights = (w, wt)
+        return wt
+
+    def __call__(
+        self,
+        x: Any,
+        wt: Any,
+        y: Any,
+        bias: Any,
+        full: Any,
+        geo: ShiftGeometry,
+        padded: Any,
+        scratch: Any,
+        address: int,
+        ilp64: bool,
+    ) -> None:
+        """Convolve the images of `x` (N, C, H*W) into `y` (N, M, OH*OW). `padded` is a
+        zeroed (C, geo.padded_len) buffer (only the image's positions are written, so it can be
+        kept between runs); `scratch` has a row of M * rows * Wp elements per numba thread."""
+        _, p0, p1 = self.activation
+        row = self._none1 if bias is None else bias
+        for n in range(x.shape[0]):
+            self._pad(x[n], padded, geo.dims)
+            zn = self._none2 if full is None else full[n]
+            self._bands(
+                padded, wt, y[n], scratch, row, zn, geo.dims, geo.rows, address, ilp64, p0, p1
+            )

@@ -1,0 +1,117 @@
+"""numba Conv's shifted-product path (kernels/conv_shift.py): stride-1 convs with 32+ input
+channels, as one GEMM per tap over the padded image's rows, without im2col.
+
+Every geometry (pads on each side, dilations, rectangular kernels, auto_pad, batches) runs with
+bands of 1, 3 and all output rows, at 1 and 2 threads, with the bias, residual and activation
+variants of the fused epilogue, against onnx.reference in float64; a spy checks the path ran.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numba
+import numpy as np
+import pytest
+from onnx import helper
+
+from turnout.semantics.activations import activation
+from turnout.testing import one_node_model, provider_session, run_reference
+from turnout_numba.kernels import conv as conv_mod
+from turnout_numba.kernels import conv_shift
+
+pytestmark = pytest.mark.skipif(
+    not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], np.dtype(np.float32)),
+    reason="numpy's BLAS exports no cblas_sgemm here (or threadpoolctl is missing)",
+)
+
+GEOMETRIES: list[tuple[str, tuple[int, ...], int, tuple[int, int], dict[str, Any]]] = [
+    # (what, x shape, M, kernel, attributes)
+    ("same 3x3", (1, 32, 9, 11), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("valid 3x3", (2, 33, 8, 7), 5, (3, 3), {}),
+    ("asymmetric pads", (1, 32, 7, 9), 6, (3, 3), {"pads": [0, 2, 1, 0]}),
+    ("dilated", (1, 32, 12, 10), 4, (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
+    ("5x5", (1, 40, 10, 10), 7, (5, 5), {"pads": [2, 2, 2, 2]}),
+    ("1x3", (1, 32, 6, 13), 5, (1, 3), {"pads": [0, 1, 0, 1]}),
+    ("3x1 dilated rows", (1, 32, 14, 5), 3, (3, 1), {"pads": [2, 0, 2, 0], "dilations": [2, 1]}),
+    ("same_upper even", (1, 32, 8, 8), 6, (2, 2), {"auto_pad": "SAME_UPPER"}),
+    ("one output row", (1, 32, 3, 9), 4, (3, 3), {}),
+]
+
+VARIANTS: dict[str, tuple[str, bool, bool]] = {
+    "relu bias z": ("Relu", True, True),
+    "sigmoid bias": ("Sigmoid", True, False),
+    "plain": ("", False, False),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("rows", [1, 3, 10**6])
+@pytest.mark.parametrize(
+    "what, shape, m, kernel, attrs", GEOMETRIES, ids=[g[0] for g in GEOMETRIES]
+)
+def test_shifted_products_match_reference(
+    monkeypatch: pytest.MonkeyPatch,
+    threads: int,
+    variant: str,
+    rows: int,
+    what: str,
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, int],
+    attrs: dict[str, Any],
+) -> None:
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has fewer threads on this machine")
+    monkeypatch.setattr(conv_shift, "shift_rows", lambda *_: rows)
+    ran: list[int] = []
+    real = conv_mod._shifted_conv
+
+    def spy(*args: Any) -> None:
+        ran.append(1)
+        real(*args)
+
+    monkeypatch.setattr(conv_mod, "_shifted_conv", spy)
+    act, with_b, with_z = VARIANTS[variant]
+    rng = np.random.default_rng(zlib.crc32(what.encode()))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((m, shape[1], *kernel)) * 0.2).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    ref = run_reference(conv, [v.astype(np.float64) for v in (x, w, b if with_b else 0 * b)], 17)[0]
+    z = rng.standard_normal(ref.shape).astype(np.float32)
+    names = ["x", "w"] + (["b"] if with_b else []) + (["z"] if with_z else [])
+    feeds = [x, w] + ([b] if with_b else []) + ([z] if with_z else [])
+    if act:
+        node = helper.make_node(
+            "FusedConv", names, ["y"], domain="ai.turnout", activation=act, **attrs
+        )
+    else:
+        node = helper.make_node("Conv", names, ["y"], **attrs)
+    sess = provider_session(
+        one_node_model(node, feeds, 17), "NumbaExecutionProvider", intra_op_num_threads=threads
+    )
+    for _ in range(2):  # the second run reuses the padded image and the scratch
+        got = sess.run(None, dict(zip(names, feeds)))[0]
+        want = activation(act or "Identity", 1.0, 0.0)(ref + (z if with_z else 0))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(ran) == 2
+
+
+def test_what_takes_the_im2col_path_instead() -> None:
+    f32 = np.dtype(np.float32)
+    assert not conv_mod._shift_applies((8, 16, 3, 3), 1, [1, 1], f32)  # too few channels
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [2, 2], f32)  # strided
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 2, [1, 1], f32)  # grouped
+    assert not conv_mod._shift_applies((8, 32, 1, 1), 1, [1, 1], f32)  # pointwise
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], np.dtype(np.float16))
+
+
+def test_band_height_policy() -> None:
+    pixel = (64 + 64) * 4
+    rows = conv_shift.shift_rows(pixel, 58, 56, 1)
+    assert 1 <= rows <= 56 and rows * 58 * pixel <= conv_shift.TILE_BYTES
+    assert -(-56 // conv_shift.shift_rows(pixel, 58, 56, 2)) >= 4  # two bands a thread
+    assert conv_shift.shift_rows(10**6, 10**4, 5, 1) == 1
