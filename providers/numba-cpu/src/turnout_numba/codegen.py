@@ -469,6 +469,8 @@ def _compile_static(
     wrapper only checks shapes, allocates outputs and makes one call."""
     full = np.broadcast_shapes(*(shapes[x] for x in ext)) if ext else ()
     size = math.prod(full)
+    # the kernel's view: adjacent dimensions every value spans alike merged (`_coalesce`)
+    space, kshapes = _coalesce(full, shapes, [*ext, *outputs]) if size else (full, shapes)
     parallel = parallel and size * len(nodes) >= SERIAL_WORK
     live = [x for x in ext if x not in consts]
     bound = [x for x in ext if x in consts]
@@ -503,7 +505,7 @@ def _compile_static(
         read: dict[str, str] = {}
         hoisted: list[str] = []
         for x in dict.fromkeys(x for n in members for x in n.inputs if x in where):
-            s = shapes[x]
+            s = kshapes[x]
             if x not in offset and not s:
                 # a 0-d input is read once, before the loops: inside a prange loop numba's
                 # parfor lowering passes a 0-d array on as a scalar and fails to index it
@@ -522,7 +524,7 @@ def _compile_static(
             read[x] = f"{where[x]}[{' + '.join(terms)}]"
         body, var = _scalar_body(members, read)
         for y in outs:
-            s = shapes[y]
+            s = kshapes[y]
             lead = rank - len(s)
             # a value smaller than the iteration space is stored once, at index 0 of the
             # dimensions it is broadcast along
@@ -569,7 +571,7 @@ def _compile_static(
     args += [f"out{k}" for k in range(len(outputs))]
     lines = [_PRELUDE_SRC, f"def kernel({', '.join(args)}):"]
     if size:
-        lines += nest(full, nodes, outputs)
+        lines += nest(space, nodes, outputs)
     else:
         # An empty iteration space can still have non-empty exported values (Tanh of a [1, 4]
         # input next to an Add with a [0, 4] one): each is computed over its own shape, from
@@ -588,10 +590,10 @@ def _compile_static(
 
     out_c = [_group_dtype(info[y]) for y in outputs]
     sig = types.void(
-        *[numba_array(in_c[x], len(shapes[x]), readonly=True, layout="C") for x in live],
+        *[numba_array(in_c[x], len(kshapes[x]), readonly=True, layout="C") for x in live],
         *[numba_array(d, 1, readonly=True, layout="C") for d in buf_dt],
         *[
-            numba_array(c, len(shapes[y]), readonly=False, layout="C")
+            numba_array(c, len(kshapes[y]), readonly=False, layout="C")
             for y, c in zip(outputs, out_c)
         ],
     )
@@ -619,13 +621,13 @@ def _compile_static(
             bufs.append(b)
         return bufs
 
-    fn = _static_wrapper(ext, live, bound, outputs, info, shapes, kern, pack, consts, bad)
+    fn = _static_wrapper(ext, live, bound, outputs, info, shapes, kshapes, kern, pack, consts, bad)
     # one call on zeros now: a compiled function's first call is slow (~ms), and it belongs
     # to session creation, not to the first run (elementwise ops only: zeros are safe inputs)
     kern(
-        *[np.zeros(shapes[x], in_c[x]) for x in live],
+        *[np.zeros(kshapes[x], in_c[x]) for x in live],
         *pack([consts[x] for x in bound]),
-        *[np.empty(shapes[y], c) for y, c in zip(outputs, out_c)],
+        *[np.empty(kshapes[y], c) for y, c in zip(outputs, out_c)],
     )
     return GroupKernel(name, tuple(ext), tuple(outputs), fn, source, static=True)
 
@@ -643,13 +645,15 @@ def _static_wrapper(
     outputs: Sequence[str],
     info: dict[str, Any],
     shapes: dict[str, tuple[int, ...]],
+    kshapes: dict[str, tuple[int, ...]],
     kern: Any,
     pack: Callable[[Sequence[Any]], list[np.ndarray]],
     consts: Mapping[str, np.ndarray],
     bad: Callable[[int, Any], InvalidArgument],
 ) -> Callable[..., tuple[Any, ...]]:
     """The run function, generated: a shape compare per live input, an identity check per
-    bound constant, one np.empty per output and one kernel call."""
+    bound constant, one np.empty per output and one kernel call. The kernel takes every live
+    input and output in its `kshapes` view (a reshape of the C-contiguous array)."""
     cb = pack([consts[x] for x in bound])
     env: dict[str, Any] = {
         "_kern": kern,
@@ -673,6 +677,8 @@ def _static_wrapper(
             # vectorize (measured 5-9x slower for a SiLU group); a view (a transpose, a
             # split) is copied once
             src += [f"    if not {a}.flags.c_contiguous:", f"        {a} = _contig({a})"]
+        if kshapes[x] != shapes[x]:
+            src.append(f"    {a} = {a}.reshape({kshapes[x]!r})")
         kargs.append(a)
     if bound:
         # Constants were packed at compile time. The step still passes them, only so that a
@@ -695,13 +701,14 @@ def _static_wrapper(
     for k, y in enumerate(outputs):
         dt, c = info[y].dtype, compute_dtype(info[y].dtype)
         env[f"D{k}"] = c
-        src.append(f"    o{k} = _empty({shapes[y]!r}, D{k})")
+        src.append(f"    o{k} = _empty({kshapes[y]!r}, D{k})")
         kargs.append(f"o{k}")
+        ret = f"o{k}" if kshapes[y] == shapes[y] else f"o{k}.reshape({shapes[y]!r})"
         if c != dt:
             env[f"B{k}"] = dt
-            rets.append(f"o{k}.astype(B{k})")
+            rets.append(f"{ret}.astype(B{k})")
         else:
-            rets.append(f"o{k}")
+            rets.append(ret)
     src.append(f"    _kern({', '.join(kargs)})")
     src.append(f"    return ({', '.join(rets)},)")
     code = compile("\n".join(src) + "\n", "<turnout_numba static group>", "exec")
@@ -904,6 +911,38 @@ def _compile_dynamic(
     rows = len(versions) > 1
     run = _wrapper(nodes, ext, outputs, info, rank, ones, kernels, name, spans, rows)
     return GroupKernel(name, tuple(ext), tuple(outputs), run, source)
+
+
+def _coalesce(
+    space: tuple[int, ...], shapes: Mapping[str, tuple[int, ...]], values: Sequence[str]
+) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
+    """The static kernel's iteration space with adjacent dimensions merged where every value
+    in `values` is full along both or broadcast (1) along both, and each value's shape in it
+    (0-d values stay 0-d); other shapes are kept. A Sigmoid over (1, 3, 40, 40, 85) loops once
+    over 408000 elements instead of 4800 rows of 85 (0.68 against 0.37 ms: the short inner
+    loop's vector tail and index arithmetic)."""
+    rank = len(space)
+    names = [x for x in dict.fromkeys(values) if shapes[x]]
+
+    def full_along(s: tuple[int, ...], d: int) -> bool:
+        lead = rank - len(s)
+        return d >= lead and s[d - lead] != 1
+
+    runs: list[list[Any]] = []  # [start, end, pattern (None: only unit dimensions so far)]
+    for d in range(rank):
+        pat = None if space[d] == 1 else tuple(full_along(shapes[x], d) for x in names)
+        if runs and (pat is None or runs[-1][2] is None or runs[-1][2] == pat):
+            runs[-1][1] = d + 1
+            runs[-1][2] = runs[-1][2] or pat
+        else:
+            runs.append([d, d + 1, pat])
+    merged = tuple(math.prod(space[a:b]) for a, b, _ in runs)
+    out = dict(shapes)
+    for k, x in enumerate(names):
+        out[x] = tuple(
+            math.prod(space[a:b]) if pat is not None and pat[k] else 1 for a, b, pat in runs
+        )
+    return merged, out
 
 
 def _collapse(
