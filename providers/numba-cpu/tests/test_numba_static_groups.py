@@ -268,7 +268,7 @@ def test_symbolic_dims_keep_the_dynamic_path() -> None:
     assert not gk.static
     # both variants are compiled: small runs take the serial one
     kernel = cache.load_source(gk.source, "ew").kernel
-    assert (kernel, False) in cache._DISPATCHERS and (kernel, True) in cache._DISPATCHERS
+    assert {(kernel, False), (kernel, True)} <= {k[:2] for k in cache._DISPATCHERS}
 
 
 def test_dynamic_group_follows_changing_shapes_and_refuses_a_bad_one() -> None:

@@ -133,22 +133,29 @@ def jit(
     *,
     parallel: bool = False,
     imports: str = "",
+    contract: bool = False,
 ) -> Callable[..., Any]:
     """A numba dispatcher for `pyfunc` with `sigs` compiled now (loaded from cache if there).
 
     The function is compiled from a copy of its source with the standard prelude (math, np,
     prange) and `imports` (import lines for the other names it calls, such as an intrinsic).
+    `contract` lets LLVM fuse a multiply and an add into one FMA (fast-math `contract` only: no
+    reassociation, no NaN/inf assumptions); kernels that evaluate `vecmath` polynomials ask for
+    it (a vectorized float32 sigmoid 1.1 -> 0.8 ns an element), the others keep numpy's
+    two-rounding arithmetic bit for bit.
     Dispatchers are shared in-process per (function, parallel); asking again for a signature
     already compiled costs nothing.
     """
     with _LOCK:
-        key = (pyfunc, parallel)
+        key = (pyfunc, parallel, contract)
         disp = _DISPATCHERS.get(key)
         root = cache_dir()
         use_cache = _writable(root)
         if disp is None:
-            variant = getattr(_variant_module(pyfunc, parallel, imports), pyfunc.__name__)
+            variant = getattr(_variant_module(pyfunc, parallel, imports, contract), pyfunc.__name__)
             opts: dict[str, Any] = {"nogil": True, "parallel": parallel, "error_model": "numpy"}
+            if contract:
+                opts["fastmath"] = {"contract"}
             if use_cache:
                 with _numba_cache_at(root):
                     disp = numba.njit(cache=True, **opts)(variant)
@@ -189,7 +196,9 @@ def _accept_writable(disp: Any) -> None:
                         ctx.install_possible_conversions([actual], [formal])
 
 
-def _variant_module(pyfunc: Callable[..., Any], parallel: bool, imports: str = "") -> ModuleType:
+def _variant_module(
+    pyfunc: Callable[..., Any], parallel: bool, imports: str = "", contract: bool = False
+) -> ModuleType:
     """The generated module holding `pyfunc`'s source for one compile flag. numba's cache
     index does not record compile flags: the serial and the parallel variant of a function
     get their own source file, hence their own cache entries.
@@ -200,7 +209,10 @@ def _variant_module(pyfunc: Callable[..., Any], parallel: bool, imports: str = "
     origin = inspect.getsourcefile(pyfunc) or ""
     try:
         st = os.stat(origin)
-        stamp = f"{origin}|{st.st_size}|{st.st_mtime_ns}|{pyfunc.__qualname__}|{parallel}|{imports}"
+        stamp = (
+            f"{origin}|{st.st_size}|{st.st_mtime_ns}|{pyfunc.__qualname__}|{parallel}|{imports}"
+            f"|{contract}"
+        )
     except OSError:
         stamp = ""
     note = cache_dir() / "src" / f"note_{hashlib.sha256(stamp.encode()).hexdigest()[:20]}"
@@ -213,7 +225,9 @@ def _variant_module(pyfunc: Callable[..., Any], parallel: bool, imports: str = "
         if found is not None and hasattr(found, pyfunc.__name__):
             return found  # (a module without it: a note written from a stale source, below)
     text = (
-        f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}\n{_PRELUDE}{imports}\n\n"
+        f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}"
+        + (", fastmath=contract" if contract else "")
+        + f"\n{_PRELUDE}{imports}\n\n"
         + textwrap.dedent(inspect.getsource(pyfunc))
     )
     try:

@@ -41,9 +41,18 @@ class SizedKernel:
     `SERIAL_WORK` a parallel launch costs more than it saves, and on a busy machine a launch
     waits for every worker thread to be scheduled."""
 
-    def __init__(self, pyfunc: Callable[..., Any], sigs: Sequence[Any], parallel: bool) -> None:
-        self.serial = cache.jit(pyfunc, sigs, parallel=False)
-        self.parallel = cache.jit(pyfunc, sigs, parallel=True) if parallel else self.serial
+    def __init__(
+        self,
+        pyfunc: Callable[..., Any],
+        sigs: Sequence[Any],
+        parallel: bool,
+        *,
+        contract: bool = False,
+    ) -> None:
+        self.serial = cache.jit(pyfunc, sigs, parallel=False, contract=contract)
+        self.parallel = (
+            cache.jit(pyfunc, sigs, parallel=True, contract=contract) if parallel else self.serial
+        )
 
     def __call__(self, work: int, *args: Any) -> Any:
         return (self.parallel if work >= SERIAL_WORK else self.serial)(*args)
@@ -55,9 +64,12 @@ class BuildContext:
 
     parallel: bool = True
 
-    def jit(self, pyfunc: Callable[..., Any], sigs: Sequence[Any]) -> SizedKernel:
-        """Compile `pyfunc` for this session: serial, plus parallel when threads > 1."""
-        return SizedKernel(pyfunc, sigs, self.parallel)
+    def jit(
+        self, pyfunc: Callable[..., Any], sigs: Sequence[Any], *, contract: bool = False
+    ) -> SizedKernel:
+        """Compile `pyfunc` for this session: serial, plus parallel when threads > 1
+        (`contract`: FMAs allowed, for kernels evaluating `vecmath` expansions)."""
+        return SizedKernel(pyfunc, sigs, self.parallel, contract=contract)
 
 
 Applies = Callable[[KernelNode], "str | None"]

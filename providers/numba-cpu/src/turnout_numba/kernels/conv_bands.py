@@ -20,6 +20,7 @@ from numba import types
 
 from .. import cache
 from ..codegen import numba_array
+from ..vecmath import contracts
 from .epilogue import CTOR, activation_lines
 from .im2col import tile_lines
 from .window import GEO, geo_lines, window_arg_types
@@ -129,7 +130,7 @@ class BandKernel:
             types.float64,
             types.float64,
         )
-        self._kern = cache.jit(fn, [sig], parallel=True, imports=_IMPORTS)
+        self._kern = cache.jit(fn, [sig], parallel=True, imports=_IMPORTS, contract=contracts(text))
         self._none1 = np.zeros(1, dtype)
         self._none2 = np.zeros((1, 1), dtype)
 

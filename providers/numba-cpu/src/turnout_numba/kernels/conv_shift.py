@@ -27,6 +27,7 @@ from numba import types
 
 from .. import cache
 from ..codegen import numba_array
+from ..vecmath import contracts
 from .epilogue import CTOR, activation_lines
 from .im2col import TILE_BYTES
 
@@ -156,7 +157,9 @@ class ShiftKernel:
             types.float64,
             types.float64,
         )
-        self._bands = cache.jit(fn, [sig], parallel=parallel, imports=_IMPORTS)
+        self._bands = cache.jit(
+            fn, [sig], parallel=parallel, imports=_IMPORTS, contract=contracts(text)
+        )
         self._none1 = np.zeros(1, dtype)
         self._none2 = np.zeros((1, 1), dtype)
         self._weights: tuple[Any, Any] | None = None  # (W as given, W as (KH, KW, M, C))

@@ -21,7 +21,7 @@ from turnout.semantics.activations import ACTIVATION_DEFAULTS
 from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
-from ..vecmath import horner, sigmoid_f32, tanh_f32
+from ..vecmath import MARK, contracts, horner, sigmoid_f32, tanh_f32
 
 __all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines"]
 
@@ -67,6 +67,7 @@ _ERF_Q = (1.0, 0.49885329604148865, 0.1126558929681778, 0.014685029163956642,
 
 
 _GELU_F32 = (
+    f"{MARK}\n"
     "u = v * T(0.7071067811865476)\n"
     "u = T(-3.925) if u < T(-3.925) else u\n"
     "u = T(3.925) if u > T(3.925) else u\n"
@@ -155,7 +156,7 @@ class Epilogue:
             types.int64,
             types.int64,
         )
-        self._kern = SizedKernel(fn, [sig], parallel)
+        self._kern = SizedKernel(fn, [sig], parallel, contract=contracts(text))
         self._vec = np.zeros(1, dtype)
         self._full = np.zeros((1, 1, 1), dtype)
         # one call of each variant now: a compiled function's first call is slow (~ms), and

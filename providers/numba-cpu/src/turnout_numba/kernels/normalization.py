@@ -26,7 +26,7 @@ from ..registry import (
     float_inputs_applies,
     numba_kernel,
 )
-from ..vecmath import exp_f32
+from ..vecmath import contracts, exp_f32
 
 __all__: list[str] = []
 
@@ -161,14 +161,16 @@ def _softmax_source(c: np.dtype[Any], log: bool, cols: bool) -> str:
 def _softmax_kernel(c: np.dtype[Any], log: bool, cols: bool, ctx: BuildContext) -> SizedKernel:
     """The rows kernel (softmax over the last axis of a (rows, n) view) or the cols kernel
     (over the middle axis of (pre, n, post)), compiled for this session (memoized)."""
-    mod = cache.load_source(_softmax_source(c, log, cols), "softmax")
+    source = _softmax_source(c, log, cols)
+    mod = cache.load_source(source, "softmax")
+    fma = contracts(source)
     if cols:
         sig = types.void(
             numba_array(c, 3, readonly=True, layout="C"),
             numba_array(c, 3, readonly=False, layout="C"),
             types.int64,
         )
-        return ctx.jit(mod._softmax_cols, [sig])
+        return ctx.jit(mod._softmax_cols, [sig], contract=fma)
     sig = types.void(
         numba_array(c, 2, readonly=True, layout="C"),
         numba_array(np.dtype(f"int{c.itemsize * 8}"), 2, readonly=True, layout="C"),
@@ -176,7 +178,7 @@ def _softmax_kernel(c: np.dtype[Any], log: bool, cols: bool, ctx: BuildContext) 
         types.int64,
         types.int64,
     )
-    return ctx.jit(mod._softmax_rows, [sig])
+    return ctx.jit(mod._softmax_rows, [sig], contract=fma)
 
 
 def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:

@@ -36,7 +36,7 @@ from turnout.semantics.recurrent import recurrent_attrs
 from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
-from ..vecmath import tanh_f32
+from ..vecmath import contracts, tanh_f32
 from .pool_matmul import pool_matmul, prepare_pool_matmul
 
 __all__ = ["ACTIVATIONS"]
@@ -411,7 +411,9 @@ class _Recurrent:
         # the input projection split too, crnn_ocr_like's BiLSTM at 2 threads went from 575-653
         # to 375-447 us; onnxruntime 325); a parallel variant costs seconds of compile time
         # once, so one-direction nodes stay serial
-        self.kern = cache.jit(fn, [sig], parallel=parallel and self.nd == 2)
+        self.kern = cache.jit(
+            fn, [sig], parallel=parallel and self.nd == 2, contract=contracts(text)
+        )
         if parallel:
             prepare_pool_matmul(self.dt)  # the input projection's split
         self._packed: _Packed | None = None
