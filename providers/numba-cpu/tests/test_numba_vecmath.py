@@ -19,7 +19,9 @@ from turnout_numba.vecmath import exp_f32, sigmoid_f32, tanh_f32
 _ALL_BITS_STRIDE = 509  # ~8.4M of the 2^32 float32 bit patterns
 
 
-def _kernel(stmts: Callable[[str, str], list[str]]) -> Any:
+def _kernel(stmts: Callable[[str, str], list[str]], contract: bool) -> Any:
+    """The statements in a loop, compiled as the provider compiles kernels holding them (with
+    fast-math `contract`, `vecmath.MARK`) or without it: both must meet the bounds."""
     body = "".join(f"        {s}\n" for s in stmts("x", "v"))
     src = (
         "def k(a, out):\n    for i in range(a.shape[0]):\n        x = a[i]\n"
@@ -28,7 +30,8 @@ def _kernel(stmts: Callable[[str, str], list[str]]) -> Any:
     )
     env: dict[str, Any] = {"np": np}
     exec(src, env)
-    return numba.njit(error_model="numpy")(env["k"])
+    fastmath = {"contract"} if contract else False
+    return numba.njit(error_model="numpy", fastmath=fastmath)(env["k"])
 
 
 def _sample() -> np.ndarray:
@@ -70,14 +73,15 @@ def _f64(x: np.ndarray) -> np.ndarray:
         return x.astype(np.float64)
 
 
-def _run(stmts: Callable[[str, str], list[str]], x: np.ndarray) -> np.ndarray:
+def _run(stmts: Callable[[str, str], list[str]], x: np.ndarray, contract: bool) -> np.ndarray:
     out = np.empty_like(x)
-    _kernel(stmts)(x, out)
+    _kernel(stmts, contract)(x, out)
     return out
 
 
-def test_exp_within_one_ulp_of_correctly_rounded(sample: np.ndarray) -> None:
-    got = _run(exp_f32, sample)
+@pytest.mark.parametrize("contract", [False, True], ids=["two-roundings", "fma"])
+def test_exp_within_one_ulp_of_correctly_rounded(sample: np.ndarray, contract: bool) -> None:
+    got = _run(exp_f32, sample, contract)
     with np.errstate(over="ignore", invalid="ignore"):
         want = np.exp(_f64(sample)).astype(np.float32)
     nan = np.isnan(want)
@@ -87,8 +91,9 @@ def test_exp_within_one_ulp_of_correctly_rounded(sample: np.ndarray) -> None:
     assert np.all(got[~nan] >= 0)
 
 
-def test_sigmoid_relative_accuracy(sample: np.ndarray) -> None:
-    got = _run(sigmoid_f32, sample)
+@pytest.mark.parametrize("contract", [False, True], ids=["two-roundings", "fma"])
+def test_sigmoid_relative_accuracy(sample: np.ndarray, contract: bool) -> None:
+    got = _run(sigmoid_f32, sample, contract)
     with np.errstate(all="ignore"):
         want = (1.0 / (1.0 + np.exp(-_f64(sample)))).astype(np.float32)
     nan = np.isnan(want)
@@ -97,8 +102,9 @@ def test_sigmoid_relative_accuracy(sample: np.ndarray) -> None:
     assert got[-4] == 1.0 and got[-3] == 0.0
 
 
-def test_tanh_relative_accuracy(sample: np.ndarray) -> None:
-    got = _run(tanh_f32, sample)
+@pytest.mark.parametrize("contract", [False, True], ids=["two-roundings", "fma"])
+def test_tanh_relative_accuracy(sample: np.ndarray, contract: bool) -> None:
+    got = _run(tanh_f32, sample, contract)
     want = np.tanh(_f64(sample))
     nan = np.isnan(want)
     np.testing.assert_array_equal(np.isnan(got), nan)

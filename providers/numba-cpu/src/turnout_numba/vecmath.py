@@ -107,4 +107,7 @@ def tanh_f32(x: str, out: str) -> list[str]:
         f"{out} = {u} * {horner(TANH_P, s, _F)} / {horner(TANH_Q, s, _F)}",
         f"{out} = {_F}(1.0) if {out} > {_F}(1.0) else {out}",
         f"{out} = {_F}(-1.0) if {out} < {_F}(-1.0) else {out}",
+        # exactly +-1 from |x| >= 9 (tanh(9) rounds to 1): with FMAs the fit gives 1 - 2^-24
+        f"{out} = {_F}(1.0) if {u} >= {_F}(9.0) else {out}",
+        f"{out} = {_F}(-1.0) if {u} <= {_F}(-9.0) else {out}",
     ]
