@@ -13,7 +13,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout import blas_threads
-from turnout.blas_threads import BLAS_SERIAL_MACS, BlasThreads, blas_matmul, blas_threads_for
+from turnout.blas_threads import (
+    BLAS_SERIAL_MACS,
+    BlasThreads,
+    blas_matmul,
+    blas_threads_for,
+    run_threads,
+)
 
 BIG = (256, 256, 256)  # 16.8 M multiply-adds: above the serial limit
 SMALL = (100, 320, 124)  # text_cnn_like's largest convolution GEMM, 4 M
@@ -39,6 +45,23 @@ def two_thread_run() -> Any:
         yield
     finally:
         BlasThreads.exit(changed)
+
+
+def test_each_python_thread_has_its_own_run_budget(two_thread_run: None) -> None:
+    """A one-thread session's run starting and ending on another thread leaves this run's
+    budget alone (it was process-wide, and the other run's end reset it to serial)."""
+    seen: list[int] = []
+
+    def other_session_run() -> None:
+        seen.append(run_threads())  # no managed run on this thread
+        changed = BlasThreads(1).enter()
+        BlasThreads.exit(changed)
+
+    t = threading.Thread(target=other_session_run)
+    t.start()
+    t.join()
+    assert seen == [0]
+    assert run_threads() == 2
 
 
 RNG = np.random.default_rng(3)

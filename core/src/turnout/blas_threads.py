@@ -30,7 +30,7 @@ on this noisy machine and kept it serial nearly all the time (densenet121, squee
 other processes runnable, 1.0-1.3x its serial time at the median (OpenBLAS's: 30-200x).
 OpenBLAS's count is process-wide: sessions running at once from several Python threads share
 it, as they did before; their products share the helpers (a busy helper's blocks are the
-caller's).
+caller's). Each run's thread budget is its own thread's (`_Run`).
 """
 
 from __future__ import annotations
@@ -62,8 +62,11 @@ _ALIGN = 16  # block widths are multiples of 16 elements (a 64-byte line of floa
 _SPLIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-class _Run:
-    """The thread budget of the run in progress (process-wide, like BLAS's own count)."""
+class _Run(threading.local):
+    """The thread budget of the run in progress on this Python thread. Per thread: a session
+    running beside another (each from its own thread) keeps its own budget, where a shared one
+    was overwritten by whichever run started or ended last. BLAS's count, which `run_threads`
+    holds at one, stays process-wide."""
 
     threads = 0  # 0: no managed run, `blas_matmul` is plain np.matmul
     current = 0  # the count last set
