@@ -33,6 +33,8 @@ ACTIVATIONS: list[tuple[str, list[float]]] = [
 ]
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 
+pytestmark = pytest.mark.usefixtures("conv_kernel_paths")
+
 
 def _model(node: onnx.NodeProto, feeds: dict[str, np.ndarray], n_out: int = 1) -> bytes:
     """A one-node model; inputs other than x, w, a and b get no declared shape, so that the

@@ -30,6 +30,8 @@ GEOMETRIES: list[tuple[str, tuple[int, ...], int, tuple[int, ...], dict[str, Any
     ("1-D stride 2", (1, 4, 41), 3, (3,), {"pads": [1, 1], "strides": [2]}),
 ]
 
+pytestmark = pytest.mark.usefixtures("conv_kernel_paths")
+
 
 def _case(what: str, shape: tuple[int, ...], m: int, kernel: tuple[int, ...], attrs: Any) -> Any:
     rng = np.random.default_rng(zlib.crc32(what.encode()))

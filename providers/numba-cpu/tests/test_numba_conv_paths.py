@@ -32,6 +32,8 @@ ACTIVATIONS: list[tuple[str, list[float]]] = [
     ("Swish", [1.5]),
 ]
 
+pytestmark = pytest.mark.usefixtures("conv_kernel_paths")
+
 
 def _reference(
     x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: dict[str, Any]

@@ -21,10 +21,13 @@ from turnout.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels import conv as conv_mod
 from turnout_numba.kernels import conv_shift
 
-pytestmark = pytest.mark.skipif(
-    not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], np.dtype(np.float32)),
-    reason="numpy's BLAS exports no cblas_sgemm here (or threadpoolctl is missing)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], np.dtype(np.float32), 56, 1),
+        reason="numpy's BLAS exports no cblas_sgemm here (or threadpoolctl is missing)",
+    ),
+    pytest.mark.usefixtures("conv_kernel_paths"),
+]
 
 GEOMETRIES: list[tuple[str, tuple[int, ...], int, tuple[int, int], dict[str, Any]]] = [
     # (what, x shape, M, kernel, attributes)
@@ -100,13 +103,18 @@ def test_shifted_products_match_reference(
     assert len(ran) == 2
 
 
-def test_what_takes_the_im2col_path_instead() -> None:
+def test_what_takes_the_im2col_path_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.undo()  # the real output-width rule
     f32 = np.dtype(np.float32)
-    assert not conv_mod._shift_applies((8, 16, 3, 3), 1, [1, 1], f32)  # too few channels
-    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [2, 2], f32)  # strided
-    assert not conv_mod._shift_applies((8, 32, 3, 3), 2, [1, 1], f32)  # grouped
-    assert not conv_mod._shift_applies((8, 32, 1, 1), 1, [1, 1], f32)  # pointwise
-    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], np.dtype(np.float16))
+    assert conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], f32, 16, 1)
+    assert not conv_mod._shift_applies((8, 16, 3, 3), 1, [1, 1], f32, 56, 1)  # too few channels
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [2, 2], f32, 56, 1)  # strided
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 2, [1, 1], f32, 56, 1)  # grouped
+    assert not conv_mod._shift_applies((8, 32, 1, 1), 1, [1, 1], f32, 56, 1)  # pointwise
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], np.dtype(np.float16), 56, 1)
+    # outputs so narrow that the padded columns would be too large a share: 14 wide, 3x3
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], f32, 14, 1)
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], f32, 20, 2)  # dilated
 
 
 def test_band_height_policy() -> None:

@@ -47,6 +47,8 @@ GEOMETRIES: list[tuple[str, tuple[int, ...], int, int, tuple[int, ...], dict[str
     ("1-D stride 2", (1, 4, 41), 3, 1, (3,), {"pads": [1, 1], "strides": [2]}),
 ]
 
+pytestmark = pytest.mark.usefixtures("conv_kernel_paths")
+
 
 def _run(
     x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | None, **attrs: Any

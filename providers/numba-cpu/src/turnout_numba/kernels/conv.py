@@ -1,6 +1,7 @@
 """Conv and FusedConv (ai.turnout) for 1-D and 2-D float inputs.
 
-Three paths, chosen when the session is created from the weight's shape and `group`:
+The path is chosen from the weight's shape and `group` when the session is created, and
+refined on the first run at each input shape:
 - depthwise (one input channel per group, at most `DEPTHWISE_MAX_MULTIPLIER` outputs each):
   a direct loop with the taps unrolled and the bias and activation applied as the output is
   written (`depthwise.py`); a GEMM per channel would be a 1-row matrix product;
@@ -9,7 +10,13 @@ Three paths, chosen when the session is created from the weight's shape and `gro
 - otherwise im2col (`im2col.py`): the image is padded once along the same `window.Window`
   plan as the depthwise kernel, then per group the patches of a band of output rows are laid
   out as (C/group*KH*KW, rows*OW) and a BLAS GEMM writes that band of the group's output
-  channels in place, while the band's columns are still in cache.
+  channels in place, while the band's columns are still in cache;
+- stride-1 convs with enough input channels and wide enough outputs: shifted products, one GEMM
+  per tap over the padded image, without im2col (`conv_shift.py`);
+- with threads, im2col and pointwise convs whose image outweighs their weights: one parallel
+  kernel per image, a band of outputs per worker (`conv_bands.py`);
+- small im2col convs (`SMALL_CONV_COLUMNS`): the CPU provider's numpy kernel, whose few calls
+  cost less than the gather, product and epilogue here.
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
 GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
 provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
@@ -27,6 +34,7 @@ import numpy as np
 from turnout.blas_threads import run_threads
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.providers.cpu import numpy_kernels
 from turnout.semantics.activations import activation_of
 from turnout.semantics.geometry import (
     check_conv_channels,
@@ -38,7 +46,7 @@ from turnout.semantics.geometry import (
 from ..cblas import Gemm, find_gemm
 from ..registry import SERIAL_WORK, BuildContext, float_inputs_applies, numba_kernel
 from .conv_bands import BandKernel
-from .conv_shift import SHIFT_MIN_CHANNELS, ShiftGeometry, ShiftKernel
+from .conv_shift import SHIFT_MAX_WASTE, SHIFT_MIN_CHANNELS, ShiftGeometry, ShiftKernel
 from .depthwise import depthwise_kernel
 from .epilogue import Epilogue
 from .gemm import present
@@ -46,12 +54,26 @@ from .im2col import MIN_TILE, fused_band, pad_kernel, tile_kernel, tile_rows
 from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
 from .window import GEO, Window, plan_window
 
-__all__ = ["DEPTHWISE_MAX_MULTIPLIER"]
+__all__ = ["DEPTHWISE_MAX_MULTIPLIER", "FUSED_MIN_COLUMNS", "SMALL_CONV_COLUMNS"]
 
 DEPTHWISE_MAX_MULTIPLIER = 4
 """A conv with one input channel per group and at most this many outputs per group runs the
 direct depthwise kernel; with more (a 1-channel audio front end with 258 filters) the outputs
 share each patch, which a GEMM does better."""
+
+SMALL_CONV_COLUMNS = 1 << 15
+"""An im2col conv whose column matrix (C/group*KH*KW by OH*OW) has at most this many elements
+runs the CPU provider's numpy kernel: a strided view copied once and one matmul, about 15 us
+less per call than the gather kernel, the product and the epilogue here (1-D, 128 channels,
+kernel 3, 1 thread: 3 wide 33 against 54 us, 64 wide 93 against 115; at 256 wide, 98K
+elements, numpy's took 486 us and this path 313)."""
+
+FUSED_MIN_COLUMNS = 2
+"""With threads, a conv runs as one fused kernel over bands of output pixels (`conv_bands`)
+only with at least this many output pixels per output channel of a group. Each band packs all
+of the group's weights, so where those outweigh the image (ResNet's 512->512 at 7x7,
+SqueezeNet's 512->1000 1x1 at 13x13) one product split by output channels
+(`pool_matmul`) does better: 1.4 against 1.9 ms and 0.9 against 1.4 at 2 threads."""
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -75,7 +97,7 @@ def _conv_applies(kn: KernelNode) -> str | None:
 class _Plan:
     """Everything a run at one (X shape, W shape) needs, computed on its first run."""
 
-    kind: str  # "dw", "pw" or "gemm"
+    kind: str  # "dw", "pw", "gemm", "shift" or "small"
     final: tuple[int, ...]  # the output shape
     y3: tuple[int, int, int]  # (N, M, OH*OW): the output as the kernels write it
     win: Window | None
@@ -85,7 +107,7 @@ class _Plan:
     fused: int  # with threads, output pixels per band of `conv_bands` (0: not used)
     shift: ShiftGeometry | None  # the "shift" kind's layout (`conv_shift`)
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
-    scratch: list[Any] = field(default_factory=list)  # `conv_bands` column buffers
+    scratch: list[Any] = field(default_factory=list)  # `conv_bands` / `conv_shift` buffers
 
 
 def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
@@ -106,13 +128,6 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             # with a residual Z the activation comes after the sum: in the epilogue
             depthwise = depthwise_kernel(k2, dt, "" if has_z else act[0], ctx.parallel)
     # one im2col per dtype, shared by all nodes; nodes that never need it do not compile it
-    pointwise = (
-        known
-        and w_shape is not None
-        and all(k == 1 for k in w_shape[2:])
-        and all(s == 1 for s in kn.attr("strides", None) or [1])
-        and not any(kn.attr("pads", None) or [0])
-    )
     im2col: list[_Im2col | None] = [None]
     # with threads: gather, product and epilogue of a band in one kernel, by plan kind
     bands: dict[str, BandKernel] = {}
@@ -125,6 +140,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if im2col[0] is None:
             im2col[0] = _Im2col(dt, ctx.parallel)
         need_bands("gemm")
+        need_epilogue()
 
     shift: list[ShiftKernel | None] = [None]  # stride-1 convs as shifted products
 
@@ -132,21 +148,30 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if shift[0] is None:
             shift[0] = ShiftKernel(dt, act, present(kn, 2), has_z, ctx.parallel)
 
-    if (
-        depthwise is None
-        and known
-        and w_shape is not None
-        and _shift_applies(w_shape, group, kn.attr("strides", None) or [1], dt)
-    ):
-        need_shift()
-    elif depthwise is None and not pointwise:
-        need_im2col()
-    elif pointwise:
+    numpy_conv: list[KernelFn | None] = [None]  # small convs: the CPU provider's kernel
+
+    def need_numpy() -> None:
+        if numpy_conv[0] is None:
+            numpy_conv[0] = _numpy_kernel(kn)
+
+    # the bias, residual and activation after the products of the unfused GEMM paths
+    epilogue: list[Epilogue | None] = [None]
+
+    def need_epilogue() -> None:
+        if epilogue[0] is None:
+            epilogue[0] = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=has_z)
+            if ctx.parallel:
+                prepare_pool_matmul(dt)  # compiled now: the first run's products need it
+
+    def need_pointwise() -> None:
         need_bands("pw")
-    # the bias goes into the depthwise kernel; the epilogue adds what the GEMM paths need
-    if depthwise is None and ctx.parallel:
-        prepare_pool_matmul(dt)  # compiled now: the first run's products need it
-    epilogue = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=has_z)
+        need_epilogue()
+
+    # compiled now for the declared shapes; a run at other shapes compiles what it needs
+    prepare = {"shift": need_shift, "gemm": need_im2col, "pw": need_pointwise, "small": need_numpy}
+    declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None)
+    if declared in prepare:
+        prepare[declared]()
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
     zeros: dict[int, Any] = {}
     plans: dict[tuple[Any, Any], _Plan] = {}
@@ -175,10 +200,13 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             kind = "dw"
         elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
             kind = "pw"
-        elif x.ndim == 4 and _shift_applies(w.shape, group, strides, dt):
+        elif x.ndim == 4 and _shift_applies(w.shape, group, strides, dt, ow_, dilations[1]):
             kind = "shift"
         else:
             kind = "gemm"
+        columns = (w[0].size * oh_ * ow_) if kind in ("gemm", "shift") else 0
+        if 0 < columns <= SMALL_CONV_COLUMNS:
+            kind = "small"
         win = None
         shape = None
         if kind == "shift":
@@ -193,7 +221,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (x.shape[1], m_),
                 numba.get_num_threads() if ctx.parallel else 1,
             )
-        elif kind != "pw" and oh_ * ow_ > 0:
+        elif kind in ("gemm", "dw") and oh_ * ow_ > 0:
             win = plan_window(
                 hw,
                 k2,
@@ -202,10 +230,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (pb[0], pb[1]),
                 (oh_, ow_),
             )
-        if kind == "gemm":  # (compiled now for shapes unlike those declared)
-            need_im2col()
-        elif kind == "pw":
-            need_bands("pw")
+        if kind in prepare:
+            prepare[kind]()
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
@@ -216,7 +242,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         pixel = (w[0].size + m_) * x.itemsize
         band = tile_rows(pixel, ow_, oh_, least) * ow_
         fused = 0
-        if kind in bands:
+        if kind in bands and oh_ * ow_ >= FUSED_MIN_COLUMNS * (m_ // max(group, 1)):
             # numba's count is this thread's and the session's (BLAS's is process-wide)
             fused = fused_band(pixel, ow_, oh_, numba.get_num_threads())
         return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape)
@@ -228,6 +254,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         p = plans.get(key)
         if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
             p = plans[key] = plan(x, w)
+        if p.kind == "small":
+            small = numpy_conv[0]
+            assert small is not None
+            return small(x, w, b) if z is None else small(x, w, b, z)  # type: ignore[return-value]
         m_ = p.y3[1]
         if b is not None and b.shape != (m_,):
             raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m_},)")
@@ -267,7 +297,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if gemm is not None:
             _banded_conv(x, w, y, group, p, im2col[0], bands[p.kind], gemm, row, full)
         else:
-            _gemm_conv(x, w, y, group, p, im2col[0], epilogue, row, full)
+            assert epilogue[0] is not None
+            _gemm_conv(x, w, y, group, p, im2col[0], epilogue[0], row, full)
         return (y.reshape(p.final),)
 
     return run
@@ -345,10 +376,6 @@ def _gemm_conv(
         p.pads.append(padded)
 
 
-numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)
-numba_kernel("FusedConv", since=1, domain="ai.turnout", applies=_conv_applies)(_build_conv)
-
-
 def _banded_conv(
     x: Any,
     w: Any,
@@ -393,15 +420,57 @@ def _banded_conv(
         p.pads.append(padded)
 
 
-def _shift_applies(w_shape: Any, group: int, strides: Any, dt: np.dtype[Any]) -> bool:
+def _declared_kind(
+    kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any], depthwise: bool
+) -> str | None:
+    """The plan kind the declared shapes will take ("dw", "pw", "small", "shift", "gemm"), as
+    the first run's `plan` decides it; None where the weight's shape is not declared."""
+    if w_shape is None or not all(isinstance(d, int) for d in w_shape):
+        return None
+    if depthwise:
+        return "dw"
+    strides = kn.attr("strides", None) or [1]
+    if (
+        all(k == 1 for k in w_shape[2:])
+        and all(s == 1 for s in strides)
+        and not any(kn.attr("pads", None) or [0])
+        and kn.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")
+    ):
+        return "pw"
+    y = kn.outputs[0]
+    spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
+    if not spatial or not all(isinstance(d, int) for d in spatial):
+        return "gemm"
+    if 0 < int(np.prod(w_shape[1:])) * int(np.prod(spatial)) <= SMALL_CONV_COLUMNS:
+        return "small"
+    dil_w = int((kn.attr("dilations", None) or [1])[-1])
+    if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w):
+        return "shift"
+    return "gemm"
+
+
+def _numpy_kernel(kn: KernelNode) -> KernelFn:
+    """The CPU provider's kernel for this node (Conv or FusedConv), for the small convs."""
+    kdef, reason = numpy_kernels().match(kn)
+    if kdef is None:
+        raise InvalidArgument(f"{kn.name}: {reason}")
+    return kdef.factory(kn)
+
+
+def _shift_applies(
+    w_shape: Any, group: int, strides: Any, dt: np.dtype[Any], out_w: int, dilation_w: int
+) -> bool:
     """Whether a 2-D conv runs as shifted products (`conv_shift`): group 1, stride 1, a
-    kernel larger than 1x1, enough input channels, and numpy's BLAS GEMM found."""
+    kernel larger than 1x1, enough input channels, outputs wide enough that the padded
+    columns each product also computes stay a small share (`SHIFT_MAX_WASTE`), and numpy's
+    BLAS GEMM found."""
     return (
         len(w_shape) == 4
         and group == 1
         and all(s == 1 for s in strides)
         and tuple(w_shape[2:]) != (1, 1)
         and w_shape[1] >= SHIFT_MIN_CHANNELS
+        and (w_shape[3] - 1) * dilation_w <= SHIFT_MAX_WASTE * out_w
         and find_gemm(dt.name) is not None
     )
 
@@ -435,3 +504,7 @@ def _shifted_conv(
     )  # fmt: skip
     p.scratch.append(scratch)
     p.pads.append(padded)
+
+
+numba_kernel("Conv", since=1, applies=_conv_applies)(_build_conv)
+numba_kernel("FusedConv", since=1, domain="ai.turnout", applies=_conv_applies)(_build_conv)

@@ -21,7 +21,7 @@ from numba import types
 from .. import cache
 from ..codegen import numba_array
 from ..vecmath import contracts
-from .epilogue import CTOR, activation_lines
+from .epilogue import CTOR, band_epilogue_fields
 from .im2col import tile_lines
 from .window import GEO, geo_lines, window_arg_types
 
@@ -78,12 +78,8 @@ def _source(dtype: np.dtype[Any], act: str, bias: bool, full: bool, gather: bool
     steps = _GATHER.format(tile=tile_lines(12, "range", inline=False)) if gather else _POINTWISE
     text = _HEAD.format(ctor=CTOR[dtype.name], geo=geo_lines(4) if gather else "", gather=steps)
     if bias or full or act not in ("", "Identity"):
-        text += _EPILOGUE.format(
-            bias="            rv = bias[j]\n" if bias else "",
-            full="            fr = full[j, a:b]\n" if full else "",
-            terms=(" + rv" if bias else "") + (" + fr[k]" if full else ""),
-            act=activation_lines(dtype, act, 16),
-        )
+        row = "full[j, a:b]" if full else None
+        text += _EPILOGUE.format(**band_epilogue_fields(dtype, act, bias, row, (12, 12, 16)))
     return _IMPORTS + "\n\n" + text
 
 

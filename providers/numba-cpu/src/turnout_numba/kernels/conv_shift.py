@@ -28,14 +28,19 @@ from numba import types
 from .. import cache
 from ..codegen import numba_array
 from ..vecmath import contracts
-from .epilogue import CTOR, activation_lines
+from .epilogue import CTOR, band_epilogue_fields
 from .im2col import TILE_BYTES
 
-__all__ = ["SHIFT_MIN_CHANNELS", "ShiftGeometry", "ShiftKernel", "shift_rows"]
+__all__ = ["SHIFT_MAX_WASTE", "SHIFT_MIN_CHANNELS", "ShiftGeometry", "ShiftKernel", "shift_rows"]
 
 SHIFT_MIN_CHANNELS = 32
 """Input channels from which a stride-1 conv runs as shifted products (each tap's GEMM has
 this inner dimension); 32->32 at 80x80 gained a fifth."""
+
+SHIFT_MAX_WASTE = 0.125
+"""The most padded columns (KW - 1) * dw a shifted product may compute per output column.
+Measured at 3x3 (1 thread, interleaved with im2col): 56 and 28 wide (3.6% and 7%) gained
+0.5 and 0.2 ms; 14 wide (14%) lost 0.4 ms and 7 wide (29%) 1.1 ms of 2.7."""
 
 _IMPORTS = "import numba\nfrom turnout_numba.cblas import gemm_call\n"
 
@@ -96,6 +101,16 @@ def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, address, ilp64, p0
 """
 
 
+def _source(dtype: np.dtype[Any], act: str, bias: bool, full: bool, parallel: bool) -> str:
+    """The band kernel's text for one (dtype, activation, bias?, residual?, parallel?)."""
+    row = "full[j, (r0 + r) * ow :]" if full else None
+    return _IMPORTS + _BANDS.format(
+        ctor=CTOR[dtype.name],
+        thread="numba.get_thread_id()" if parallel else "0",
+        **band_epilogue_fields(dtype, act, bias, row, (12, 16, 20)),
+    )
+
+
 @dataclass(frozen=True)
 class ShiftGeometry:
     """One input shape's layout: the padded image (C, Hp * Wp + (KW-1) * dw) and the band
@@ -134,14 +149,7 @@ class ShiftKernel:
         dims = types.Array(types.int64, 1, "C", readonly=True)
         pad = cache.load_source(_PAD, "shift_pad")._shift_pad
         self._pad = cache.jit(pad, [types.void(ro, rw, dims)], parallel=parallel)
-        text = _IMPORTS + _BANDS.format(
-            ctor=CTOR[dtype.name],
-            thread="numba.get_thread_id()" if parallel else "0",
-            bias="            rv = bias[j]\n" if bias else "",
-            full="                fr = full[j, (r0 + r) * ow :]\n" if full else "",
-            terms=(" + rv" if bias else "") + (" + fr[k]" if full else ""),
-            act=activation_lines(dtype, activation[0], 20),
-        )
+        text = _source(dtype, activation[0], bias, full, parallel)
         fn = cache.load_source(text, "shift_bands")._shift_bands
         sig = types.void(
             ro,

@@ -23,7 +23,7 @@ from ..codegen import numba_array
 from ..registry import SizedKernel
 from ..vecmath import MARK, contracts, horner, sigmoid_f32, tanh_f32
 
-__all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines"]
+__all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines", "band_epilogue_fields"]
 
 # activation name -> the statement computing v from v (T is the dtype's constructor, a0 and a1
 # the parameters). Names and parameter defaults are `turnout.semantics.ACTIVATION_DEFAULTS`.
@@ -93,6 +93,27 @@ def activation_lines(dtype: np.dtype[Any], act: str, indent: int) -> str:
     names `T`, `zero`, `one`, `a0` and `a1`, which the kernel defines."""
     body = _F32[act] if act in _F32 and dtype == np.float32 else ACTIVATIONS[act]
     return "".join(f"{' ' * indent}{line}\n" for line in body.splitlines())
+
+
+def band_epilogue_fields(
+    dtype: np.dtype[Any],
+    act: str,
+    bias: bool,
+    full_row: str | None,
+    indents: tuple[int, int, int],
+) -> dict[str, str]:
+    """The format fields of the epilogue loop a conv band kernel writes after its products
+    (`conv_bands`, `conv_shift`): `bias` reads the channel's `rv = bias[j]`, `full` the
+    residual's row `fr = <full_row>` (None: no residual), `terms` adds them to `v`, and `act`
+    applies the activation; `indents` are those of the bias line, the residual line and the
+    activation lines."""
+    at_bias, at_full, at_act = indents
+    return {
+        "bias": f"{' ' * at_bias}rv = bias[j]\n" if bias else "",
+        "full": f"{' ' * at_full}fr = {full_row}\n" if full_row else "",
+        "terms": (" + rv" if bias else "") + (" + fr[k]" if full_row else ""),
+        "act": activation_lines(dtype, act, at_act),
+    }
 
 
 def _source(dtype: np.dtype[Any], act: str, scale: bool, row: bool, col: bool, full: bool) -> str:

@@ -1,0 +1,125 @@
+"""Which path numba's Conv takes at which shapes (kernels/conv.py), with the real thresholds:
+small convs on the CPU provider's numpy kernel, shifted products only for outputs wide enough,
+threaded bands only where the image outweighs the weights. Each case checks the path taken
+(spies) and the result against onnx.reference in float64."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numba
+import numpy as np
+import pytest
+from onnx import helper
+
+from turnout.semantics.activations import activation
+from turnout.testing import one_node_model, provider_session, run_reference
+from turnout_numba.cblas import find_gemm
+from turnout_numba.kernels import conv as conv_mod
+
+PATHS = ("_gemm_conv", "_shifted_conv", "_banded_conv")
+
+
+def _spy_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record which of the GEMM paths each run takes."""
+    ran: list[str] = []
+    for name in PATHS:
+        real = getattr(conv_mod, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> None:
+            ran.append(_name)
+            _real(*args)
+
+        monkeypatch.setattr(conv_mod, name, spy)
+    return ran
+
+
+def _conv(
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+    threads: int = 1,
+    act: str = "",
+    with_z: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The numba session's result and the reference (float64, then the activation)."""
+    rng = np.random.default_rng(zlib.crc32(repr((shape, m, kernel)).encode()))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((m, shape[1], *kernel)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    ref = run_reference(node, [v.astype(np.float64) for v in (x, w, b)], 17)[0]
+    names = ["x", "w", "b"]
+    feeds = [x, w, b]
+    if with_z:
+        names.append("z")
+        feeds.append(rng.standard_normal(ref.shape).astype(np.float32))
+        ref = ref + feeds[-1]
+    if act or with_z:
+        node = helper.make_node(
+            "FusedConv", names, ["y"], domain="ai.turnout", activation=act or "Relu", **attrs
+        )
+        ref = activation(act or "Relu", 1.0, 0.0)(ref)
+    else:
+        node = helper.make_node("Conv", names, ["y"], **attrs)
+    model = one_node_model(node, feeds, 17)
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
+    return sess.run(None, dict(zip(names, feeds)))[0], ref
+
+
+@pytest.mark.parametrize("act, with_z", [("", False), ("Sigmoid", False), ("Relu", True)])
+def test_small_convs_run_the_numpy_kernel(
+    monkeypatch: pytest.MonkeyPatch, act: str, with_z: bool
+) -> None:
+    """A VAD's 1-D conv over 3 frames: none of the GEMM paths, the numpy kernel's result."""
+    ran = _spy_paths(monkeypatch)
+    got, want = _conv((1, 129, 3), 16, (3,), {"pads": [1, 1]}, act=act, with_z=with_z)
+    assert ran == []
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_convs_above_the_small_size_take_a_gemm_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _spy_paths(monkeypatch)
+    columns = 16 * 3 * 3 * 48 * 48
+    assert columns > conv_mod.SMALL_CONV_COLUMNS
+    got, want = _conv((1, 16, 48, 48), 8, (3, 3), {"pads": [1, 1, 1, 1]})
+    assert ran == ["_gemm_conv"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(
+    find_gemm("float32") is None,
+    reason="numpy's BLAS exports no cblas_sgemm here: no shifted products at all",
+)
+@pytest.mark.parametrize("width, path", [(12, "_gemm_conv"), (24, "_shifted_conv")])
+def test_shifted_products_only_for_wide_outputs(
+    monkeypatch: pytest.MonkeyPatch, width: int, path: str
+) -> None:
+    """3x3 over 64 channels: 12 wide (2 padded columns for 12, 17%) by im2col, 24 wide (8%) by
+    shifted products."""
+    ran = _spy_paths(monkeypatch)
+    got, want = _conv((1, 64, 12, width), 8, (3, 3), {"pads": [1, 1, 1, 1]})
+    assert ran == [path]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2 or find_gemm("float32") is None,
+    reason="threaded bands need 2 numba threads and numpy's cblas_sgemm",
+)
+@pytest.mark.parametrize(
+    "m, hw, banded",
+    [(200, 9, False), (16, 30, True)],
+    ids=["weights outweigh the image", "image outweighs the weights"],
+)
+def test_threaded_bands_only_where_the_image_outweighs_the_weights(
+    monkeypatch: pytest.MonkeyPatch, m: int, hw: int, banded: bool
+) -> None:
+    """Pointwise at 2 threads: 200 outputs over 81 pixels as one split product (each band
+    would pack all the weights), 16 outputs over 900 pixels as bands."""
+    ran = _spy_paths(monkeypatch)
+    got, want = _conv((1, 64, hw, hw), m, (1, 1), {}, threads=2, act="Relu")
+    assert ran == (["_banded_conv"] if banded else ["_gemm_conv"])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
