@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core.extending import intrinsic
@@ -37,13 +38,14 @@ class Gemm:
 
 
 @functools.cache
-def find_gemm(dtype_name: str) -> Gemm | None:
-    """numpy's BLAS `cblas_sgemm` ("float32") or `cblas_dgemm` ("float64"); None when
+def find_gemm(dtype: np.dtype[Any] | str) -> Gemm | None:
+    """numpy's BLAS `cblas_sgemm` (float32) or `cblas_dgemm` (float64); None when
     threadpoolctl is missing, the library is not OpenBLAS, or its integer width cannot be told
     (products then stay with `np.matmul`). Names with a `64_`/`_64` suffix take 64-bit
     integers; plain names are used only where `openblas_get_config` does not say USE64BITINT
-    (a call with the wrong width would read garbage sizes)."""
-    letter = {"float32": "s", "float64": "d"}.get(dtype_name)
+    (a call with the wrong width would read garbage sizes). Cached per argument: kernels pass
+    the dtype itself, whose `.name` costs microseconds per call."""
+    letter = {"float32": "s", "float64": "d"}.get(np.dtype(dtype).name)
     if letter is None:
         return None
     try:

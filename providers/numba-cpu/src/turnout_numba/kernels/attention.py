@@ -24,7 +24,6 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.attention import attention_shapes
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
@@ -165,7 +164,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         arr4,
         arr4,
     )
-    kern = cache.jit(_attn_rows, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(_attn_rows, [sig])  # small inputs run the serial variant
 
     name = kn.name
     version = kn.since_version
@@ -242,7 +241,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         p = np.empty((nb, hq, sq, skv), c)
         qk = np.empty((nb, hq, sq, skv) if want_qk else (1, 1, 1, 1), c)
         if p.size:
-            kern(scores, bias4, softcap, mode, want_qk, rnd, srnd, p, qk)
+            kern(scores.size, scores, bias4, softcap, mode, want_qk, rnd, srnd, p, qk)
         y = round_t(_grouped_matmul(p, to_c(v), hkv))
         if rank3:
             y = y.transpose(0, 2, 1, 3).reshape(nb, sq, -1)

@@ -73,7 +73,8 @@ FUSED_MIN_COLUMNS = 2
 only with at least this many output pixels per output channel of a group. Each band packs all
 of the group's weights, so where those outweigh the image (ResNet's 512->512 at 7x7,
 SqueezeNet's 512->1000 1x1 at 13x13) one product split by output channels
-(`pool_matmul`) does better: 1.4 against 1.9 ms and 0.9 against 1.4 at 2 threads."""
+(`pool_matmul`) does better: 1.6-1.8 against 1.9-2.1 ms and 0.9 against 1.3-1.4 at 2
+threads."""
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -133,7 +134,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     bands: dict[str, BandKernel] = {}
 
     def need_bands(kind: str) -> None:
-        if ctx.parallel and kind not in bands and find_gemm(dt.name) is not None:
+        if ctx.parallel and kind not in bands and find_gemm(dt) is not None:
             bands[kind] = BandKernel(dt, act, present(kn, 2), has_z, gather=kind == "gemm")
 
     def need_im2col() -> None:
@@ -293,7 +294,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             assert shift[0] is not None
             _shifted_conv(x, w, y, p, p.shift, shift[0], row, full)
             return (y.reshape(p.final),)
-        gemm = find_gemm(dt.name) if p.fused else None
+        gemm = find_gemm(dt) if p.fused else None
         if gemm is not None:
             _banded_conv(x, w, y, group, p, im2col[0], bands[p.kind], gemm, row, full)
         else:
@@ -471,7 +472,7 @@ def _shift_applies(
         and tuple(w_shape[2:]) != (1, 1)
         and w_shape[1] >= SHIFT_MIN_CHANNELS
         and (w_shape[3] - 1) * dilation_w <= SHIFT_MAX_WASTE * out_w
-        and find_gemm(dt.name) is not None
+        and find_gemm(dt) is not None
     )
 
 
@@ -487,7 +488,7 @@ def _shifted_conv(
 ) -> None:
     """A stride-1 conv by `conv_shift`, with the plan's padded image and scratch buffers
     (taken by this run, given back after it: concurrent runs each take their own)."""
-    gemm = find_gemm(x.dtype.name)
+    gemm = find_gemm(x.dtype)
     assert gemm is not None
     run_threads()  # BLAS on one thread in each worker
     n_, c_ = x.shape[:2]

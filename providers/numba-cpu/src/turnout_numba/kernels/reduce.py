@@ -182,7 +182,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     sig = types.void(
         numba_array(c, 3, readonly=True, layout="C"), numba_array(c, 2, readonly=False, layout="C")
     )
-    kern = cache.jit(mod.kernel, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(mod.kernel, [sig])  # small inputs run the serial variant
     fallback = _numpy_kernel(kn)
     axes_input = kn.since_version >= _AXES_INPUT[op]
     attr_axes = None if axes_input else kn.attr("axes")
@@ -229,7 +229,7 @@ def _reducer(
         if rmax is not None and p.x3[2] == 1:
             rmax(x3.reshape(p.x3[:2]), out.reshape(-1))
         else:
-            kern(x3, out)
+            kern(x3.size, x3, out)
         res = out.reshape(p.out)
         return res.astype(dt) if dt != c else res
 

@@ -17,7 +17,6 @@ from numba import prange, types
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
@@ -73,7 +72,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         types.boolean,
         numba_array(c, 4, readonly=False, layout="A"),
     )
-    kern = cache.jit(_rope, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(_rope, [sig])  # small inputs run the serial variant
     name = kn.name
     interleaved = bool(kn.attr("interleaved", 0))
     rot_attr = int(kn.attr("rotary_embedding_dim", 0))
@@ -125,7 +124,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         out = np.empty(x.shape, c)
         ov = out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(xv.shape)
         if out.size:
-            kern(xc, cos3, sin3, rot, interleaved, ov)
+            kern(xc.size, xc, cos3, sin3, rot, interleaved, ov)
         return (out if dt == c else out.astype(dt),)
 
     return run
