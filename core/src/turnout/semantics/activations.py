@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidArgument
 from ..provider import KernelNode
-from .numerics import erf, logistic, typed_constants
+from .numerics import gelu_erf, logistic, typed_constants
 
 __all__ = ["ACTIVATION_DEFAULTS", "activation", "activation_of", "gelu", "gelu_tanh"]
 
@@ -25,9 +25,8 @@ Array = np.ndarray[Any, Any]
 
 
 def gelu(x: Array) -> Any:
-    """Gelu, exact: x * Phi(x) with the normal CDF from erf."""
-    t = x.dtype.type
-    return t(0.5) * x * (t(1) + erf(x * t(np.sqrt(0.5))))
+    """Gelu, exact: x * Phi(x) with the normal CDF (`numerics.gelu_erf`)."""
+    return gelu_erf(x)
 
 
 def gelu_tanh(x: Array) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["erf", "logistic", "typed_constants"]
+__all__ = ["erf", "gelu_erf", "logistic", "typed_constants"]
 
 Array = np.ndarray[Any, Any]
 
@@ -73,6 +73,58 @@ def _erf64(x: Array) -> Array:
 def erf(x: Array) -> Array:
     """Element-wise erf keeping `x`'s dtype (used by Erf and Gelu)."""
     return np.asarray(_erf64(x.astype(np.float64)).astype(x.dtype, copy=False))
+
+
+# erfc(z), z >= 0, as t * exp(P(t) - z^2) with t = 1 / (1 + z / 2): one formula over the whole
+# range, where Cody's erf takes three branches, each evaluated on every element. P is a degree-10
+# polynomial in t fitted for turnout: least squares of log(erfc(z) / t) + z^2 against
+# math.erfc on 200,001 points of [0, 10], reweighted towards the largest errors. Relative error
+# of erfc <= 5.8e-9 there (float32's half-ulp is 3e-8); beyond 10, erfc < 2e-45 underflows
+# float32. Lowest degree first.
+_ERFC_T = (-1.2655730443489026, 1.0016936137452161, 0.3545342269805497, 0.22486586827951846,
+           -0.7055877478419158, 1.6444986499661596, -3.5038598995610974, 4.1764227061698636,
+           -2.740630364579284, 0.9518589062190203, -0.13822290927715292)  # fmt: skip
+_GELU_CHUNK = 1 << 14
+"""Elements per float64 block of `gelu_erf` (128 KB): each of its ~35 passes stays in cache."""
+
+
+def gelu_erf(x: Array) -> Array:
+    """Gelu with the exact normal CDF: x * Phi(x) = x / 2 * erfc(-x / sqrt(2)).
+
+    float64 (and non-float) inputs take Cody's erf. Narrower floats are computed in float64
+    blocks from the one-formula erfc above, which keeps the negative tail's relative accuracy
+    (1 + erf(x) cancels there; erfc(|x| / sqrt 2) does not) at ~12x the speed (BERT's FFN,
+    128 x 3072 float32: 69 -> ~5 ms)."""
+    if x.dtype.kind != "f" or x.dtype.itemsize >= 8 or x.ndim == 0 or x.size == 0:
+        t = x.dtype.type
+        return np.asarray(t(0.5) * x * (t(1) + erf(x * t(np.sqrt(0.5)))))
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out: Array = np.empty(x.shape, x.dtype)
+    dest = out.reshape(-1)
+    n = min(flat.size, _GELU_CHUNK)
+    xb, z, t, p = (np.empty(n) for _ in range(4))
+    for lo in range(0, flat.size, n):
+        hi = min(flat.size, lo + n)
+        k = hi - lo
+        xs, zs, ts, ps = xb[:k], z[:k], t[:k], p[:k]
+        np.copyto(xs, flat[lo:hi])
+        np.abs(xs, out=zs)
+        np.multiply(zs, np.sqrt(0.5), out=zs)  # z = |x| / sqrt 2
+        np.multiply(zs, 0.5, out=ts)
+        np.add(ts, 1.0, out=ts)
+        np.reciprocal(ts, out=ts)  # t = 1 / (1 + z / 2)
+        ps.fill(_ERFC_T[-1])
+        for c in _ERFC_T[-2::-1]:
+            np.multiply(ps, ts, out=ps)
+            np.add(ps, c, out=ps)
+        np.multiply(zs, zs, out=zs)
+        np.subtract(ps, zs, out=ps)
+        np.exp(ps, out=ps)
+        np.multiply(ps, ts, out=ps)  # erfc(|x| / sqrt 2)
+        np.subtract(2.0, ps, out=ps, where=xs > 0)  # erfc(-x / sqrt 2) = 2 Phi(x)
+        np.multiply(ps, xs, out=ps)
+        np.multiply(ps, 0.5, out=dest[lo:hi], casting="same_kind")
+    return out
 
 
 def typed_constants(*values: float) -> Callable[[np.dtype[Any]], tuple[Array, ...]]:

@@ -13,7 +13,8 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ....semantics.numerics import erf, logistic, typed_constants
+from ....semantics.activations import gelu_tanh
+from ....semantics.numerics import gelu_erf, logistic, typed_constants
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -156,18 +157,12 @@ def softsign(node: KernelNode) -> Callable[[Array], Array]:
 def gelu(node: KernelNode) -> Callable[[Array], Array]:
     approximate = node.attr("approximate", "none")
     if approximate == "tanh":
-
-        def f(x: Array) -> Any:
-            t = x.dtype.type
-            inner = t(np.sqrt(2 / np.pi)) * (x + t(0.044715) * x * x * x)
-            return t(0.5) * x * (t(1) + np.tanh(inner))
-
-        return f
+        return gelu_tanh
     if approximate != "none":
         raise InvalidArgument(
             f"{node.name}: Gelu approximate must be 'none' or 'tanh', got {approximate!r}"
         )
-    return lambda x: x.dtype.type(0.5) * x * (x.dtype.type(1) + erf(x * x.dtype.type(np.sqrt(0.5))))
+    return gelu_erf
 
 
 @_act("Mish", 18)
