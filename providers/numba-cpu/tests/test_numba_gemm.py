@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 import onnx
 import pytest
@@ -107,6 +108,31 @@ def test_pytorch_linear_layer(rng: np.random.Generator, m: int) -> None:
         "bias": rng.standard_normal(128).astype(np.float32),
     }
     _run(_model("Gemm", feeds, ("w", "bias"), transB=1), feeds)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "k, n, with_c",
+    [(544, 1000, True), (543, 1000, False), (130, 7, True), (2, 3000, True)],
+    ids=["classifier", "odd K no bias", "narrow", "K of 2"],
+)
+def test_batch_one_gemv_blocks(
+    rng: np.random.Generator, threads: int, k: int, n: int, with_c: bool
+) -> None:
+    """A batch-1 Gemm takes the compiled GEMV in blocks of columns (`GEMV_BLOCK`), on the
+    workers at 2 threads when the weights are large: blocks not a multiple of the width, K
+    not a multiple of its four-row steps, alpha and beta."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has one thread on this machine")
+    feeds = {
+        "a": rng.standard_normal((1, k)).astype(np.float32),
+        "w": rng.standard_normal((n, k)).astype(np.float32),
+    }
+    if with_c:
+        feeds["bias"] = rng.standard_normal(n).astype(np.float32)
+    model = _model("Gemm", feeds, tuple(f for f in feeds if f != "a"), transB=1, alpha=0.5,
+                   beta=2.0)  # fmt: skip
+    _run(model, feeds, threads)
 
 
 def test_weights_fed_as_inputs_may_change_in_place(rng: np.random.Generator) -> None:

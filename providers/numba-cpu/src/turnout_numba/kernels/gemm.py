@@ -9,7 +9,10 @@ what is done about it:
   array every run) is transposed once into (K, N) and kept; other B are used as they come.
 - one row of A (batch 1) and no activation: one compiled call computes alpha * A B + beta * C,
   the product as an axpy over rows of B that vectorizes, the bias fused; numpy paid a BLAS
-  call plus a ufunc pass for C (~2-3 us, more than the product itself).
+  call plus a ufunc pass for C (~2-3 us, more than the product itself). It works in blocks
+  of columns, which a session with threads shares out when B is large: a batch-1 classifier's
+  weights are read from memory once a run (ShuffleNet's 544x1000 in-model: 236-241 us at
+  1 thread, 129-145 at 2; onnxruntime 60-70).
 - larger M: BLAS into a fresh array, then one compiled epilogue pass (`Epilogue`) for alpha, C
   and the activation, instead of numpy's pass per operation (Gelu's erf alone costs ten times
   the GEMM). An N-D A with contiguous rows is one 2-D GEMM, not one per leading index.
@@ -25,7 +28,7 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import types
+from numba import prange, types
 
 from turnout.blas_threads import blas_matmul
 from turnout.errors import InvalidArgument
@@ -33,7 +36,6 @@ from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.activations import activation_of
 from turnout.semantics.constants import constant_value
 
-from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from .epilogue import Epilogue
@@ -47,49 +49,64 @@ SMALL_M = 1
 (K = N = 256, 1 thread): at 1 row the GEMV matches BLAS; at 2-4 rows BLAS is 1.2-1.7x faster."""
 
 
+GEMV_BLOCK = 256
+"""Columns of y per block of the GEMV: with threads the blocks are shared out (a batch-1
+classifier's 544x1000 weights, 2.2 MB read once per run: memory-bound, and a second core reads
+its half in parallel); one thread takes them in turn."""
+
+
 def _small_gemm(
-    a: Any, b: Any, col: Any, alpha: float, beta: float, y: Any
+    a: Any, b: Any, col: Any, alpha: float, beta: float, y: Any, step: int
 ) -> None:  # pragma: no cover
     """y = alpha * a @ b + beta * col (col broadcast over rows; read only when beta != 0), for
-    few rows of a: four rows of b at a time, each an axpy into every y row (vectorizes without
-    reassociating)."""
+    few rows of a, by blocks of `step` columns: in each, four rows of b at a time, each an
+    axpy into every y row (vectorizes without reassociating). Rows and blocks are slices of
+    rows, so the inner loops stay contiguous."""
     m, kk = a.shape
     n = b.shape[1]
-    y[:] = 0
-    k = 0
-    while k + 4 <= kk:
-        r0 = b[k]
-        r1 = b[k + 1]
-        r2 = b[k + 2]
-        r3 = b[k + 3]
+    for q in prange((n + step - 1) // step):
+        j0 = q * step
+        j1 = min(n, j0 + step)
+        w = j1 - j0
         for i in range(m):
-            ar = a[i]
-            v0 = ar[k]
-            v1 = ar[k + 1]
-            v2 = ar[k + 2]
-            v3 = ar[k + 3]
-            yr = y[i]
-            for j in range(n):
-                yr[j] += v0 * r0[j] + v1 * r1[j] + v2 * r2[j] + v3 * r3[j]
-        k += 4
-    while k < kk:
-        r0 = b[k]
-        for i in range(m):
-            v0 = a[i, k]
-            yr = y[i]
-            for j in range(n):
-                yr[j] += v0 * r0[j]
-        k += 1
-    if beta != 0.0:  # (col is read only then: without C it is a 1-element placeholder)
-        for i in range(m):
-            yr = y[i]
-            for j in range(n):
-                yr[j] = yr[j] * alpha + col[j] * beta
-    elif alpha != 1.0:
-        for i in range(m):
-            yr = y[i]
-            for j in range(n):
-                yr[j] = yr[j] * alpha
+            yr = y[i][j0:j1]
+            for j in range(w):
+                yr[j] = 0
+        k = 0
+        while k + 4 <= kk:
+            r0 = b[k][j0:j1]
+            r1 = b[k + 1][j0:j1]
+            r2 = b[k + 2][j0:j1]
+            r3 = b[k + 3][j0:j1]
+            for i in range(m):
+                ar = a[i]
+                v0 = ar[k]
+                v1 = ar[k + 1]
+                v2 = ar[k + 2]
+                v3 = ar[k + 3]
+                yr = y[i][j0:j1]
+                for j in range(w):
+                    yr[j] += v0 * r0[j] + v1 * r1[j] + v2 * r2[j] + v3 * r3[j]
+            k += 4
+        while k < kk:
+            r0 = b[k][j0:j1]
+            for i in range(m):
+                v0 = a[i, k]
+                yr = y[i][j0:j1]
+                for j in range(w):
+                    yr[j] += v0 * r0[j]
+            k += 1
+        if beta != 0.0:  # (col is read only then: without C it is a 1-element placeholder)
+            cb = col[j0:j1]
+            for i in range(m):
+                yr = y[i][j0:j1]
+                for j in range(w):
+                    yr[j] = yr[j] * alpha + cb[j] * beta
+        elif alpha != 1.0:
+            for i in range(m):
+                yr = y[i][j0:j1]
+                for j in range(w):
+                    yr[j] = yr[j] * alpha
 
 
 def _applies(kn: KernelNode) -> str | None:
@@ -149,13 +166,14 @@ class _Product:
         mat = numba_array(dt, 2, readonly=True, layout="C")
         sig = types.void(
             mat, mat, numba_array(dt, 1, readonly=True, layout="C"), types.float64,
-            types.float64, numba_array(dt, 2, readonly=False, layout="C"),
+            types.float64, numba_array(dt, 2, readonly=False, layout="C"), types.int64,
         )  # fmt: skip
-        self.small = cache.jit(_small_gemm, [sig])
+        self.small = ctx.jit(_small_gemm, [sig])  # parallel over column blocks when large
         self.zero_col = np.zeros(1, dt)
         # a compiled function's first call is slow (~ms): it belongs to session creation
-        self.small(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
-                   np.empty((1, 1), dt))  # fmt: skip
+        for variant in {self.small.serial, self.small.parallel}:
+            variant(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
+                    np.empty((1, 1), dt), GEMV_BLOCK)  # fmt: skip
         self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
         weight = constant_value(kn, 1)
         if isinstance(weight, np.ndarray) and weight.ndim == 2:  # the first run must not pack it
@@ -230,13 +248,13 @@ class _Product:
                 y = pool_matmul(a2, bp)
             elif rows <= SMALL_M and self.no_act:
                 y = np.empty((rows, n), dt)
-                self.small(a2, bp, self.zero_col, self.alpha, 0.0, y)
+                self.small(bp.size, a2, bp, self.zero_col, self.alpha, 0.0, y, GEMV_BLOCK)
             else:
                 y = pool_matmul(a2, bp)
                 self.plain(y.reshape(1, rows, n), alpha=self.alpha)
         elif form.ndim == 1 and rows <= SMALL_M and self.no_act:
             y = np.empty((rows, n), dt)
-            self.small(a2, bp, form, self.alpha, self.beta, y)
+            self.small(bp.size, a2, bp, form, self.alpha, self.beta, y, GEMV_BLOCK)
         else:
             y = pool_matmul(a2, bp)
             self._epilogue(y.reshape(1, rows, n), form, c)
