@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.providers.cpu import numpy_kernels
 
@@ -31,6 +32,7 @@ __all__ = [
     "float_inputs_applies",
     "lookup",
     "numba_kernel",
+    "numpy_kernel",
     "serves_op",
 ]
 
@@ -125,6 +127,16 @@ def float_inputs_applies(kn: KernelNode, count: int = 1, *, narrow: bool = True)
 
 def _always(kn: KernelNode) -> str | None:
     return None
+
+
+def numpy_kernel(kn: KernelNode) -> KernelFn:
+    """The CPU provider's numpy kernel for this node, for the cases a numba kernel leaves to
+    it (empty reductions, small convs, shapes Concat cannot join); InvalidArgument with the
+    numpy registry's reason where it has none."""
+    kdef, reason = numpy_kernels().match(kn)
+    if kdef is None:
+        raise InvalidArgument(f"{kn.name}: {reason}")
+    return kdef.factory(kn)
 
 
 def serves_op(domain: str, op_type: str, since_version: int) -> bool:

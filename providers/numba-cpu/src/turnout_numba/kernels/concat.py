@@ -18,10 +18,9 @@ import numpy as np
 from numba import types
 
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu import numpy_kernels
 
 from .. import cache
-from ..registry import BuildContext, numba_kernel
+from ..registry import BuildContext, numba_kernel, numpy_kernel
 from .gather import _NB_UINT, _UINT  # item size -> the unsigned type that moves it
 
 __all__: list[str] = []
@@ -63,9 +62,7 @@ def _applies(kn: KernelNode) -> str | None:
 
 
 def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
-    kdef, why = numpy_kernels().match(kn)
-    assert kdef is not None, why  # every Concat numba applies to has the numpy kernel
-    numpy_concat = kdef.factory(kn)  # shapes it cannot join: it raises the error
+    numpy_concat = numpy_kernel(kn)  # shapes it cannot join: it raises the error
     dtype = kn.outputs[0].dtype
     kern = _kernel(dtype.itemsize)
     u = _UINT[dtype.itemsize]

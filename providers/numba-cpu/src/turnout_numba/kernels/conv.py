@@ -34,7 +34,6 @@ import numpy as np
 from turnout.blas_threads import run_threads
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu import numpy_kernels
 from turnout.semantics.activations import activation_of
 from turnout.semantics.geometry import (
     check_conv_channels,
@@ -44,7 +43,13 @@ from turnout.semantics.geometry import (
 )
 
 from ..cblas import Gemm, find_gemm
-from ..registry import SERIAL_WORK, BuildContext, float_inputs_applies, numba_kernel
+from ..registry import (
+    SERIAL_WORK,
+    BuildContext,
+    float_inputs_applies,
+    numba_kernel,
+    numpy_kernel,
+)
 from .conv_bands import BandKernel
 from .conv_shift import SHIFT_MAX_WASTE, SHIFT_MIN_CHANNELS, ShiftGeometry, ShiftKernel
 from .depthwise import depthwise_kernel
@@ -153,7 +158,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
     def need_numpy() -> None:
         if numpy_conv[0] is None:
-            numpy_conv[0] = _numpy_kernel(kn)
+            numpy_conv[0] = numpy_kernel(kn)
 
     # the bias, residual and activation after the products of the unfused GEMM paths
     epilogue: list[Epilogue | None] = [None]
@@ -448,14 +453,6 @@ def _declared_kind(
     if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w):
         return "shift"
     return "gemm"
-
-
-def _numpy_kernel(kn: KernelNode) -> KernelFn:
-    """The CPU provider's kernel for this node (Conv or FusedConv), for the small convs."""
-    kdef, reason = numpy_kernels().match(kn)
-    if kdef is None:
-        raise InvalidArgument(f"{kn.name}: {reason}")
-    return kdef.factory(kn)
 
 
 def _shift_applies(

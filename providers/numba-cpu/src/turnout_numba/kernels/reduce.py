@@ -21,11 +21,10 @@ from numba import types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
-from turnout.providers.cpu import numpy_kernels
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array
-from ..registry import BuildContext, numba_kernel
+from ..registry import BuildContext, numba_kernel, numpy_kernel
 from .pool import row_max
 
 __all__: list[str] = []
@@ -165,13 +164,6 @@ def _applies(kn: KernelNode) -> str | None:
     return None
 
 
-def _numpy_kernel(kn: KernelNode) -> KernelFn:
-    d, reason = numpy_kernels().match(kn)
-    if d is None:
-        raise InvalidArgument(f"{kn.name}: {reason}")
-    return d.factory(kn)
-
-
 def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     op = kn.op_type
     dt = kn.inputs[0].dtype
@@ -183,7 +175,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         numba_array(c, 3, readonly=True, layout="C"), numba_array(c, 2, readonly=False, layout="C")
     )
     kern = ctx.jit(mod.kernel, [sig])  # small inputs run the serial variant
-    fallback = _numpy_kernel(kn)
+    fallback = numpy_kernel(kn)
     axes_input = kn.since_version >= _AXES_INPUT[op]
     attr_axes = None if axes_input else kn.attr("axes")
     keepdims = bool(kn.attr("keepdims", 1))
