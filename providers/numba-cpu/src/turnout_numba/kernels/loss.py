@@ -19,7 +19,6 @@ from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
 from turnout.semantics.loss import check_loss_shapes
 
-from .. import cache
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel
 
@@ -111,7 +110,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         arr2,
         types.Array(types.int64, 1, "C"),
     )
-    kern = cache.jit(_loss_rows, [sig], parallel=ctx.parallel)
+    kern = ctx.jit(_loss_rows, [sig])  # small inputs run the serial variant
     name = kn.name
     softmax = kn.op_type == "SoftmaxCrossEntropyLoss"
     red = kn.attr("reduction", "mean")
@@ -133,7 +132,7 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         wt = np.empty((nb, d), c)
         bad = np.full(max(nb, 1), -1, np.int64)
         if nb and d:
-            kern(x3, t2, w, ignore, has_ignore, softmax, logp, loss, wt, bad)
+            kern(x3.size, x3, t2, w, ignore, has_ignore, softmax, logp, loss, wt, bad)
         rows = np.flatnonzero(bad[:nb] >= 0)
         if rows.size:
             i = int(rows[0])
