@@ -1,5 +1,5 @@
 """Fixtures for turnout.ray's tests: an embedded Ray with two CPUs (started once, shut down at
-the end), and the in-process reference a batch run's outputs must equal bit for bit.
+the end), and the in-process reference a batch run's outputs must match row for row.
 
 The actors run the numpy CPU kernels, as every test's sessions do (the root conftest's switch
 travels to Ray's worker processes through the runtime environment).

@@ -1,5 +1,5 @@
-"""Batch runs on an embedded Ray with two CPUs: outputs equal one in-process session's, bit for
-bit, in input order; a failing batch fails the run and names its rows; a worker killed part way
+"""Batch runs on an embedded Ray with two CPUs: outputs match one in-process session's row for
+row, in input order; a failing batch fails the run and names its rows; a worker killed part way
 costs no row and repeats none. The long runs (100,000 rows, 10,000 images, the killed worker)
 are marked slow."""
 
@@ -46,6 +46,14 @@ def read_output(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def assert_rows_match(got: np.ndarray, expected: np.ndarray) -> None:
+    """The same rows in the same order. Within a few float32 ulps, not bit for bit: a worker
+    process's BLAS may pick another kernel or split than this process's (seen on AMD EPYC: 4% of
+    the values 1 ulp apart), while a lost, repeated or reordered row is off by far more."""
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-7)
+
+
 def digits(rows: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).random((rows, 784), dtype=np.float32)
 
@@ -68,7 +76,7 @@ def test_cli_scores_a_parquet_file(
     assert list(got) == ["row", "probabilities"]
     np.testing.assert_array_equal(got["row"], np.arange(600))
     (expected,) = reference(str(TINY_CNN), {"image": x.reshape(600, 1, 28, 28)}, 64)
-    np.testing.assert_array_equal(got["probabilities"], expected)
+    assert_rows_match(got["probabilities"], expected)
 
 
 def test_a_failing_batch_fails_the_run_and_names_its_rows(
@@ -102,7 +110,7 @@ def test_100k_rows_through_the_mlp(
     got = read_output(tmp_path / "out.parquet")
     np.testing.assert_array_equal(got["row"], np.arange(100_000))
     (expected,) = reference(str(model), {"x": x}, 64)
-    np.testing.assert_array_equal(got["logits"], expected)
+    assert_rows_match(got["logits"], expected)
 
 
 @pytest.mark.slow
@@ -124,7 +132,7 @@ def test_10k_images_through_the_tiny_cnn(ray_cluster: Any, tmp_path: Path, refer
     images = np.stack([load_image(folder / f"{i:05}.png", spec) for i in range(10_000)])
     np.testing.assert_array_equal(images[:, 0], pixels.astype(np.float32) / np.float32(255))
     (expected,) = reference(str(TINY_CNN), {"image": images}, 128)
-    np.testing.assert_array_equal(got["probabilities"], expected)
+    assert_rows_match(got["probabilities"], expected)
 
 
 class KillOnce(SessionPredictor):
@@ -171,7 +179,7 @@ def test_a_killed_worker_loses_no_row_and_repeats_none(
     assert len(ids) == 6000 and len(np.unique(ids)) == 6000
     np.testing.assert_array_equal(ids, np.arange(6000))
     (expected,) = reference(str(TINY_CNN), {"image": x.reshape(-1, 1, 28, 28)}, 100)
-    np.testing.assert_array_equal(np.concatenate(probabilities), expected)
+    assert_rows_match(np.concatenate(probabilities), expected)
 
 
 @pytest.mark.slow
@@ -205,4 +213,4 @@ def test_a_folder_of_npy_files(ray_cluster: Any, tmp_path: Path, reference: Any)
     assert list(got) == ["row", "path", "probabilities"]
     assert got["path"][7] == str(folder / "007.npy")
     (expected,) = reference(str(TINY_CNN), {"image": x.reshape(200, 1, 28, 28)}, 32)
-    np.testing.assert_array_equal(got["probabilities"], expected)
+    assert_rows_match(got["probabilities"], expected)
