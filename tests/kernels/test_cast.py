@@ -185,6 +185,29 @@ def test_int4_uint4():
         _same_bits(run_own_kernel(node, [x], 21)[0], want.astype(np_dtype(getattr(T, dst))))
 
 
+@pytest.mark.parametrize("dst", ["INT4", "UINT4", "INT2", "UINT2"])
+@pytest.mark.parametrize("src", ["FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16"])
+def test_float_to_subbyte_out_of_range_is_zero(src, dst):
+    """Floats into 2/4-bit ints truncate toward zero, and what falls outside the type (NaN and
+    the infinities too) becomes 0, as the node tests pin it; the same with every ml_dtypes."""
+    info = ml_dtypes.iinfo(np_dtype(getattr(T, dst)))
+    lo, hi = int(info.min), int(info.max)
+    vals = np.concatenate(
+        [np.arange(-20, 21) / 2, [lo - 1, hi + 1, lo - 0.5, hi + 0.99, 1e10, -1e10]]
+    )
+    vals = np.concatenate([vals, [np.nan, np.inf, -np.inf]])
+    with np.errstate(over="ignore"):
+        x = vals.astype(np_dtype(getattr(T, src)))
+    node = helper.make_node("Cast", ["x"], ["y"], to=getattr(T, dst))
+    got = run_own_kernel(node, [x], 21)[0]
+    want = []
+    for v in x.astype(np.float64).tolist():
+        t = int(np.trunc(v)) if np.isfinite(v) else None
+        want.append(t if t is not None and lo <= t <= hi else 0)
+    _same_bits(got, np.array(want, np.int8).astype(got.dtype))
+    assert got.dtype == np_dtype(getattr(T, dst))
+
+
 def test_castlike_uses_second_input_type():
     x = _FLOATS.astype(np.float32)
     for like in (np.zeros(1, np.int16), np.zeros(2, np.float16), np.zeros(1, ml_dtypes.bfloat16)):
