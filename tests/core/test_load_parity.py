@@ -8,7 +8,9 @@ anchor. The corpus is built here, so it needs no files.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
+from turnout.structure import NAME_IN_MODEL_KEY
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these cases")
 
@@ -112,6 +115,86 @@ def _loop_passing_a_value_through() -> onnx.ModelProto:
     return _model([node], inputs, [vi("a_final", F, [2]), vi("w_final", F, [2])])
 
 
+ANON = "F0::anon"
+
+
+def _anon_constant(out: str, value: Any) -> onnx.NodeProto:
+    tensor = numpy_helper.from_array(np.asarray(value), out)
+    return helper.make_node("Constant", [], [out], name=ANON, value=tensor)
+
+
+def _openvino_style_names() -> onnx.ModelProto:
+    """Many nodes named "F0::anon", as OpenVINO's exporter names them: Constants (onnxruntime
+    makes them initializers before it checks names) beside one other node of that name, in the
+    main graph and in If and Loop bodies; "F0::anon~1" is the model's own name, which turnout's
+    suffixes step around."""
+
+    def f(v: float) -> np.ndarray:
+        return np.full((2, 2), v, np.float32)
+
+    then = helper.make_graph(
+        [
+            _anon_constant("t0", f(1)),
+            _anon_constant("t1", f(2)),
+            helper.make_node("Add", ["a1", "t0"], ["t2"], name=ANON),
+            helper.make_node("Mul", ["t2", "t1"], ["t3"]),
+        ],
+        "then",
+        [],
+        [vi("t3", F, [2, 2])],
+    )
+    other = helper.make_graph(
+        [_anon_constant("e0", f(3)), helper.make_node("Sub", ["a1", "e0"], ["e1"], name=ANON)],
+        "else",
+        [],
+        [vi("e1", F, [2, 2])],
+    )
+    body = helper.make_graph(
+        [
+            _anon_constant("one", f(1)),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name=f"{ANON}~1"),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"], name=ANON),
+        ],
+        "body",
+        [
+            vi("i", TensorProto.INT64, []),
+            vi("cond_in", TensorProto.BOOL, []),
+            vi("v_in", F, [2, 2]),
+        ],
+        [vi("cond_out", TensorProto.BOOL, []), vi("v_out", F, [2, 2])],
+    )
+    nodes = [
+        *(_anon_constant(f"c{i}", f(i / 4)) for i in range(12)),
+        _anon_constant("trips", np.array(3, np.int64)),
+        _anon_constant("yes", np.array(True)),
+        helper.make_node("Add", ["x", "c0"], ["a0"], name=ANON),
+        helper.make_node("Mul", ["a0", "c1"], ["a1"]),
+        helper.make_node("If", ["b"], ["i0"], name="if", then_branch=then, else_branch=other),
+        helper.make_node("Loop", ["trips", "yes", "i0"], ["l0"], name="loop", body=body),
+        helper.make_node("Sum", ["l0", *(f"c{i}" for i in range(2, 12))], ["y"], name=f"{ANON}~1"),
+    ]
+    return _model(nodes, [vi("b", TensorProto.BOOL, []), X], [vi("y", F, [2, 2])])
+
+
+def _branch_nodes_sharing_a_name() -> onnx.ModelProto:
+    """Two nodes other than Constants named alike in an If branch: onnxruntime refuses them
+    there as in the main graph."""
+    then = helper.make_graph(
+        [
+            helper.make_node("Neg", ["x"], ["t0"], name="n"),
+            helper.make_node("Abs", ["t0"], ["t1"], name="n"),
+        ],
+        "then",
+        [],
+        [vi("t1", F, [2, 2])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"], name="n")], "else", [], [vi("e", F, [2, 2])]
+    )
+    node = helper.make_node("If", ["b"], ["y"], then_branch=then, else_branch=other)
+    return _model([node], [vi("b", TensorProto.BOOL, []), X], [vi("y", F, [2, 2])])
+
+
 UNUSED = numpy_helper.from_array(np.ones(3, np.float32), "unused")
 X_ONLY = {"x": XV}
 
@@ -155,6 +238,27 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], dict[str, Any]]] = {
         ),
         X_ONLY,
     ),
+    "constants-sharing-a-node-name-then": (
+        _openvino_style_names,
+        {"b": np.array(True), "x": XV},
+    ),
+    "constants-sharing-a-node-name-else": (
+        _openvino_style_names,
+        {"b": np.array(False), "x": XV},
+    ),
+    "constants-and-two-nodes-sharing-a-name": (
+        lambda: _model(
+            [
+                _anon_constant("c", XV),
+                helper.make_node("Add", ["x", "c"], ["a"], name=ANON),
+                helper.make_node("Neg", ["a"], ["y"], name=ANON),
+            ],
+            [X],
+            [vi("y", F, [2, 2])],
+        ),
+        X_ONLY,
+    ),
+    "branch-nodes-sharing-a-name": (_branch_nodes_sharing_a_name, {"b": np.array(True), "x": XV}),
     "odd-value-names": (
         lambda: _model(
             [helper.make_node("Relu", ["x y/é:0"], ["ü.1 "])],
@@ -396,3 +500,85 @@ def test_turnout_runs_what_onnxruntime_has_no_kernel_for() -> None:
 def test_a_negative_declared_dim_reads_as_unknown() -> None:
     model = CASES["negative-dims-mean-any-size"][0]().SerializeToString()
     assert turnout.InferenceSession(model).get_inputs()[0].shape == [None, 2]
+
+
+def _no_optimization() -> turnout.SessionOptions:
+    so = turnout.SessionOptions()
+    so.graph_optimization_level = turnout.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+def test_repeated_node_names_are_suffixed_apart_and_marked() -> None:
+    """Every node keeps a name of its own in the partition report, the first of a name keeps
+    it bare, and a suffix turnout added is marked as turnout's, in text, JSON and HTML."""
+    sess = turnout.InferenceSession(_openvino_style_names().SerializeToString(), _no_optimization())
+    report = sess.partition_report()
+    suffixed = {
+        "": [f"{ANON}~{k}" for k in range(2, 16)],  # ~1 is the model's own name for the Sum
+        "if/then": [f"{ANON}~1", f"{ANON}~2"],
+        "if/else": [f"{ANON}~1"],
+        "loop/body": [f"{ANON}~2"],  # ~1 is the model's own name for the Identity
+    }
+    graphs = {"": report, **report.subgraphs}
+    assert set(graphs) == set(suffixed)
+    for key, graph in graphs.items():
+        names = [a.node for a in graph.assignments]
+        assert len(set(names)) == len(names) and names.count(ANON) == 1, names
+        marked = [a.node for a in graph.assignments if a.name_in_model == ANON]
+        assert marked == suffixed[key]
+    main = {a.node: a.op_type for a in report.assignments}
+    assert main[ANON] == "Constant" and main[f"{ANON}~1"] == "Sum"
+    assert [main[f"{ANON}~{k}"] for k in range(2, 16)] == ["Constant"] * 13 + ["Add"]
+    assert main["Mul_15"] == "Mul"  # an unnamed node goes by op and index, as before
+    text = report.to_text()
+    assert "[~15 added by turnout]" in text and "[~1 added by turnout]" in text
+    assert text.count("added by turnout") == sum(map(len, suffixed.values()))
+    assert '"name_in_model": "F0::anon"' in report.to_json()
+    assert "~15 added by turnout" in report.to_html()
+
+
+def test_repeated_node_names_stay_apart_in_the_profile(tmp_path: Path) -> None:
+    so = _no_optimization()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "profile")
+    sess = turnout.InferenceSession(_openvino_style_names().SerializeToString(), so)
+    sess.run(None, {"b": np.array(True), "x": XV})
+    with open(sess.end_profiling()) as f:
+        events = [e["name"] for e in json.load(f)["traceEvents"] if e["cat"] == "Node"]
+    assert len(set(events)) == len(events), events
+    constants = [ANON, *(f"{ANON}~{k}" for k in range(2, 15))]
+    assert {f"{n}_kernel_time" for n in constants} <= set(events)
+
+
+def test_explain_marks_the_suffixes_turnout_added(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from turnout.cli import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_openvino_style_names(), path)
+    assert main(["explain", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert f"{ANON}~15" in text and "[~15 added by turnout]" in text
+    assert main(["explain", str(path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    suffixed = [a["node"] for a in report["assignments"] if a["name_in_model"] == ANON]
+    assert suffixed == [f"{ANON}~15"]  # the Constants were folded into initializers
+
+
+def test_the_saved_optimized_model_keeps_the_suffixes(tmp_path: Path) -> None:
+    """The optimized model names its nodes apart, records the model's names, and onnxruntime
+    runs it to the same outputs."""
+    so = turnout.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    feeds = {"b": np.array(False), "x": XV}
+    (got,) = turnout.InferenceSession(_openvino_style_names().SerializeToString(), so).run(
+        None, feeds
+    )
+    saved = onnx.load(so.optimized_model_filepath)
+    (node,) = [n for n in saved.graph.node if n.op_type == "Add"]
+    assert node.name == f"{ANON}~15"
+    assert [(p.key, p.value) for p in node.metadata_props] == [(NAME_IN_MODEL_KEY, ANON)]
+    assert [n.name for n in saved.graph.node if n.op_type == "Mul"] == [""]  # stays unnamed
+    session = ort.InferenceSession(so.optimized_model_filepath, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, session.run(None, feeds)[0], rtol=1e-6)

@@ -17,6 +17,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TypeProto
 from .dtypes import np_dtype
 from .errors import InvalidGraph
 from .provider import KernelNode
+from .structure import NAME_IN_MODEL_KEY
 from .tensors import decode_tensor
 
 __all__ = ["Graph", "GraphView", "Node", "ValueInfo", "schema_since_version", "schema_type_params"]
@@ -105,7 +106,11 @@ def _decode_str(b: bytes) -> str | bytes:
 
 
 class Node:
-    """One operator application. `attrs` holds decoded values; `proto` the original NodeProto."""
+    """One operator application. `attrs` holds decoded values; `proto` the original NodeProto.
+
+    `name_in_model` is the model's name for a node that turnout renamed at load, adding a
+    suffix to tell it from an earlier node of the same name (`structure.suffix_repeated_names`);
+    None for every other node."""
 
     __slots__ = (
         "attrs",
@@ -115,6 +120,7 @@ class Node:
         "input_infos",
         "inputs",
         "name",
+        "name_in_model",
         "op_type",
         "output_infos",
         "outputs",
@@ -127,6 +133,7 @@ class Node:
         self.op_type = proto.op_type
         self.domain = "" if proto.domain == "ai.onnx" else proto.domain
         self.name = proto.name or f"{proto.op_type}_{index}"
+        self.name_in_model: str | None = _name_in_model(proto)
         self.inputs: tuple[str, ...] = tuple(proto.input)
         self.outputs: tuple[str, ...] = tuple(proto.output)
         self.attrs: dict[str, Any] = {a.name: decode_attribute(a, graph) for a in proto.attribute}
@@ -145,6 +152,13 @@ class Node:
 
     def __repr__(self) -> str:
         return f"Node({self.name!r}, {self.domain or 'ai.onnx'}::{self.op_type})"
+
+
+def _name_in_model(proto: NodeProto) -> str | None:
+    for p in proto.metadata_props:
+        if p.key == NAME_IN_MODEL_KEY:
+            return str(p.value)
+    return None
 
 
 class Graph:

@@ -23,7 +23,7 @@ from . import contrib
 from .dtypes import np_dtype
 from .errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoModel, NoSuchFile
 from .shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
-from .structure import check_structure, normalize
+from .structure import check_structure, normalize, suffix_repeated_names
 from .tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor
 from .validate import check_types
 
@@ -150,6 +150,7 @@ def read_model(
         check_tensor(tensor, label)
     normalize(model)
     check_structure(model, label)
+    suffix_repeated_names(model)
     _check_opsets(model, label, custom_domains, allow_unknown)
     if model.functions:
         try:

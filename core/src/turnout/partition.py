@@ -21,13 +21,27 @@ __all__ = ["Assignment", "GraphPartition", "PartitionReport", "partition_graph"]
 
 @dataclass(frozen=True)
 class Assignment:
-    """Where one node runs: provider, and how (`kernel`, `onnx.reference`, or a fused group)."""
+    """Where one node runs: provider, and how (`kernel`, `onnx.reference`, or a fused group).
+
+    `name_in_model`: the model's name for a node that turnout suffixed at load (`F0::anon~1`
+    for the second node named `F0::anon`), else None."""
 
     node: str
     op_type: str
     provider: str
     source: str
     group: str | None = None
+    name_in_model: str | None = None
+
+    def suffix_note(self) -> str:
+        """The text report's mark of a suffixed node, `[~1 added by turnout]`, with its
+        leading space; "" for the other nodes."""
+        model_name = self.name_in_model
+        if model_name is None:
+            return ""
+        if self.node.startswith(model_name):
+            return f" [{self.node[len(model_name) :]} added by turnout]"
+        return f" [renamed by turnout from {model_name!r}]"
 
 
 @dataclass
@@ -46,22 +60,25 @@ def partition_graph(graph: Graph, providers: Sequence[ExecutionProvider]) -> Gra
     claims: list[tuple[ExecutionProvider, Capability]] = []
     assignments: dict[str, Assignment] = {}
     declines: dict[str, list[Decline]] = {}
-    ops = {n.name: n.op_type for n in graph.nodes}
+    nodes = {n.name: n for n in graph.nodes}
     for provider in providers:
         view = GraphView(graph, assigned)
         got, declined = provider.get_capability(view)
         declines[provider.name] = list(declined)
         for cap in got:
-            taken = [n for n in cap.nodes if n in assigned or n not in ops]
+            taken = [n for n in cap.nodes if n in assigned or n not in nodes]
             if taken:
                 raise InvalidGraph(
                     f"{provider.name} claimed node(s) {taken} that are unknown or already assigned"
                 )
             group = cap.name or (f"{provider.name}_fused_{len(claims)}" if cap.fused else None)
+            source = "fused" if cap.fused else cap.source
             for n in cap.nodes:
                 assigned[n] = provider.name
-                source = "fused" if cap.fused else cap.source
-                assignments[n] = Assignment(n, ops[n], provider.name, source, group)
+                node = nodes[n]
+                assignments[n] = Assignment(
+                    n, node.op_type, provider.name, source, group, node.name_in_model
+                )
             claims.append((provider, cap))
     missing = [node for node in graph.nodes if node.name not in assigned]
     if missing:
@@ -187,7 +204,9 @@ class PartitionReport:
         ]
         for a in self.assignments:
             how = a.source if a.group is None else f"{a.source} {a.group}"
-            lines.append(f"{indent}  {a.node:<32} {a.op_type:<24} {a.provider} ({how})")
+            lines.append(
+                f"{indent}  {a.node:<32} {a.op_type:<24} {a.provider} ({how}){a.suffix_note()}"
+            )
             for key, sub in self.subgraphs.items():
                 if key.split("/", 1)[0] == a.node:
                     lines.append(sub.to_text(indent + "    "))

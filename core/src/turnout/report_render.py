@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .ir import Graph
-    from .partition import PartitionReport
+    from .partition import Assignment, PartitionReport
 
 __all__ = ["to_dot", "to_html"]
 
@@ -28,7 +28,7 @@ def to_dot(report: PartitionReport, graph: Graph | None = None) -> str:
     colors = _colors(report)
     lines = [f"digraph {_q(report.graph)} {{", "  rankdir=TB;", "  node [style=filled, shape=box];"]
     for a in report.assignments:
-        label = f"{a.node}\\n{a.op_type}\\n{a.provider}"
+        label = f"{a.node}{a.suffix_note()}\\n{a.op_type}\\n{a.provider}"
         lines.append(f"  {_q(a.node)} [label={_q(label)}, fillcolor={_q(colors[a.provider])}];")
     if graph is not None:
         producer = {y: n.name for n in graph.nodes for y in n.outputs if y}
@@ -52,12 +52,18 @@ def to_dot(report: PartitionReport, graph: Graph | None = None) -> str:
     return "\n".join(lines)
 
 
+def _suffix_mark(a: Assignment) -> str:
+    """The mark of a node name that turnout suffixed at load, as HTML ("" for the others)."""
+    note = a.suffix_note()
+    return f"<small>{html.escape(note)}</small>" if note else ""
+
+
 def to_html(report: PartitionReport) -> str:
     """One page, no external assets: counts, every node's placement, copies and declines."""
     colors = _colors(report)
     esc = html.escape
     rows = "".join(
-        f"<tr><td>{esc(a.node)}</td><td>{esc(a.op_type)}</td>"
+        f"<tr><td>{esc(a.node)}{_suffix_mark(a)}</td><td>{esc(a.op_type)}</td>"
         f'<td style="background:{colors[a.provider]}">{esc(a.provider)}</td>'
         f"<td>{esc(a.source)}</td><td>{esc(a.group or '')}</td></tr>"
         for a in report.assignments

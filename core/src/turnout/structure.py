@@ -3,7 +3,8 @@
 onnx.checker is stricter than onnxruntime in places (nodes out of topological order, the
 domain spelled "ai.onnx", an empty graph name) and gives other exception classes where both
 refuse. `normalize` makes the first kind loadable, as onnxruntime does; `check_structure`
-refuses the second kind with onnxruntime's class and names what is at fault.
+refuses the second kind with onnxruntime's class and names what is at fault;
+`suffix_repeated_names` then keeps apart the nodes onnxruntime lets share a name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,19 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TypeProto
 
 from .errors import Fail, InvalidArgument
 
-__all__ = ["check_structure", "normalize"]
+__all__ = [
+    "NAME_IN_MODEL_KEY",
+    "SUFFIX_MARK",
+    "check_structure",
+    "normalize",
+    "suffix_repeated_names",
+]
+
+SUFFIX_MARK = "~"
+"""What separates a repeated node name from the number turnout adds to it (`F0::anon~1`)."""
+
+NAME_IN_MODEL_KEY = "turnout.name_in_model"
+"""The node `metadata_props` entry that keeps the name a suffixed node has in the model."""
 
 
 def normalize(model: ModelProto) -> None:
@@ -73,9 +86,15 @@ def _check_graph(g: GraphProto, label: str, outer: set[str]) -> None:
     defined |= inits  # an initializer may also be a graph input (an overridable one)
     names: set[str] = set()
     for n in g.node:
-        if n.name:
+        # onnxruntime turns Constant nodes (of any domain) into initializers before it checks
+        # names: only the other nodes of a graph must be named apart (OpenVINO names many
+        # Constants "F0::anon"; a subgraph may reuse an outer graph's names)
+        if n.name and n.op_type != "Constant":
             if n.name in names:
-                raise Fail(f"{label}: two nodes are named {n.name!r}")
+                raise Fail(
+                    f"{label}: two nodes are named {n.name!r} (onnxruntime lets only Constant "
+                    "nodes share a name)"
+                )
             names.add(n.name)
         for o in n.output:
             if o:
@@ -93,6 +112,29 @@ def _check_graph(g: GraphProto, label: str, outer: set[str]) -> None:
     for o in g.output:
         if o.name not in visible:
             raise Fail(f"{label}: graph output {o.name!r} is not produced by any node")
+
+
+def suffix_repeated_names(model: ModelProto) -> None:
+    """Rename in place each node whose graph has an earlier node of the same name to
+    `NAME~k`, the smallest k >= 1 that no node of that graph is named, and keep its name in
+    the model under `NAME_IN_MODEL_KEY`: reports, profiles, plans and optimizer passes key
+    nodes by name within a graph, and must tell these apart. Unnamed nodes stay unnamed."""
+    for g in _graphs(model.graph):
+        taken = {n.name for n in g.node}
+        if len(taken) == len(g.node):
+            continue  # the usual case: every node named apart
+        seen: set[str] = set()
+        for n in g.node:
+            if not n.name:
+                continue
+            if n.name in seen:
+                k = 1
+                while f"{n.name}{SUFFIX_MARK}{k}" in taken:
+                    k += 1
+                n.metadata_props.add(key=NAME_IN_MODEL_KEY, value=n.name)
+                n.name = f"{n.name}{SUFFIX_MARK}{k}"
+                taken.add(n.name)
+            seen.add(n.name)
 
 
 def _toposort(g: GraphProto, outer: set[str]) -> None:
