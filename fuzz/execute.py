@@ -7,8 +7,9 @@ is blamed on the right one. Outcome classes (against onnxruntime, else onnx.refe
 - `mismatch`: both ran, outputs differ (shape, dtype, or values: max abs/rel difference kept);
 - `both-error`: both rejected the case (fine: an invalid mutation);
 - `turnout-error-only` / `<oracle>-error-only`: one side rejected it;
-- `bare-exception`: turnout raised something that is not a `TurnoutError` (a finding whatever
-  the oracle did; MemoryError counts as typed, resource exhaustion is not a bug);
+- `bare-exception`: turnout raised something that is not a `TurnoutError`, or a kernel broke
+  its contract (returned the wrong number of outputs: typed by the executor, but a bug) - a
+  finding whatever the oracle did; MemoryError counts as typed, resource exhaustion is not a bug;
 - `crash` and `hang` are decided by the pool, never here.
 
 A non-CPU provider is also classified against turnout's CPU provider (`vs_cpu`). A mismatch
@@ -28,6 +29,7 @@ import numpy as np
 from .generate import FuzzCase
 
 __all__ = [
+    "CONTRACT_BROKEN",
     "CPU",
     "FINDINGS",
     "OUTCOMES",
@@ -55,6 +57,9 @@ OUTCOMES = (
 )
 FINDINGS = frozenset({"crash", "hang", "bare-exception", "mismatch"})
 """Outcomes that fail the CI run unless a reviewed known difference covers them."""
+CONTRACT_BROKEN = "kernel returned the wrong number of outputs"
+"""What the executor says when a kernel's output count is not its node's: never the model's
+fault (an optional output left out, `m_outputs`, is how the fuzzer finds it)."""
 
 _TOLERANCE = {"float16": (1e-2, 1e-3), "float32": (1e-3, 1e-5), "float64": (1e-3, 1e-5)}
 _SCALE = {"float16": 4e-3, "float32": 1e-5, "float64": 1e-5}
@@ -97,7 +102,8 @@ def run_turnout(case: FuzzCase, provider: str) -> Ran:
     except TurnoutError as e:
         cause = e.__cause__
         bare = cause is not None and not isinstance(cause, TurnoutError)
-        return Ran(None, _message(e), True, type(cause).__name__ if bare else "", placed, nodes)
+        typed = CONTRACT_BROKEN not in str(e)
+        return Ran(None, _message(e), typed, type(cause).__name__ if bare else "", placed, nodes)
     except MemoryError as e:
         return Ran(None, _message(e), True, "MemoryError", placed, nodes)
     except Exception as e:

@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from .seeds import Seed, SeedPool
 
-__all__ = ["MUTATIONS", "FuzzCase", "Generator"]
+__all__ = ["MUTATIONS", "OUTPUTS_PROBABILITY", "FuzzCase", "Generator", "m_outputs"]
 
 
 @dataclass(frozen=True)
@@ -326,6 +326,32 @@ def m_attr(rng: Rng, pool: SeedPool, n: _Node) -> str | None:
     return f"attr{'-' if new is None else '~'}{name}"
 
 
+# ---------------------------------------------------------------------------- outputs
+
+
+def m_outputs(rng: Rng, pool: SeedPool, n: _Node) -> str | None:
+    """Optional outputs left out: trailing ones dropped, others blanked to "" (one of the
+    subsets the schema allows and onnx accepts, `turnout.testing.output_variants`)."""
+    from turnout.testing import one_node_model, optional_outputs, output_variants
+
+    opsets = dict(n.seed.opsets)
+    if not any(optional_outputs(n.node, opsets)):
+        return None
+    variants = output_variants(one_node_model(n.node, n.values, opsets))
+    if not variants:
+        return None
+    outputs = list(variants[int(rng.integers(len(variants)))].graph.node[0].output)
+    del n.node.output[:]
+    n.node.output.extend(outputs)
+    return "outputs:" + ",".join(y or "-" for y in outputs)
+
+
+OUTPUTS_PROBABILITY = 0.5
+"""How often `m_outputs` changes the last node (the one whose outputs the graph returns), where
+it has optional outputs. Drawn from a random stream of its own: adding it left every case whose
+last node has none exactly as it was."""
+
+
 MUTATIONS: dict[str, tuple[Mutation, float]] = {
     "values": (m_values, 3.0),
     "specials": (m_specials, 2.0),
@@ -485,6 +511,7 @@ class Generator:
             length = int(rng.integers(2, self.max_nodes + 1))
             while len(nodes) < length and not self._extend(rng, nodes, labels):
                 pass
+        labels += self._outputs(index, nodes)
         opsets = _compatible_opsets(nodes) or dict(first.seed.opsets)
         model, feeds = _build(nodes, opsets, dynamic)
         if dynamic:
@@ -499,6 +526,18 @@ class Generator:
             rtol=max(n.seed.rtol for n in nodes),
             atol=max(n.seed.atol for n in nodes),
         )
+
+    def _outputs(self, index: int, nodes: list[_Node]) -> list[str]:
+        """`m_outputs` on the last node, from a stream of its own (`OUTPUTS_PROBABILITY`)."""
+        rng = np.random.default_rng([self.seed, index, 1])
+        if rng.random() >= OUTPUTS_PROBABILITY:
+            return []
+        try:
+            label = m_outputs(rng, self.pool, nodes[-1])
+        except Exception:  # a generator bug must not end a long run
+            label = "!outputs"
+        prefix = f"n{len(nodes) - 1}:" if len(nodes) > 1 else ""
+        return [prefix + label] if label else []
 
     def _extend(self, rng: Rng, nodes: list[_Node], labels: list[str]) -> bool:
         """Append a node fed by the last one; True when the chain cannot grow (stop)."""

@@ -64,7 +64,11 @@ __all__ = [
 ]
 
 KernelFn = Callable[..., Sequence[Any]]
-"""A kernel function: positional input values in, a tuple with one value per node output out."""
+"""A kernel function: positional input values in, a tuple with one value per node output out.
+
+One per entry of `node.outputs`, exactly: a node may leave its trailing optional outputs out
+(return fewer, `outs[: len(node.outputs)]`) and blank others to "" (that slot's value is
+dropped; None will do). tests/core/test_optional_outputs.py holds every provider to it."""
 
 
 @dataclass(frozen=True)

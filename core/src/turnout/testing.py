@@ -8,6 +8,7 @@ node, so a test cannot silently exercise the reference fallback instead.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ __all__ = [
     "named_outputs",
     "normalize_values",
     "one_node_model",
+    "optional_outputs",
+    "output_variants",
     "positional_inputs",
     "provider_session",
     "run_onnxruntime",
@@ -97,6 +100,79 @@ def one_node_model(
     except Exception:  # inference is a convenience here; kernels must cope with unknown types
         pass
     return model
+
+
+_OPTIONAL = onnx.defs.OpSchema.FormalParameterOption.Optional
+
+
+def optional_outputs(node: onnx.NodeProto, opsets: Mapping[str, int]) -> list[bool]:
+    """For each of `node`'s outputs, whether its schema (onnx.defs, which knows the contrib ops
+    too) marks it optional. A variadic output is not: its count is the op's meaning (Split's
+    pieces, a Loop's carried values), so it is never left out. Unknown ops: none optional."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(domain, 1), domain)
+    except onnx.defs.SchemaError:
+        return [False] * len(node.output)
+    formal = schema.outputs
+    return [i < len(formal) and formal[i].option == _OPTIONAL for i in range(len(node.output))]
+
+
+def output_variants(model: onnx.ModelProto) -> list[onnx.ModelProto]:
+    """The one-node `model` with some of its node's optional outputs left out, every way ONNX
+    accepts: trailing ones dropped, others blanked to "" (an absent optional output), at least
+    one output kept; the graph outputs follow. "Accepts" is onnx's node checker (output count)
+    and its strict shape inference (BatchNormalization in training mode wants all three,
+    Attention's present_key and present_value go together). The model itself is not listed.
+    """
+    node = model.graph.node[0]
+    opsets = {d.domain: d.version for d in model.opset_import}
+    optional = optional_outputs(node, opsets)
+    names = list(node.output)
+    droppable = [i for i, name in enumerate(names) if name and optional[i]]
+    required = {i for i, name in enumerate(names) if name and not optional[i]}
+    variants = []
+    for k in range(len(droppable)):  # keep k of the optional outputs: fewer than all
+        for kept in itertools.combinations(droppable, k):
+            keep = required.union(kept)
+            if not keep:
+                continue
+            outputs = [name if i in keep else "" for i, name in enumerate(names)]
+            variant = _with_outputs(model, outputs[: max(keep) + 1])
+            if _onnx_accepts(variant):
+                variants.append(variant)
+    return variants
+
+
+def _with_outputs(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    node = out.graph.node[0]
+    del node.output[:]
+    node.output.extend(outputs)
+    graph_outputs = [vi for vi in out.graph.output if vi.name in outputs]
+    del out.graph.output[:]
+    out.graph.output.extend(graph_outputs)
+    return out
+
+
+def _onnx_accepts(model: onnx.ModelProto) -> bool:
+    """onnx's node checker and strict shape inference pass (graph outputs untyped: a declared
+    output type that onnx's inference disagrees with is the test data's business)."""
+    bare = onnx.ModelProto()
+    bare.CopyFrom(model)
+    names = [vi.name for vi in bare.graph.output]
+    del bare.graph.output[:]
+    bare.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in names)
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = bare.ir_version
+    ctx.opset_imports = {d.domain: d.version for d in bare.opset_import}
+    try:
+        onnx.checker.check_node(bare.graph.node[0], ctx)
+        onnx.shape_inference.infer_shapes(bare, check_type=True, strict_mode=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return False
+    return True
 
 
 def run_own_kernel(

@@ -244,6 +244,13 @@ def test_empty_sequence_and_batch(rng: np.random.Generator) -> None:
         _vs_cpu_and_ort(model, feeds, ort=False)
 
 
+def test_empty_input_size(rng: np.random.Generator) -> None:
+    """X and W with an empty last dim (the fuzzer's shrink:0): the gates are biases alone.
+    Before: reshape(-1, 0) of the empty X raised ValueError."""
+    feeds = _inputs(rng, "LSTM", steps=3, batch=1, isz=0, hs=3, nd=1)
+    _vs_cpu_and_ort(_model("LSTM", feeds, hidden_size=3, direction="reverse"), feeds, ort=False)
+
+
 def test_bad_inputs_name_the_node(rng: np.random.Generator) -> None:
     feeds = _inputs(rng, "LSTM", steps=3, batch=2, isz=4, hs=5, nd=1)
     feeds["sequence_lens"] = np.array([3, 2], np.int32)

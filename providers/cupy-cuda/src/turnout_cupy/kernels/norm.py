@@ -27,8 +27,9 @@ def _stash(x: Any) -> Any:
 def layer_norm(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
     axis, eps = int(kn.attr("axis", -1)), float(kn.attr("epsilon", 1e-5))
+    n_out = len(kn.node.outputs)  # Mean and InvStdDev are optional
 
-    def run(x: Any, scale: Any, bias: Any = None) -> tuple[Any, Any, Any]:
+    def run(x: Any, scale: Any, bias: Any = None) -> tuple[Any, ...]:
         ax = axis % x.ndim
         axes = tuple(range(ax, x.ndim))
         xs = _stash(x)
@@ -38,7 +39,7 @@ def layer_norm(kn: KernelNode, be: Backend) -> KernelFn:
         y = d * inv * scale
         if bias is not None:
             y = y + bias
-        return y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32)
+        return (y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32))[:n_out]
 
     return run
 

@@ -161,8 +161,9 @@ def unique(kn: KernelNode, be: Backend) -> KernelFn:
     xp = be.xp
     axis = kn.attr("axis")
     is_sorted = bool(kn.attr("sorted", 1))
+    n_out = len(kn.node.outputs)  # indices, inverse_indices and counts are optional
 
-    def run(x: Any) -> tuple[Any, Any, Any, Any]:
+    def run(x: Any) -> tuple[Any, ...]:
         a = 0 if axis is None else _axis(kn, int(axis), x.ndim)
         moved = x.reshape(-1) if axis is None else xp.moveaxis(x, a, 0)
         first, inv, cnt = _row_groups(xp, moved.reshape(moved.shape[0], -1))
@@ -175,6 +176,6 @@ def unique(kn: KernelNode, be: Backend) -> KernelFn:
         if axis is not None:
             u = xp.ascontiguousarray(xp.moveaxis(u, 0, a))
         i64 = np.int64
-        return u, first.astype(i64), inv.astype(i64), cnt.astype(i64)
+        return (u, first.astype(i64), inv.astype(i64), cnt.astype(i64))[:n_out]
 
     return run

@@ -530,7 +530,7 @@ class _Recurrent:
                 )
         h = self._state(init_h, "initial_h", batch, hs)
         c = self._state(init_c, "initial_c", batch, hs) if self.has_cell else self._no_cell
-        x2 = np.ascontiguousarray(x, dt).reshape(-1, isz)
+        x2 = np.ascontiguousarray(x, dt).reshape(steps * batch, isz)  # -1 fails on 0 inputs
         # few rows: the kernel projects them itself (a BLAS call costs more than it saves)
         xw = self._no_xw if x2.shape[0] <= _PROJECT_ROWS else pool_matmul(x2, pk.wt)
         y_shape = (steps, nd, batch, hs) if layout == 0 else (batch, steps, nd, hs)

@@ -482,6 +482,7 @@ def group_query_attention(node: KernelNode) -> KernelFn:
         scores = np.where(hidden[:, None], -np.inf, scores)
         probs = _softmax(scores)
         out = _merge(np.matmul(probs, v_all.astype(ct))).astype(query.dtype)
-        return (out, present_k, present_v)[:n_out]
+        # output_qk: qk_output 0 (the default; other values are refused) outputs nothing
+        return (out, present_k, present_v, None)[:n_out]
 
     return run

@@ -680,6 +680,7 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, ...]:
 def unique(node: KernelNode) -> KernelFn:
     axis = node.attr("axis")
     is_sorted = bool(node.attr("sorted", 1))
+    n_out = len(node.node.outputs)  # indices, inverse_indices and counts are optional
 
     def run(x: np.ndarray) -> tuple[np.ndarray, ...]:
         if axis is None:
@@ -705,7 +706,7 @@ def unique(node: KernelNode) -> KernelFn:
             u = np.take(u, order, axis=0 if axis is None else norm_axis(node, axis, x.ndim))
             idx, cnt, inv = idx[order], cnt[order], rank[inv]
         i64 = np.int64
-        return u, idx.astype(i64), inv.astype(i64), cnt.astype(i64)
+        return (u, idx.astype(i64), inv.astype(i64), cnt.astype(i64))[:n_out]
 
     return run
 
