@@ -64,6 +64,43 @@ def test_each_python_thread_has_its_own_run_budget(two_thread_run: None) -> None
     assert run_threads() == 2
 
 
+def _blas_counts() -> list[int]:
+    threadpoolctl = pytest.importorskip(
+        "threadpoolctl", reason="BLAS's count is held only with threadpoolctl (the threads extra)"
+    )
+    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    if not libs:
+        pytest.skip("threadpoolctl finds no BLAS library in this numpy")
+    return [lib.get_num_threads() for lib in libs]
+
+
+def test_overlapping_runs_of_two_threads_hold_blas_at_one_until_the_last_ends() -> None:
+    """BLAS's count is process-wide: once a second Python thread's run begins it is one, the
+    first run to end leaves it there for the other, and the last restores what BLAS had."""
+    before = _blas_counts()
+    first = BlasThreads(2).enter()
+    assert set(_blas_counts()) == {2}  # alone: the session's count until it splits products
+    entered, leave = threading.Event(), threading.Event()
+    seen: dict[str, list[int]] = {}
+
+    def other_run() -> None:
+        changed = BlasThreads(2).enter()
+        seen["both"] = _blas_counts()
+        entered.set()
+        leave.wait()
+        BlasThreads.exit(changed)
+
+    t = threading.Thread(target=other_run)
+    t.start()
+    entered.wait()
+    assert set(seen["both"]) == {1}
+    leave.set()
+    t.join()
+    assert set(_blas_counts()) == {1}  # the other run ended; this one is still splitting
+    BlasThreads.exit(first)
+    assert _blas_counts() == before
+
+
 RNG = np.random.default_rng(3)
 
 # (A shape, B shape): split along columns, along rows, odd sizes (blocks of 16 and a short

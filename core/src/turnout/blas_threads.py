@@ -70,10 +70,24 @@ class _Run(threading.local):
 
     threads = 0  # 0: no managed run, `blas_matmul` is plain np.matmul
     current = 0  # the count last set
+    depth = 0  # providers of this thread's run that entered (each provider enters once)
     setters: list[Callable[[int], Any]] = []
 
 
+class _Shared:
+    """BLAS's thread count is one for the process: how many Python threads are in a managed
+    run, and the counts BLAS had before the first of them began (restored when the last ends).
+    A run that met another set the count to one; a lone run's exit used to restore the count it
+    saw at entry while the other run was still splitting its products (measured: 5 of 60 runs
+    from 4 threads differed from the lone run's result by 1 ulp)."""
+
+    lock = threading.Lock()
+    active = 0
+    saved: list[tuple[Callable[[int], Any], int]] = []
+
+
 _RUN = _Run()
+_SHARED = _Shared()
 
 
 _FREE, _HELPING, _COMMITTED, _TAKEN_BACK = 0, 1, 2, 3  # a block's state (helpers' blocks)
@@ -244,27 +258,44 @@ class BlasThreads:
         self._setters = [set_ for _, set_ in self._controls]
 
     def enter(self) -> list[tuple[Callable[[int], Any], int]]:
-        """Limit every BLAS library; returns what `exit` must restore. With more than one
-        thread every library is listed (`blas_matmul` may change the count during the run)."""
-        changed = []
+        """Limit every BLAS library for the run starting on this Python thread; pass what it
+        returns to `exit` at the run's end. BLAS's count is process-wide: while runs of more
+        than one Python thread overlap it stays at one (`_Shared`), so no run's products are
+        split by BLAS mid-block because another run set its own count."""
+        run = _RUN
+        run.depth += 1
         threads = self.threads
-        for get, set_ in self._controls:
-            current = get()
-            if current != threads:
-                set_(threads)
-                changed.append((set_, current))
-            elif threads > 1:
-                changed.append((set_, current))
+        with _SHARED.lock:
+            if run.depth == 1:
+                if _SHARED.active == 0:
+                    _SHARED.saved = [(set_, get()) for get, set_ in self._controls]
+                _SHARED.active += 1
+            want = threads if _SHARED.active == 1 else 1
+            for get, set_ in self._controls:
+                if get() != want:
+                    set_(want)
         if threads > 1 and self._controls:
-            _RUN.threads = _RUN.current = threads
-            _RUN.setters = self._setters
-        return changed
+            run.threads = threads
+            run.current = want
+            run.setters = self._setters
+        return []
 
     @staticmethod
     def exit(changed: list[tuple[Callable[[int], Any], int]]) -> None:
-        _RUN.threads = 0
-        for set_, count in changed:
-            set_(count)
+        """The end of a run `enter` started: the last run of the process to end restores the
+        counts BLAS had before the first began."""
+        del changed  # kept for callers; the counts to restore are process-wide
+        run = _RUN
+        run.threads = 0
+        run.depth -= 1
+        if run.depth:
+            return  # another provider of this run still holds it
+        with _SHARED.lock:
+            _SHARED.active -= 1
+            if _SHARED.active == 0:
+                for set_, count in _SHARED.saved:
+                    set_(count)
+                _SHARED.saved = []
 
 
 def blas_threads_for(macs: int, threads: int) -> int:

@@ -182,7 +182,7 @@ class NumbaExecutionProvider(ExecutionProvider):
             numba.set_num_threads(saved)
             st.saved = None
         blas = getattr(st, "blas", None)
-        if blas:
+        if blas is not None:
             BlasThreads.exit(blas)
         st.blas = None
 

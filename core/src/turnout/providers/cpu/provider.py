@@ -62,7 +62,7 @@ class CPUExecutionProvider(ExecutionProvider):
 
     def on_run_end(self) -> None:
         changed = getattr(self._run_state, "blas", None)
-        if changed:
+        if changed is not None:
             BlasThreads.exit(changed)
         self._run_state.blas = None
 
