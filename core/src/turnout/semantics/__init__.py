@@ -9,7 +9,8 @@ these too.
 - `geometry`: strides, dilations, pads and output sizes of sliding-window ops (per auto_pad).
 - `resize`: Resize's output sizes, source coordinates, nearest indices and filter taps.
 - `activations`: the fused ops' activation table and numpy reference functions.
-- `numerics`: erf and an overflow-free sigmoid, exact to the dtype they are given.
+- `numerics`: erf and an overflow-free sigmoid, exact to the dtype they are given; MLAS's
+  sigmoid and tanh approximations, for the kernels that follow onnxruntime to the bit.
 - `attention`: Attention's input-shape checks.
 - `loss`: the loss ops' input-shape checks, class weighting and reduction.
 - `recurrent`: RNN/GRU/LSTM attributes (directions, layout, activations) and input checks.
@@ -26,7 +27,8 @@ these too.
 - `normalization`: LpNormalization, MeanVarianceNormalization and LRN attributes.
 - `linalg`: Einsum's equation and Det's input check.
 - `windows`: the Hann/Hamming/Blackman windows' coefficients and period.
-- `quant`: linear quantization's attributes, scale/zero-point layouts and integer ranges.
+- `quant`: linear quantization's attributes, scale/zero-point layouts and integer ranges;
+  DynamicQuantizeLinear's scale and zero point.
 - `pad`: Pad's and CenterCropPad's plans (crops, output shapes, source positions).
 - `literal`: a Constant node's value from its attributes.
 """
@@ -44,8 +46,15 @@ from .geometry import (
     spatial_attrs,
 )
 from .loss import check_loss_shapes
-from .numerics import erf, logistic, typed_constants
-from .quant import attr_dtype, compute_dtype, expand_param, int_range, quant_axis_block
+from .numerics import erf, logistic, mlas_logistic, mlas_tanh, typed_constants
+from .quant import (
+    attr_dtype,
+    compute_dtype,
+    dynamic_quant_params,
+    expand_param,
+    int_range,
+    quant_axis_block,
+)
 from .resize import (
     COORDINATE_MODES,
     KEEP_ASPECT_RATIO_POLICIES,
@@ -80,6 +89,7 @@ __all__ = [
     "conv_geometry",
     "conv_kernel_shape",
     "cubic_weights",
+    "dynamic_quant_params",
     "erf",
     "expand_param",
     "extrapolation_fill",
@@ -88,6 +98,8 @@ __all__ = [
     "gelu_tanh",
     "int_range",
     "logistic",
+    "mlas_logistic",
+    "mlas_tanh",
     "nearest_indices",
     "outside_roi",
     "pool_kernel_shape",

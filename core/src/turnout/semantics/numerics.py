@@ -3,6 +3,10 @@
 numpy has no erf and no overflow-free sigmoid; these are the ones the CPU provider's kernels and
 `turnout.semantics.activations` compute with, and the reference a compiled provider's
 activations are tested against.
+
+`mlas_logistic` and `mlas_tanh` are instead onnxruntime's approximations, bit for bit, for the
+kernels of its own contrib ops whose outputs are rounded again downstream (DynamicQuantizeLSTM
+rounds each step's hidden state to uint8, so a last-bit difference there flips a code).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["erf", "gelu_erf", "logistic", "typed_constants"]
+__all__ = ["erf", "gelu_erf", "logistic", "mlas_logistic", "mlas_tanh", "typed_constants"]
 
 Array = np.ndarray[Any, Any]
 
@@ -185,3 +189,67 @@ def logistic(x: Array) -> Array:
     np.bitwise_xor(ei, one_bits, out=ei)  # e where the sign bit is set, else 1
     np.divide(e, d, out=d)
     return d
+
+
+# onnxruntime's MLAS approximations (Eigen's coefficients), as its x86-64 kernels with FMA3
+# compute them (LogisticKernelFma3, and the tanh of onnxruntime 1.32): p(x^2) * x / q(x^2),
+# each polynomial by Horner's rule with fused multiply-adds, everything else in float32.
+_MLAS_LOGISTIC_P = (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05,
+                    8.51377133304701e-03, 2.48287947061529e-01)  # fmt: skip
+_MLAS_LOGISTIC_Q = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
+                    1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)  # fmt: skip
+_MLAS_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                4.89352455891786e-03)  # fmt: skip
+_MLAS_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                4.89352518554385e-03)  # fmt: skip
+
+
+def _f32_values(coefs: tuple[float, ...]) -> tuple[np.float64, ...]:
+    return tuple(np.float64(np.float32(c)) for c in coefs)
+
+
+_MLAS = {
+    k: _f32_values(v)
+    for k, v in (
+        ("lp", _MLAS_LOGISTIC_P),
+        ("lq", _MLAS_LOGISTIC_Q),
+        ("tp", _MLAS_TANH_P),
+        ("tq", _MLAS_TANH_Q),
+    )
+}
+
+
+def _fma_horner(x2: Array, coefs: tuple[np.float64, ...]) -> Array:
+    """coefs[0] * x2**n + ... + coefs[n] by Horner's rule, each step a float32 fused
+    multiply-add: the product of two float32 values is exact in float64, so the float64 sum
+    rounded to float32 is the fma's one rounding (a double rounding, one draw in about 2**29,
+    aside). `x2` is a float64 array holding float32 values; the result is float32."""
+    acc = (x2 * coefs[0] + coefs[1]).astype(np.float32)
+    for c in coefs[2:]:
+        acc = (x2 * acc + c).astype(np.float32)  # acc widens to float64 exactly
+    return acc
+
+
+def _mlas_rational(x: Array, bound: float, p: str, q: str) -> tuple[Array, Array]:
+    """(x * p(x^2), q(x^2)) in float32, x clamped to [-bound, bound] first."""
+    v = np.clip(np.asarray(x, np.float32), np.float32(-bound), np.float32(bound))
+    x2 = np.multiply(v, v).astype(np.float64)
+    return np.multiply(v, _fma_horner(x2, _MLAS[p])), _fma_horner(x2, _MLAS[q])
+
+
+def mlas_logistic(x: Array) -> Array:
+    """onnxruntime's sigmoid of float32 `x` (MlasComputeLogistic on x86-64 with FMA3, what its
+    Sigmoid and its LSTM/GRU gates compute): x clamped to [-18, 18], p(x^2) * x / q(x^2) + 0.5,
+    then at least 0. Within about 2e-7 of the exact sigmoid."""
+    num, den = _mlas_rational(x, 18.0, "lp", "lq")
+    out: Array = np.maximum(num / den + np.float32(0.5), np.float32(0))
+    return out
+
+
+def mlas_tanh(x: Array) -> Array:
+    """onnxruntime's tanh of float32 `x` (MlasComputeTanh on x86-64 with FMA3, as in
+    onnxruntime 1.32): x clamped to [-9, 9], p(x^2) * x / q(x^2). Within about 3e-7 of tanh."""
+    num, den = _mlas_rational(x, 9.0, "tp", "tq")
+    out: Array = num / den
+    return out

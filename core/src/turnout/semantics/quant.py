@@ -4,6 +4,8 @@ DequantizeLinear and the ops built on them).
 A scale or zero point is per tensor, per axis or blocked; `expand_param` turns each into an
 array that broadcasts against the input, with the op's checks, on any array module (numpy,
 CuPy), so a malformed node is the same `InvalidArgument` on every provider.
+`dynamic_quant_params` is DynamicQuantizeLinear's scale and zero point, for every kernel that
+rounds an activation to uint8 at run time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ import numpy as np
 from ..dtypes import np_dtype
 from ..errors import InvalidArgument
 
-__all__ = ["attr_dtype", "compute_dtype", "expand_param", "int_range", "quant_axis_block"]
+__all__ = [
+    "attr_dtype",
+    "compute_dtype",
+    "dynamic_quant_params",
+    "expand_param",
+    "int_range",
+    "quant_axis_block",
+]
 
 
 def int_range(dt: Any) -> tuple[int, int] | None:
@@ -31,6 +40,25 @@ def int_range(dt: Any) -> tuple[int, int] | None:
     except (ValueError, TypeError):
         return None
     return int(info2.min), int(info2.max)
+
+
+def dynamic_quant_params(lo: Any, hi: Any) -> tuple[np.float32, np.float32]:
+    """DynamicQuantizeLinear's uint8 (scale, zero point) for an input whose float32 minimum and
+    maximum are `lo` and `hi`, in onnxruntime's order (GetQuantizationParameter): the range is
+    widened to hold 0; scale = (hi - lo) / 255 in float32 (1 for an all-zero range, never a
+    zero divisor); zero point = clamp(0 - lo / scale, 0, 255) in float32, rounded half to even
+    (returned as a float32 integer value).
+
+    The codes are then clamp(round_half_even(x / scale) + zero point, 0, 255) with a true
+    float32 division, as MLAS's QuantizeLinear kernels (SSE2, AVX2, AVX-512) divide: 1 / scale
+    as a multiplier differs in the last bit and flips codes near ties. Clamping before or after
+    the rounding gives the same code (the bounds are integers)."""
+    zero = np.float32(0)
+    lo32 = min(np.float32(lo), zero)
+    hi32 = max(np.float32(hi), zero)
+    scale = np.float32(1) if hi32 == lo32 else np.float32((hi32 - lo32) / np.float32(255))
+    zp = np.float32(np.rint(min(max(zero - lo32 / scale, zero), np.float32(255))))
+    return scale, zp
 
 
 def quant_axis_block(node: Any) -> tuple[int, int]:

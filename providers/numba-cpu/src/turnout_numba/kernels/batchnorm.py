@@ -1,10 +1,11 @@
 """BatchNormalization in inference mode: one pass y = x * a[c] + b[c] over (N*C) planes.
 
 The kernel runs over the (N*C, spatial) view of X in parallel over planes. Each plane first
-computes its factors a = scale / sqrt(var + epsilon) and b = B - mean * a in float64 (from
-float64 copies of the parameters, so no numpy arithmetic per call) and rounds them to X's
-compute dtype; the contiguous inner loop y = x * a + b then vectorizes in that dtype (a multiply
-and an add, no fused multiply-add, like the numpy kernel).
+computes its factors in X's compute dtype, in onnxruntime's order (the numpy kernel's):
+a = (1 / sqrt(var + epsilon)) * scale and b = B - mean * a (from float64 copies of the
+parameters, exact for float32 ones, so no numpy arithmetic per call); the contiguous inner loop
+y = x * a + b then vectorizes in that dtype (a multiply and an add, no fused multiply-add).
+Bit-equal factors matter where Y is rounded to uint8 next (a dynamically quantized model).
 
 Semantics follow the CPU provider's kernel for every version: training (opset >= 14:
 training_mode=1; 7..13: more than one output; < 7: is_test=0 with more than one output) is
@@ -34,12 +35,12 @@ def _batchnorm(
 ) -> None:  # pragma: no cover - compiled by numba
     planes, s = x.shape
     c = scale.shape[0]
+    t = x.dtype.type
     if scale.shape[1] == 1:
         for p in prange(planes):
             ch = p % c
-            a = scale[ch, 0] / np.sqrt(var[ch, 0] + eps)
-            av = x.dtype.type(a)
-            bv = x.dtype.type(bias[ch, 0] - mean[ch, 0] * a)
+            av = (t(1) / np.sqrt(t(var[ch, 0]) + t(eps))) * t(scale[ch, 0])
+            bv = t(bias[ch, 0]) - t(mean[ch, 0]) * av
             xr = x[p]
             yr = y[p]
             for j in range(s):
@@ -54,8 +55,8 @@ def _batchnorm(
             mr = mean[ch]
             vr = var[ch]
             for j in range(s):
-                a = sr[j] / np.sqrt(vr[j] + eps)
-                yr[j] = xr[j] * x.dtype.type(a) + x.dtype.type(br[j] - mr[j] * a)
+                a = (t(1) / np.sqrt(t(vr[j]) + t(eps))) * t(sr[j])
+                yr[j] = xr[j] * a + (t(br[j]) - t(mr[j]) * a)
 
 
 def _training(kn: KernelNode) -> bool:

@@ -21,6 +21,7 @@ from numba import prange, types
 
 from turnout.errors import InvalidArgument
 from turnout.provider import KernelFn, KernelNode
+from turnout.semantics.quant import dynamic_quant_params
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
@@ -88,9 +89,9 @@ def quantizer(ctx: BuildContext, outs: tuple[str, ...] = EIGHT_BIT) -> Any:
 
 
 class DynamicQuantizer:
-    """DynamicQuantizeLinear as onnxruntime computes it: the range (min(x, 0), max(x, 0)), then
-    scale `(max - min) / 255` (1 for an all-zero input) and zero point `round(-min / scale)`
-    clamped to uint8 (GetQuantizationParameter, in float32), then one quantize pass.
+    """DynamicQuantizeLinear as onnxruntime computes it: scale and zero point of the input's
+    range by `turnout.semantics.quant.dynamic_quant_params`, then one quantize pass (a float32
+    division, as MLAS).
     `__call__(x)` returns (uint8 values shaped as x, scale, zero point)."""
 
     def __init__(self, ctx: BuildContext) -> None:
@@ -100,11 +101,9 @@ class DynamicQuantizer:
         flat = np.ascontiguousarray(x, np.float32).reshape(-1)
         # numpy's reductions are vectorized (5x a compiled loop of dependent compares, which
         # does not vectorize without fast-math); fmin/fmax skip NaNs
-        zero = np.float32(0)
-        lo = np.fmin(np.fmin.reduce(flat), zero) if flat.size else zero
-        hi = np.fmax(np.fmax.reduce(flat), zero) if flat.size else zero
-        scale = np.float32(1) if hi == lo else np.float32((hi - lo) / np.float32(255))
-        zp = np.float32(np.rint(min(max(np.float32(0) - lo / scale, 0), 255)))
+        lo = np.fmin.reduce(flat) if flat.size else 0
+        hi = np.fmax.reduce(flat) if flat.size else 0
+        scale, zp = dynamic_quant_params(lo, hi)
         y = np.empty(x.shape, np.uint8)
         self.quant(flat.size, flat.reshape(1, 1, -1), np.full(1, scale, np.float32),
                    np.full(1, int(zp), np.int32), y.reshape(1, 1, -1), 0, 255)  # fmt: skip

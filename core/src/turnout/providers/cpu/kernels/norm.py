@@ -77,7 +77,9 @@ def batch_normalization(node: KernelNode) -> KernelFn:
             ]
             outs += [e.astype(mean.dtype, copy=False) for e in extra[: n_out - 1]]
             return tuple(outs)
-        a = p[0] / np.sqrt(p[3] + ct.type(eps))
+        # onnxruntime's order, to the bit: 1 / sqrt(var + eps), times scale (a quantized model
+        # rounds Y to uint8 next, and a last-bit difference there flips codes)
+        a = (ct.type(1) / np.sqrt(p[3] + ct.type(eps))) * p[0]
         y = xf * a + (p[1] - p[2] * a)
         return (y.astype(x.dtype, copy=False),) + (None,) * (n_out - 1)
 

@@ -14,7 +14,14 @@ import numpy as np
 
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
-from ....semantics.quant import attr_dtype, compute_dtype, expand_param, int_range, quant_axis_block
+from ....semantics.quant import (
+    attr_dtype,
+    compute_dtype,
+    dynamic_quant_params,
+    expand_param,
+    int_range,
+    quant_axis_block,
+)
 from ..registry import cpu_kernel
 from .cast import convert
 
@@ -124,15 +131,15 @@ def dequantize_linear(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(node: KernelNode) -> KernelFn:
+    """uint8 codes on the input's own range, bit-equal to onnxruntime's: scale and zero point
+    by `semantics.quant.dynamic_quant_params`, then x / scale (a float32 division, as MLAS)
+    rounded half to even, plus the zero point, saturated."""
+
     def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x = np.asarray(x, dtype=np.float32)
-        lo = min(float(x.min()), 0.0) if x.size else 0.0
-        hi = max(float(x.max()), 0.0) if x.size else 0.0
-        # an all-zero input gets scale 1 (as onnxruntime does), never a zero divisor
-        scale = np.float32(1) if hi == lo else (np.float32(hi) - np.float32(lo)) / np.float32(255)
-        zp_f = np.rint(np.clip(np.float32(0) - np.float32(lo) / scale, 0, 255))
-        zp = np.uint8(zp_f)
-        y = np.clip(np.rint(x / scale) + zp_f, 0, 255).astype(np.uint8)
+        lo, hi = (x.min(), x.max()) if x.size else (0, 0)
+        scale, zp = dynamic_quant_params(lo, hi)
+        y = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.uint8)
         return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
 
     return run

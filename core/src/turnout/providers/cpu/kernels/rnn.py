@@ -24,7 +24,7 @@ from ....semantics.recurrent import (
 )
 from ..registry import cpu_kernel
 
-__all__ = ["quantized_lstm"]
+__all__ = ["recurrent_activation"]
 
 Act = Callable[[np.ndarray], np.ndarray]
 Step = Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, Any]]
@@ -45,6 +45,12 @@ _ACTIVATIONS: dict[str, Callable[[Any, Any], Act]] = {
     "softsign": lambda a, b: lambda x: x / (1 + np.abs(x)),
     "softplus": lambda a, b: lambda x: np.logaddexp(0, x),
 }
+
+
+def recurrent_activation(name: str, alpha: Any, beta: Any) -> Act:
+    """The activation `name` (lower case, as `semantics.recurrent` decodes it) with its alpha
+    and beta bound."""
+    return _ACTIVATIONS[name](alpha, beta)
 
 
 def _direction(v: np.ndarray, d: int | slice) -> np.ndarray:
@@ -290,9 +296,6 @@ class _GRU(_Recurrent):
 class _LSTM(_Recurrent):
     gates = 4
     has_cell = True
-    state_filter: Act | None = None
-    """Applied to each step's hidden state (one direction's [batch, hidden], or both as
-    [2, batch, hidden]) before its product with R; see `quantized_lstm`."""
 
     def __init__(self, node: KernelNode) -> None:
         super().__init__(node)
@@ -318,12 +321,11 @@ class _LSTM(_Recurrent):
         clip = self._clipper()
         rt, rb = w["rt"], w["rb"]
         input_forget = self.input_forget
-        sf = self.state_filter
         h2, h3 = 2 * hs, 3 * hs
         if "pi" not in w:
 
             def step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, np.ndarray]:
-                z = xw + (h if sf is None else sf(h)) @ rt
+                z = xw + h @ rt
                 if rb is not None:
                     z += rb
                 ifo = f(clip(z[..., :h3]))  # no peepholes: the i, o, f gates in one call
@@ -336,7 +338,7 @@ class _LSTM(_Recurrent):
         pi, po, pf = w["pi"], w["po"], w["pf"]
 
         def peephole_step(xw: np.ndarray, h: np.ndarray, c: Any) -> tuple[np.ndarray, np.ndarray]:
-            z = xw + (h if sf is None else sf(h)) @ rt
+            z = xw + h @ rt
             if rb is not None:
                 z += rb
             zi, zo, zf, zc = z[..., :hs], z[..., hs:h2], z[..., h2:h3], z[..., h3:]
@@ -364,11 +366,3 @@ def _factory(cls: type[_Recurrent]) -> Callable[[KernelNode], KernelFn]:
 rnn = cpu_kernel("RNN", since=1)(_factory(_RNN))
 gru = cpu_kernel("GRU", since=1)(_factory(_GRU))
 lstm = cpu_kernel("LSTM", since=1)(_factory(_LSTM))
-
-
-def quantized_lstm(node: KernelNode, state: Act) -> KernelFn:
-    """The LSTM kernel with each step's hidden state passed through `state` before its
-    product with R: DynamicQuantizeLSTM rounds it to uint8 there, as onnxruntime does."""
-    cell = _LSTM(node)
-    cell.state_filter = state
-    return cell
