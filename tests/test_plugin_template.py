@@ -180,7 +180,13 @@ def _can_build_offline() -> bool:
 
 
 def _run(args: list[str | Path], cwd: Path, timeout: int) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TURNOUT_DISABLE_PLUGINS"}
+    """`args` in a clean environment: plugins enabled, and no pytest-xdist worker variables (a
+    nested pytest reading them takes itself for a worker of this run)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "TURNOUT_DISABLE_PLUGINS" and not k.startswith("PYTEST_XDIST")
+    }
     result = subprocess.run(
         [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -47,11 +47,12 @@ def read_output(path: Path) -> dict[str, np.ndarray]:
 
 
 def assert_rows_match(got: np.ndarray, expected: np.ndarray) -> None:
-    """The same rows in the same order. Within a few float32 ulps, not bit for bit: a worker
-    process's BLAS may pick another kernel or split than this process's (seen on AMD EPYC: 4% of
-    the values 1 ulp apart), while a lost, repeated or reordered row is off by far more."""
+    """The same rows in the same order. Close, not bit for bit: a Ray worker process's BLAS may
+    take another code path than this process's for the same product (seen on an AMD EPYC VM:
+    1 float32 ulp on the tiny CNN's probabilities, 5e-6 on the MLP's logits), while a lost,
+    repeated or reordered row of random inputs is off by far more."""
     assert got.shape == expected.shape and got.dtype == expected.dtype
-    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
 def digits(rows: int, seed: int) -> np.ndarray:
