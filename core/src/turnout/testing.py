@@ -29,6 +29,7 @@ __all__ = [
     "named_outputs",
     "normalize_values",
     "one_node_model",
+    "onnxruntime_mlas_fma3",
     "optional_outputs",
     "output_variants",
     "positional_inputs",
@@ -272,6 +273,27 @@ def run_onnxruntime(
         if n
     }
     return list(sess.run(None, feeds))
+
+
+@functools.cache
+def onnxruntime_mlas_fma3() -> bool:
+    """Whether this host's onnxruntime computes float32 Sigmoid and Tanh as
+    `turnout.semantics.mlas_logistic` and `mlas_tanh` do (MLAS's x86-64 kernels with FMA3, as in
+    onnxruntime 1.32): where it does, turnout's float32 Sigmoid, Tanh and DynamicQuantizeLSTM
+    are held to onnxruntime's bit for bit; an ARM build, say, computes them otherwise. False
+    without onnxruntime."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    from .semantics import mlas_logistic, mlas_tanh
+
+    x = np.linspace(-20, 20, 4001, dtype=np.float32)
+    for op, ours in (("Sigmoid", mlas_logistic), ("Tanh", mlas_tanh)):
+        theirs = run_onnxruntime(helper.make_node(op, ["x"], ["y"]), [x], 17)[0]
+        if np.asarray(theirs).tobytes() != ours(x).tobytes():
+            return False
+    return True
 
 
 def run_reference(

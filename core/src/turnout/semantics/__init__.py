@@ -10,7 +10,8 @@ these too.
 - `resize`: Resize's output sizes, source coordinates, nearest indices and filter taps.
 - `activations`: the fused ops' activation table and numpy reference functions.
 - `numerics`: erf and an overflow-free sigmoid, exact to the dtype they are given; MLAS's
-  sigmoid and tanh approximations, for the kernels that follow onnxruntime to the bit.
+  sigmoid and tanh approximations, for the kernels that follow onnxruntime to the bit (the
+  Sigmoid and Tanh ops' float32 results: `sigmoid`, `tanh`).
 - `attention`: Attention's input-shape checks.
 - `loss`: the loss ops' input-shape checks, class weighting and reduction.
 - `recurrent`: RNN/GRU/LSTM attributes (directions, layout, activations) and input checks.
@@ -46,7 +47,18 @@ from .geometry import (
     spatial_attrs,
 )
 from .loss import check_loss_shapes
-from .numerics import erf, logistic, mlas_logistic, mlas_tanh, typed_constants
+from .numerics import (
+    MLAS_LOGISTIC,
+    MLAS_TANH,
+    MlasRational,
+    erf,
+    logistic,
+    mlas_logistic,
+    mlas_tanh,
+    sigmoid,
+    tanh,
+    typed_constants,
+)
 from .quant import (
     attr_dtype,
     compute_dtype,
@@ -74,9 +86,12 @@ __all__ = [
     "ACTIVATION_DEFAULTS",
     "COORDINATE_MODES",
     "KEEP_ASPECT_RATIO_POLICIES",
+    "MLAS_LOGISTIC",
+    "MLAS_TANH",
     "MODES",
     "NEAREST_MODES",
     "AttentionShapes",
+    "MlasRational",
     "activation",
     "activation_of",
     "attr_dtype",
@@ -106,7 +121,9 @@ __all__ = [
     "quant_axis_block",
     "resize_attr_error",
     "resize_targets",
+    "sigmoid",
     "source_coordinates",
     "spatial_attrs",
+    "tanh",
     "typed_constants",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InvalidArgument
 from ..provider import KernelNode
-from .numerics import gelu_erf, logistic, typed_constants
+from .numerics import gelu_erf, sigmoid, tanh, typed_constants
 
 __all__ = ["ACTIVATION_DEFAULTS", "activation", "activation_of", "gelu", "gelu_tanh"]
 
@@ -81,10 +81,10 @@ def activation(name: str, a: float, b: float, owned: bool = False) -> Callable[[
         return lambda x: np.maximum(x, _ZERO(x.dtype)[0])
     if name == "LeakyRelu":
         return lambda x: np.where(x < _ZERO(x.dtype)[0], x * x.dtype.type(a), x)
-    if name == "Sigmoid":
-        return logistic
+    if name == "Sigmoid":  # Sigmoid, Tanh, Swish: onnxruntime's MLAS functions in float32
+        return sigmoid
     if name == "Tanh":
-        return np.tanh
+        return tanh
     if name == "HardSigmoid":
         return lambda x: np.clip(x * x.dtype.type(a) + x.dtype.type(b), 0, 1).astype(x.dtype)
     if name == "Clip":
@@ -94,6 +94,6 @@ def activation(name: str, a: float, b: float, owned: bool = False) -> Callable[[
     if name == "HardSwish":
         return lambda x: x * np.clip(x * x.dtype.type(a) + x.dtype.type(b), 0, 1).astype(x.dtype)
     if name == "Swish":
-        return lambda x: x * logistic(x * x.dtype.type(a))
+        return lambda x: x * sigmoid(x * x.dtype.type(a))
     assert name == "GeluTanh", name  # activation_of() admits only ACTIVATION_DEFAULTS' names
     return gelu_tanh

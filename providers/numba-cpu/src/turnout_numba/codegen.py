@@ -31,7 +31,7 @@ from turnout.errors import InvalidArgument
 from turnout.ir import Node, ValueInfo
 
 from . import cache
-from .vecmath import contracts, exp_f32, sigmoid_f32, tanh_f32
+from .vecmath import contracts, exp_f32, mlas_logistic_f32, mlas_tanh_f32, sigmoid_f32, tanh_f32
 
 __all__ = ["EW_OPS", "SERIAL_WORK", "GroupKernel", "compile_group", "compute_dtype", "ew_supports"]
 
@@ -89,21 +89,35 @@ def _f(name: str) -> Expr:
     return lambda a, n, T: f"{T}(np.{name}({a[0]}))"
 
 
-def _vec(f32: Callable[[str, str], list[str]], name: str) -> Expr:
-    """A float32 function as vectorizable statements (`vecmath`); numpy's `name` otherwise."""
+Stmts = Callable[[str, str], list[str]]
+
+
+def _vec(f32: Stmts, name: str, ort_f32: Stmts | None = None) -> Expr:
+    """A float32 function as vectorizable statements (`vecmath`): `ort_f32`, onnxruntime's own
+    to the bit, where given and the node's type is float32 itself, else `f32` (float16 and
+    bfloat16 compute in float32 and keep turnout's); numpy's `name` otherwise."""
 
     def expr(a: list[str], n: Node, T: str) -> str:
         if T != "np.float32":
             return f"{T}(np.{name}({a[0]}))"
-        return "\n".join([*f32(a[0], "@v"), "@v"])
+        f = ort_f32 if ort_f32 is not None and _is_float32(n) else f32
+        return "\n".join([*f(a[0], "@v"), "@v"])
 
     return expr
 
 
+def _is_float32(n: Node) -> bool:
+    info = n.output_infos[0]
+    return info is not None and info.dtype == np.float32
+
+
 def _sigmoid(a: list[str], n: Node, T: str) -> str:
+    """float32: onnxruntime's MLAS sigmoid; float16/bfloat16 (computed in float32): turnout's
+    from exp, as onnxruntime computes those otherwise."""
     if T != "np.float32":
         return f"{T}(1.0 / (1.0 + np.exp(-{a[0]})))"
-    return "\n".join([*sigmoid_f32(a[0], "@v"), "@v"])
+    f32 = mlas_logistic_f32 if _is_float32(n) else sigmoid_f32
+    return "\n".join([*f32(a[0], "@v"), "@v"])
 
 
 def _pow(a: list[str], n: Node, T: str) -> str:
@@ -234,7 +248,7 @@ EW_OPS: dict[str, tuple[frozenset[str], int, Expr]] = {
     "Asinh": (_F, 9, _f("arcsinh")),
     "Acosh": (_F, 9, _f("arccosh")),
     "Atanh": (_F, 9, _f("arctanh")),
-    "Tanh": (_F, 6, _vec(tanh_f32, "tanh")),
+    "Tanh": (_F, 6, _vec(tanh_f32, "tanh", mlas_tanh_f32)),
     "Erf": (_F, 9, lambda a, n, T: f"{T}(math.erf({a[0]}))"),
     "IsNaN": (_F, 9, lambda a, n, T: f"({a[0]} != {a[0]})"),
     "IsInf": (_F, 10, _isinf),

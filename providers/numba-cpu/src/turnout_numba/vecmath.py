@@ -6,23 +6,45 @@ groups, the Conv/Gemm epilogue, the recurrent cells) write these statements into
 bodies instead: plain arithmetic, integer bit assembly and selects, no calls, no branches.
 float64 kernels keep numpy's functions.
 
-Accuracy (float32; exp checked on all 2^32 inputs when written, and on a dense sample plus every
-value of the edge ranges by tests/test_numba_vecmath.py): exp within 1 ulp of the correctly
-rounded result, NaN and +-inf as np.exp, denormal results included; sigmoid within 4 ulp
-(relative) everywhere; tanh within 3.6e-7 relative (the rational fit below).
+Two kinds:
+- onnxruntime's own float32 sigmoid and tanh (`mlas_logistic_f32`, `mlas_tanh_f32`): MLAS's
+  rational functions, whose Horner steps are FMAs here as in its x86-64 FMA3 kernels, so that
+  the Sigmoid and Tanh ops (and the fused Sigmoid, Swish and Tanh activations) give
+  onnxruntime's float32 results bit for bit (`turnout.semantics.mlas_logistic`/`mlas_tanh`;
+  within ~2e-7 and ~3e-7 of the exact functions, absolute);
+- turnout's own (`exp_f32`, `sigmoid_f32`, `tanh_f32`), for Exp, the float16/bfloat16 Sigmoid
+  and Tanh (which compute in float32 and keep these) and the recurrent cells. Accuracy
+  (float32; exp checked on all 2^32 inputs when written, and on a dense sample plus every value
+  of the edge ranges by tests/test_numba_vecmath.py): exp within 1 ulp of the correctly rounded
+  result, NaN and +-inf as np.exp, denormal results included; sigmoid within 4 ulp (relative)
+  everywhere; tanh within 3.6e-7 relative (the rational fit below).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["MARK", "TANH_P", "TANH_Q", "contracts", "exp_f32", "horner", "sigmoid_f32", "tanh_f32"]
+from turnout.semantics import MLAS_LOGISTIC, MLAS_TANH, MlasRational
+
+__all__ = [
+    "MARK",
+    "TANH_P",
+    "TANH_Q",
+    "contracts",
+    "exp_f32",
+    "horner",
+    "mlas_logistic_f32",
+    "mlas_tanh_f32",
+    "sigmoid_f32",
+    "tanh_f32",
+]
 
 MARK = "# vecmath: contract"
 """The first statement of every expansion here (a comment): a kernel whose text holds it is
 compiled with fast-math `contract` (`cache.jit`), so that its polynomials' multiply-adds become
-FMAs: the vectorized sigmoid went from 1.1 to 0.8 ns an element. Kernels without it keep
-numpy's two roundings bit for bit."""
+FMAs: the vectorized sigmoid went from 1.1 to 0.8 ns an element, and MLAS's sigmoid and tanh
+need them to be onnxruntime's to the bit (tested against `turnout.semantics.mlas_logistic`).
+Kernels without it keep numpy's two roundings bit for bit."""
 
 
 def contracts(text: str) -> bool:
@@ -111,3 +133,35 @@ def tanh_f32(x: str, out: str) -> list[str]:
         f"{out} = {_F}(1.0) if {u} >= {_F}(9.0) else {out}",
         f"{out} = {_F}(-1.0) if {u} <= {_F}(-9.0) else {out}",
     ]
+
+
+def _mlas_rational(x: str, out: str, r: MlasRational) -> list[str]:
+    """Statements leaving MLAS's (p(u^2) * u) / q(u^2) in `out`, u = x clamped to
+    [-bound, bound]: each Horner step `acc * s + c` is one FMA under `contract` (`MARK`); the
+    other products, the division and the clamps are not contracted into anything. A NaN x
+    passes both clamps (a comparison with NaN is false), as through MLAS's max and min."""
+    u, s = f"{out}_u", f"{out}_s"
+    hi, lo = f"{_F}({r.bound!r})", f"{_F}({-r.bound!r})"
+    return [
+        MARK,
+        f"{u} = {hi} if {x} > {hi} else {x}",
+        f"{u} = {lo} if {u} < {lo} else {u}",
+        f"{s} = {u} * {u}",
+        f"{out} = {horner(r.p[::-1], s, _F)} * {u} / {horner(r.q[::-1], s, _F)}",
+    ]
+
+
+def mlas_logistic_f32(x: str, out: str) -> list[str]:
+    """Statements leaving onnxruntime's float32 sigmoid of `x` in `out` (MLAS: the rational
+    function + 0.5, then at least 0; NaN stays NaN)."""
+    return [
+        *_mlas_rational(x, out, MLAS_LOGISTIC),
+        f"{out} = {out} + {_F}(0.5)",
+        f"{out} = {_F}(0.0) if {out} < {_F}(0.0) else {out}",
+    ]
+
+
+def mlas_tanh_f32(x: str, out: str) -> list[str]:
+    """Statements leaving onnxruntime's float32 tanh of `x` in `out` (MLAS's rational
+    function; NaN stays NaN)."""
+    return _mlas_rational(x, out, MLAS_TANH)

@@ -25,6 +25,7 @@ from numba import types
 from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
+from ..vecmath import contracts
 from .epilogue import CTOR, activation_lines
 from .window import copy_lines, geo_lines, window_arg_types
 
@@ -162,7 +163,8 @@ def depthwise_kernel(
     key = (shape, dtype.name, act, parallel)
     kern = _KERNELS.get(key)
     if kern is None:
-        fn = cache.load_source(_source(kh, kw, dtype, act), "depthwise")._depthwise
+        text = _source(kh, kw, dtype, act)
+        fn = cache.load_source(text, "depthwise")._depthwise
         sig = types.void(
             numba_array(dtype, 3, readonly=True, layout="C"),
             numba_array(dtype, 2, readonly=True, layout="C"),
@@ -173,6 +175,7 @@ def depthwise_kernel(
             types.float64,
             types.float64,
         )
-        kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel)
+        # the float32 Sigmoid, Swish and Tanh (`vecmath`) need their FMAs: onnxruntime's to the bit
+        kern = _KERNELS[key] = SizedKernel(fn, [sig], parallel, contract=contracts(text))
     cache.note_used(kern.serial, kern.parallel)  # memoized: the session still uses it
     return kern

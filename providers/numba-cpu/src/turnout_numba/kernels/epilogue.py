@@ -21,7 +21,7 @@ from turnout.semantics.activations import ACTIVATION_DEFAULTS
 from .. import cache
 from ..codegen import numba_array
 from ..registry import SizedKernel
-from ..vecmath import MARK, contracts, horner, sigmoid_f32, tanh_f32
+from ..vecmath import MARK, contracts, horner, mlas_logistic_f32, mlas_tanh_f32
 
 __all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines", "band_epilogue_fields"]
 
@@ -79,12 +79,13 @@ _GELU_F32 = (
 )
 
 
-# float32 activations that call exp or erf: vectorizable statements instead (`vecmath`)
+# float32 activations that call exp, erf or tanh: vectorizable statements instead (`vecmath`);
+# Sigmoid, Swish and Tanh are onnxruntime's MLAS functions, bit for bit (`semantics.activations`)
 _F32 = {
     "Gelu": _GELU_F32,
-    "Sigmoid": "\n".join(sigmoid_f32("v", "v")),
-    "Swish": "\n".join(["u_ = a0 * v", *sigmoid_f32("u_", "s_"), "v = v * s_"]),
-    "Tanh": "\n".join(tanh_f32("v", "v")),
+    "Sigmoid": "\n".join(mlas_logistic_f32("v", "v")),
+    "Swish": "\n".join(["u_ = a0 * v", *mlas_logistic_f32("u_", "s_"), "v = v * s_"]),
+    "Tanh": "\n".join(mlas_tanh_f32("v", "v")),
 }
 
 

@@ -14,7 +14,8 @@ import numpy as np
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.activations import gelu_tanh
-from ....semantics.numerics import gelu_erf, logistic, typed_constants
+from ....semantics.numerics import gelu_erf, typed_constants
+from ....semantics.numerics import sigmoid as _sigmoid
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -98,7 +99,8 @@ def celu(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Sigmoid", 1)
 def sigmoid(node: KernelNode) -> Callable[[Array], Array]:
-    return logistic
+    """onnxruntime's MLAS sigmoid in float32, exact in the other dtypes (`numerics.sigmoid`)."""
+    return _sigmoid
 
 
 @_act("HardSigmoid", 1)
@@ -180,8 +182,8 @@ def thresholded_relu(node: KernelNode) -> Callable[[Array], Array]:
 def swish(node: KernelNode) -> Callable[[Array], Array]:
     alpha = node.attr("alpha", 1.0)
     if alpha == 1.0:
-        return lambda x: x * logistic(x)
-    return lambda x: x * logistic(x * x.dtype.type(alpha))
+        return lambda x: x * _sigmoid(x)
+    return lambda x: x * _sigmoid(x * x.dtype.type(alpha))
 
 
 @_act("Shrink", 9)

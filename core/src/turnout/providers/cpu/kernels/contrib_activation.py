@@ -11,7 +11,7 @@ from ....contrib import DOMAIN
 from ....errors import InvalidArgument
 from ....provider import KernelFn, KernelNode
 from ....semantics.activations import activation
-from ....semantics.numerics import logistic
+from ....semantics.numerics import sigmoid
 from ..registry import cpu_kernel
 
 __all__: list[str] = []
@@ -54,11 +54,11 @@ def fast_gelu(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("QuickGelu", since=1, domain=DOMAIN)
 def quick_gelu(node: KernelNode) -> KernelFn:
-    """x * sigmoid(alpha * x)."""
+    """x * sigmoid(alpha * x) (onnxruntime's MLAS sigmoid in float32, as its kernel)."""
     alpha = float(node.attr("alpha", 1.702))
 
     def run(x: Array) -> tuple[Array]:
-        return (np.asarray(x * logistic(x * x.dtype.type(alpha))),)
+        return (np.asarray(x * sigmoid(x * x.dtype.type(alpha))),)
 
     return run
 
