@@ -18,13 +18,18 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from turnout.options import SessionOptions
 from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
 from turnout.semantics import logistic, mlas_logistic, mlas_tanh
 from turnout.session import InferenceSession
-from turnout.testing import onnxruntime_mlas_fma3, run_onnxruntime, run_own_kernel
+from turnout.testing import (
+    conv_activation_model,
+    onnxruntime_mlas_fma3,
+    run_onnxruntime,
+    run_own_kernel,
+)
 
 F32 = np.float32
 
@@ -106,29 +111,6 @@ def test_bit_equal_to_onnxruntime(
     assert _mismatches(got, want) == 0
 
 
-def _conv_activation_model(act: str) -> onnx.ModelProto:
-    """A 1x1 Conv with identity weights (its output is its input, exactly), then `act`: both
-    runtimes fuse it into their Conv, whose activation must be the Sigmoid/Tanh ops' own."""
-    c = 4
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"])]
-    if act == "SiLU":
-        nodes += [
-            helper.make_node("Sigmoid", ["c"], ["s"]),
-            helper.make_node("Mul", ["c", "s"], ["y"]),
-        ]
-    else:
-        nodes.append(helper.make_node(act, ["c"], ["y"]))
-    w = numpy_helper.from_array(np.eye(c, dtype=F32).reshape(c, c, 1, 1), "w")
-    graph = helper.make_graph(
-        nodes,
-        "conv_act",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 48, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 48, 64])],
-        [w],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.mark.parametrize("act", ["Sigmoid", "Tanh", "SiLU"])
 def test_fused_conv_activation_bit_equal(act: str) -> None:
     """turnout's optimizer folds the activation into a FusedConv; its Sigmoid, Tanh and Swish
@@ -136,7 +118,7 @@ def test_fused_conv_activation_bit_equal(act: str) -> None:
     _needs_mlas_fma3()
     import onnxruntime as ort
 
-    model = _conv_activation_model(act)
+    model = conv_activation_model(act, [1, 4, 48, 64])
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((1, 4, 48, 64)) * 8).astype(F32)
     x.reshape(-1)[:6] = [17.99, -17.99, 18.5, -30.0, 9.0, 1e-40]

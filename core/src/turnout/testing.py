@@ -23,6 +23,7 @@ __all__ = [
     "NodeCase",
     "assert_outputs_close",
     "check_official_case",
+    "conv_activation_model",
     "cpu_session",
     "float_graph_model",
     "iter_node_cases",
@@ -61,6 +62,40 @@ def float_graph_model(
     ]
     outs = [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, [size]) for o in outputs]
     g = helper.make_graph(list(nodes), "g", inputs, outs)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv_activation_model(
+    act: str, shape: Sequence[int], depthwise: bool = False
+) -> onnx.ModelProto:
+    """A float32 Conv whose output is its input exactly (identity 1x1 weights, or a depthwise
+    3x3 with only its centre tap, 1) over NCHW `shape`, then `act` ("SiLU": Sigmoid and Mul):
+    an optimizer folds the activation into its fused Conv, so the Conv epilogue's activation can
+    be held to the op's own, value for value. Opset 17."""
+    c = int(shape[1])
+    f = onnx.TensorProto.FLOAT
+    if depthwise:
+        wt = np.zeros((c, 1, 3, 3), np.float32)
+        wt[:, 0, 1, 1] = 1
+        conv = helper.make_node("Conv", ["x", "w"], ["c"], group=c, pads=[1, 1, 1, 1])
+    else:
+        wt = np.eye(c, dtype=np.float32).reshape(c, c, 1, 1)
+        conv = helper.make_node("Conv", ["x", "w"], ["c"])
+    nodes = [conv]
+    if act == "SiLU":
+        nodes += [
+            helper.make_node("Sigmoid", ["c"], ["s"]),
+            helper.make_node("Mul", ["c", "s"], ["y"]),
+        ]
+    else:
+        nodes.append(helper.make_node(act, ["c"], ["y"]))
+    g = helper.make_graph(
+        nodes,
+        "conv_act",
+        [helper.make_tensor_value_info("x", f, list(shape))],
+        [helper.make_tensor_value_info("y", f, list(shape))],
+        [numpy_helper.from_array(wt, "w")],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 

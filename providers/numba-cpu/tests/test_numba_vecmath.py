@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout.semantics import mlas_logistic, mlas_tanh
-from turnout.testing import onnxruntime_mlas_fma3, provider_session
+from turnout.testing import conv_activation_model, onnxruntime_mlas_fma3, provider_session
 from turnout_numba.vecmath import (
     exp_f32,
     mlas_logistic_f32,
@@ -280,32 +280,10 @@ def _conv_act_model(act: str, depthwise: bool) -> tuple[onnx.ModelProto, dict[st
     only its centre tap, 1), then `act`: the optimizer folds it into FusedConv, whose epilogue
     applies it."""
     c, h, w = 8, 96, 96  # 73,728 elements: the parallel variants run at 2 threads
-    if depthwise:
-        wt = np.zeros((c, 1, 3, 3), np.float32)
-        wt[:, 0, 1, 1] = 1
-        conv = helper.make_node("Conv", ["x", "w"], ["c"], group=c, pads=[1, 1, 1, 1])
-    else:
-        wt = np.eye(c, dtype=np.float32).reshape(c, c, 1, 1)
-        conv = helper.make_node("Conv", ["x", "w"], ["c"])
-    nodes = [conv]
-    if act == "SiLU":
-        nodes += [
-            helper.make_node("Sigmoid", ["c"], ["s"]),
-            helper.make_node("Mul", ["c", "s"], ["y"]),
-        ]
-    else:
-        nodes.append(helper.make_node(act, ["c"], ["y"]))
-    f = TensorProto.FLOAT
-    g = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", f, [1, c, h, w])],
-        [helper.make_tensor_value_info("y", f, [1, c, h, w])],
-        [helper.make_tensor("w", f, wt.shape, wt.reshape(-1).tolist())],
-    )
+    model = conv_activation_model(act, [1, c, h, w], depthwise)
     x = (np.random.default_rng(1).standard_normal((1, c, h, w)) * 8).astype(np.float32)
     x.reshape(-1)[:8] = [17.99, -17.99, 18.5, -30.0, 9.0, -8.999, 1e-40, 3e38]
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), {"x": x}
+    return model, {"x": x}
 
 
 @pytest.mark.usefixtures("conv_kernel_paths")
