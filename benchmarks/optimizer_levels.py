@@ -15,9 +15,9 @@ import time
 import numpy as np
 from onnx.backend.test.loader import DATA_DIR
 
-from turnout.models import zoo
-from turnout.options import GraphOptimizationLevel, SessionOptions
-from turnout.session import InferenceSession
+from turnout.api.options import GraphOptimizationLevel, SessionOptions
+from turnout.api.session import InferenceSession
+from turnout.tools.models import zoo
 
 LEVELS = {
     "disable": GraphOptimizationLevel.ORT_DISABLE_ALL,

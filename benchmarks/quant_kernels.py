@@ -86,7 +86,7 @@ def measure(
     """Interleaved medians (us) of onnxruntime and turnout-numba, and bit-equality."""
     import onnxruntime as ort
 
-    from turnout.testing import provider_session
+    from turnout.tools.testing import provider_session
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

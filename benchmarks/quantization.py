@@ -1,4 +1,4 @@
-"""turnout.quantization beside onnxruntime.quantization on the benchmark models.
+"""turnout.tools.quantization beside onnxruntime.quantization on the benchmark models.
 
     python -m benchmarks.quantization [--models mlp,tiny_cnn] [--calib 16] [--eval 64]
                                       [--preprocess] [--numpy-only] [--json FILE]
@@ -22,7 +22,7 @@ own feed generator). Every quantized model then runs on onnxruntime over evaluat
 - ms: median milliseconds of one run on onnxruntime (one thread) of the float model / turnout's
   quantized model / onnxruntime's (does turnout's Q/DQ placement let onnxruntime fuse as well?).
 
-With --preprocess both tools get the model after turnout.quantization.quant_pre_process
+With --preprocess both tools get the model after turnout.tools.quantization.quant_pre_process
 (BatchNormalization folded into Conv, MatMul + Add as Gemm), the step onnxruntime advises.
 
 The models have seeded random weights and the inputs are synthetic, so the numbers compare the
@@ -59,7 +59,7 @@ def _random_feeds(build: Callable[[], onnx.ModelProto]) -> Callable[[int], dict[
 
 
 def _models() -> dict[str, QuantModel]:
-    from turnout.models import apps, build_tiny_cnn, zoo
+    from turnout.tools.models import apps, build_tiny_cnn, zoo
 
     def mlp() -> onnx.ModelProto:
         return zoo.mlp(batch=8)
@@ -95,7 +95,7 @@ METHODS = ("dynamic", "static", "static per-channel")
 
 
 def _quantize(tool: Any, method: str, model: onnx.ModelProto, calib: list[Any]) -> onnx.ModelProto:
-    """`model` quantized by `tool` (turnout.quantization or onnxruntime.quantization)."""
+    """`model` quantized by `tool` (turnout.tools.quantization or onnxruntime.quantization)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +150,7 @@ def _run_turnout(
     import turnout
 
     opts = turnout.SessionOptions()
-    if numpy_only:  # turnout.provider_selection's documented switch
+    if numpy_only:  # turnout.engine.provider_selection's documented switch
         opts.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
     session = turnout.InferenceSession(model.SerializeToString(), opts)
     return np.concatenate([session.run(None, f)[0] for f in feeds])
@@ -169,10 +169,10 @@ def measure(
     preprocess: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per method for model `name`; with `preprocess`, both tools quantize the model
-    after turnout.quantization.quant_pre_process (BatchNormalization folded into Conv)."""
+    after turnout.tools.quantization.quant_pre_process (BatchNormalization folded into Conv)."""
     import onnxruntime.quantization as ort_quant
 
-    import turnout.quantization as our_quant
+    import turnout.tools.quantization as our_quant
 
     model = spec.build()
     if preprocess:
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--preprocess",
         action="store_true",
-        help="quantize after turnout.quantization.quant_pre_process (both tools)",
+        help="quantize after turnout.tools.quantization.quant_pre_process (both tools)",
     )
     parser.add_argument(
         "--numpy-only",

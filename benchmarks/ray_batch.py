@@ -4,10 +4,10 @@
 
 For the MLP (a Parquet file of `--rows` rows) and the tiny CNN (a folder of `--images` PNG
 files): the plain loop's rows/s (one session, data already in memory, one thread and the
-machine's default), then `turnout.ray.run_batch` with each worker count on an embedded local Ray
-(files in, Parquet out): time, rows/s, time to the first rows, Ray's startup. Every run's output
-must equal the one-thread loop's bit for bit. `--kill` adds an MLP run whose worker process is
-SIGKILLed part way; its output must still hold every row exactly once.
+machine's default), then `turnout.tools.ray.run_batch` with each worker count on an embedded
+local Ray (files in, Parquet out): time, rows/s, time to the first rows, Ray's startup. Every
+run's output must equal the one-thread loop's bit for bit. `--kill` adds an MLP run whose worker
+process is SIGKILLed part way; its output must still hold every row exactly once.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _loop(model: str, feeds: Mapping[str, Any], size: int, threads: int) -> tupl
 def _kill_once_class() -> type:
     """A SessionPredictor that SIGKILLs its own process on the first batch past `at_row`, once
     (a marker file remembers); built here so that this module imports without Ray."""
-    from turnout.ray import SessionPredictor
+    from turnout.tools.ray import SessionPredictor
 
     class KillOnce(SessionPredictor):
         def __init__(self, model: Any, *, marker: str, at_row: int, **kwargs: Any) -> None:
@@ -96,7 +96,7 @@ def _batch_runs(
 ) -> list[str]:
     import numpy as np
 
-    from turnout.ray import run_batch
+    from turnout.tools.ray import run_batch
 
     rows = len(expected)
     lines = []
@@ -128,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
     from PIL import Image
 
-    from turnout.models import shipped_model
-    from turnout.models.zoo import mlp
-    from turnout.ray.batching import InputSpec
-    from turnout.ray.readers import load_image
+    from turnout.tools.models import shipped_model
+    from turnout.tools.models.zoo import mlp
+    from turnout.tools.ray.batching import InputSpec
+    from turnout.tools.ray.readers import load_image
 
     header = [
         "| model | how | time (s) | rows/s | each worker: rows, rows/s while busy "
@@ -191,7 +191,7 @@ def _kill_run(model: str, source: Path, expected: Any, tmp: Path) -> str:
     import numpy as np
     import ray.cloudpickle
 
-    from turnout.ray import run_batch
+    from turnout.tools.ray import run_batch
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     rows = len(expected)

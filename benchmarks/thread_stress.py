@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 import turnout
-from turnout.concurrency import run_from_threads
-from turnout.models import zoo
+from turnout.tools.concurrency import run_from_threads
+from turnout.tools.models import zoo
 
 # model name -> (model bytes, input name, shapes of the feeds: batches of different sizes)
 MODELS: dict[str, Any] = {
@@ -35,7 +35,7 @@ MODELS: dict[str, Any] = {
         [(4, 784)],
     ),
     "tiny_cnn": lambda: (
-        files("turnout.models").joinpath("tiny_cnn.onnx").read_bytes(),
+        files("turnout.tools.models").joinpath("tiny_cnn.onnx").read_bytes(),
         "image",
         [(1, 1, 28, 28), (2, 1, 28, 28), (3, 1, 28, 28)],
     ),

@@ -81,10 +81,10 @@ class Ran:
 
 def run_turnout(case: FuzzCase, provider: str) -> Ran:
     """Run on `provider` with fallback to CPU allowed, so the partition boundary is exercised."""
-    from turnout.errors import TurnoutError
-    from turnout.options import SessionOptions
-    from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-    from turnout.session import InferenceSession
+    from turnout.api.options import SessionOptions
+    from turnout.api.session import InferenceSession
+    from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+    from turnout.graph.errors import TurnoutError
 
     so = SessionOptions()
     so.fallback = "allow"

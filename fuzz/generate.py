@@ -331,8 +331,8 @@ def m_attr(rng: Rng, pool: SeedPool, n: _Node) -> str | None:
 
 def m_outputs(rng: Rng, pool: SeedPool, n: _Node) -> str | None:
     """Optional outputs left out: trailing ones dropped, others blanked to "" (one of the
-    subsets the schema allows and onnx accepts, `turnout.testing.output_variants`)."""
-    from turnout.testing import one_node_model, optional_outputs, output_variants
+    subsets the schema allows and onnx accepts, `turnout.tools.testing.output_variants`)."""
+    from turnout.tools.testing import one_node_model, optional_outputs, output_variants
 
     opsets = dict(n.seed.opsets)
     if not any(optional_outputs(n.node, opsets)):
@@ -387,7 +387,7 @@ def _compatible_opsets(nodes: list[_Node]) -> dict[str, int] | None:
 
 
 def _input_info(name: str, v: np.ndarray, dynamic: bool) -> onnx.ValueInfoProto:
-    from turnout.dtypes import elem_type_of
+    from turnout.graph.dtypes import elem_type_of
 
     shape: list[int | str] = list(v.shape)
     if dynamic:
@@ -451,7 +451,7 @@ def _output_type(model: onnx.ModelProto, name: str) -> tuple[str, tuple[int, ...
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except Exception:
         return None
-    from turnout.dtypes import np_dtype
+    from turnout.graph.dtypes import np_dtype
 
     for vi in [*inferred.graph.value_info, *inferred.graph.output]:
         if vi.name != name or not vi.type.HasField("tensor_type"):

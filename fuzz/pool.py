@@ -109,7 +109,7 @@ class Pool:
         self._ctx: Any = mp.get_context("forkserver")
         # the server imports these once: every worker forked later runs this same code, even
         # one restarted while the source on disk is being edited
-        self._ctx.set_forkserver_preload([execute.partition(":")[0], "turnout.session"])
+        self._ctx.set_forkserver_preload([execute.partition(":")[0], "turnout.api.session"])
         self._workers: list[_Worker] = []
 
     def __enter__(self) -> Pool:

@@ -85,7 +85,7 @@ def _is_plain(value: Any) -> bool:
 def load_seeds(ops: set[str] | None = None) -> SeedPool:
     """Every deterministic single-node node test whose inputs are plain tensors (~10 s: onnx
     builds its node tests in memory); `ops` keeps only those op types."""
-    from turnout.testing import iter_node_cases
+    from turnout.tools.testing import iter_node_cases
 
     by_domain: dict[str, set[str]] = defaultdict(set)
     for schema in onnx.defs.get_all_schemas_with_history():

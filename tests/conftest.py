@@ -9,7 +9,7 @@ onnx.reference (`check(...)`) or to onnxruntime (`check.ort(...)`, where onnx.re
 wrong: say why at the call). A module or test whose results need other defaults says so with
 ``pytest.mark.kernel_check(rtol=..., atol=...)``.
 
-These fixtures serve `tests/` only; what providers' tests share belongs in `turnout.testing`.
+These fixtures serve `tests/` only; what providers' tests share belongs in `turnout.tools.testing`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import run_onnxruntime, run_own_kernel, run_reference
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import run_onnxruntime, run_own_kernel, run_reference
 
 Opsets = Mapping[str, int] | int
 Runner = Callable[[onnx.NodeProto, Sequence[Any], Opsets], list[Any]]

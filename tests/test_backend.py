@@ -1,4 +1,4 @@
-"""turnout.backend through onnx's own BackendTest runner, and its prepare/run_model/run_node."""
+"""turnout.api.backend through onnx's own BackendTest runner, and its prepare/run_model/run_node."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.backend.test import loader
 
-import turnout.backend as tb
+import turnout.api.backend as tb
 
 OPS = ("relu", "add", "conv", "gemm")
 

@@ -141,7 +141,7 @@ def test_unknown_model_is_an_error() -> None:
 
 
 def test_cli_options_match_the_runner() -> None:
-    from turnout.cli import build_parser
+    from turnout.tools.cli import build_parser
 
     def options(p: argparse.ArgumentParser) -> set[str]:
         return {s for a in p._actions for s in a.option_strings} - {"-h", "--help"}
@@ -205,7 +205,7 @@ def test_issue_13_targets_arithmetic() -> None:
 def test_app_models_are_in_the_zoo_with_their_inputs() -> None:
     assert set(zoo.APP_MODELS) <= set(zoo.names())
     bm = zoo.get("vad_like")
-    assert bm.source == "turnout.models.apps"
+    assert bm.source == "turnout.tools.models.apps"
     proto = bm.build()
     feeds = zoo.model_feeds("vad_like", proto, seed=0)
     assert int(feeds["sr"]) == 16000 and feeds["input"].shape == (1, 512)

@@ -22,9 +22,9 @@ from onnx import helper
 
 pytest.importorskip("turnout_conformance", reason="pip install ./conformance")
 
-from turnout.cli import main
-from turnout.plugins import registry
-from turnout.provider import ExecutionProvider, KernelRegistry, ProviderFactory
+from turnout.sdk.plugins import registry
+from turnout.sdk.provider import ExecutionProvider, KernelRegistry, ProviderFactory
+from turnout.tools.cli import main
 from turnout_conformance.compare import compare_model
 from turnout_conformance.expected import ExpectedFailures
 
@@ -223,7 +223,7 @@ def test_cpu_light_model_and_reports(tmp_path: Path) -> None:
 PLUGIN_CONFTEST = """
 import numpy as np
 import turnout
-from turnout.provider import ExecutionProvider, KernelRegistry, ProviderFactory
+from turnout.sdk.provider import ExecutionProvider, KernelRegistry, ProviderFactory
 
 K = KernelRegistry("PluginTestExecutionProvider")
 K.register("Relu")(lambda node: (lambda x: (np.maximum(x, 0),)))   # right

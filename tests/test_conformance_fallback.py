@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("turnout_conformance", reason="pip install ./conformance")
 
-from turnout.cli import main
-from turnout.plugins import registry
-from turnout.provider import ExecutionProvider, KernelRegistry, ProviderFactory
+from turnout.sdk.plugins import registry
+from turnout.sdk.provider import ExecutionProvider, KernelRegistry, ProviderFactory
+from turnout.tools.cli import main
 from turnout_conformance.attribution import culprit_of_error
 from turnout_conformance.expected import ExpectedFailures, classify
 from turnout_conformance.report import Report
@@ -224,7 +224,7 @@ def test_pytest_plugin_fallback_mode_inherits(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "conftest.py").write_text(
         "import numpy as np, turnout\n"
-        "from turnout.provider import ExecutionProvider, KernelRegistry, ProviderFactory\n"
+        "from turnout.sdk.provider import ExecutionProvider, KernelRegistry, ProviderFactory\n"
         f"K = KernelRegistry({NAME!r})\n"
         "K.register('Relu')(lambda node: (lambda x: (np.maximum(x, 0),)))\n"
         "class P(ExecutionProvider):\n"

@@ -17,10 +17,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout import environment, errors
-from turnout.capi import onnxruntime_inference_collection as ic
-from turnout.capi import onnxruntime_pybind11_state as native
-from turnout.errors import Fail, InvalidArgument
+from turnout.api import environment
+from turnout.api.capi import onnxruntime_inference_collection as ic
+from turnout.api.capi import onnxruntime_pybind11_state as native
+from turnout.graph import errors
+from turnout.graph.errors import Fail, InvalidArgument
 
 
 def _python(code: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -50,7 +51,7 @@ assert ort.package_name == "onnxruntime" and turnout.package_name == "turnout"
 assert ort.InferenceSession is turnout.InferenceSession
 assert Fail is turnout.Fail and RunOptions is turnout.RunOptions and OrtValue is turnout.OrtValue
 assert C.SessionOptions is turnout.SessionOptions
-assert bb.OnnxRuntimeBackend is turnout.backend.TurnoutBackend
+assert bb.OnnxRuntimeBackend is turnout.api.backend.TurnoutBackend
 assert ort.capi.onnxruntime_validation.get_package_name_and_version_info()[0] == "onnxruntime"
 ort.disable_telemetry_events()
 import numpy as np
@@ -206,7 +207,7 @@ def test_arena_cfg_forms() -> None:
 
 
 def test_logger_callback_receives_records(monkeypatch: pytest.MonkeyPatch) -> None:
-    from turnout import logs
+    from turnout.graph import logs
 
     monkeypatch.setattr(logs.logger, "level", logs.logger.level)
     got: list[tuple[int, str]] = []
@@ -297,7 +298,7 @@ def test_datasets_examples_run_as_on_onnxruntime(name: str) -> None:
 
 
 def test_datasets_examples_are_small_and_rebuildable() -> None:
-    from turnout import datasets
+    from turnout.api import datasets
 
     for name, build in datasets.BUILDERS.items():
         path = Path(datasets.get_example(name))
@@ -308,8 +309,8 @@ def test_datasets_examples_are_small_and_rebuildable() -> None:
 
 
 def test_backend_module_paths() -> None:
-    import turnout.backend.backend as bb
-    from turnout.backend import TurnoutBackend
+    import turnout.api.backend.backend as bb
+    from turnout.api.backend import TurnoutBackend
 
     assert bb.OnnxRuntimeBackend is TurnoutBackend and bb.run == bb.run_model
     model = helper.make_model(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from turnout.pipeline import _fused_op_support
-from turnout.provider import ExecutionProvider
+from turnout.engine.pipeline import _fused_op_support
+from turnout.sdk.provider import ExecutionProvider
 
 
 class _OwnTable(ExecutionProvider):

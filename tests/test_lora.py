@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout as tn
-from turnout.lora import AdapterFormat, LoraAdapter
+from turnout.api.lora import AdapterFormat, LoraAdapter
 
 CPU = ["CPUExecutionProvider"]
 W0 = np.ones((2, 3), np.float32)

@@ -18,9 +18,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.contrib import nchwc_layout
-from turnout.errors import InvalidArgument
-from turnout.models import zoo
+from turnout.graph.contrib import nchwc_layout
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.models import zoo
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime writes and checks these models")
 
@@ -277,7 +277,7 @@ def test_block_size_layouts_against_onnx_reference(
 ) -> None:
     """ReorderInput -> Conv (blocked input, Relu) -> depthwise Conv (+ Sum) -> MaxPool ->
     Upsample -> ReorderOutput with blocks of `block`, equal to the plain graph."""
-    from turnout.contrib.ops import nchwc as schemas
+    from turnout.graph.contrib.ops import nchwc as schemas
     from turnout.providers.cpu.kernels import contrib_nchwc as kernels
 
     monkeypatch.setattr(kernels, "block_size", lambda: block)

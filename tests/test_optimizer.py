@@ -15,13 +15,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.test.loader import DATA_DIR
 
-from turnout.errors import InvalidArgument
-from turnout.model import load_model
-from turnout.models import zoo
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.model import load_model
 from turnout.optimizer import GraphPass, Level, optimize
-from turnout.options import SessionOptions
-from turnout.session import InferenceSession
-from turnout.testing import _all_node_cases, assert_outputs_close, normalize_values
+from turnout.tools.models import zoo
+from turnout.tools.testing import _all_node_cases, assert_outputs_close, normalize_values
 
 LEVELS = (Level.BASIC, Level.EXTENDED, Level.ALL)
 
@@ -542,7 +542,7 @@ def test_gelu_tanh_form_fuses() -> None:
 
 
 def test_fused_kernel_errors() -> None:
-    from turnout.testing import run_own_kernel
+    from turnout.tools.testing import run_own_kernel
 
     node = helper.make_node("Attention", ["q", "k", "v"], ["o"], domain="ai.turnout", num_heads=3)
     q = np.zeros((1, 2, 4), np.float32)
@@ -554,7 +554,7 @@ def test_fused_kernel_errors() -> None:
 
 
 def test_cli_optimize(tmp_path: Any, capsys: Any) -> None:
-    from turnout.cli import main
+    from turnout.tools.cli import main
 
     src = tmp_path / "m.onnx"
     onnx.save(zoo.resnet18_like(size=32), str(src))

@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
 from turnout.optimizer import TURNOUT_DOMAIN, Level, optimize
-from turnout.options import SessionOptions
-from turnout.session import InferenceSession
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.cli import main
 from turnout.optimizer import Level, optimize
+from turnout.tools.cli import main
 
 F = TensorProto.FLOAT
 

@@ -13,10 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.models import zoo
+from turnout.api.options import GraphOptimizationLevel, SessionOptions
+from turnout.api.session import InferenceSession
 from turnout.optimizer import Level, optimize
-from turnout.options import GraphOptimizationLevel, SessionOptions
-from turnout.session import InferenceSession
+from turnout.tools.models import zoo
 
 ort = pytest.importorskip(
     "onnxruntime", reason="onnxruntime quantizes the models and is the oracle"

@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.test.loader import DATA_DIR
 
+from turnout.api.options import GraphOptimizationLevel, ResourceLimits, SessionOptions
+from turnout.api.session import InferenceSession
 from turnout.optimizer import Level, optimize
-from turnout.options import GraphOptimizationLevel, ResourceLimits, SessionOptions
-from turnout.session import InferenceSession
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -473,7 +473,7 @@ def test_inlining_that_would_fail_the_load_checks_is_undone() -> None:
 
 
 def test_vad_like_keeps_its_if_on_the_sample_rate_and_folds_the_branch_constants() -> None:
-    apps = pytest.importorskip("turnout.models.apps")
+    apps = pytest.importorskip("turnout.tools.models.apps")
     model = apps.vad_like()
     before = _body_ops(model)
     # BASIC: the folding; onnxruntime cannot run the ai.turnout ops the fusions write

@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
 from turnout.optimizer import Level, optimize
-from turnout.options import SessionOptions
-from turnout.session import InferenceSession
-from turnout.testing import assert_outputs_close
+from turnout.tools.testing import assert_outputs_close
 
 F = TensorProto.FLOAT
 

@@ -8,7 +8,7 @@ onnxruntime's own: names bound to something defined outside onnxruntime (the `os
 Two lists hold the exceptions, and both must shrink, never hide anything:
 - `REVIEWED`: names turnout does not mirror, each with the reason.
 - `PENDING_MEMBERS`: names other work is adding now (object members and new classes of the
-  object-API work, exception classes for turnout.errors); the lead empties it.
+  object-API work, exception classes for turnout.graph.errors); the lead empties it.
 
 `python3 tests/test_ort_inventory.py` prints the counts per module, raw and after the lists.
 """
@@ -27,15 +27,15 @@ import pytest
 # module of onnxruntime -> module of turnout that stands in for it
 MODULES = {
     "onnxruntime": "turnout",
-    "onnxruntime.capi": "turnout.capi",
-    "onnxruntime.capi._pybind_state": "turnout.capi._pybind_state",
-    "onnxruntime.capi.onnxruntime_pybind11_state": "turnout.capi.onnxruntime_pybind11_state",
+    "onnxruntime.capi": "turnout.api.capi",
+    "onnxruntime.capi._pybind_state": "turnout.api.capi._pybind_state",
+    "onnxruntime.capi.onnxruntime_pybind11_state": "turnout.api.capi.onnxruntime_pybind11_state",
     "onnxruntime.capi.onnxruntime_inference_collection": (
-        "turnout.capi.onnxruntime_inference_collection"
+        "turnout.api.capi.onnxruntime_inference_collection"
     ),
-    "onnxruntime.backend": "turnout.backend",
-    "onnxruntime.backend.backend": "turnout.backend.backend",
-    "onnxruntime.datasets": "turnout.datasets",
+    "onnxruntime.backend": "turnout.api.backend",
+    "onnxruntime.backend.backend": "turnout.api.backend.backend",
+    "onnxruntime.datasets": "turnout.api.datasets",
 }
 
 # objects whose public members are compared: key -> ("module:attr" in onnxruntime, in turnout)
@@ -54,13 +54,16 @@ OBJECTS = {
     "OrtArenaCfg": ("onnxruntime:OrtArenaCfg", "turnout:OrtArenaCfg"),
     "LoraAdapter": ("onnxruntime:LoraAdapter", "turnout:LoraAdapter"),
     "AdapterFormat": ("onnxruntime:AdapterFormat", "turnout:AdapterFormat"),
-    "OrtValueVector": (f"{_C}:OrtValueVector", "turnout.capi._pybind_state:OrtValueVector"),
-    "SessionIOBinding": (f"{_C}:SessionIOBinding", "turnout.capi._pybind_state:SessionIOBinding"),
-    "SparseCooView": (f"{_C}:SparseCooView", "turnout.capi._pybind_state:SparseCooView"),
-    "SparseCsrView": (f"{_C}:SparseCsrView", "turnout.capi._pybind_state:SparseCsrView"),
+    "OrtValueVector": (f"{_C}:OrtValueVector", "turnout.api.capi._pybind_state:OrtValueVector"),
+    "SessionIOBinding": (
+        f"{_C}:SessionIOBinding",
+        "turnout.api.capi._pybind_state:SessionIOBinding",
+    ),
+    "SparseCooView": (f"{_C}:SparseCooView", "turnout.api.capi._pybind_state:SparseCooView"),
+    "SparseCsrView": (f"{_C}:SparseCsrView", "turnout.api.capi._pybind_state:SparseCsrView"),
     "SparseBlockSparseView": (
         f"{_C}:SparseBlockSparseView",
-        "turnout.capi._pybind_state:SparseBlockSparseView",
+        "turnout.api.capi._pybind_state:SparseBlockSparseView",
     ),
     "GraphOptimizationLevel": (
         "onnxruntime:GraphOptimizationLevel",
@@ -80,11 +83,11 @@ OBJECTS = {
     "ArenaExtendStrategy": (f"{_C}:ArenaExtendStrategy", "turnout:ArenaExtendStrategy"),
     "OnnxRuntimeBackend": (
         "onnxruntime.backend.backend:OnnxRuntimeBackend",
-        "turnout.backend.backend:OnnxRuntimeBackend",
+        "turnout.api.backend.backend:OnnxRuntimeBackend",
     ),
     "OnnxRuntimeBackendRep": (
         "onnxruntime.backend.backend_rep:OnnxRuntimeBackendRep",
-        "turnout.backend.backend_rep:OnnxRuntimeBackendRep",
+        "turnout.api.backend.backend_rep:OnnxRuntimeBackendRep",
     ),
 }
 

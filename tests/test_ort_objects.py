@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout as tn
-from turnout.capi.onnxruntime_pybind11_state import InvalidArgument as CapiInvalidArgument
+from turnout.api.capi.onnxruntime_pybind11_state import InvalidArgument as CapiInvalidArgument
 
 CPU = ["CPUExecutionProvider"]
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -114,7 +114,7 @@ def test_optional_typed_input_may_be_left_out_as_in_onnxruntime() -> None:
 def test_run_with_ortvaluevector_fills_fetches_as_onnxruntime() -> None:
     from onnxruntime.capi import _pybind_state as C
 
-    from turnout.values import OrtValueVector
+    from turnout.api.values import OrtValueVector
 
     sess, ref = both(add_model())
     results = []
@@ -313,8 +313,8 @@ def test_dlpack_is_zero_copy_with_numpy_both_ways() -> None:
 
 
 def test_ortvaluevector_and_iobinding_vector() -> None:
-    from turnout.io_binding import SessionIOBinding
-    from turnout.values import OrtValueVector
+    from turnout.api.io_binding import SessionIOBinding
+    from turnout.api.values import OrtValueVector
 
     vec = OrtValueVector()
     vec.reserve(4)
@@ -364,7 +364,7 @@ def test_ortdevice_and_memory_info_members() -> None:
 
     for code in ("cpu", "cuda", "gpu", "fpga", "npu", "dml", "cann", "webgpu", "default_memory"):
         assert getattr(tn.OrtDevice, code)() == getattr(C.OrtDevice, code)()
-    from turnout.ort_enums import OrtDeviceMemoryType, OrtMemoryInfoDeviceType
+    from turnout.api.ort_enums import OrtDeviceMemoryType, OrtMemoryInfoDeviceType
 
     info = tn.OrtMemoryInfo.create_v2(
         "Cpu", OrtMemoryInfoDeviceType.CPU, 0, 0, OrtDeviceMemoryType.DEFAULT, 0,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from turnout.cli import main
-from turnout.errors import InvalidArgument
-from turnout.scaffold import render_provider, render_template, template_names
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.cli import main
+from turnout.tools.scaffold import render_provider, render_template, template_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_TEMPLATE = ROOT / "plugin_template"
@@ -41,7 +41,7 @@ def test_plugin_template_is_a_fresh_rendering(tmp_path: Path) -> None:
     differ = sorted(k for k in fresh.keys() | kept.keys() if fresh.get(k) != kept.get(k))
     assert not differ, (
         f"plugin_template/ differs from the template in {differ}; regenerate it with "
-        "`rm -rf plugin_template && python -m turnout.scaffold example plugin_template`"
+        "`rm -rf plugin_template && python -m turnout.tools.scaffold example plugin_template`"
     )
 
 
@@ -99,7 +99,7 @@ SESSION_CHECK = textwrap.dedent(
     import numpy as np
     import turnout
     from onnx import TensorProto, helper
-    from turnout.cli import main
+    from turnout.tools.cli import main
     from turnout_acme_npu.kernels import CALLS
 
     NAME = "AcmeNpuExecutionProvider"

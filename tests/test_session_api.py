@@ -20,12 +20,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout as ort_t
-from turnout.capi.onnxruntime_pybind11_state import InvalidArgument as CapiInvalidArgument
+from turnout.api.capi.onnxruntime_pybind11_state import InvalidArgument as CapiInvalidArgument
 
 ort.set_default_logger_severity(3)  # keep ORT's "initializer in graph inputs" notes quiet
 
 CPU = ["CPUExecutionProvider"]
-TINY_CNN = pathlib.Path(ort_t.__file__).parent / "models" / "tiny_cnn.onnx"
+TINY_CNN = pathlib.Path(ort_t.__file__).parent / "tools" / "models" / "tiny_cnn.onnx"
 X1 = np.array([[-5.0, 1.0, 2.0]], np.float32)
 
 
@@ -601,7 +601,7 @@ def test_io_binding_ortvalues_and_preallocated_output() -> None:
 def test_io_binding_importable_from_capi_like_ort() -> None:
     from onnxruntime.capi.onnxruntime_inference_collection import IOBinding as OrtIOBinding
 
-    from turnout.capi.onnxruntime_inference_collection import IOBinding
+    from turnout.api.capi.onnxruntime_inference_collection import IOBinding
 
     assert OrtIOBinding is not None and IOBinding is ort_t.IOBinding
 
@@ -645,7 +645,7 @@ def test_load_errors(src, ours, theirs) -> None:
         ort.InferenceSession(src, providers=CPU)
     with pytest.raises(ours):
         ort_t.InferenceSession(src, providers=CPU)
-    from turnout.capi import onnxruntime_pybind11_state as capi
+    from turnout.api.capi import onnxruntime_pybind11_state as capi
 
     with pytest.raises(getattr(capi, theirs)):
         ort_t.InferenceSession(src, providers=CPU)
@@ -758,12 +758,12 @@ def test_one_cpu_session_from_8_threads_matches_single_thread_runs(model: str) -
     """Run for run, bit for bit, what one thread gets (8 x 1000 in benchmarks/thread_stress.py)."""
     from importlib.resources import files
 
-    from turnout.concurrency import run_from_threads
-    from turnout.models import zoo
+    from turnout.tools.concurrency import run_from_threads
+    from turnout.tools.models import zoo
 
     if model == "tiny_cnn":
         data, name, shape = (
-            files("turnout.models").joinpath("tiny_cnn.onnx").read_bytes(),
+            files("turnout.tools.models").joinpath("tiny_cnn.onnx").read_bytes(),
             "image",
             (2, 1, 28, 28),
         )

@@ -1,4 +1,4 @@
-"""turnout.values (OrtValue, SparseTensor, OrtDevice) and the turnout.capi module paths.
+"""turnout.api.values (OrtValue, SparseTensor, OrtDevice) and the turnout.api.capi module paths.
 
 onnxruntime is the oracle for type strings, codes and enum values wherever it supports the type.
 """
@@ -15,9 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi import _pybind_state as ort_c
 
 import turnout
-from turnout import errors, logs
-from turnout.dtypes import ELEM_TYPE_NAMES, np_dtype, type_string
-from turnout.values import (
+from turnout.api.values import (
     OrtAllocatorType,
     OrtDevice,
     OrtMemoryInfo,
@@ -26,6 +24,8 @@ from turnout.values import (
     SparseTensor,
     to_ort_type_string,
 )
+from turnout.graph import errors, logs
+from turnout.graph.dtypes import ELEM_TYPE_NAMES, np_dtype, type_string
 
 CODES = sorted(ELEM_TYPE_NAMES)
 # Element types onnxruntime's Python API cannot create: strings (only from a session), complex.
@@ -306,9 +306,9 @@ def test_device_and_memory_info_match_onnxruntime():
 
 
 def test_capi_module_paths():
-    from turnout.capi import _pybind_state as C
-    from turnout.capi import onnxruntime_inference_collection as coll
-    from turnout.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, NotImplemented
+    from turnout.api.capi import _pybind_state as C
+    from turnout.api.capi import onnxruntime_inference_collection as coll
+    from turnout.api.capi.onnxruntime_pybind11_state import Fail, InvalidArgument, NotImplemented
 
     assert InvalidArgument is errors.InvalidArgument and Fail is errors.Fail
     assert NotImplemented is errors.NotImplemented and C.EPFail is errors.EPFail
@@ -319,8 +319,8 @@ def test_capi_module_paths():
 
 
 def test_session_functions_are_forwarded():
-    session = pytest.importorskip("turnout.session")
-    from turnout.capi import _pybind_state as C
+    session = pytest.importorskip("turnout.api.session")
+    from turnout.api.capi import _pybind_state as C
 
     assert C.get_available_providers() == session.get_available_providers()
     assert C.get_all_providers() == session.get_all_providers()
@@ -329,7 +329,7 @@ def test_session_functions_are_forwarded():
 
 
 def test_logger_severity():
-    from turnout.capi import _pybind_state as C
+    from turnout.api.capi import _pybind_state as C
 
     before = logs.logger.level
     try:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import turnout
 from onnx import TensorProto, helper
-from turnout.plugins import registry
+from turnout.sdk.plugins import registry
 
 from turnout_example import ALIAS, PROVIDER_NAME
 from turnout_example.kernels import CALLS

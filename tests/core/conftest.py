@@ -14,7 +14,7 @@ import pytest
 from onnx import numpy_helper
 
 import turnout
-from turnout.testing import one_node_model, positional_inputs
+from turnout.tools.testing import one_node_model, positional_inputs
 
 Reference = Callable[..., Sequence[Any]]
 Parity = Callable[..., list[np.ndarray]]
@@ -107,7 +107,7 @@ def float32_oracle() -> Callable[[onnx.NodeProto, Sequence[Any]], Reference]:
     """`float32_oracle(node, inputs)`: a `reference` for float16 cases of ops onnxruntime's
     CPU provider runs in float32 only: its float32 result on the same (exactly widened)
     inputs, its float32 outputs rounded to float16."""
-    from turnout.testing import run_onnxruntime
+    from turnout.tools.testing import run_onnxruntime
 
     def oracle(node: onnx.NodeProto, inputs: Sequence[Any]) -> Reference:
         wide = [

@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout import blas_threads
-from turnout.blas_threads import (
+from turnout.sdk import blas_threads
+from turnout.sdk.blas_threads import (
     BLAS_SERIAL_MACS,
     BlasThreads,
     blas_matmul,

@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.errors import EPFail
-from turnout.ir import GraphView
-from turnout.provider import (
+from turnout.graph.errors import EPFail
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     Capability,
     CompiledState,
@@ -81,7 +81,7 @@ def provider() -> Iterator[None]:
     EVENTS.clear()
     SEEN.clear()
     yield
-    turnout.plugins.registry.unregister(NAME)
+    turnout.sdk.plugins.registry.unregister(NAME)
 
 
 def _model() -> bytes:

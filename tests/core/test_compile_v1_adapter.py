@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import EPFail
-from turnout.ir import GraphView
-from turnout.provider import (
+from turnout.graph.errors import EPFail
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import (
     Capability,
     CompiledKernel,
     Decline,
@@ -58,7 +58,7 @@ class V1Factory(ProviderFactory):
 def provider() -> Iterator[None]:
     turnout.register_provider(V1Factory())
     yield
-    turnout.plugins.registry.unregister(NAME)
+    turnout.sdk.plugins.registry.unregister(NAME)
 
 
 def _session(**options: Any) -> turnout.InferenceSession:

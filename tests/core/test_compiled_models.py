@@ -14,10 +14,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.compiler import ARTIFACT_KEY, ModelCompiler, OrtCompileApiFlags
-from turnout.errors import Fail, InvalidArgument
-from turnout.provider import CONTRACT_VERSION, ExecutionProvider, KernelNode, ProviderFactory
-from turnout.provider_options import ProviderOption
+from turnout.api.compiler import ARTIFACT_KEY, ModelCompiler, OrtCompileApiFlags
+from turnout.graph.errors import Fail, InvalidArgument
+from turnout.sdk.provider import CONTRACT_VERSION, ExecutionProvider, KernelNode, ProviderFactory
+from turnout.sdk.provider_options import ProviderOption
 
 BLOB = "BlobExecutionProvider"
 
@@ -59,7 +59,7 @@ def blob_provider() -> Iterator[None]:
     turnout.register_provider(BlobFactory())
     BlobProvider.imported.clear()
     yield
-    turnout.plugins.registry.unregister(BLOB)
+    turnout.sdk.plugins.registry.unregister(BLOB)
 
 
 def _model() -> bytes:

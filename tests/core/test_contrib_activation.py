@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 SHAPES = [(2, 3, 8), (1, 5, 16), (7, 4)]
 
@@ -91,8 +91,8 @@ def test_float16_gelu_family_against_formulas(
 
 def test_bias_of_the_wrong_size_is_an_error_naming_the_node(rng: np.random.Generator) -> None:
     import turnout
-    from turnout.errors import InvalidArgument
-    from turnout.testing import one_node_model
+    from turnout.graph.errors import InvalidArgument
+    from turnout.tools.testing import one_node_model
 
     node = helper.make_node("BiasGelu", ["x", "b"], ["y"], domain=DOMAIN, name="bg")
     x, b = _data(rng, (2, 8), np.float32), _data(rng, (5,), np.float32)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 Rng = np.random.Generator
 B, S, N, H = 2, 4, 2, 8
@@ -132,7 +132,7 @@ def test_multi_head_attention_layouts(
 def test_multi_head_attention_packed_layouts(contrib_parity: Any, rng: Rng, layout: str) -> None:
     """onnxruntime's CPU kernel refuses packed QKV and KV ("not implemented for CPU"): the
     oracle is onnxruntime on the same data as separate query, key and value."""
-    from turnout.testing import run_onnxruntime
+    from turnout.tools.testing import run_onnxruntime
 
     names, inputs = _mha_inputs(rng, layout, 5)
     node = _node("MultiHeadAttention", names, ["y"], num_heads=N)
@@ -228,8 +228,8 @@ def test_unsupported_attributes_are_refused_at_session_creation(
     rng: Rng, op: str, attrs: dict[str, Any], reason: str
 ) -> None:
     import turnout
-    from turnout.errors import NotImplemented
-    from turnout.testing import one_node_model
+    from turnout.graph.errors import NotImplemented
+    from turnout.tools.testing import one_node_model
 
     if op == "Attention":
         names, values = ["x", "w"], [_f(rng, B, S, D), _f(rng, D, 3 * D)]
@@ -267,7 +267,7 @@ def test_attention_4d_causal_mask(contrib_parity: Any, rng: Rng, past: int) -> N
     """onnxruntime's CPU kernel refuses a 4-D mask [B, 1, M, M] (rows past..past+S-1 apply):
     a lower-triangular one is a causal mask, so the oracle is onnxruntime with
     `unidirectional=1` and no mask."""
-    from turnout.testing import run_onnxruntime
+    from turnout.tools.testing import run_onnxruntime
 
     m = np.tril(np.ones((8, 8), np.int32))[None, None].repeat(B, 0)
     inputs = [_f(rng, B, S, D), _f(rng, D, 3 * D) * 0.3, None, m]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 Rng = np.random.Generator
 N, KV, H = 4, 2, 16  # onnxruntime's rotary needs a head size that is a multiple of 16
@@ -108,8 +108,8 @@ def test_group_query_attention_interleaved_rotary(contrib_parity: Any, rng: Rng)
 
 def test_group_query_attention_refuses_what_it_lacks_at_session_creation(rng: Rng) -> None:
     import turnout
-    from turnout.errors import NotImplemented
-    from turnout.testing import one_node_model
+    from turnout.graph.errors import NotImplemented
+    from turnout.tools.testing import one_node_model
 
     names, values = _case(rng, **CASES["prompt"])  # type: ignore[arg-type]
     names += ["", "", "", "", "sink"]  # after cos, sin, position_ids and attention_bias

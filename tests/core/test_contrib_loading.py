@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.contrib import DOCUMENTED_OPS, DOMAIN
-from turnout.errors import Fail, InvalidGraph, NotImplemented
+from turnout.graph.contrib import DOCUMENTED_OPS, DOMAIN
+from turnout.graph.errors import Fail, InvalidGraph, NotImplemented
 
 
 def _model(

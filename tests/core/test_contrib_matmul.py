@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
-from turnout.contrib.ops.matmul import operand_shape
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.contrib.ops.matmul import operand_shape
 
 
 def _input(shape: tuple[int, ...], trans: int, batch: int) -> tuple[int, ...]:
@@ -64,7 +64,7 @@ def test_fused_matmul_errors(rng: np.random.Generator, batch: int) -> None:
     import onnx
 
     import turnout
-    from turnout.errors import Fail, InvalidArgument
+    from turnout.graph.errors import Fail, InvalidArgument
 
     attrs = {"transBatchA": 1} if batch else {"transA": 1}
     node = helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain=DOMAIN, **attrs)

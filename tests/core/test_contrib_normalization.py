@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 Rng = np.random.Generator
 
@@ -141,8 +141,8 @@ def test_embed_layer_normalization(
 
 def test_embed_layer_normalization_refuses_ids_out_of_range(rng: Rng) -> None:
     import turnout
-    from turnout.errors import InvalidArgument
-    from turnout.testing import one_node_model
+    from turnout.graph.errors import InvalidArgument
+    from turnout.tools.testing import one_node_model
 
     names, values = _embed_inputs(rng, False, False, "none")
     values[0][0, 0] = 30

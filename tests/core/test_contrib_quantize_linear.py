@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
-from turnout.testing import run_reference
+from turnout.graph.contrib import DOMAIN
+from turnout.tools.testing import run_reference
 
 CODES = [np.uint8, np.int8, np.uint16, np.int16, ml_dtypes.int4, ml_dtypes.uint4]
 SHAPE = (2, 3, 4)

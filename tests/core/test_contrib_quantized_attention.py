@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 BATCH, SEQ, HIDDEN, HEADS = 2, 5, 16, 4
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 CASES = [
     {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},

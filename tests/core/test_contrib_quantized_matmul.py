@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
-from turnout.testing import run_onnxruntime
+from turnout.graph.contrib import DOMAIN
+from turnout.tools.testing import run_onnxruntime
 
 
 def _q(rng: np.random.Generator, shape: tuple[int, ...], dt: Any) -> np.ndarray:

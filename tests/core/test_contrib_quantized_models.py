@@ -33,8 +33,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.contrib import DOMAIN
-from turnout.models import zoo
+from turnout.graph.contrib import DOMAIN
+from turnout.tools.models import zoo
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these checks")
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 BATCH, SEQ, HIDDEN, VOCAB = 2, 6, 16, 30
 

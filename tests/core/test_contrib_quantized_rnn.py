@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.contrib import DOMAIN
+from turnout.graph.contrib import DOMAIN
 
 STEPS, BATCH, INPUT, HIDDEN = 6, 3, 10, 8
 TOL = 1e-3

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from turnout.contrib import DOCUMENTED_OPS, DOMAIN, ORT_CPU_KERNELS, OpSpec, specs
+from turnout.graph.contrib import DOCUMENTED_OPS, DOMAIN, ORT_CPU_KERNELS, OpSpec, specs
 
 C = pytest.importorskip(
     "onnxruntime.capi._pybind_state", reason="onnxruntime is the oracle of these checks"

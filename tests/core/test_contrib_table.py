@@ -1,4 +1,4 @@
-"""docs/contrib-ops.md is what `python -m turnout.contrib.table` prints now: the supported
+"""docs/contrib-ops.md is what `python -m turnout.graph.contrib.table` prints now: the supported
 columns come from the kernel registries, so a kernel added or dropped without regenerating the
 page fails here."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from turnout.contrib import DOCUMENTED_OPS, DOMAIN
-from turnout.contrib.table import installed_kernels, render
+from turnout.graph.contrib import DOCUMENTED_OPS, DOMAIN
+from turnout.graph.contrib.table import installed_kernels, render
 from turnout.providers.cpu.registry import CPU_KERNELS
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "contrib-ops.md"
@@ -16,7 +16,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "contrib-ops.md"
 def test_contrib_table_is_current() -> None:
     want = render(installed_kernels())
     assert PAGE.read_text() == want, (
-        "docs/contrib-ops.md is stale: python -m turnout.contrib.table > docs/contrib-ops.md"
+        "docs/contrib-ops.md is stale: python -m turnout.graph.contrib.table > docs/contrib-ops.md"
     )
 
 

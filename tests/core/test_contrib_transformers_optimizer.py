@@ -14,8 +14,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import turnout
-from turnout.contrib import DOMAIN
-from turnout.models.zoo import bert_like
+from turnout.graph.contrib import DOMAIN
+from turnout.tools.models.zoo import bert_like
 
 HEADS, HIDDEN, SEQ, BATCH = 4, 64, 16, 2
 

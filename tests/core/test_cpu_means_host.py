@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout import plugins
-from turnout.errors import EPFail, FallbackError, InvalidArgument
-from turnout.fake_device import FakeDeviceProviderFactory
-from turnout.provider import (
+from turnout.engine.provider_selection import CPU_NUMPY_ONLY_ENV, CPU_NUMPY_ONLY_KEY
+from turnout.graph.errors import EPFail, FallbackError, InvalidArgument
+from turnout.sdk import plugins
+from turnout.sdk.provider import (
     Capability,
     Decline,
     ExecutionProvider,
@@ -24,7 +24,7 @@ from turnout.provider import (
     KernelNode,
     ProviderFactory,
 )
-from turnout.provider_selection import CPU_NUMPY_ONLY_ENV, CPU_NUMPY_ONLY_KEY
+from turnout.tools.fake_device import FakeDeviceProviderFactory
 
 pytestmark = pytest.mark.cpu_means_host
 
@@ -132,9 +132,9 @@ def test_config_entry_keeps_numpy_only(host: FakeHostFactory) -> None:
 
 
 def test_testing_reference_session_keeps_the_numpy_kernels(host: FakeHostFactory) -> None:
-    """`turnout.testing.cpu_session` is what providers' kernels are compared with: it must not
+    """`turnout.tools.testing.cpu_session` is what providers' kernels are compared with: it must not
     run on the host provider under test."""
-    from turnout.testing import cpu_session
+    from turnout.tools.testing import cpu_session
 
     sess = cpu_session(_model())
     assert set(_placed(sess).values()) == {CPU}
@@ -201,7 +201,7 @@ def test_installed_numba_serves_cpu_requests() -> None:
     factory = plugins.registry.find("NumbaExecutionProvider")
     if factory is None or not plugins.registry.probe(factory).ok:
         pytest.skip("turnout-numba is not installed or numba cannot load here")
-    from turnout.models import zoo
+    from turnout.tools.models import zoo
 
     model = zoo.small_classifier().SerializeToString()
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
@@ -278,7 +278,7 @@ def test_session_threads_hold_blas_during_the_run(host: FakeHostFactory) -> None
 def test_providers_command_says_which_serve_cpu_requests(
     host: FakeHostFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from turnout.cli import main
+    from turnout.tools.cli import main
 
     assert main(["providers"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}

@@ -14,12 +14,12 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout import custom_ops, plugins
-from turnout.contrib import Arg, Attr, OpSpec, same_as
-from turnout.custom_ops import CustomOpSet
-from turnout.errors import Fail, InvalidArgument, InvalidGraph
-from turnout.errors import NotImplemented as OrtNotImplemented
-from turnout.provider import KernelNode, KernelRegistry
+from turnout.graph.contrib import Arg, Attr, OpSpec, same_as
+from turnout.graph.errors import Fail, InvalidArgument, InvalidGraph
+from turnout.graph.errors import NotImplemented as OrtNotImplemented
+from turnout.sdk import custom_ops, plugins
+from turnout.sdk.custom_ops import CustomOpSet
+from turnout.sdk.provider import KernelNode, KernelRegistry
 
 DOMAIN = "example.ops"
 
@@ -65,7 +65,7 @@ def example_ops(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     plugins.registry.all()
     monkeypatch.setattr(plugins, "entry_points", lambda group: [_EntryPoint()])
     monkeypatch.setattr(plugins, "registry", plugins.ProviderRegistry())
-    monkeypatch.setattr(turnout.session, "registry", plugins.registry)
+    monkeypatch.setattr(turnout.api.session, "registry", plugins.registry)
     plugins.registry.all()
     yield
     custom_ops.forget(DOMAIN)
@@ -112,9 +112,9 @@ def test_bad_hook_answers_are_refused() -> None:
 
 _LIBRARY = """
 import numpy as np
-from turnout.contrib import Arg, OpSpec, same_as
-from turnout.custom_ops import CustomOpSet
-from turnout.provider import KernelRegistry
+from turnout.graph.contrib import Arg, OpSpec, same_as
+from turnout.sdk.custom_ops import CustomOpSet
+from turnout.sdk.provider import KernelRegistry
 
 KERNELS = KernelRegistry("lib")
 

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import Fail, InvalidArgument
-from turnout.fake_device import FakeDeviceProviderFactory
+from turnout.graph.errors import Fail, InvalidArgument
+from turnout.tools.fake_device import FakeDeviceProviderFactory
 
 Policy = turnout.OrtExecutionProviderDevicePolicy
 CPU = "CPUExecutionProvider"
@@ -45,7 +45,7 @@ def fake_gpu() -> Iterator[FakeDeviceProviderFactory]:
     factory = FakeDeviceProviderFactory(ops={"Relu"}, hardware_type="gpu")
     turnout.register_provider(factory)
     yield factory
-    turnout.plugins.registry.unregister(factory.name)
+    turnout.sdk.plugins.registry.unregister(factory.name)
 
 
 def _session(opts: turnout.SessionOptions) -> turnout.InferenceSession:
@@ -62,7 +62,7 @@ def test_ep_devices_list_every_available_provider_cpu_last() -> None:
     devices = turnout.get_ep_devices()
     names = [d.ep_name for d in devices]
     assert names[-1] == CPU
-    assert set(names) == {f.name for f in turnout.plugins.registry.available()}
+    assert set(names) == {f.name for f in turnout.sdk.plugins.registry.available()}
     cpu = devices[-1]
     assert cpu.device.type == turnout.OrtHardwareDeviceType.CPU
     assert cpu.memory_info.name == "Cpu"
@@ -105,7 +105,7 @@ def test_an_npu_policy_chooses_an_npu() -> None:
         assert _session(_policy(Policy.MAX_EFFICIENCY)).get_providers() == [FAKE, CPU]
         assert _session(_policy(Policy.PREFER_GPU)).get_providers() == [CPU]
     finally:
-        turnout.plugins.registry.unregister(npu.name)
+        turnout.sdk.plugins.registry.unregister(npu.name)
 
 
 def test_explicit_providers_win_over_the_policy(fake_gpu: FakeDeviceProviderFactory) -> None:
@@ -239,7 +239,7 @@ def test_input_ep_devices_name_the_first_reader(fake_gpu: FakeDeviceProviderFact
 
 _LIBRARY = '''
 """A provider brought by path: the fake device under another name."""
-from turnout.fake_device import FakeDeviceProviderFactory
+from turnout.tools.fake_device import FakeDeviceProviderFactory
 
 
 class LibraryFactory(FakeDeviceProviderFactory):
@@ -299,8 +299,8 @@ class _MissingDriverFactory(FakeDeviceProviderFactory):
     name = "MissingDriverExecutionProvider"
     aliases = ()
 
-    def _probe(self) -> turnout.provider.Availability:
-        return turnout.provider.Availability(False, reason="no driver: libfake.so not found")
+    def _probe(self) -> turnout.sdk.provider.Availability:
+        return turnout.sdk.provider.Availability(False, reason="no driver: libfake.so not found")
 
 
 @pytest.fixture
@@ -308,7 +308,7 @@ def missing_driver() -> Iterator[_MissingDriverFactory]:
     factory = _MissingDriverFactory()
     turnout.register_provider(factory)
     yield factory
-    turnout.plugins.registry.unregister(factory.name)
+    turnout.sdk.plugins.registry.unregister(factory.name)
 
 
 def test_unavailable_provider_lists_no_device_unless_asked_then_says_why(

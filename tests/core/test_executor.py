@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import InvalidArgument, RuntimeException
-from turnout.executor.plan import Plan, RunTerminated, Step
+from turnout.engine.executor.plan import Plan, RunTerminated, Step
+from turnout.graph.errors import InvalidArgument, RuntimeException
 
 
 def _chain_model(n: int) -> onnx.ModelProto:
@@ -185,8 +185,8 @@ def test_if_branches_are_planned_once_not_per_run(
     """vad_like's If branches (partitioned, kernels built, straight-line code generated) are
     planned when the If kernel is built; later runs at the same shapes plan nothing and call
     the branch's generated function with the outer values as arguments, no dict between."""
-    import turnout.executor.build as build
-    from turnout.models.apps import vad_feeds, vad_like
+    import turnout.engine.executor.build as build
+    from turnout.tools.models.apps import vad_feeds, vad_like
 
     opts = turnout.SessionOptions()
     opts.add_session_config_entry("session.turnout.cpu_numpy_only", numpy_only)

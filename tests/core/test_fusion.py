@@ -1,4 +1,4 @@
-"""turnout.fusion: the provider-independent graph analysis behind fused groups (index, convex
+"""turnout.sdk.fusion: the provider-independent graph analysis behind fused groups (index, convex
 grouping, group boundaries)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from turnout.fusion import GraphIndex, find_groups, group_inputs, group_outputs, is_convex
-from turnout.ir import Graph, GraphView
+from turnout.graph.ir import Graph, GraphView
+from turnout.sdk.fusion import GraphIndex, find_groups, group_inputs, group_outputs, is_convex
 
 EW = {"Exp", "Relu", "Neg", "Abs", "Add", "Mul", "Sigmoid"}  # what the tests call fusible
 

@@ -11,14 +11,14 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.provider import (
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     ExecutionProvider,
     KernelContext,
     KernelNode,
     ProviderFactory,
 )
-from turnout.provider_options import ProviderOption
+from turnout.sdk.provider_options import ProviderOption
 
 SEEN: list[KernelContext | None] = []
 
@@ -53,7 +53,7 @@ def provider() -> Iterator[None]:
     turnout.register_provider(ContextFactory())
     SEEN.clear()
     yield
-    turnout.plugins.registry.unregister(ContextFactory.name)
+    turnout.sdk.plugins.registry.unregister(ContextFactory.name)
 
 
 def test_kernel_factories_see_the_context() -> None:

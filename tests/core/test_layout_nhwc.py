@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 import turnout
 from turnout.optimizer.layout import NHWC, NHWC_DOMAIN
-from turnout.provider import CONTRACT_VERSION, ExecutionProvider, KernelNode, ProviderFactory
+from turnout.sdk.provider import CONTRACT_VERSION, ExecutionProvider, KernelNode, ProviderFactory
 
 NAME = "NhwcTestExecutionProvider"
 SEEN_SHAPES: list[tuple[Any, ...]] = []
@@ -112,7 +112,7 @@ def provider() -> Iterator[None]:
     turnout.register_provider(NhwcFactory())
     SEEN_SHAPES.clear()
     yield
-    turnout.plugins.registry.unregister(NAME)
+    turnout.sdk.plugins.registry.unregister(NAME)
 
 
 def _conv_chain() -> onnx.ModelProto:

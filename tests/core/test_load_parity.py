@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.structure import NAME_IN_MODEL_KEY
+from turnout.graph.structure import NAME_IN_MODEL_KEY
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these cases")
 
@@ -487,7 +487,7 @@ def test_edge_case_model_as_onnxruntime(case: str, cpu: str) -> None:
             else:
                 np.testing.assert_allclose(g, w, rtol=1e-6)
     else:
-        assert isinstance(got[1], turnout.errors.TurnoutError), got
+        assert isinstance(got[1], turnout.graph.errors.TurnoutError), got
         assert _same_class(got[1], want[1]), (got, want)
 
 
@@ -553,7 +553,7 @@ def test_repeated_node_names_stay_apart_in_the_profile(tmp_path: Path) -> None:
 def test_explain_marks_the_suffixes_turnout_added(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from turnout.cli import main
+    from turnout.tools.cli import main
 
     path = tmp_path / "m.onnx"
     onnx.save(_openvino_style_names(), path)

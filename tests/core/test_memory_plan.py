@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.executor.memory import peak_live_bytes, value_bytes
-from turnout.executor.plan import Step
+from turnout.engine.executor.memory import peak_live_bytes, value_bytes
+from turnout.engine.executor.plan import Step
 
 N = 1000  # floats per value: 4000 bytes
 

@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
-from turnout.tensors import decode_tensor
+from turnout.graph.errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from turnout.graph.tensors import decode_tensor
 
 
 def _add_model(weight: np.ndarray) -> onnx.ModelProto:

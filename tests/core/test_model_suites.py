@@ -15,9 +15,9 @@ import pytest
 from onnx import numpy_helper
 from onnx.backend.test.loader import DATA_DIR, load_model_tests
 
-from turnout.backend import TurnoutBackend
+from turnout.api.backend import TurnoutBackend
 from turnout.providers.cpu.provider import CPUProviderFactory
-from turnout.testing import assert_outputs_close
+from turnout.tools.testing import assert_outputs_close
 
 EXPECTED_FAILURES = CPUProviderFactory().expected_failures()
 

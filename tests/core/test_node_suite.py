@@ -1,4 +1,4 @@
-"""The ONNX backend node tests (built in memory by the onnx package) through turnout.backend.
+"""The ONNX backend node tests (built in memory by the onnx package) through turnout.api.backend.
 
 Every case must pass except those listed in EXPECTED_FAILURES with a reason; an expected failure
 that starts passing fails the run (strict xfail), so the list only shrinks.
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from turnout.backend import TurnoutBackend
+from turnout.api.backend import TurnoutBackend
 from turnout.providers.cpu.provider import CPUProviderFactory
-from turnout.testing import _all_node_cases, assert_outputs_close, normalize_values
+from turnout.tools.testing import _all_node_cases, assert_outputs_close, normalize_values
 
 EXPECTED_FAILURES = CPUProviderFactory().expected_failures()
 

@@ -1,7 +1,7 @@
 """Optional outputs left out, on every provider: a kernel returns exactly one value per entry of
 `node.outputs`, whatever subset of its optional outputs a node declares.
 
-The ops and which outputs are optional come from onnx.defs (`turnout.testing.output_variants`:
+The ops and which outputs are optional come from onnx.defs (`turnout.tools.testing.output_variants`:
 trailing optional outputs dropped, the others blanked to "", each subset ONNX accepts). Every
 single-node ONNX node test whose node declares an optional output is run that way, each variant
 compared with the case's expected outputs at the case's tolerances. The com.microsoft ops with
@@ -28,12 +28,12 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout import errors
-from turnout.options import SessionOptions
-from turnout.plugins import registry
-from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-from turnout.session import InferenceSession
-from turnout.testing import (
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
+from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+from turnout.graph import errors
+from turnout.sdk.plugins import registry
+from turnout.tools.testing import (
     _all_node_cases,
     assert_outputs_close,
     cpu_session,

@@ -14,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout import plugins
-from turnout.errors import FallbackError, InvalidArgument
-from turnout.fake_device import FakeDeviceArray, FakeDeviceProviderFactory
-from turnout.provider import ProviderFactory
-from turnout.testing import float_graph_model
+from turnout.graph.errors import FallbackError, InvalidArgument
+from turnout.sdk import plugins
+from turnout.sdk.provider import ProviderFactory
+from turnout.tools.fake_device import FakeDeviceArray, FakeDeviceProviderFactory
+from turnout.tools.testing import float_graph_model
 
 FAKE = "FakeDeviceExecutionProvider"
 
@@ -27,7 +27,7 @@ FAKE = "FakeDeviceExecutionProvider"
 def fake() -> Iterator[FakeDeviceProviderFactory]:
     factory = FakeDeviceProviderFactory(ops=("Relu", "Add", "Mul"))
     turnout.register_provider(factory)
-    from turnout import devices
+    from turnout.sdk import devices
 
     devices.clear_cache()
     yield factory

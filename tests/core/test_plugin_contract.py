@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 import turnout
-from turnout import plugins
-from turnout.errors import InvalidArgument
-from turnout.provider import CONTRACT_VERSION, SUPPORTED_CONTRACTS, ProviderFactory
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk import plugins
+from turnout.sdk.provider import CONTRACT_VERSION, SUPPORTED_CONTRACTS, ProviderFactory
 
 
 class _EntryPoint:
@@ -47,7 +47,7 @@ def _registry(monkeypatch: pytest.MonkeyPatch, eps: list[_EntryPoint]) -> plugin
 
 
 def test_in_tree_providers_implement_the_current_contract() -> None:
-    for factory in turnout.plugins.registry.all():
+    for factory in turnout.sdk.plugins.registry.all():
         assert factory.contract_version == CONTRACT_VERSION, factory.name
 
 
@@ -86,4 +86,4 @@ def test_registering_an_unsupported_contract_in_process_is_refused() -> None:
     factory = type("F", (ProviderFactory,), {"name": "NewExecutionProvider", "contract_version": 0})
     with pytest.raises(InvalidArgument, match="implements provider contract 0"):
         turnout.register_provider(factory())
-    assert turnout.plugins.registry.find("NewExecutionProvider") is None
+    assert turnout.sdk.plugins.registry.find("NewExecutionProvider") is None

@@ -15,16 +15,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout import devices, plugins
-from turnout.errors import EPFail, NotImplemented
-from turnout.fake_device import (
-    SENTINEL,
-    FakeDataTransfer,
-    FakeDeviceArray,
-    FakeDeviceProviderFactory,
-    FakeStream,
-)
-from turnout.provider import (
+from turnout.graph.errors import EPFail, NotImplemented
+from turnout.sdk import devices, plugins
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     Allocator,
     DataTransfer,
@@ -33,7 +26,14 @@ from turnout.provider import (
     KernelNode,
     ProviderFactory,
 )
-from turnout.testing import float_graph_model
+from turnout.tools.fake_device import (
+    SENTINEL,
+    FakeDataTransfer,
+    FakeDeviceArray,
+    FakeDeviceProviderFactory,
+    FakeStream,
+)
+from turnout.tools.testing import float_graph_model
 
 
 @contextlib.contextmanager

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import turnout
-from turnout.errors import InvalidArgument
-from turnout.models import shipped_model
-from turnout.provider_options import ProviderOption, parse_bool
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider_options import ProviderOption, parse_bool
+from turnout.tools.models import shipped_model
 
 THREADS = ProviderOption("threads", (int,), 0, "thread count", minimum=0, dynamic=True)
 KIND = ProviderOption("kind", (str,), "all", "device kind", choices=("all", "cpu", "gpu"))
@@ -60,7 +60,7 @@ def test_bad_values_name_provider_option_and_type(
 
 
 def test_create_fills_defaults_and_parses() -> None:
-    cpu = turnout.plugins.registry.resolve("CPUExecutionProvider")
+    cpu = turnout.sdk.plugins.registry.resolve("CPUExecutionProvider")
     provider = cpu.create({"intra_op_num_threads": "2", "use_arena": "0"})
     assert provider.options == {
         "intra_op_num_threads": 2,

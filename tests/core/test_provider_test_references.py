@@ -10,7 +10,7 @@ Every .py under providers/*/tests and plugin_template/tests is parsed (not impor
 turnout session whose first requested provider is the CPU (or that names no providers) is
 flagged, unless its options are a variable on which the same function set the numpy-only key
 (`CPU_NUMPY_ONLY_KEY` or its text) to "1". The reference to use is
-`turnout.testing.cpu_session(model)`. Scripts inside strings (run in subprocesses) are not
+`turnout.tools.testing.cpu_session(model)`. Scripts inside strings (run in subprocesses) are not
 scanned.
 """
 
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from turnout.provider_selection import CPU_NUMPY_ONLY_KEY, CPU_PROVIDER
+from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY, CPU_PROVIDER
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_FACTORIES = {"InferenceSession": (2, "providers"), "provider_session": (1, "provider")}
 CONSTANTS = {"CPU_NUMPY_ONLY_KEY": CPU_NUMPY_ONLY_KEY, "CPU_PROVIDER": CPU_PROVIDER}
-ADVICE = "use turnout.testing.cpu_session(model), which keeps the numpy kernels"
+ADVICE = "use turnout.tools.testing.cpu_session(model), which keeps the numpy kernels"
 
 
 def _is_turnout(module: str) -> bool:
@@ -105,7 +105,7 @@ class _Checker(ast.NodeVisitor):
         if name is None:
             return None
         root, _, last = name.rpartition(".")
-        if root and root.split(".")[0] in self.modules:  # turnout.provider_selection.CPU_...
+        if root and root.split(".")[0] in self.modules:  # turnout.engine.provider_selection.CPU_...
             return CONSTANTS.get(last)
         return self.strings.get(name)
 
@@ -187,13 +187,13 @@ FLAGGED = {
         '    turnout.InferenceSession(m, so, providers=["CPUExecutionProvider"])\n'
     ),
     "CPU spec, imported name, positional": (
-        "from turnout.session import InferenceSession as S\n"
+        "from turnout.api.session import InferenceSession as S\n"
         'CPU = "CPUExecutionProvider"\n'
         "def f(m, so):\n"
         "    S(m, so, [(CPU, {})])\n"
     ),
     "provider_session on the CPU": (
-        "from turnout.testing import provider_session\n"
+        "from turnout.tools.testing import provider_session\n"
         'def f(m):\n    provider_session(m, "CPUExecutionProvider")\n'
     ),
     "key set to 0": (
@@ -205,7 +205,7 @@ FLAGGED = {
     ),
     "key set in another function": (
         "import turnout\n"
-        "from turnout.provider_selection import CPU_NUMPY_ONLY_KEY\n"
+        "from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY\n"
         "def g(so):\n    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, '1')\n"
         "def f(m, so):\n    turnout.InferenceSession(m, so)\n"
     ),
@@ -226,7 +226,7 @@ ALLOWED = {
     ),
     "numpy-only key by name": (
         "import turnout\n"
-        "from turnout.provider_selection import CPU_NUMPY_ONLY_KEY\n"
+        "from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY\n"
         "def f(m):\n"
         "    so = turnout.SessionOptions()\n"
         '    so.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")\n'
@@ -240,7 +240,8 @@ ALLOWED = {
         "    turnout.InferenceSession(m, sess_options=so)\n"
     ),
     "cpu_session": (
-        "from turnout.testing import cpu_session\ndef f(m):\n    cpu_session(m).run(None, {})\n"
+        "from turnout.tools.testing import cpu_session\n"
+        "def f(m):\n    cpu_session(m).run(None, {})\n"
     ),
 }
 

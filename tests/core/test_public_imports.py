@@ -3,7 +3,7 @@
 Every .py under providers/*/src and plugin_template is parsed (not imported) and checked for:
 importing an underscore name (or an underscore module) from `turnout`; importing the CPU
 provider's kernels or registry (`turnout.providers.cpu.kernels`, `...registry`), whose helpers
-are public in `turnout.semantics` and whose kernels are `turnout.providers.cpu.numpy_kernels()`;
+are public in `turnout.sdk.semantics` and whose kernels are `turnout.providers.cpu.numpy_kernels()`;
 and reading an underscore attribute of a core object: a name imported from `turnout`, or a
 parameter or variable annotated with a type imported from `turnout` (`kn: KernelNode` then
 `kn._x`), directly or through `getattr(kn, "_x")`. A provider's own objects (`self._x`,
@@ -38,7 +38,7 @@ def _module_error(module: str) -> str | None:
         return f"imports the private module {module}"
     if any(module == m or module.startswith(m + ".") for m in CPU_INTERNALS):
         return (
-            f"imports the CPU provider's internals ({module}); use turnout.semantics or "
+            f"imports the CPU provider's internals ({module}); use turnout.sdk.semantics or "
             "turnout.providers.cpu.numpy_kernels()"
         )
     return None
@@ -177,24 +177,24 @@ def test_no_provider_reaches_into_core_privates() -> None:
         ("\nfrom turnout.providers.cpu.registry import CPU_KERNELS\n", 2, "internals"),
         ("from turnout.providers.cpu import kernels\n", 1, "internals"),
         ("import turnout.providers.cpu.registry as r\n", 1, "internals"),
-        ("from turnout.capi import _pybind_state\n", 1, "_pybind_state"),
-        ("import turnout\nx = turnout.provider._helper\n", 2, "_helper"),
+        ("from turnout.api.capi import _pybind_state\n", 1, "_pybind_state"),
+        ("import turnout\nx = turnout.sdk.provider._helper\n", 2, "_helper"),
         (
-            "from turnout.provider import KernelNode\n"
+            "from turnout.sdk.provider import KernelNode\n"
             "def f(kn: KernelNode):\n"
             "    return kn._subgraph_builder\n",
             3,
             "_subgraph_builder",
         ),
         (
-            "from turnout.provider import KernelNode\n"
+            "from turnout.sdk.provider import KernelNode\n"
             "def f(kn: 'KernelNode | None'):\n"
             "    return getattr(kn, '_subgraph_builder')\n",
             3,
             "getattr",
         ),
         (
-            "from turnout.provider import KernelNode\n"
+            "from turnout.sdk.provider import KernelNode\n"
             "def f(x):\n"
             "    kn: KernelNode = x\n"
             "    return kn.node._private\n",
@@ -211,16 +211,16 @@ def test_checker_finds(source: str, line: int, fragment: str) -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "from turnout.semantics import conv_geometry\n",
+        "from turnout.sdk.semantics import conv_geometry\n",
         "from turnout.providers.cpu import numpy_kernels\n",
         "from turnout.providers.cpu.expected_failures import EXPECTED_FAILURES\n",
         "from .registry import _local\n",  # the provider's own module
         "import numba\nnumba.core._private\n",  # not core
-        "from turnout.provider import ExecutionProvider\n"
+        "from turnout.sdk.provider import ExecutionProvider\n"
         "class P(ExecutionProvider):\n"
         "    def _get_capability(self, g):\n"
         "        return super()._get_capability(g), self._x\n",
-        "from turnout.provider import KernelNode\n"
+        "from turnout.sdk.provider import KernelNode\n"
         "def f(kn: KernelNode, other):\n"
         "    return kn.__class__, other._x\n",
     ],

@@ -1,4 +1,4 @@
-"""turnout.semantics: the op semantics every provider shares.
+"""turnout.sdk.semantics: the op semantics every provider shares.
 
 The functions are checked against the definitions they encode (partition of unity of the
 filter taps, the rounding rule at and next to a half, SAME padding), and the providers that
@@ -17,10 +17,10 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as h
 
-from turnout.errors import InvalidArgument
-from turnout.ir import Graph
-from turnout.provider import KernelNode
-from turnout.semantics import (
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import Graph
+from turnout.sdk.provider import KernelNode
+from turnout.sdk.semantics import (
     COORDINATE_MODES,
     attention_shapes,
     conv_geometry,
@@ -30,7 +30,7 @@ from turnout.semantics import (
     resize_attr_error,
     source_coordinates,
 )
-from turnout.testing import cpu_session, provider_session
+from turnout.tools.testing import cpu_session, provider_session
 
 
 def _kernel_node(**attrs: Any) -> KernelNode:

@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.errors import InvalidGraph
-from turnout.model import _check_copy, infer_shapes, light_copy, load_model
-from turnout.models import zoo
+from turnout.graph.errors import InvalidGraph
+from turnout.graph.model import _check_copy, infer_shapes, light_copy, load_model
 from turnout.optimizer import Level, OptGraph, optimize
+from turnout.tools.models import zoo
 
 F = TensorProto.FLOAT
 
@@ -197,14 +197,15 @@ def test_consumers_lists_each_reader_as_before() -> None:
 
 def test_a_failing_pass_warns_and_the_model_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A crashing pass is a warning (an error under `-W error`), never only a log line."""
-    from turnout.errors import OptimizationSkippedWarning
+    from turnout.graph.errors import OptimizationSkippedWarning
     from turnout.optimizer import base
 
     def broken(graph: OptGraph, ctx: Any) -> int:
         raise IndexError("a bug in the pass")
 
     monkeypatch.setattr(
-        "turnout.pipeline.graph_passes", lambda: [base.GraphPass("broken", Level.BASIC, broken)]
+        "turnout.engine.pipeline.graph_passes",
+        lambda: [base.GraphPass("broken", Level.BASIC, broken)],
     )
     model = zoo.mlp(batch=2).SerializeToString()
     want = turnout.InferenceSession(model, sess_options=_unoptimized())
@@ -293,7 +294,7 @@ def test_max_tensor_elements_refuses_at_load_naming_the_node() -> None:
 def test_resource_limit_entries_must_be_positive_integers() -> None:
     opts = turnout.SessionOptions()
     for bad in ("0", "-5", "many"):
-        with pytest.raises(turnout.errors.InvalidArgument, match="fold_max_total_bytes"):
+        with pytest.raises(turnout.graph.errors.InvalidArgument, match="fold_max_total_bytes"):
             opts.add_session_config_entry("session.turnout.fold_max_total_bytes", bad)
 
 
@@ -313,7 +314,7 @@ def test_folding_keeps_no_more_bytes_than_the_budget() -> None:
     )
     folded, _ = optimize(model, Level.BASIC)
     assert [n.op_type for n in folded.graph.node] == ["Add"] * 4  # the default budget fits all
-    from turnout.options import ResourceLimits
+    from turnout.api.options import ResourceLimits
 
     budget = ResourceLimits(fold_max_total_bytes=2 * 4000)
     kept, _ = optimize(model, Level.BASIC, limits=budget)

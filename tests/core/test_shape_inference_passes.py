@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.shape_inference import infer_with_bounded_data_prop
+from turnout.graph.shape_inference import infer_with_bounded_data_prop
 
 
 def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> onnx.ModelProto:

@@ -10,8 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import Fail, InvalidArgument, NotImplemented
-from turnout.model import ALLOW_UNKNOWN_DOMAINS_KEY
+from turnout.graph.errors import Fail, InvalidArgument, NotImplemented
+from turnout.graph.model import ALLOW_UNKNOWN_DOMAINS_KEY
 
 
 def _unknown_domain_model() -> onnx.ModelProto:

@@ -18,9 +18,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout import validate
-from turnout.errors import Fail, InvalidArgument
-from turnout.model import load_model
+from turnout.graph import validate
+from turnout.graph.errors import Fail, InvalidArgument
+from turnout.graph.model import load_model
 
 F, I64, STR = TensorProto.FLOAT, TensorProto.INT64, TensorProto.STRING
 vi = helper.make_tensor_value_info
@@ -56,7 +56,7 @@ def _assert_same(
     if want is None:
         run(turnout.InferenceSession(model.SerializeToString()))
         return
-    with pytest.raises(turnout.errors.TurnoutError) as info:
+    with pytest.raises(turnout.graph.errors.TurnoutError) as info:
         run(turnout.InferenceSession(model.SerializeToString()))
     got = info.value
     if type(want).__module__.endswith("onnxruntime_pybind11_state"):
@@ -401,7 +401,7 @@ def test_a_declared_output_shape_that_disagrees_loads_as_in_onnxruntime() -> Non
 
 def test_the_loader_runs_the_type_checks() -> None:
     model, _ = NODE_CASES["add_strings"]
-    with pytest.raises(turnout.errors.InvalidGraph, match="add1"):
+    with pytest.raises(turnout.graph.errors.InvalidGraph, match="add1"):
         load_model(model)
 
 

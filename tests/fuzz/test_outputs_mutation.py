@@ -22,9 +22,9 @@ from fuzz.execute import PROVIDERS, classify, run_turnout
 from fuzz.generate import FuzzCase, Generator
 from fuzz.pool import Pool
 from fuzz.seeds import SeedPool
-from turnout.plugins import registry
-from turnout.provider import ExecutionProvider, KernelRegistry, ProviderFactory
-from turnout.testing import optional_outputs
+from turnout.sdk.plugins import registry
+from turnout.sdk.provider import ExecutionProvider, KernelRegistry, ProviderFactory
+from turnout.tools.testing import optional_outputs
 
 SEED = 7
 

@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from turnout.dtypes import np_dtype
-from turnout.errors import InvalidArgument
-from turnout.testing import (
+from turnout.graph.dtypes import np_dtype
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
     check_official_case,
     iter_node_cases,
     run_onnxruntime,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
     NodeCase,
     check_official_case,
     iter_node_cases,
@@ -398,7 +398,7 @@ def test_logistic_is_the_where_form_bitwise(
     bits of `where(x >= 0, 1 / (1 + e), e / (1 + e))`, signed zeros and non-finite included."""
     import ml_dtypes
 
-    from turnout.semantics.numerics import logistic
+    from turnout.sdk.semantics.numerics import logistic
 
     dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
     x = (rng.standard_normal(size) * 20).astype(dt)

@@ -21,8 +21,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.errors import Fail, InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import Fail, InvalidArgument
+from turnout.tools.testing import (
     check_official_case,
     iter_node_cases,
     one_node_model,
@@ -290,7 +290,7 @@ def test_opencl_channel_norms_still_run(op: str) -> None:
 def test_opencl_attention_mixed_float_types(qk: type, v: type, past: bool, rank: int) -> None:
     """onnxruntime has no kernel for T1 != T2: the CPU provider (onnx.reference) is the
     reference, and the same model with V cast to Q's type gives (nearly) the same values."""
-    from turnout.testing import cpu_session
+    from turnout.tools.testing import cpu_session
 
     rng = np.random.default_rng(6)
     heads = {"q_num_heads": 2, "kv_num_heads": 2} if rank == 3 else {}
@@ -340,7 +340,7 @@ def _crop_resize(dtype: type, mode: str, value: float) -> tuple[onnx.NodeProto, 
 def test_cpu_resize_int_extrapolation(dtype: type, mode: str, value: float) -> None:
     """onnx.reference rounds half to even and saturates (onnxruntime ignores the roi for
     integers); the CPU provider's nearest mode truncated (10.7 gave 10, 1e30 raised)."""
-    from turnout.testing import run_reference
+    from turnout.tools.testing import run_reference
 
     node, inputs = _crop_resize(dtype, mode, value)
     want = run_reference(node, inputs, 19)
@@ -354,7 +354,7 @@ def test_cpu_resize_int_extrapolation(dtype: type, mode: str, value: float) -> N
 def test_opencl_resize_int_extrapolation(dtype: type, mode: str, value: float) -> None:
     """OpenCL wrote 0 into integer outputs outside the roi; it now agrees with the CPU provider
     (64-bit saturation and NaN, which gives 0 in an integer output, included)."""
-    from turnout.testing import cpu_session
+    from turnout.tools.testing import cpu_session
 
     node, inputs = _crop_resize(dtype, mode, value)
     model = one_node_model(node, inputs, 19)

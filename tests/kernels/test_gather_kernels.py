@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from turnout.testing import check_official_case, iter_node_cases, run_own_kernel
+from turnout.tools.testing import check_official_case, iter_node_cases, run_own_kernel
 
 OPS = {"Gather", "GatherElements", "GatherND", "Scatter", "ScatterElements", "ScatterND"}
 # test_scatter_with_axis / test_scatter_without_axis are included: onnx.reference has no Scatter,

@@ -26,7 +26,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.testing import (
+from turnout.tools.testing import (
     one_node_model,
     provider_session,
     run_onnxruntime,

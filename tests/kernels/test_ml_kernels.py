@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
     check_official_case,
     iter_node_cases,
     run_own_kernel,
@@ -570,9 +570,9 @@ def test_label_encoder_opset2_and_category_mapper() -> None:
 
 def _own_map_kernel(node: onnx.NodeProto) -> Any:
     """The own kernel of a node whose input is a map (run_own_kernel types tensors only)."""
-    from turnout.ir import Graph
-    from turnout.provider import KernelNode
+    from turnout.graph.ir import Graph
     from turnout.providers.cpu.registry import CPU_KERNELS
+    from turnout.sdk.provider import KernelNode
 
     g = helper.make_graph([node], "g", [], [])
     n = Graph.from_proto(g, {"": 21, ML: 1}).nodes[0]

@@ -7,8 +7,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from turnout.errors import InvalidArgument
-from turnout.testing import check_official_case, iter_node_cases, run_own_kernel, run_reference
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
+    check_official_case,
+    iter_node_cases,
+    run_own_kernel,
+    run_reference,
+)
 
 OPS = {
     "Conv", "ConvTranspose", "ConvInteger", "QLinearConv",

@@ -17,12 +17,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.errors import InvalidArgument
-from turnout.ir import Graph, schema_since_version
-from turnout.provider import KernelNode
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import Graph, schema_since_version
 from turnout.providers.cpu import kernels as _kernels  # noqa: F401 - registers them
 from turnout.providers.cpu.registry import CPU_KERNELS
-from turnout.testing import one_node_model, positional_inputs
+from turnout.sdk.provider import KernelNode
+from turnout.tools.testing import one_node_model, positional_inputs
 
 Kernel = Callable[..., Sequence[Any]]
 Opsets = Mapping[str, int] | int

@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
     check_official_case,
     iter_node_cases,
     one_node_model,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
     check_official_case,
     iter_node_cases,
     run_onnxruntime,

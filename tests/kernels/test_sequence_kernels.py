@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from turnout.errors import InvalidArgument
-from turnout.testing import check_official_case, iter_node_cases, run_own_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import check_official_case, iter_node_cases, run_own_kernel
 
 SEQ_OPS = {
     "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase",

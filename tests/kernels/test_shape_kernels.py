@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import check_official_case, iter_node_cases, run_own_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import check_official_case, iter_node_cases, run_own_kernel
 
 OPS = {
     "Reshape", "Transpose", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Flatten",

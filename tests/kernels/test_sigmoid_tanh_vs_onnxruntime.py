@@ -1,7 +1,7 @@
 """float32 Sigmoid and Tanh bit for bit beside onnxruntime, on the CPU provider's numpy kernels.
 
 onnxruntime computes float32 Sigmoid and Tanh with MLAS's rational approximations
-(`turnout.semantics.mlas_logistic`, `mlas_tanh`), and so do the ops it builds on them: Swish,
+(`turnout.sdk.semantics.mlas_logistic`, `mlas_tanh`), and so do the ops it builds on them: Swish,
 com.microsoft QuickGelu, and the Sigmoid/Tanh activations of its fused Conv. turnout's float32
 Sigmoid and Tanh are those too, so that a quantized model rounding their outputs to uint8 gets
 onnxruntime's codes (tests/quantization/test_dynamic_codes_vs_onnxruntime.py runs such a model).
@@ -20,11 +20,11 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.options import SessionOptions
-from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-from turnout.semantics import logistic, mlas_logistic, mlas_tanh
-from turnout.session import InferenceSession
-from turnout.testing import (
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
+from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+from turnout.sdk.semantics import logistic, mlas_logistic, mlas_tanh
+from turnout.tools.testing import (
     conv_activation_model,
     onnxruntime_mlas_fma3,
     run_onnxruntime,

@@ -1,4 +1,4 @@
-"""Small float models and calibration data for the turnout.quantization tests."""
+"""Small float models and calibration data for the turnout.tools.quantization tests."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.models import build_tiny_cnn
-from turnout.models.zoo import small_classifier
+from turnout.tools.models import build_tiny_cnn
+from turnout.tools.models.zoo import small_classifier
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def make_batches() -> Callable[..., list[dict[str, np.ndarray]]]:
 @pytest.fixture
 def text_cnn() -> tuple[onnx.ModelProto, Callable[[int], dict[str, np.ndarray]]]:
     """A small text CNN (embedding Gather, Conv1D, Concat, Gemm, Softmax) and its feeds."""
-    from turnout.models.apps import text_cnn_feeds, text_cnn_like
+    from turnout.tools.models.apps import text_cnn_feeds, text_cnn_like
 
     model = text_cnn_like(seq=16, vocab=200, dim=16, filters=8, classes=5)
     return model, lambda seed: text_cnn_feeds(seq=16, vocab=200, batch=4, seed=seed)

@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.errors import InvalidArgument, NoSuchFile
-from turnout.errors import NotImplemented as TurnoutNotImplemented
-from turnout.quantization import NothingToQuantize, QuantType, quantize_dynamic
+from turnout.graph.errors import InvalidArgument, NoSuchFile
+from turnout.graph.errors import NotImplemented as TurnoutNotImplemented
+from turnout.tools.quantization import NothingToQuantize, QuantType, quantize_dynamic
 
 STANDARD = {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "Cast", "Mul", "Add"}
 
@@ -206,7 +206,7 @@ def test_an_overridable_initializer_is_not_a_weight(rng: np.random.Generator) ->
 
 
 def test_weights_inside_control_flow_are_named_as_the_reason() -> None:
-    from turnout.models.apps import vad_like
+    from turnout.tools.models.apps import vad_like
 
     with pytest.raises(NothingToQuantize, match="nodes inside If bodies are not quantized"):
         quantize_dynamic(vad_like(), None)

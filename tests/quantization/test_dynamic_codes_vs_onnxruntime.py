@@ -6,12 +6,12 @@
 - onnxruntime.quantization.quantize_dynamic of small LSTM, GRU and CNN + BiLSTM models, run on
   both runtimes: every DynamicQuantizeLinear output and DynamicQuantizeLSTM's outputs bit-equal
   where their inputs are, the final outputs within 1e-3 of their range.
-- turnout.quantization.quantize_dynamic writing onnxruntime's weight codes.
+- turnout.tools.quantization.quantize_dynamic writing onnxruntime's weight codes.
 
 DynamicQuantizeLSTM's sigmoid and tanh, and the float32 Sigmoid op's, are onnxruntime's MLAS
 approximations as its x86-64 FMA3 kernels compute them; their bit-equality is checked where this
-host's onnxruntime computes those (`turnout.testing.onnxruntime_mlas_fma3`), and skipped with the
-reason elsewhere (an ARM build has other kernels).
+host's onnxruntime computes those (`turnout.tools.testing.onnxruntime_mlas_fma3`), and skipped with
+the reason elsewhere (an ARM build has other kernels).
 """
 
 from __future__ import annotations
@@ -23,14 +23,19 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.models import apps
-from turnout.options import SessionOptions
-from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-from turnout.quantization import QuantType
-from turnout.quantization import quantize_dynamic as turnout_quantize_dynamic
-from turnout.quantization.params import quantize_weight
-from turnout.session import InferenceSession
-from turnout.testing import cpu_session, one_node_model, onnxruntime_mlas_fma3, provider_session
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
+from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+from turnout.tools.models import apps
+from turnout.tools.quantization import QuantType
+from turnout.tools.quantization import quantize_dynamic as turnout_quantize_dynamic
+from turnout.tools.quantization.params import quantize_weight
+from turnout.tools.testing import (
+    cpu_session,
+    one_node_model,
+    onnxruntime_mlas_fma3,
+    provider_session,
+)
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for the codes")
 ort_quant = pytest.importorskip(

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto
 
 import turnout
-from turnout.quantization import quantize_dynamic, quantize_static
+from turnout.tools.quantization import quantize_dynamic, quantize_static
 
 TextCNN = tuple[onnx.ModelProto, Callable[[int], dict[str, np.ndarray]]]
 

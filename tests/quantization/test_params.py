@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from turnout.quantization.params import params_for_range, quantize_bias, quantize_weight
-from turnout.quantization.types import QuantType, quant_range
+from turnout.tools.quantization.params import params_for_range, quantize_bias, quantize_weight
+from turnout.tools.quantization.types import QuantType, quant_range
 
 
 @pytest.mark.parametrize("qtype", [QuantType.QInt8, QuantType.QUInt8])

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 
 import turnout
-from turnout.quantization import quant_pre_process, quantize_static
+from turnout.tools.quantization import quant_pre_process, quantize_static
 
 
 def test_folds_batch_norm_and_keeps_the_function(

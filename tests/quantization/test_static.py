@@ -12,9 +12,9 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import turnout
-from turnout.errors import InvalidArgument
-from turnout.errors import NotImplemented as TurnoutNotImplemented
-from turnout.quantization import (
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.errors import NotImplemented as TurnoutNotImplemented
+from turnout.tools.quantization import (
     CalibrationDataReader,
     CalibrationMethod,
     NothingToQuantize,

@@ -1,4 +1,4 @@
-"""Fixtures for turnout.ray's tests: an embedded Ray with two CPUs (started once, shut down at
+"""Fixtures for turnout.tools.ray's tests: an embedded Ray with two CPUs (started once, shut down at
 the end), and the in-process reference a batch run's outputs must match row for row.
 
 The actors run the numpy CPU kernels, as every test's sessions do (the root conftest's switch
@@ -20,9 +20,11 @@ from turnout import InferenceSession, SessionOptions
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[Any]:
     ray = pytest.importorskip(
-        "ray", reason="turnout.ray's runs need Ray: pip install 'turnout[ray]'"
+        "ray", reason="turnout.tools.ray's runs need Ray: pip install 'turnout[ray]'"
     )
-    pytest.importorskip("ray.data", reason="turnout.ray needs Ray Data: pip install 'ray[data]'")
+    pytest.importorskip(
+        "ray.data", reason="turnout.tools.ray needs Ray Data: pip install 'ray[data]'"
+    )
     ray.init(
         num_cpus=2,
         include_dashboard=False,

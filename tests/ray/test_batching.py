@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from turnout import InferenceSession, InvalidArgument, SessionOptions
-from turnout.models import build_tiny_cnn
-from turnout.models.zoo import mlp, small_classifier
-from turnout.ray import BatchError, SessionPredictor
-from turnout.ray.batching import InputSpec, fixed_batch, model_inputs, run_in_chunks, to_feed
-from turnout.ray.predictor import BOOKKEEPING_COLUMNS, choose_providers
+from turnout.tools.models import build_tiny_cnn
+from turnout.tools.models.zoo import mlp, small_classifier
+from turnout.tools.ray import BatchError, SessionPredictor
+from turnout.tools.ray.batching import InputSpec, fixed_batch, model_inputs, run_in_chunks, to_feed
+from turnout.tools.ray.predictor import BOOKKEEPING_COLUMNS, choose_providers
 
 F32 = np.dtype(np.float32)
 
@@ -142,8 +142,8 @@ def test_gpu_actors_take_the_cupy_provider_when_it_exists() -> None:
 
 def test_importing_turnout_or_its_cli_does_not_import_ray() -> None:
     code = (
-        "import sys, turnout, turnout.ray\n"
-        "from turnout.cli import build_parser\n"
+        "import sys, turnout, turnout.tools.ray\n"
+        "from turnout.tools.cli import build_parser\n"
         "build_parser()\n"
         "assert 'ray' not in sys.modules and 'pyarrow' not in sys.modules, 'imported'\n"
     )
@@ -152,7 +152,7 @@ def test_importing_turnout_or_its_cli_does_not_import_ray() -> None:
 
 def test_errors_from_ray_come_back_typed() -> None:
     from turnout import Fail
-    from turnout.ray.errors import from_ray
+    from turnout.tools.ray.errors import from_ray
 
     class TaskError(Exception):  # what Ray raises for a task: the worker's error as `cause`
         cause = BatchError(1, 2, "ValueError: x")
@@ -161,7 +161,7 @@ def test_errors_from_ray_come_back_typed() -> None:
         actor_init_failed = True
 
     assert from_ray(TaskError()) is TaskError.cause
-    err = from_ray(InitError("Traceback ...\n  File ...\nturnout.errors.InvalidGraph: no\n"))
+    err = from_ray(InitError("Traceback ...\n  File ...\nturnout.graph.errors.InvalidGraph: no\n"))
     assert isinstance(err, Fail)
-    assert str(err) == "a worker could not build its session: turnout.errors.InvalidGraph: no"
+    assert str(err) == "a worker could not build its session: turnout.graph.errors.InvalidGraph: no"
     assert from_ray(ValueError("other")) is None

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from turnout import Fail, InvalidArgument, NoSuchFile
-from turnout.ray.batching import InputSpec
-from turnout.ray.predictor import SECONDS_COLUMN, WORKER_COLUMN
-from turnout.ray.readers import column_values, image_layout, load_image, stack_rows
-from turnout.ray.sink import write_parquet
-from turnout.ray.sources import plan_input
-from turnout.ray.summary import BatchSummary, WorkerStats
+from turnout.tools.ray.batching import InputSpec
+from turnout.tools.ray.predictor import SECONDS_COLUMN, WORKER_COLUMN
+from turnout.tools.ray.readers import column_values, image_layout, load_image, stack_rows
+from turnout.tools.ray.sink import write_parquet
+from turnout.tools.ray.sources import plan_input
+from turnout.tools.ray.summary import BatchSummary, WorkerStats
 
 pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (it comes with turnout[ray])")
 pq = pytest.importorskip("pyarrow.parquet", reason="Parquet needs pyarrow")

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from turnout import Fail
-from turnout.cli import main
-from turnout.models import shipped_model
-from turnout.models.zoo import mlp
-from turnout.ray import BatchError, SessionPredictor, predict, run_batch
-from turnout.ray.batching import InputSpec
-from turnout.ray.readers import load_image
+from turnout.tools.cli import main
+from turnout.tools.models import shipped_model
+from turnout.tools.models.zoo import mlp
+from turnout.tools.ray import BatchError, SessionPredictor, predict, run_batch
+from turnout.tools.ray.batching import InputSpec
+from turnout.tools.ray.readers import load_image
 
 # Ray warns about its own deprecated settings when it builds its default context
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")

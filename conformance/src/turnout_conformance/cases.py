@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from turnout.testing import normalize_values
+from turnout.tools.testing import normalize_values
 
 __all__ = ["ALL_KINDS", "Case", "DataSet", "collect_cases", "parse_kinds"]
 
@@ -112,7 +112,7 @@ _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 
 def _node_cases() -> list[Case]:
-    from turnout.testing import _all_node_cases
+    from turnout.tools.testing import _all_node_cases
 
     raw = _all_node_cases()  # cached: kernel tests in the same process share it
     single = {c.name: _main_op(c.model) for c in raw if len(c.model.graph.node) == 1}

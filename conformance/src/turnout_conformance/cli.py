@@ -19,7 +19,7 @@ def run_conformance(args: argparse.Namespace) -> int:
     import onnx
 
     import turnout
-    from turnout.plugins import registry
+    from turnout.sdk.plugins import registry
 
     from .cases import collect_cases, parse_kinds
     from .expected import ExpectedFailures, classify
@@ -114,7 +114,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 _PROBE_SCRIPT = (
-    "import json; from turnout.plugins import registry; "
+    "import json; from turnout.sdk.plugins import registry; "
     "print(json.dumps({f.name: [registry.probe(f).ok, registry.probe(f).reason] "
     "for f in registry.all()}))"
 )
@@ -142,7 +142,7 @@ def probe_out_of_process() -> dict[str, tuple[bool, str | None]]:
 
 def _probe_here(factory: Any) -> tuple[bool, str | None]:
     """Providers registered in this process only (tests, apps) are probed here."""
-    from turnout.plugins import registry
+    from turnout.sdk.plugins import registry
 
     availability = registry.probe(factory)
     return availability.ok, availability.reason

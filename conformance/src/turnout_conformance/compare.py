@@ -175,9 +175,9 @@ def _run(
 
             outs = ReferenceEvaluator(model).run(None, dict(feeds))
             return dict(zip(names, outs)), {}
-        from turnout.options import SessionOptions
-        from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-        from turnout.session import InferenceSession
+        from turnout.api.options import SessionOptions
+        from turnout.api.session import InferenceSession
+        from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
 
         so = SessionOptions()
         so.fallback = "allow"  # what the provider declines runs on CPU; the report says so
@@ -189,7 +189,7 @@ def _run(
 
 
 def _difference(a: Any, b: Any, rtol: float, atol: float) -> str | None:
-    from turnout.testing import assert_outputs_close
+    from turnout.tools.testing import assert_outputs_close
 
     try:
         assert_outputs_close([a], [b], rtol, atol)

@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(
     names = [n for item in config.getoption("turnout_provider") for n in item.split(",") if n]
     if not names:
         return
-    from turnout.plugins import registry
+    from turnout.sdk.plugins import registry
 
     mode = config.getoption("turnout_mode")
     cases = collect_cases(parse_kinds(config.getoption("turnout_kinds")))

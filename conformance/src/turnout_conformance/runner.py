@@ -92,11 +92,11 @@ def execute_case(
     """Run `case` in this process: status "passed" | "failed" | "unclaimed", and in fallback
     mode where the provider's nodes ran and whose node failed. `on_placement` hears the
     placement as soon as the session exists (before a run that may crash)."""
-    from turnout import errors
-    from turnout.options import SessionOptions
-    from turnout.provider_selection import CPU_NUMPY_ONLY_KEY
-    from turnout.session import InferenceSession
-    from turnout.testing import assert_outputs_close
+    from turnout.api.options import SessionOptions
+    from turnout.api.session import InferenceSession
+    from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+    from turnout.graph import errors
+    from turnout.tools.testing import assert_outputs_close
 
     so = SessionOptions()
     # the CPU provider behind the one under test is the numpy reference, never a host provider

@@ -7,16 +7,20 @@ turnout, call `turnout.install_as_onnxruntime()` before it imports onnxruntime, 
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import importlib
 from typing import Any
 
-from . import backend, capi
-from .capi import onnxruntime_validation
-from .capi.onnxruntime_pybind11_state import OrtSyncStream, copy_tensors, has_collective_ops
-from .compiler import ModelCompiler, OrtCompileApiFlags
-from .environment import (
+from turnout import _moved
+from turnout._version import __version__
+from turnout.api import backend, capi
+from turnout.api.capi import onnxruntime_validation
+from turnout.api.capi.onnxruntime_pybind11_state import (
+    OrtSyncStream,
+    copy_tensors,
+    has_collective_ops,
+)
+from turnout.api.compiler import ModelCompiler, OrtCompileApiFlags
+from turnout.api.environment import (
     ORT_API_VERSION,
     ArenaExtendStrategy,
     OrtArenaCfg,
@@ -28,16 +32,52 @@ from .environment import (
     set_global_thread_pool_sizes,
     set_seed,
 )
-from .ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
-from .ep_devices import (
+from turnout.api.ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+from turnout.api.ep_devices import (
     OrtEpDevice,
     OrtExecutionProviderDevicePolicy,
     OrtHardwareDevice,
     OrtHardwareDeviceType,
     get_ep_devices,
 )
-from .ep_library import register_execution_provider_library, unregister_execution_provider_library
-from .errors import (
+from turnout.api.ep_library import (
+    register_execution_provider_library,
+    unregister_execution_provider_library,
+)
+from turnout.api.io_binding import IOBinding, SessionIOBinding
+from turnout.api.lora import AdapterFormat, LoraAdapter
+from turnout.api.options import (
+    ExecutionMode,
+    ExecutionOrder,
+    GraphOptimizationLevel,
+    RunOptions,
+    SessionOptions,
+)
+from turnout.api.ort_enums import (
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtMemoryInfoDeviceType,
+    OrtSparseFormat,
+)
+from turnout.api.session import (
+    InferenceSession,
+    ModelMetadata,
+    NodeArg,
+    get_all_providers,
+    get_available_providers,
+    get_build_info,
+    get_device,
+    get_version_string,
+)
+from turnout.api.values import (
+    OrtAllocatorType,
+    OrtDevice,
+    OrtMemoryInfo,
+    OrtMemType,
+    OrtValue,
+    SparseTensor,
+)
+from turnout.graph.errors import (
     EngineError,
     EPFail,
     Fail,
@@ -52,43 +92,18 @@ from .errors import (
     RuntimeException,
     TurnoutError,
 )
-from .hookspecs import hookimpl
-from .io_binding import IOBinding, SessionIOBinding
-from .logs import set_severity as set_default_logger_severity
-from .logs import set_verbosity as set_default_logger_verbosity
-from .lora import AdapterFormat, LoraAdapter
-from .options import (
-    ExecutionMode,
-    ExecutionOrder,
-    GraphOptimizationLevel,
-    RunOptions,
-    SessionOptions,
-)
-from .ort_enums import (
-    OrtDeviceMemoryType,
-    OrtDeviceVendorId,
-    OrtMemoryInfoDeviceType,
-    OrtSparseFormat,
-)
-from .plugins import register_provider
-from .session import (
-    InferenceSession,
-    ModelMetadata,
-    NodeArg,
-    get_all_providers,
-    get_available_providers,
-    get_build_info,
-    get_device,
-    get_version_string,
-)
-from .values import (
-    OrtAllocatorType,
-    OrtDevice,
-    OrtMemoryInfo,
-    OrtMemType,
-    OrtValue,
-    SparseTensor,
-)
+from turnout.graph.logs import set_severity as set_default_logger_severity
+from turnout.graph.logs import set_verbosity as set_default_logger_verbosity
+from turnout.sdk.hookspecs import hookimpl
+from turnout.sdk.plugins import register_provider
+
+# old paths (turnout.session, turnout.provider, ...) import as the moved modules; `import
+# turnout.OLD` runs this package first, so every old path sees the finder
+_moved.install()
+
+# old paths (turnout.session, turnout.provider, ...) import as the moved modules; `import
+# turnout.OLD` runs this package first, so every old path sees the finder
+_moved.install()
 
 version = __version__
 package_name = "turnout"
@@ -184,7 +199,7 @@ def install_as_onnxruntime() -> None:
     Call it before the application imports onnxruntime. `onnxruntime.__version__` then reads
     as `ORT_API_VERSION`; `turnout.__version__` stays turnout's own.
     """
-    from .as_onnxruntime import install
+    from turnout.api.as_onnxruntime import install
 
     install()
 

@@ -1,5 +1,5 @@
 """`python -m turnout`: the command line."""
 
-from .cli import main
+from turnout.tools.cli import main
 
 raise SystemExit(main())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from turnout.provider import Allocator
+from turnout.sdk.provider import Allocator
 
 __all__ = ["ExampleAllocator"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from turnout.provider import DataTransfer, Device
+from turnout.sdk.provider import DataTransfer, Device
 
 __all__ = ["ExampleDataTransfer"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.provider import CONTRACT_VERSION, Availability, DeviceEntry, ProviderFactory
-from turnout.provider_options import ProviderOption
+from turnout.sdk.provider import CONTRACT_VERSION, Availability, DeviceEntry, ProviderFactory
+from turnout.sdk.provider_options import ProviderOption
 
 from . import ALIAS, PROVIDER_NAME, __version__
 from .expected_failures import EXPECTED_FAILURES

@@ -2,7 +2,7 @@
 
 The base class's `_get_capability` claims, one node at a time, every node the kernel registry
 matches (op type, opset version, dtypes) and declines the rest with the registry's reason. This
-provider then merges groups of claimed elementwise nodes (found by `turnout.fusion`; option
+provider then merges groups of claimed elementwise nodes (found by `turnout.sdk.fusion`; option
 `fuse`), which turnout hands back to `compile_subgraphs` at session creation as subgraphs with
 their typed boundary. Note that the graph a provider sees is the optimized one: MatMul + Add
 arrives as Gemm, Conv + Relu as a fused Conv, unless the session's optimization level is lower.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from turnout.ir import GraphView
-from turnout.provider import (
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import (
     Capability,
     CompiledState,
     Decline,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from turnout.plugins import registry
+from turnout.sdk.plugins import registry
 from turnout_conformance.cli import run_conformance
 from turnout_cupy.emulated import EMULATED_NAME, EmulatedFactory
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from turnout.plugins import registry
-from turnout.testing import (
+from turnout.sdk.plugins import registry
+from turnout.tools.testing import (
     assert_outputs_close,
     cpu_session,
     one_node_model,

@@ -23,10 +23,10 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as OrtNotImplemented
 
-from turnout.options import SessionOptions
-from turnout.plugins import registry
-from turnout.provider import Availability, Device, ExecutionProvider
-from turnout.session import InferenceSession
+from turnout.api.options import SessionOptions
+from turnout.api.session import InferenceSession
+from turnout.sdk.plugins import registry
+from turnout.sdk.provider import Availability, Device, ExecutionProvider
 from turnout_cupy.backend import Backend
 from turnout_cupy.check import collect_generated
 from turnout_cupy.codegen import DEVICE_PRELUDE, HOST_PRELUDE

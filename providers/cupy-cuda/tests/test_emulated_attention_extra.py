@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.errors import InvalidArgument
-from turnout.ir import Graph
-from turnout.provider import KernelNode
-from turnout.semantics.causal_conv import causal_conv_shapes
-from turnout.semantics.flex_attention import flex_attention_shapes
-from turnout.semantics.linear_attention import linear_attention_attrs
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import Graph
+from turnout.sdk.provider import KernelNode
+from turnout.sdk.semantics.causal_conv import causal_conv_shapes
+from turnout.sdk.semantics.flex_attention import flex_attention_shapes
+from turnout.sdk.semantics.linear_attention import linear_attention_attrs
 
 
 def _rope_feeds(dtype: Any, rng: np.random.Generator, three_d_cache: bool) -> dict[str, Any]:

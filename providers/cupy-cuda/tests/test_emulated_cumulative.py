@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import one_node_model
+from turnout.tools.testing import one_node_model
 
 
 @pytest.mark.parametrize("op", ["CumSum", "CumProd"])

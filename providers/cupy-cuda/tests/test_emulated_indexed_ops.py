@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import provider_session
 
 
 def _model(op: str, inputs: list[tuple[str, int, list[int]]], **attrs: Any) -> bytes:

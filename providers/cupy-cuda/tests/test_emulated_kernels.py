@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.errors import FallbackError, InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import FallbackError, InvalidArgument
+from turnout.tools.testing import (
     NodeCase,
     assert_outputs_close,
     iter_node_cases,

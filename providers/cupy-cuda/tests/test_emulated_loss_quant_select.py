@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import cpu_session, provider_session
 
 F, I64, U8, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8, TensorProto.BOOL
 

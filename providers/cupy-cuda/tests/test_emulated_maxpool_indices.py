@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import one_node_model
+from turnout.tools.testing import one_node_model
 
 CASES: list[tuple[tuple[int, ...], dict[str, Any]]] = [
     ((2, 3, 9), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),

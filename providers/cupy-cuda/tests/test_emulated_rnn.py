@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import one_node_model, provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import one_node_model, provider_session
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.semantics.spectral import dft_plan
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.semantics.spectral import dft_plan
 
 CASES = [
     (7, 1, 0, 0, 1),  # pad the signal to 7 points

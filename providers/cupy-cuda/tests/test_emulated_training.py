@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.semantics.optimizers import optimizer_groups
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.semantics.optimizers import optimizer_groups
 
 DOMAIN = "ai.onnx.preview.training"
 CASES: list[tuple[str, int, dict[str, Any]]] = [

@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.models.zoo import bert_like
-from turnout.testing import provider_session
+from turnout.tools.models.zoo import bert_like
+from turnout.tools.testing import provider_session
 from turnout_cupy.codegen import Variant
 from turnout_cupy.fusion import layout
 

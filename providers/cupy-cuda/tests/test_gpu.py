@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.testing import provider_session
+from turnout.tools.testing import provider_session
 
 from .conftest import requires_gpu
 
@@ -79,7 +79,7 @@ def test_pinned_copies_and_dlpack() -> None:
 
 
 def test_out_of_range_gather_raises_on_the_gpu() -> None:
-    from turnout.errors import InvalidArgument
+    from turnout.graph.errors import InvalidArgument
 
     node = helper.make_node("Gather", ["x", "i"], ["y"], name="g")
     graph = helper.make_graph(

@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import EPFail, FallbackError, InvalidArgument
-from turnout.plugins import registry
+from turnout.graph.errors import EPFail, FallbackError, InvalidArgument
+from turnout.sdk.plugins import registry
 from turnout_cupy import probe
 from turnout_cupy.factory import CuPyProviderFactory
 from turnout_cupy.probe import CudaFacts, DeviceFacts

@@ -25,8 +25,8 @@ def _run_case(i: int) -> tuple[str, str, str, dict[str, int]]:
     import numpy as np
 
     import turnout
-    from turnout.errors import FallbackError
-    from turnout.testing import _all_node_cases, assert_outputs_close, normalize_values
+    from turnout.graph.errors import FallbackError
+    from turnout.tools.testing import _all_node_cases, assert_outputs_close, normalize_values
 
     case = _all_node_cases()[i]
     so = turnout.SessionOptions()
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", action="store_true", help="list unclaimed cases with their reasons")
     args = ap.parse_args(argv)
 
-    from turnout.testing import _all_node_cases
+    from turnout.tools.testing import _all_node_cases
     from turnout_numba.factory import NumbaProviderFactory
 
     expected = NumbaProviderFactory().expected_failures()

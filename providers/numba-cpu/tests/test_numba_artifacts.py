@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 _COMPILE = """
 import sys, turnout
-from turnout.compiler import ModelCompiler
+from turnout.api.compiler import ModelCompiler
 opts = turnout.SessionOptions()
 opts.add_provider("numba", {})
 ModelCompiler(opts, sys.argv[1]).compile_to_file(sys.argv[2])
@@ -93,7 +93,7 @@ def test_other_options_make_the_artifact_stale(compiled: Path) -> None:
 
 _COMPILE_EACH = """
 import sys, turnout
-from turnout.compiler import ModelCompiler
+from turnout.api.compiler import ModelCompiler
 for src in sys.argv[1:]:
     opts = turnout.SessionOptions()
     opts.add_provider("numba", {})

@@ -17,8 +17,8 @@ import pytest
 from onnx import helper
 
 import turnout
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
 
 
 def _session(model: onnx.ModelProto, **opts: Any) -> turnout.InferenceSession:

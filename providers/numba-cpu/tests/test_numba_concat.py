@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import TurnoutError
+from turnout.graph.errors import TurnoutError
 
 
 def _session(

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import cpu_session
 
 ACTIVATIONS: list[tuple[str, list[float]]] = [
     ("", []),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import one_node_model, provider_session, run_reference
+from turnout.tools.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels import conv as conv_mod
 
 GEOMETRIES: list[tuple[str, tuple[int, ...], int, tuple[int, ...], dict[str, Any]]] = [

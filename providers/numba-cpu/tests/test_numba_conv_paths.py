@@ -17,8 +17,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from turnout.semantics.activations import ACTIVATION_DEFAULTS, activation
-from turnout.testing import one_node_model, provider_session, run_reference
+from turnout.sdk.semantics.activations import ACTIVATION_DEFAULTS, activation
+from turnout.tools.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels.window import plan_window
 
 ACTIVATIONS: list[tuple[str, list[float]]] = [

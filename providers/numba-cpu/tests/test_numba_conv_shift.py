@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.semantics.activations import activation
-from turnout.testing import one_node_model, provider_session, run_reference
+from turnout.sdk.semantics.activations import activation
+from turnout.tools.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels import conv as conv_mod
 from turnout_numba.kernels import conv_shift
 

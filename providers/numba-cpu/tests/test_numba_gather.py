@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import cpu_session, provider_session
 from turnout_numba.kernels import gather as gather_kernels
 
 DTYPES = [np.float32, np.float64, np.float16, np.int8, np.uint16, np.int32, np.int64, np.bool_]

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.testing import provider_session
+from turnout.tools.testing import provider_session
 
 
 def _session(axis: int) -> turnout.InferenceSession:

@@ -16,8 +16,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from turnout.errors import InvalidArgument
-from turnout.testing import provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import provider_session
 
 TOL = {np.dtype(np.float32): 2e-5, np.dtype(np.float64): 1e-12}
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
+from turnout.tools.testing import cpu_session, one_node_model, provider_session, run_onnxruntime
 
 SHAPES = [
     ((1, 64, 112, 112), {"pads": [1, 1, 1, 1]}),  # resnet50, densenet121

@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.errors import InvalidArgument
-from turnout.testing import (
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import (
     cpu_session,
     one_node_model,
     provider_session,
@@ -154,7 +154,7 @@ def test_max_pool_nan_and_inf() -> None:
 
 def test_average_pool_ceil_divisor_matches_onnxruntime() -> None:
     """count_include_pad with a ceil_mode window past the end pad: ORT's divisor too."""
-    from turnout.testing import run_onnxruntime
+    from turnout.tools.testing import run_onnxruntime
 
     x = np.arange(1, 1 + 2 * 7 * 7, dtype=np.float32).reshape(1, 2, 7, 7)
     for include in (0, 1):

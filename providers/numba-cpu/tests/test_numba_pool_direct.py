@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import cpu_session, one_node_model, provider_session, run_reference
+from turnout.tools.testing import cpu_session, one_node_model, provider_session, run_reference
 
 
 def _run(node: Any, x: np.ndarray, opset: int, threads: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from turnout.blas_threads import BlasThreads
+from turnout.sdk.blas_threads import BlasThreads
 from turnout_numba import cblas
 from turnout_numba.kernels import pool_matmul as pm
 
@@ -131,7 +131,7 @@ def test_a_two_thread_session_splits_its_large_product_on_one_blas_thread(
     from threadpoolctl import ThreadpoolController
 
     import turnout
-    from turnout.testing import cpu_session
+    from turnout.tools.testing import cpu_session
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has one thread on this machine: nothing is split")

@@ -15,9 +15,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.dtypes import elem_type_of
-from turnout.errors import FallbackError, InvalidArgument
-from turnout.testing import (
+from turnout.graph.dtypes import elem_type_of
+from turnout.graph.errors import FallbackError, InvalidArgument
+from turnout.tools.testing import (
     assert_outputs_close,
     cpu_session,
     iter_node_cases,
@@ -262,7 +262,7 @@ def test_probe_and_options() -> None:
         f.create({"fuse": "maybe"})
     with pytest.raises(InvalidArgument, match="unknown provider option"):
         f.create({"threads": 2})
-    assert turnout.plugins.registry.find("numba") is not None
+    assert turnout.sdk.plugins.registry.find("numba") is not None
 
 
 def test_thread_count_is_set_per_run_and_restored() -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.testing import one_node_model, provider_session, run_reference
+from turnout.tools.testing import one_node_model, provider_session, run_reference
 
 KINDS = [
     "ReduceSum",

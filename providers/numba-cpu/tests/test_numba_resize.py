@@ -20,8 +20,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from turnout.concurrency import run_from_threads
-from turnout.testing import cpu_session, provider_session
+from turnout.tools.concurrency import run_from_threads
+from turnout.tools.testing import cpu_session, provider_session
 from turnout_numba.kernels.resize import COORDINATE_MODES, NEAREST_MODES
 
 # (input shape, scales): whole-number products first, then fractional ones

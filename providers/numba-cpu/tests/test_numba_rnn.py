@@ -15,9 +15,9 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from turnout.concurrency import run_from_threads
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, one_node_model, provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.concurrency import run_from_threads
+from turnout.tools.testing import cpu_session, one_node_model, provider_session
 from turnout_numba.kernels.rnn import ACTIVATIONS
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}

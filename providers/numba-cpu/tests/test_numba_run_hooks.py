@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.testing import provider_session
+from turnout.tools.testing import provider_session
 
 
 def test_numba_thread_count_set_for_a_run_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import one_node_model, provider_session, run_onnxruntime, run_reference
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import one_node_model, provider_session, run_onnxruntime, run_reference
 
 OPS = ["Softmax", "LogSoftmax"]
 

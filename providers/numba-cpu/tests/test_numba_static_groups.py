@@ -13,13 +13,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.dtypes import elem_type_of
-from turnout.errors import InvalidArgument
-from turnout.executor.build import fused_subgraph
-from turnout.ir import GraphView
-from turnout.models.zoo import tiny_ops_chain
-from turnout.provider import Capability
-from turnout.testing import cpu_session
+from turnout.engine.executor.build import fused_subgraph
+from turnout.graph.dtypes import elem_type_of
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import Capability
+from turnout.tools.models.zoo import tiny_ops_chain
+from turnout.tools.testing import cpu_session
 from turnout_numba import cache
 from turnout_numba.codegen import SERIAL_WORK, GroupKernel, compile_group
 

@@ -16,9 +16,9 @@ import onnx
 import pytest
 
 import turnout
-from turnout.concurrency import run_from_threads
-from turnout.models import zoo
-from turnout.testing import cpu_session
+from turnout.tools.concurrency import run_from_threads
+from turnout.tools.models import zoo
+from turnout.tools.testing import cpu_session
 
 
 def _small_classifier() -> tuple[bytes, str, tuple[int, ...]]:
@@ -27,7 +27,11 @@ def _small_classifier() -> tuple[bytes, str, tuple[int, ...]]:
 
 def _tiny_cnn() -> tuple[bytes, str, tuple[int, ...]]:
     """Conv/BatchNormalization/Relu/MaxPool/Gemm/Softmax, shipped with turnout."""
-    return files("turnout.models").joinpath("tiny_cnn.onnx").read_bytes(), "image", (2, 1, 28, 28)
+    return (
+        files("turnout.tools.models").joinpath("tiny_cnn.onnx").read_bytes(),
+        "image",
+        (2, 1, 28, 28),
+    )
 
 
 @pytest.mark.parametrize("model", [_small_classifier, _tiny_cnn], ids=["classifier", "tiny_cnn"])

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.testing import cpu_session
+from turnout.tools.testing import cpu_session
 
 pytestmark = pytest.mark.cpu_means_host
 

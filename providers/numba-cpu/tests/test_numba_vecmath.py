@@ -3,7 +3,7 @@ float32 values and every value of the edge ranges (denormal results, overflow, u
 NaN and +-inf; and their use by fused groups (float32 only; float64 keeps numpy's functions).
 
 onnxruntime's float32 sigmoid and tanh (MLAS's, `mlas_logistic_f32`, `mlas_tanh_f32`): bit-equal
-to `turnout.semantics.mlas_logistic`/`mlas_tanh` when compiled with fast-math `contract` (each
+to `turnout.sdk.semantics.mlas_logistic`/`mlas_tanh` when compiled with fast-math `contract` (each
 Horner step one FMA), and the Sigmoid and Tanh ops, a SiLU group and the fused Conv activations
 bit-equal to onnxruntime's, serial and parallel, where this host's onnxruntime computes them with
 its x86-64 FMA3 kernels (skipped with the reason elsewhere)."""
@@ -21,8 +21,8 @@ from llvmlite import binding as llvm
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.semantics import mlas_logistic, mlas_tanh
-from turnout.testing import conv_activation_model, onnxruntime_mlas_fma3, provider_session
+from turnout.sdk.semantics import mlas_logistic, mlas_tanh
+from turnout.tools.testing import conv_activation_model, onnxruntime_mlas_fma3, provider_session
 from turnout_numba.vecmath import (
     exp_f32,
     mlas_logistic_f32,

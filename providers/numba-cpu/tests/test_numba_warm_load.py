@@ -119,7 +119,7 @@ def test_a_note_naming_a_module_without_the_kernel_is_made_again(
     fails naming the file, and leaves no note."""
     import inspect
 
-    from turnout.errors import EPFail
+    from turnout.graph.errors import EPFail
     from turnout_numba import cache
 
     (tmp_path / "warm_load_two.py").write_text(_TWO_KERNELS)

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import cpu_session, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the parity oracle")
 

@@ -19,8 +19,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from turnout.errors import InvalidArgument
-from turnout.testing import cpu_session, provider_session
+from turnout.graph.errors import InvalidArgument
+from turnout.tools.testing import cpu_session, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for requantization")
 

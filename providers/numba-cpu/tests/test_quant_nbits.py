@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from turnout.testing import cpu_session, provider_session
+from turnout.tools.testing import cpu_session, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for MatMulNBits")
 

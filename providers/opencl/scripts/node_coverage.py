@@ -29,8 +29,8 @@ _CASES: Any = None
 
 def _run_case(args: tuple[int, str]) -> tuple[str, str, str, float]:
     import turnout
-    from turnout import errors
-    from turnout.testing import assert_outputs_close, normalize_values
+    from turnout.graph import errors
+    from turnout.tools.testing import assert_outputs_close, normalize_values
 
     i, mode = args
     case = _CASES[i]
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--show-unclaimed", action="store_true")
     a = ap.parse_args(argv)
     os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", "1")  # one PoCL thread per worker process
-    from turnout.testing import _all_node_cases
+    from turnout.tools.testing import _all_node_cases
     from turnout_opencl.expected_failures import EXPECTED_FAILURES
 
     cases = list(_all_node_cases())

@@ -1,7 +1,7 @@
 """The light models and the benchmark zoo on OpenCL: outputs vs onnxruntime, median latency.
 
 Light models (onnx package backend/test/data/light) get zeros as inputs, as
-tests/core/test_model_suites.py does; zoo models (`turnout.models.zoo`) get seeded random
+tests/core/test_model_suites.py does; zoo models (`turnout.tools.models.zoo`) get seeded random
 inputs. Each model runs with providers=["OpenCLExecutionProvider"] (fallback allowed), on the
 CPU provider, and on the numba provider when `turnout_numba` imports; OpenCL outputs are
 compared with onnxruntime at the node-test tolerances (rtol 1e-3, atol 1e-7).
@@ -28,7 +28,7 @@ RTOL, ATOL = 1e-3, 1e-7
 
 
 def _models() -> list[tuple[str, onnx.ModelProto, str]]:
-    from turnout.models import zoo
+    from turnout.tools.models import zoo
 
     out = []
     light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     import turnout
-    from turnout.testing import assert_outputs_close
+    from turnout.tools.testing import assert_outputs_close
 
     try:
         import turnout_numba  # noqa: F401

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from turnout.testing import (
+from turnout.tools.testing import (
     assert_outputs_close,
     cpu_session,
     one_node_model,

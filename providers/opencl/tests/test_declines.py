@@ -16,7 +16,12 @@ import pytest
 from onnx import helper as h
 
 import turnout
-from turnout.testing import assert_outputs_close, one_node_model, provider_session, run_reference
+from turnout.tools.testing import (
+    assert_outputs_close,
+    one_node_model,
+    provider_session,
+    run_reference,
+)
 from turnout_opencl.factory import OpenCLProviderFactory
 
 AVAIL = OpenCLProviderFactory().probe()

@@ -14,8 +14,8 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 
 import turnout
-from turnout import errors
-from turnout.testing import assert_outputs_close, iter_node_cases, run_reference
+from turnout.graph import errors
+from turnout.tools.testing import assert_outputs_close, iter_node_cases, run_reference
 from turnout_opencl.factory import OpenCLProviderFactory
 
 FACTORY = OpenCLProviderFactory()
@@ -66,7 +66,7 @@ def test_bad_options_are_rejected(opts, match):
 
 
 def test_entry_point_and_alias():
-    assert turnout.plugins.registry.find("opencl") is not None
+    assert turnout.sdk.plugins.registry.find("opencl") is not None
     assert EP in turnout.get_available_providers()
 
 
@@ -122,7 +122,7 @@ CASES = [c for c in iter_node_cases(OPS) if not any(re.fullmatch(k, c.name) for 
 
 
 def _claimed_run(case):
-    from turnout.testing import one_node_model, positional_inputs
+    from turnout.tools.testing import one_node_model, positional_inputs
 
     model = one_node_model(case.node, case.inputs, case.opsets)
     try:
@@ -191,7 +191,7 @@ def test_random_vs_reference(op, shapes, attrs, rng):
         inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     node = h.make_node(op, names, ["y"], **attrs)
     expected = run_reference(node, inputs, 18)
-    from turnout.testing import one_node_model
+    from turnout.tools.testing import one_node_model
 
     model = one_node_model(node, inputs, 18)
     sess = _session(model)
@@ -405,7 +405,7 @@ def test_unknown_input_type_is_declined():
     )
     m.graph.input[0].type.tensor_type.elem_type = 0
     prov = FACTORY.create({})
-    from turnout.ir import Graph, GraphView
+    from turnout.graph.ir import Graph, GraphView
 
     g = Graph.from_proto(m.graph, {"": 18})
     claims, declines = prov.get_capability(GraphView(g, {}))

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from turnout.testing import (
+from turnout.tools.testing import (
     assert_outputs_close,
     one_node_model,
     provider_session,

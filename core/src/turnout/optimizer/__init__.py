@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..errors import GraphPassError, TurnoutError
-from ..options import ResourceLimits
-from . import (  # noqa: F401 - importing registers the passes, in this order
+from turnout.api.options import ResourceLimits
+from turnout.graph.errors import GraphPassError, TurnoutError
+from turnout.optimizer import (  # noqa: F401 - importing registers the passes, in this order
     cleanup,
     conv,
     fold,
@@ -43,7 +43,7 @@ from . import (  # noqa: F401 - importing registers the passes, in this order
     subgraph,
     transpose,
 )
-from .base import (
+from turnout.optimizer.base import (
     PASSES,
     TURNOUT_DOMAIN,
     GraphPass,
@@ -53,9 +53,9 @@ from .base import (
     PassResult,
     SupportsFn,
 )
-from .graph import OptGraph
-from .provenance import Labels, record, snapshot
-from .subgraph import passes_load_checks
+from turnout.optimizer.graph import OptGraph
+from turnout.optimizer.provenance import Labels, record, snapshot
+from turnout.optimizer.subgraph import passes_load_checks
 
 __all__ = [
     "PASSES",
@@ -183,7 +183,7 @@ def _optimize(
     nhwc_ops: frozenset[tuple[str, str]],
     inline: bool,
 ) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph]:
-    from ..model import light_copy
+    from turnout.graph.model import light_copy
 
     report = OptimizationReport(lvl)
     report.nodes_before = len(model.graph.node)

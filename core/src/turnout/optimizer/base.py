@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .graph import OptGraph
+from turnout.optimizer.graph import OptGraph
 
 __all__ = [
     "Level",

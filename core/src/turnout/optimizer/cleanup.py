@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from onnx import NodeProto
 
-from .base import Level, PassContext, graph_pass
-from .graph import NONDETERMINISTIC, OptGraph, attr
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import NONDETERMINISTIC, OptGraph, attr
 
 __all__ = ["eliminate_dead_nodes", "eliminate_noops", "eliminate_common_subexpressions"]
 

@@ -14,9 +14,9 @@ import math
 import numpy as np
 from onnx import NodeProto, numpy_helper
 
-from .base import Level, PassContext, graph_pass
-from .graph import OptGraph, attr
-from .match import Matcher
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph, attr
+from turnout.optimizer.match import Matcher
 
 __all__ = ["fold_conv_bn", "fold_conv_add_mul"]
 

@@ -16,9 +16,9 @@ import math
 import numpy as np
 from onnx import NodeProto, helper, numpy_helper
 
-from .base import Level, PassContext, graph_pass
-from .graph import NONDETERMINISTIC, OptGraph, attr
-from .qdq import unit_dequantizers
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import NONDETERMINISTIC, OptGraph, attr
+from turnout.optimizer.qdq import unit_dequantizers
 
 __all__ = ["fold_constants", "fold_shapes"]
 
@@ -180,9 +180,9 @@ def _evaluate(
 ) -> dict[str, np.ndarray] | None:
     """Run `nodes` (all inputs constant or in `known`) in one session; None when any of them
     fails."""
-    from ..options import GraphOptimizationLevel, SessionOptions
-    from ..provider_selection import CPU_NUMPY_ONLY_KEY
-    from ..session import InferenceSession
+    from turnout.api.options import GraphOptimizationLevel, SessionOptions
+    from turnout.api.session import InferenceSession
+    from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
 
     produced = {o for n in nodes for o in n.output if o}
     inputs = dict.fromkeys(x for n in nodes for x in n.input if x and x not in produced)

@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 from onnx import NodeProto
 
-from ..contrib import DOMAIN
-from .base import Level, PassContext, graph_pass
-from .graph import OptGraph, attr
-from .match import Matcher
+from turnout.graph.contrib import DOMAIN
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph, attr
+from turnout.optimizer.match import Matcher
 
 __all__ = ["fuse_dynamic_quant_matmul"]
 

@@ -7,9 +7,9 @@ import math
 
 from onnx import NodeProto
 
-from .base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
-from .graph import OptGraph
-from .match import Matcher
+from turnout.optimizer.base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph
+from turnout.optimizer.match import Matcher
 
 __all__ = ["fuse_gelu"]
 

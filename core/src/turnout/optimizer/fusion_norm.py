@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from onnx import NodeProto, TensorProto
 
-from .base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
-from .graph import OptGraph, attr
-from .match import Matcher
+from turnout.optimizer.base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph, attr
+from turnout.optimizer.match import Matcher
 
 __all__ = ["fuse_layer_norm", "fuse_skip_layer_norm"]
 

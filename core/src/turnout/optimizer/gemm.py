@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from .base import Level, PassContext, graph_pass
-from .graph import OptGraph
-from .match import Matcher
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph
+from turnout.optimizer.match import Matcher
 
 __all__ = ["matmul_add_to_gemm"]
 

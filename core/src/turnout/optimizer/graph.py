@@ -17,8 +17,8 @@ import onnx
 from onnx import NodeProto, helper, numpy_helper
 from onnx.helper import np_dtype_to_tensor_dtype
 
-from ..shape_inference import SHAPE_DATA_MAX_ELEMENTS
-from ..tensors import decode_tensor
+from turnout.graph.shape_inference import SHAPE_DATA_MAX_ELEMENTS
+from turnout.graph.tensors import decode_tensor
 
 __all__ = ["OptGraph", "attr", "Dim"]
 
@@ -101,7 +101,8 @@ class OptGraph:
     ) -> None:
         """`initializers` (read, never changed) stand for the model's own when given: the
         optimizer works on a copy without them, and `commit()` writes them in.
-        `shape_data_max_elements` bounds onnx's data propagation (`turnout.shape_inference`)."""
+        `shape_data_max_elements` bounds onnx's data propagation
+        (`turnout.graph.shape_inference`)."""
         self.model = model
         self.shape_data_max_elements = shape_data_max_elements
         g = model.graph
@@ -197,7 +198,7 @@ class OptGraph:
     def init_type(self, name: str) -> tuple[int, list[int]] | None:
         """(elem type, dims) of initializer `name`, without decoding it; None if not one."""
         if name in self.inits:
-            from ..dtypes import elem_type_of
+            from turnout.graph.dtypes import elem_type_of
 
             v = self.inits[name]
             return elem_type_of(v.dtype), list(v.shape)
@@ -308,7 +309,7 @@ class OptGraph:
     # ------------------------------------------------------------------ shapes
     def refresh_shapes(self) -> None:
         """Re-run onnx shape inference (with data propagation) over the current graph."""
-        from .shapes import infer_types
+        from turnout.optimizer.shapes import infer_types
 
         self._types = infer_types(self)
         self._stale = False
@@ -356,7 +357,7 @@ class OptGraph:
         if tp is None:
             v = self.const(name)
             if v is not None:
-                from ..dtypes import elem_type_of
+                from turnout.graph.dtypes import elem_type_of
 
                 return elem_type_of(v.dtype)
             return None

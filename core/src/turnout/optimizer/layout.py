@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import NodeProto
 
-from ..ir import schema_since_version
-from .base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
-from .graph import OptGraph
-from .transpose import merge_transposes, push_transposes
+from turnout.graph.ir import schema_since_version
+from turnout.optimizer.base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph
+from turnout.optimizer.transpose import merge_transposes, push_transposes
 
 if TYPE_CHECKING:
-    from ..provider import ExecutionProvider
+    from turnout.sdk.provider import ExecutionProvider
 
 __all__ = [
     "NHWC",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from onnx import NodeProto
 
-from .graph import OptGraph
+from turnout.optimizer.graph import OptGraph
 
 __all__ = ["Matcher"]
 

@@ -50,9 +50,9 @@ import numpy as np
 import onnx
 from onnx import NodeProto
 
-from .base import Level, PassContext, graph_pass
-from .graph import OptGraph, attr
-from .match import Matcher
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph, attr
+from turnout.optimizer.match import Matcher
 
 __all__ = ["fold_qdq", "unit_dequantizers"]
 
@@ -271,7 +271,7 @@ def _rank(g: OptGraph, name: str) -> int:
 def _table(g: OptGraph, dq: NodeProto, chain: list[NodeProto]) -> np.ndarray | None:
     """The chain's quantized output for each of the 256 input codes (index: the code's byte),
     evaluated with turnout's numpy kernels; None when that fails."""
-    from .fold import _evaluate  # (fold imports this module)
+    from turnout.optimizer.fold import _evaluate  # (fold imports this module)
 
     elem = g.elem_type(str(dq.input[0]))
     codes = np.arange(256, dtype=np.uint8).view(_NP[elem or 2])
@@ -350,7 +350,7 @@ def _unit_ends(g: OptGraph, m: Matcher, n: NodeProto) -> tuple[list[_Quant], _Qu
 
 def _fold_contrib(g: OptGraph, m: Matcher, n: NodeProto, ctx: PassContext) -> bool:
     """DQ -> Add/Mul/Softmax -> Q as com.microsoft QLinearAdd/QLinearMul/QLinearSoftmax."""
-    from ..contrib import DOMAIN
+    from turnout.graph.contrib import DOMAIN
 
     ends = _unit_ends(g, m, n)
     if ends is None:

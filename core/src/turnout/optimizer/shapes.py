@@ -4,7 +4,7 @@ light copy of the graph (big initializers become typed inputs, so nothing large 
 Outputs of turnout's own fused ops (domain ai.turnout, unknown to onnx) keep the type they had
 before the fusion, so inference continues through them; symbolic dims (batch, sequence) flow
 through as onnx names them. The types of the previous refresh size the values for the bound on
-data propagation (`turnout.shape_inference.infer_value_types`), so a refresh is one onnx pass.
+data propagation (`turnout.graph.shape_inference.infer_value_types`), so a refresh is one onnx pass.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import helper
 
-from ..shape_inference import infer_value_types
+from turnout.graph.shape_inference import infer_value_types
 
 if TYPE_CHECKING:
-    from .graph import OptGraph
+    from turnout.optimizer.graph import OptGraph
 
 __all__ = ["infer_types", "light_model"]
 

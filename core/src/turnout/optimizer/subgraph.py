@@ -17,10 +17,10 @@ import numpy as np
 import onnx
 from onnx import GraphProto, NodeProto, numpy_helper
 
-from ..tensors import decode_tensor
-from .base import Level, PassContext, graph_pass
-from .graph import OptGraph, attr
-from .shapes import light_model
+from turnout.graph.tensors import decode_tensor
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph, attr
+from turnout.optimizer.shapes import light_model
 
 __all__ = [
     "fold_subgraphs",
@@ -115,8 +115,8 @@ def inline_constant_if(g: OptGraph, ctx: PassContext) -> int:
 
 def passes_load_checks(model: onnx.ModelProto) -> bool:
     """Whether `model` passes the type and shape checks of loading (`check_types`)."""
-    from ..errors import TurnoutError
-    from ..validate import check_types
+    from turnout.graph.errors import TurnoutError
+    from turnout.graph.validate import check_types
 
     try:
         check_types(model, "optimized model")
@@ -318,8 +318,8 @@ def _as_proto(g: OptGraph, name: str, value: np.ndarray) -> onnx.TensorProto:
 
 
 def _run_body_passes(sub: OptGraph, ctx: PassContext) -> int:
-    from .cleanup import eliminate_dead_nodes, eliminate_noops
-    from .fold import fold_constants, fold_shapes
+    from turnout.optimizer.cleanup import eliminate_dead_nodes, eliminate_noops
+    from turnout.optimizer.fold import fold_constants, fold_shapes
 
     passes = (  # (pass, whether it keeps the types: see GraphPass.keeps_types)
         (fold_constants, False),

@@ -3,9 +3,9 @@ Transpose through a unary element-wise op towards another Transpose it can cance
 
 from __future__ import annotations
 
-from .base import Level, PassContext, graph_pass
-from .graph import OptGraph, attr
-from .match import Matcher
+from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.graph import OptGraph, attr
+from turnout.optimizer.match import Matcher
 
 __all__ = ["merge_transposes", "push_transposes"]
 

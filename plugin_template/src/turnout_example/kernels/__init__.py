@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from turnout.provider import KernelRegistry
+from turnout.sdk.provider import KernelRegistry
 
 from .. import PROVIDER_NAME
 

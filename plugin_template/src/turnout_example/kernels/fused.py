@@ -1,6 +1,6 @@
 """Fused groups: connected elementwise nodes compiled into one kernel.
 
-`find_fused_groups` asks `turnout.fusion` for maximal convex groups of the claimed nodes whose op
+`find_fused_groups` asks `turnout.sdk.fusion` for maximal convex groups of the claimed nodes whose op
 is in `FUSABLE` (the graph analysis is turnout's: producers, readers, convexity); the provider
 keeps only its rule of which ops fuse. `compile_group` turns one `FusedSubgraph` (its nodes in
 order, its typed boundary, the constants it reads) into a `CompiledState`: `create` builds the
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from turnout.errors import EPFail
-from turnout.fusion import GraphIndex, find_groups
-from turnout.ir import GraphView
-from turnout.provider import CompiledState, FusedSubgraph, KernelRegistry
+from turnout.graph.errors import EPFail
+from turnout.sdk.fusion import GraphIndex, find_groups
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import CompiledState, FusedSubgraph, KernelRegistry
 
 from .elementwise import FUSABLE
 

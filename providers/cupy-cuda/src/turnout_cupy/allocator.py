@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import Allocator, Device
+from turnout.sdk.provider import Allocator, Device
 
 __all__ = ["CuPyAllocator"]
 

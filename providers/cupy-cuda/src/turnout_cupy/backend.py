@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import Device
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import Device
 
 __all__ = ["Backend", "DeviceChecks", "cupy_backend", "emulated_backend"]
 

@@ -47,9 +47,9 @@ def collect_sources() -> list[str]:
 
 def collect_generated() -> Generated:
     """Each (program, layout) the emulated sessions of the representative graphs generated."""
-    from turnout.options import SessionOptions
-    from turnout.plugins import registry
-    from turnout.session import InferenceSession
+    from turnout.api.options import SessionOptions
+    from turnout.api.session import InferenceSession
+    from turnout.sdk.plugins import registry
 
     from .emulated import EMULATED_NAME, EmulatedFactory
     from .representative import cases

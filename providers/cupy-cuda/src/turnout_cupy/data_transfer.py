@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import DataTransfer, Device, Stream
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import DataTransfer, Device, Stream
 
 from .stream import CuPyStream
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.provider import CONTRACT_VERSION, Availability, ExecutionProvider, ProviderFactory
+from turnout.sdk.provider import CONTRACT_VERSION, Availability, ExecutionProvider, ProviderFactory
 
 from . import __version__
 from .expected_failures import EXPECTED_FAILURES

@@ -3,7 +3,7 @@
 Reviewed by hand; the conformance runner fails on a listed case that passes, so the list only
 shrinks. In fallback mode the CPU provider runs what this provider declines, so the CPU's
 reviewed list applies; the two Resize align_corners cases fail here for the same reason (the
-expected data divides by the fractional output length; turnout.semantics uses the integer one,
+expected data divides by the fractional output length; turnout.sdk.semantics uses the integer one,
 as onnxruntime does). Not yet reviewed on a GPU: scripts/gpu-check.sh reports what fails there.
 """
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.errors import EPFail, InvalidArgument
-from turnout.provider import (
+from turnout.graph.errors import EPFail, InvalidArgument
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     Availability,
     DataTransfer,
@@ -15,7 +15,7 @@ from turnout.provider import (
     ProviderFactory,
     Stream,
 )
-from turnout.provider_options import ProviderOption
+from turnout.sdk.provider_options import ProviderOption
 
 from . import ALIASES, PROVIDER_NAME, __version__, probe
 

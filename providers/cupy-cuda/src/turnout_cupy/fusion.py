@@ -1,6 +1,6 @@
 """Fused elementwise groups: which claimed nodes fuse, and each group as one CUDA kernel.
 
-The graph analysis is core's (`turnout.fusion.find_groups`); the rules here are this
+The graph analysis is core's (`turnout.sdk.fusion.find_groups`); the rules here are this
 provider's: an op in `codegen.FUSED_OPS`, float32/float64 values (Where's condition bool), and a
 fully known output shape, which is the group key: every member of a group has the group's output
 shape, so one index space covers the whole group and broadcasting happens only at its inputs.
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import EPFail, InvalidArgument
-from turnout.fusion import GraphIndex, find_groups
-from turnout.ir import GraphView, Node
-from turnout.provider import CompiledState, FusedSubgraph, KernelFn, KernelRegistry
+from turnout.graph.errors import EPFail, InvalidArgument
+from turnout.graph.ir import GraphView, Node
+from turnout.sdk.fusion import GraphIndex, find_groups
+from turnout.sdk.provider import CompiledState, FusedSubgraph, KernelFn, KernelRegistry
 
 from .backend import Backend
 from .codegen import FUSED_OPS, GroupProgram, Step, Variant

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from turnout.errors import EPFail
+from turnout.graph.errors import EPFail
 
 __all__ = ["CupyLauncher"]
 

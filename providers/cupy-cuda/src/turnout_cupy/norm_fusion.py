@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.fusion import GraphIndex, is_convex
-from turnout.ir import GraphView, Node
-from turnout.provider import CompiledState, FusedSubgraph, KernelRegistry
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import GraphView, Node
+from turnout.sdk.fusion import GraphIndex, is_convex
+from turnout.sdk.provider import CompiledState, FusedSubgraph, KernelRegistry
 
 from .backend import Backend
 from .codegen import Variant

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnout.provider import Availability, Device, DeviceEntry
+from turnout.sdk.provider import Availability, Device, DeviceEntry
 
 __all__ = [
     "CUDA_ERROR_INSUFFICIENT_DRIVER",

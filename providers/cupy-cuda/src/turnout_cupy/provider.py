@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.ir import GraphView
-from turnout.provider import (
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import (
     Capability,
     CompiledState,
     Decline,

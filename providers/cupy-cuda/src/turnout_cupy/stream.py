@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnout.provider import Device, Event, Stream
+from turnout.sdk.provider import Device, Event, Stream
 
 __all__ = ["CuPyEvent", "CuPyStream"]
 

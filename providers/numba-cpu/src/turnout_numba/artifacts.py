@@ -20,7 +20,7 @@ from typing import Any
 import llvmlite.binding as ll
 from numba.core.caching import UserProvidedCacheLocator
 
-from turnout.errors import Fail
+from turnout.graph.errors import Fail
 
 from . import cache
 

@@ -35,8 +35,8 @@ from typing import Any
 import numba
 from numba.core.typing.templates import Signature
 
-from turnout.errors import EPFail
-from turnout.logs import logger
+from turnout.graph.errors import EPFail
+from turnout.graph.logs import logger
 
 __all__ = [
     "NUMBA_CONFIG",

@@ -27,8 +27,8 @@ from typing import Any, Literal
 import numpy as np
 from numba import types
 
-from turnout.errors import InvalidArgument
-from turnout.ir import Node, ValueInfo
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import Node, ValueInfo
 
 from . import cache
 from .vecmath import contracts, exp_f32, mlas_logistic_f32, mlas_tanh_f32, sigmoid_f32, tanh_f32

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.provider import (
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     Availability,
     DeviceEntry,
     ExecutionProvider,
     ProviderFactory,
 )
-from turnout.provider_options import ProviderOption
+from turnout.sdk.provider_options import ProviderOption
 
 from . import __version__
 

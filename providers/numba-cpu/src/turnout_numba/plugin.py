@@ -7,7 +7,7 @@ installation shows up as the provider's unavailability reason, not as a broken p
 from __future__ import annotations
 
 from turnout import hookimpl
-from turnout.provider import ProviderFactory
+from turnout.sdk.provider import ProviderFactory
 
 from .factory import NumbaProviderFactory
 

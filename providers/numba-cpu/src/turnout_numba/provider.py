@@ -23,9 +23,10 @@ import numba
 import numpy as np
 from numba import prange
 
-from turnout.blas_threads import BlasThreads
-from turnout.ir import GraphView
-from turnout.provider import (
+from turnout.graph.ir import GraphView
+from turnout.providers.cpu import numpy_kernels
+from turnout.sdk.blas_threads import BlasThreads
+from turnout.sdk.provider import (
     Capability,
     CompiledState,
     Decline,
@@ -35,7 +36,6 @@ from turnout.provider import (
     KernelNode,
     ProviderFactory,
 )
-from turnout.providers.cpu import numpy_kernels
 
 from . import artifacts, cache
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module

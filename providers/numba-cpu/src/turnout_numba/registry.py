@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu import numpy_kernels
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from . import cache
 from .codegen import SERIAL_WORK, compute_dtype

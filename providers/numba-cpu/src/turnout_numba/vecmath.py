@@ -10,7 +10,7 @@ Two kinds:
 - onnxruntime's own float32 sigmoid and tanh (`mlas_logistic_f32`, `mlas_tanh_f32`): MLAS's
   rational functions, whose Horner steps are FMAs here as in its x86-64 FMA3 kernels, so that
   the Sigmoid and Tanh ops (and the fused Sigmoid, Swish and Tanh activations) give
-  onnxruntime's float32 results bit for bit (`turnout.semantics.mlas_logistic`/`mlas_tanh`;
+  onnxruntime's float32 results bit for bit (`turnout.sdk.semantics.mlas_logistic`/`mlas_tanh`;
   within ~2e-7 and ~3e-7 of the exact functions, absolute);
 - turnout's own (`exp_f32`, `sigmoid_f32`, `tanh_f32`), for Exp, the float16/bfloat16 Sigmoid
   and Tanh (which compute in float32 and keep these) and the recurrent cells. Accuracy
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from turnout.semantics import MLAS_LOGISTIC, MLAS_TANH, MlasRational
+from turnout.sdk.semantics import MLAS_LOGISTIC, MLAS_TANH, MlasRational
 
 __all__ = [
     "MARK",
@@ -43,7 +43,7 @@ MARK = "# vecmath: contract"
 """The first statement of every expansion here (a comment): a kernel whose text holds it is
 compiled with fast-math `contract` (`cache.jit`), so that its polynomials' multiply-adds become
 FMAs: the vectorized sigmoid went from 1.1 to 0.8 ns an element, and MLAS's sigmoid and tanh
-need them to be onnxruntime's to the bit (tested against `turnout.semantics.mlas_logistic`).
+need them to be onnxruntime's to the bit (tested against `turnout.sdk.semantics.mlas_logistic`).
 Kernels without it keep numpy's two roundings bit for bit."""
 
 

@@ -19,8 +19,8 @@ import pyopencl as cl
 import pyopencl.array as cla
 import pyopencl.tools as cl_tools
 
-from turnout.errors import InvalidArgument
-from turnout.provider import Allocator, Device
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import Allocator, Device
 
 __all__ = ["OpenCLAllocator"]
 

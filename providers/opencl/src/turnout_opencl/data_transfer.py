@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pyopencl.array as cla
 
-from turnout.errors import InvalidArgument
-from turnout.provider import DataTransfer, Device, Stream
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import DataTransfer, Device, Stream
 
 from .allocator import OpenCLAllocator
 from .runtime import CTYPES

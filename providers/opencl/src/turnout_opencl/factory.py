@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.errors import InvalidArgument
-from turnout.provider import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     Availability,
     DataTransfer,
@@ -16,7 +16,7 @@ from turnout.provider import (
     ProviderFactory,
     Stream,
 )
-from turnout.provider_options import ProviderOption
+from turnout.sdk.provider_options import ProviderOption
 
 from . import __version__
 

@@ -1,7 +1,7 @@
 """Fused elementwise groups: connected elementwise nodes generated as ONE OpenCL kernel.
 
 The graph analysis (producer/reader index, convex grouping, group boundaries) is core's
-`turnout.fusion`. OpenCL's own rules live here: a node is fusible when it is a claimed
+`turnout.sdk.fusion`. OpenCL's own rules live here: a node is fusible when it is a claimed
 ai.onnx op in `kernels.elementwise.FUSIBLE` with one output of fully static shape, and it joins
 only producer groups of the same output shape (so every value the group exports spans the one
 index space the kernel iterates; inputs may still broadcast). Groups of one node are not fused.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from turnout import fusion
-from turnout.fusion import GraphIndex
-from turnout.ir import GraphView, Node
-from turnout.provider import FusedSubgraph, KernelFn
+from turnout.graph.ir import GraphView, Node
+from turnout.sdk import fusion
+from turnout.sdk.fusion import GraphIndex
+from turnout.sdk.provider import FusedSubgraph, KernelFn
 
 from .kernels.elementwise import FUSIBLE, compile_ew
 from .runtime import Runtime

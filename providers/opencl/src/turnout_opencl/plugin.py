@@ -7,7 +7,7 @@ OpenCL runtime shows up as the provider's unavailability reason, not as a broken
 from __future__ import annotations
 
 from turnout import hookimpl
-from turnout.provider import ProviderFactory
+from turnout.sdk.provider import ProviderFactory
 
 from .factory import OpenCLProviderFactory
 

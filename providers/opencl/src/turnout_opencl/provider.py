@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from turnout.ir import GraphView
-from turnout.provider import (
+from turnout.graph.ir import GraphView
+from turnout.sdk.provider import (
     Capability,
     CompiledState,
     Decline,

@@ -17,8 +17,8 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from turnout.dtypes import ELEM_TYPE_NAMES, np_dtype
-from turnout.provider import Event, Stream
+from turnout.graph.dtypes import ELEM_TYPE_NAMES, np_dtype
+from turnout.sdk.provider import Event, Stream
 
 from .allocator import OpenCLAllocator
 from .program_cache import ProgramCache
@@ -239,7 +239,7 @@ class Runtime:
         if bad.size:
             cl.enqueue_copy(self.queue, self._err_buf, np.zeros_like(host))
             self.queue.finish()
-            from turnout.errors import InvalidArgument
+            from turnout.graph.errors import InvalidArgument
 
             raise InvalidArgument(self._err_names[int(bad[0])])
 

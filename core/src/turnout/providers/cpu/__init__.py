@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...provider import KernelRegistry
+    from turnout.sdk.provider import KernelRegistry
 
 __all__ = ["numpy_kernels"]
 
@@ -17,7 +17,7 @@ def numpy_kernels() -> KernelRegistry:
     does not compile, and a kernel may build one of these for a case it leaves to numpy.
     Loaded on first call: importing this package stays cheap.
     """
-    from . import kernels as _loaded  # noqa: F401 - importing registers every kernel module
-    from .registry import CPU_KERNELS
+    from turnout.providers.cpu import kernels as _loaded  # noqa: F401 - importing registers every kernel module
+    from turnout.providers.cpu.registry import CPU_KERNELS
 
     return CPU_KERNELS

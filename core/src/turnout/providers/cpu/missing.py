@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import errors
-from ...provider import KernelFn, KernelNode
+from turnout.graph import errors
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__ = ["MISSING_SOURCE", "missing_kernel"]
 

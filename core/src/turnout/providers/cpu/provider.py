@@ -9,13 +9,18 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ... import __version__
-from ...blas_threads import BlasThreads
-from ...contrib import unsupported_reason
-from ...custom_ops import CUSTOM_SOURCE
-from ...custom_ops import lookup as lookup_custom_op
-from ...model import known_domain
-from ...provider import (
+from turnout._version import __version__
+from turnout.graph.contrib import unsupported_reason
+from turnout.graph.model import known_domain
+from turnout.providers.cpu import kernels as _kernels  # noqa: F401 - importing registers every kernel module
+from turnout.providers.cpu.expected_failures import EXPECTED_FAILURES
+from turnout.providers.cpu.missing import MISSING_SOURCE, missing_kernel
+from turnout.providers.cpu.reference import reference_kernel, reference_supports
+from turnout.providers.cpu.registry import CPU_KERNELS
+from turnout.sdk.blas_threads import BlasThreads
+from turnout.sdk.custom_ops import CUSTOM_SOURCE
+from turnout.sdk.custom_ops import lookup as lookup_custom_op
+from turnout.sdk.provider import (
     CONTRACT_VERSION,
     Availability,
     Capability,
@@ -25,12 +30,7 @@ from ...provider import (
     KernelNode,
     ProviderFactory,
 )
-from ...provider_options import ProviderOption
-from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
-from .expected_failures import EXPECTED_FAILURES
-from .missing import MISSING_SOURCE, missing_kernel
-from .reference import reference_kernel, reference_supports
-from .registry import CPU_KERNELS
+from turnout.sdk.provider_options import ProviderOption
 
 __all__ = ["MISSING_SOURCE", "CPUExecutionProvider", "CPUProviderFactory", "REFERENCE_SOURCE"]
 
@@ -124,7 +124,7 @@ class CPUProviderFactory(ProviderFactory):
     contract_version = CONTRACT_VERSION
 
     def _probe(self) -> Availability:
-        from ...provider import CPU
+        from turnout.sdk.provider import CPU
 
         return Availability(True, (DeviceEntry(CPU, {"backend": "numpy"}),), version=__version__)
 

@@ -9,7 +9,7 @@ def relu(node: KernelNode) -> KernelFn:
 
 from __future__ import annotations
 
-from ...provider import KernelRegistry
+from turnout.sdk.provider import KernelRegistry
 
 __all__ = ["CPU_KERNELS", "cpu_kernel"]
 

@@ -1,6 +1,6 @@
 """Attention (ai.onnx, opset 23) on `be.xp`: two batched matmuls (cuBLAS) around a softmax.
 
-The input checks and sizes are `turnout.semantics.attention_shapes`, shared with every
+The input checks and sizes are `turnout.sdk.semantics.attention_shapes`, shared with every
 provider. 3-D inputs are split into heads; a past cache is prepended to K and V (and returned
 as present_key/present_value); grouped-query heads read their KV head; the mask (bool: keep
 where true; float: added) may cover fewer keys than there are, the rest masked out; is_causal
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics import attention_shapes
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import attention_shapes
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

@@ -1,20 +1,20 @@
 """RotaryEmbedding, LinearAttention, FlexAttention and TensorScatter (a KV-cache update) on
 `be.xp`.
 
-RotaryEmbedding: the sizes and input checks are `turnout.semantics.rotary`'s. X is viewed as
+RotaryEmbedding: the sizes and input checks are `turnout.sdk.semantics.rotary`'s. X is viewed as
 (batch, seq, heads, head) without a copy; cos/sin rows are gathered by position_ids on the
 device, the ids bounds-checked there (a flagged `InvalidArgument` naming the node, as
 Gather's); the rotation is four broadcast multiplies over the pairs, which are strided slices
 (interleaved) or the two halves of the rotated part. float16 computes in float32.
 
-LinearAttention: the update rule and checks are `turnout.semantics.linear_attention`'s. The
+LinearAttention: the update rule and checks are `turnout.sdk.semantics.linear_attention`'s. The
 state (batch, kv_heads, d_k, d_v) is float32 and steps in time with batched xp ops (decay,
 the delta rule's read-back Sᵀk as a batched matvec, the rank-1 write); all query heads of a kv
 head read it in one batched matmul, grouped as (batch, kv_heads, group, d_k), so the state is
 never repeated per query head. chunk_size (a tuning hint) is not used.
 
 FlexAttention (ai.onnx.preview): sizes, scale and softmax type are
-`turnout.semantics.flex_attention`'s; grouped query heads read their kv head by broadcasting
+`turnout.sdk.semantics.flex_attention`'s; grouped query heads read their kv head by broadcasting
 in the batched matmuls (no repeat). score_mod and prob_mod graphs run as nested graphs of
 the session (`KernelNode.subgraph_builder`) on the (batch, q_heads, q_len, kv_len) tensor,
 their value types inferred first (the node's shape inference does not type them), so their
@@ -29,12 +29,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from turnout.ir import Graph
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.flex_attention import flex_attention_shapes, flex_softmax_dtype
-from turnout.semantics.linear_attention import linear_attention_attrs
-from turnout.semantics.rotary import rotary_shapes
-from turnout.semantics.tensor_scatter import tensor_scatter_mode, tensor_scatter_plan
+from turnout.graph.ir import Graph
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.flex_attention import flex_attention_shapes, flex_softmax_dtype
+from turnout.sdk.semantics.linear_attention import linear_attention_attrs
+from turnout.sdk.semantics.rotary import rotary_shapes
+from turnout.sdk.semantics.tensor_scatter import tensor_scatter_mode, tensor_scatter_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

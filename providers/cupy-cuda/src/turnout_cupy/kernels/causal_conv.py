@@ -1,6 +1,6 @@
 """CausalConvWithState (ai.onnx 27) on `be.xp`: a depthwise causal 1-D convolution.
 
-The checks and activation are `turnout.semantics.causal_conv`'s. The input is left-padded by
+The checks and activation are `turnout.sdk.semantics.causal_conv`'s. The input is left-padded by
 the past state (or zeros); the output is the sum over the kernel's k taps of a shifted view
 of the padded input times that tap's per-channel weight (k broadcast multiply-adds; causal
 convolutions have k of 2..8), plus bias, then x * sigmoid(x) for silu/swish in float32 at
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.causal_conv import causal_conv_activation, causal_conv_shapes
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.causal_conv import causal_conv_activation, causal_conv_shapes
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

@@ -1,7 +1,7 @@
 """Conv as im2col + GEMM, and the pooling ops, on `be.xp`.
 
 Geometry (strides, dilations, pads per auto_pad, output sizes, kernel and channel checks) comes
-from `turnout.semantics`, so a malformed node is the same `InvalidArgument` as on every other
+from `turnout.sdk.semantics`, so a malformed node is the same `InvalidArgument` as on every other
 provider. Conv gathers each kernel tap's strided window of the padded input into columns
 (N, C/g * taps, out pixels) and multiplies by the weights per group with `xp.matmul` (cuBLAS,
 batched over images and groups). Pools take the same strided windows and reduce over taps.
@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics import (
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import (
     check_conv_channels,
     conv_geometry,
     conv_kernel_shape,
     pool_kernel_shape,
     spatial_attrs,
 )
-from turnout.semantics.deform_conv import deform_conv_plan
+from turnout.sdk.semantics.deform_conv import deform_conv_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only, numeric_only
@@ -204,7 +204,7 @@ def deform_conv(kn: KernelNode, be: Backend) -> KernelFn:
     """Each kernel tap's samples (bilinear at the tap's position plus its offset, the four
     neighbours gathered with `take_along_axis`, those outside the image weighted 0, times the
     mask) form the im2col columns (N, C * taps, pixels), which one batched matmul per group
-    multiplies by the weights, as Conv does; geometry from `turnout.semantics.deform_conv`."""
+    multiplies by the weights, as Conv does; geometry from `turnout.sdk.semantics.deform_conv`."""
     xp = be.xp
 
     def run(x: Any, w: Any, offset: Any, bias: Any = None, mask: Any = None) -> tuple[Any]:

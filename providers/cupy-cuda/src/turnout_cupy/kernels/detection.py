@@ -1,6 +1,6 @@
 """NonMaxSuppression on `be.xp`, every batch and class at once.
 
-The thresholds and checks are `turnout.semantics.nms`'s. Per batch, the pairwise
+The thresholds and checks are `turnout.sdk.semantics.nms`'s. Per batch, the pairwise
 "suppresses" matrix (IoU above the threshold, boxes of positive area) is computed on the
 device; each class's boxes are ordered by a stable descending sort of their scores. The greedy
 pass then walks the sorted positions once for all (batch, class) pairs together: a box is kept
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.nms import nms_params
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.nms import nms_params
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

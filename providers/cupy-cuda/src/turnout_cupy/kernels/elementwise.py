@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.dtypes import np_dtype
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.dtypes import np_dtype
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only, numeric_only

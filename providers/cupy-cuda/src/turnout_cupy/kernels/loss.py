@@ -6,7 +6,7 @@ equal to `ignore_index` weigh 0; a target in [-C, 0) counts from the end; any ot
 outside [0, C) is flagged on the device and the run raises `InvalidArgument` naming the node
 and the target input (read with a clamped index meanwhile). "mean" with a weight input or an
 `ignore_index` divides by the sum of the gathered weights. Shapes are checked by
-`turnout.semantics.check_loss_shapes`, as on every provider. float16 computes in float32 and
+`turnout.sdk.semantics.check_loss_shapes`, as on every provider. float16 computes in float32 and
 rounds once.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.loss import check_loss_shapes, weigh_and_reduce
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.loss import check_loss_shapes, weigh_and_reduce
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnout.provider import KernelFn, KernelNode
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

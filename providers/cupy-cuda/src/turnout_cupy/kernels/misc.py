@@ -2,7 +2,7 @@
 MeanVarianceNormalization, LRN, LpPool, MaxUnpool, Einsum, Det, ReverseSequence, Swish, SwiGLU,
 and the cosine windows (Hann, Hamming, Blackman).
 
-Attributes and shape checks come from `turnout.semantics` (normalization, linalg, unfold,
+Attributes and shape checks come from `turnout.sdk.semantics` (normalization, linalg, unfold,
 indexing, geometry); the arithmetic is array expressions on the device, widened from float16
 to float32 where a sum is taken. Indices read from device data (MaxUnpool's, ReverseSequence's
 lengths) are checked on the device with a flag naming the node, as Gather's are.
@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from turnout.dtypes import np_dtype
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.indexing import reverse_sequence_axes
-from turnout.semantics.linalg import check_square, einsum_equation
-from turnout.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
-from turnout.semantics.unfold import max_unpool_shapes
-from turnout.semantics.windows import COSINE_WINDOWS, window_period
+from turnout.graph.dtypes import np_dtype
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.indexing import reverse_sequence_axes
+from turnout.sdk.semantics.linalg import check_square, einsum_equation
+from turnout.sdk.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
+from turnout.sdk.semantics.unfold import max_unpool_shapes
+from turnout.sdk.semantics.windows import COSINE_WINDOWS, window_period
 
 from ..backend import Backend
 from .conv import pool_geometry, windows

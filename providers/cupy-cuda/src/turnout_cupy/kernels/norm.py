@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.batch_norm import batch_norm_training
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.batch_norm import batch_norm_training
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

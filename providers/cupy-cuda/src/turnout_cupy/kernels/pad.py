@@ -1,6 +1,6 @@
 """Pad (constant, reflect, edge, wrap; negative pads crop) and CenterCropPad on `be.xp`.
 
-Where each op reads and writes comes from `turnout.semantics.pad`, worked out on the host from
+Where each op reads and writes comes from `turnout.sdk.semantics.pad`, worked out on the host from
 shapes and the host-side pads/axes inputs (`host_inputs`), as on every provider. Constant mode
 writes the cropped input into a filled buffer; the other modes gather along each padded axis
 with the source positions the plan gives, copied to the device once per plan.
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, numeric_only

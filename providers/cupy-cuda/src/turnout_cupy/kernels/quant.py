@@ -2,7 +2,7 @@
 the integer products MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
 
 Attributes, scale/zero-point layouts (per tensor, per axis, blocked) and integer ranges come
-from `turnout.semantics.quant`, shared with the CPU kernels. Types CuPy has no arrays for
+from `turnout.sdk.semantics.quant`, shared with the CPU kernels. Types CuPy has no arrays for
 (int4, float8, float4, bfloat16 scales or precision) are declined by `numeric_only` with the
 reason. Integer products run in float64 (exact for 8-bit operands: the int32 accumulator's
 value), so MatMul is cuBLAS DGEMM and the convolutions reuse `conv.im2col_conv`; a zero point
@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.quant import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.quant import (
     attr_dtype,
     compute_dtype,
     expand_param,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

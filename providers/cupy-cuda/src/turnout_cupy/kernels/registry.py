@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..backend import Backend
 

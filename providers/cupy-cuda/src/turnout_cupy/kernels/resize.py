@@ -1,7 +1,7 @@
 """Resize (and Upsample) on `be.xp`, separable: one pass per resized axis.
 
 Output sizes, source coordinates, nearest indices and the linear/cubic/antialias tap tables
-come from `turnout.semantics.resize`, built on the host as small float64 tables and uploaded;
+come from `turnout.sdk.semantics.resize`, built on the host as small float64 tables and uploaded;
 each pass gathers the taps along its axis (`xp.take`) and sums them with their weights.
 tf_crop_and_resize writes `extrapolation_value` where any axis reads outside the input.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics import (
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import (
     extrapolation_fill,
     filter_taps,
     nearest_indices,

@@ -1,7 +1,7 @@
 """RNN, GRU and LSTM on `be.xp`: one batched GEMM for the input projection, then the
 recurrence step by step.
 
-The attributes and input checks are `turnout.semantics.recurrent`'s, shared with every
+The attributes and input checks are `turnout.sdk.semantics.recurrent`'s, shared with every
 provider. Per run, X·Wᵀ of every step and direction is one batched matmul (cuBLAS), with the
 input biases (and the recurrent ones that are plain additions) folded in. The time loop then
 runs both directions as one stacked (directions, batch, ...) state: one h·Rᵀ matmul and one set
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.recurrent import (
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.recurrent import (
     RecurrentAttrs,
     check_recurrent_inputs,
     check_sequence_lens,

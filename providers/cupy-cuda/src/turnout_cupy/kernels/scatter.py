@@ -1,6 +1,6 @@
 """GatherND, Scatter, ScatterElements and ScatterND on `be.xp`, indices checked on the device.
 
-Shapes are checked by `turnout.semantics.indexing` (the same errors as every provider); index
+Shapes are checked by `turnout.sdk.semantics.indexing` (the same errors as every provider); index
 values by `checked_indices` (a device flag naming the node, raised after the run, reads and
 writes going on with clamped indices). Scatters address the flat output: each update's linear
 position is computed on the device, so one 1-D write serves every rank and reduction. add, max
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics import indexing
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import indexing
 
 from ..backend import Backend
 from .registry import cuda_kernel, numeric_only

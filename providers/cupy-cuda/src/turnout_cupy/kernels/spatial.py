@@ -1,7 +1,7 @@
 """Sampling and transposed-window ops on `be.xp`: GridSample, AffineGrid, RoiAlign,
 ConvTranspose, Col2Im.
 
-GridSample's taps (indices, weights, zero-padding masks) come from `turnout.semantics.sampling`
+GridSample's taps (indices, weights, zero-padding masks) come from `turnout.sdk.semantics.sampling`
 computed on the device from the grid, and each combination of per-axis taps is one gather of the
 channels-last input. RoiAlign reads its ROIs and batch indices on the host (the number of samples
 per bin depends on each ROI's size), places the samples there, and gathers and pools on the
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.sampling import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.sampling import (
     affine_grid_base,
     check_affine_theta,
     check_grid,
@@ -31,7 +31,7 @@ from turnout.semantics.sampling import (
     roi_align_attrs,
     roi_samples,
 )
-from turnout.semantics.unfold import (
+from turnout.sdk.semantics.unfold import (
     TapPlacement,
     col2im_geometry,
     conv_transpose_geometry,

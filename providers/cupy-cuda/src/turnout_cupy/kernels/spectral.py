@@ -1,6 +1,6 @@
 """DFT and STFT on `be.xp`'s FFT (cuFFT through CuPy), and MelWeightMatrix.
 
-The axis, length and direction are `turnout.semantics.spectral`'s. The (real, imaginary)
+The axis, length and direction are `turnout.sdk.semantics.spectral`'s. The (real, imaginary)
 pairs of the last dimension become a complex array (complex64 for float16/float32 input),
 transformed with fft, ifft or, for a one-sided inverse, irfft (real output), and split back.
 dft_length and axis (opset 20) are host inputs: they set the transform's size.
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.dtypes import np_dtype
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.spectral import dft_plan, mel_bin_edges, stft_plan
+from turnout.graph.dtypes import np_dtype
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.spectral import dft_plan, mel_bin_edges, stft_plan
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

@@ -1,7 +1,7 @@
 """The ai.onnx.preview.training optimizers (Adagrad, Adam, Momentum) on `be.xp`.
 
 Grouping, attributes and the per-step scalars (the learning rate after decay or bias
-correction, Momentum's gradient weight) are `turnout.semantics.optimizers`'s: R and T are
+correction, Momentum's gradient weight) are `turnout.sdk.semantics.optimizers`'s: R and T are
 host inputs, read once per run; each optimized tensor's update is a few elementwise xp ops.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.optimizers import optimizer_attrs, optimizer_groups
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.optimizers import optimizer_attrs, optimizer_groups
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only

@@ -1,17 +1,17 @@
 """Constant and Dropout on `be.xp`.
 
-Constant's value is decoded by `turnout.semantics.literal` (as on every provider) and copied
+Constant's value is decoded by `turnout.sdk.semantics.literal` (as on every provider) and copied
 to the device once, at session creation. Dropout's ratio, mode and training mask come from
-`turnout.semantics.dropout`.
+`turnout.sdk.semantics.dropout`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.dropout import DropoutMode
-from turnout.semantics.literal import constant_attr_value
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.dropout import DropoutMode
+from turnout.sdk.semantics.literal import constant_attr_value
 
 from ..backend import Backend
 from .registry import cuda_kernel
@@ -30,7 +30,7 @@ def constant(kn: KernelNode, be: Backend) -> KernelFn:
 @cuda_kernel("Dropout", 1, host_inputs=(1, 2))
 def dropout(kn: KernelNode, be: Backend) -> KernelFn:
     """The identity and an all-true mask at inference. In training mode the mask is drawn on
-    the host by `turnout.semantics.dropout` (numpy's generator: a seeded node gives the same
+    the host by `turnout.sdk.semantics.dropout` (numpy's generator: a seeded node gives the same
     mask as on every provider) and copied to the device, one copy per run."""
     mode = DropoutMode(kn)
     n_out = len(kn.node.outputs)

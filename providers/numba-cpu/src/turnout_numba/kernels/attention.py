@@ -20,9 +20,9 @@ import numpy as np
 from numba import prange, types
 from numpy.typing import DTypeLike
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.attention import attention_shapes
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.attention import attention_shapes
 
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.provider import KernelFn, KernelNode
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from .. import cache
 from ..registry import BuildContext, numba_kernel, numpy_kernel

@@ -31,11 +31,11 @@ from typing import Any
 import numba
 import numpy as np
 
-from turnout.blas_threads import run_threads
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.activations import activation_of
-from turnout.semantics.geometry import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.blas_threads import run_threads
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import activation_of
+from turnout.sdk.semantics.geometry import (
     check_conv_channels,
     conv_geometry,
     conv_kernel_shape,

@@ -6,7 +6,7 @@ that a node that is not fused still runs one compiled pass.
 
 from __future__ import annotations
 
-from turnout.provider import KernelFn, KernelNode
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..codegen import EW_OPS, compile_group, ew_supports
 from ..registry import BuildContext, numba_kernel

@@ -5,7 +5,7 @@ parallel pass then adds a per-row bias (Conv's per channel), a per-column bias (
 and/or a full tensor (FusedConv's residual Z, a full Gemm C), and applies the fused activation,
 instead of numpy's pass per operation (and numpy's float64 erf for Gelu). Each combination is
 generated as its own small kernel, so the inner loop has no branches and vectorizes; the set of
-activations is `turnout.semantics.activations`'s table. Arithmetic
+activations is `turnout.sdk.semantics.activations`'s table. Arithmetic
 stays in the tensor's dtype, as in the CPU kernels.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.semantics.activations import ACTIVATION_DEFAULTS
+from turnout.sdk.semantics.activations import ACTIVATION_DEFAULTS
 
 from .. import cache
 from ..codegen import numba_array
@@ -26,7 +26,7 @@ from ..vecmath import MARK, contracts, horner, mlas_logistic_f32, mlas_tanh_f32
 __all__ = ["ACTIVATIONS", "CTOR", "Epilogue", "activation_lines", "band_epilogue_fields"]
 
 # activation name -> the statement computing v from v (T is the dtype's constructor, a0 and a1
-# the parameters). Names and parameter defaults are `turnout.semantics.ACTIVATION_DEFAULTS`.
+# the parameters). Names and parameter defaults are `turnout.sdk.semantics.ACTIVATION_DEFAULTS`.
 ACTIVATIONS: dict[str, str] = {
     "": "",
     "Identity": "",

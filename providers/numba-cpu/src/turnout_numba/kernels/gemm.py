@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
-from turnout.blas_threads import blas_matmul
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.activations import activation_of
-from turnout.semantics.constants import constant_value
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.blas_threads import blas_matmul
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import activation_of
+from turnout.sdk.semantics.constants import constant_value
 
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.loss import check_loss_shapes
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.loss import check_loss_shapes
 
 from ..codegen import compute_dtype, numba_array
 from ..registry import BuildContext, numba_kernel

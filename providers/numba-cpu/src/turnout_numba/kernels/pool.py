@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 from numba import from_dtype, prange, types
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.geometry import conv_geometry, spatial_attrs
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.geometry import conv_geometry, spatial_attrs
 
 from ..codegen import compute_dtype, numba_array
 from ..registry import SERIAL_WORK, BuildContext, SizedKernel, numba_kernel

@@ -1,6 +1,6 @@
 """2-D products split on numba's worker threads: the conv and GEMM kernels' `matmul`.
 
-In a run with threads, `turnout.blas_threads.blas_matmul` splits a large product between the
+In a run with threads, `turnout.sdk.blas_threads.blas_matmul` splits a large product between the
 caller and Python helper threads. Each block then waits for a helper to wake and for the GIL
 (about 60 us a hand-off on the 2-core VM), so products under ~1 ms gained little or lost
 (64x576 @ 576x504, 0.3 ms: 0.97x its serial time). Here a `prange` loop calls numpy's BLAS
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.blas_threads import blas_matmul, run_threads
+from turnout.sdk.blas_threads import blas_matmul, run_threads
 
 from .. import cache
 from ..cblas import find_gemm, gemm_operand

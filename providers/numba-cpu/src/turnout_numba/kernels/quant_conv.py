@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.constants import constant_input
-from turnout.semantics.geometry import conv_geometry, spatial_attrs
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.geometry import conv_geometry, spatial_attrs
 
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel, numba_kernel

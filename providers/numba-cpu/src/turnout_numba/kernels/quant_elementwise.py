@@ -34,9 +34,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import prange, types
 
-from turnout.contrib import DOMAIN
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel

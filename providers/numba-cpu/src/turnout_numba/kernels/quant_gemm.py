@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.errors import InvalidArgument
+from turnout.graph.errors import InvalidArgument
 
 from .. import cache
 from ..codegen import numba_array

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.quant import dynamic_quant_params
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.quant import dynamic_quant_params
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
@@ -90,7 +90,7 @@ def quantizer(ctx: BuildContext, outs: tuple[str, ...] = EIGHT_BIT) -> Any:
 
 class DynamicQuantizer:
     """DynamicQuantizeLinear as onnxruntime computes it: scale and zero point of the input's
-    range by `turnout.semantics.quant.dynamic_quant_params`, then one quantize pass (a float32
+    range by `turnout.sdk.semantics.quant.dynamic_quant_params`, then one quantize pass (a float32
     division, as MLAS).
     `__call__(x)` returns (uint8 values shaped as x, scale, zero point)."""
 

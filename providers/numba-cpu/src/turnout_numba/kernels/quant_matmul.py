@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.constants import constant_input
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
 
 from ..registry import BuildContext, numba_kernel
 from .quant_batched import BatchedProduct

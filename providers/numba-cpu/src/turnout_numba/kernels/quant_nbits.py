@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
-from turnout.contrib import DOMAIN
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.constants import constant_input
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
 
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel, numba_kernel

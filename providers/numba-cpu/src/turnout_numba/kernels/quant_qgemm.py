@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.contrib import DOMAIN
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..registry import BuildContext, numba_kernel
 from .quant_gemm import Params

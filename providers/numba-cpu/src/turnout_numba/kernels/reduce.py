@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array

@@ -1,7 +1,7 @@
 """Resize (opset 11+), nearest and linear: per-axis source tables, one compiled pass.
 
 Detection and segmentation heads and FPNs upsample NCHW maps by 2 in H and W. The output
-shape comes from `turnout.semantics.resize_targets` (so every provider resizes to the same
+shape comes from `turnout.sdk.semantics.resize_targets` (so every provider resizes to the same
 shape); each resized axis then gets a table of source indices (nearest) or of two taps and their
 weights (linear), from the same module's `nearest_indices` and `filter_taps`, and the tables are
 kept per (input shape, scales, sizes): when those come from initializers, as they usually
@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from numba import prange, types
 
-from turnout import semantics
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.resize import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk import semantics
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.resize import (
     filter_taps,
     nearest_indices,
     resize_targets,

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.recurrent import recurrent_attrs
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.recurrent import recurrent_attrs
 
 from .. import cache
 from ..codegen import numba_array
@@ -97,7 +97,7 @@ def _direction(kn: KernelNode) -> str:
 
 
 def _activations(kn: KernelNode) -> list[list[Act]]:
-    """Per direction, the activations with their parameters, as turnout.semantics.recurrent
+    """Per direction, the activations with their parameters, as turnout.sdk.semantics.recurrent
     decodes them (0.0 where an activation takes no such parameter)."""
     acts = recurrent_attrs(kn).acts
     return [[(k, 0.0 if a is None else a, 0.0 if b is None else b) for k, a, b in d] for d in acts]

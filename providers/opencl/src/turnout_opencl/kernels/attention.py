@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.attention import attention_shapes
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.attention import attention_shapes
 
 from ..runtime import CTYPES, Runtime, bcast_strides, buf, c_strides
 from .base import FLOATS, ocl_kernel

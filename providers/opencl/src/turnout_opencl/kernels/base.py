@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from turnout.provider import KernelFn, KernelNode
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..runtime import BF16, HALFS, Runtime
 
@@ -219,7 +219,7 @@ def dtype_out(kn: KernelNode, j: int = 0) -> np.dtype[Any]:
 
 
 def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
-    from turnout.errors import InvalidArgument
+    from turnout.graph.errors import InvalidArgument
 
     if not -rank <= axis < max(rank, 1):
         raise InvalidArgument(f"{what} {axis} is out of range for rank {rank}")

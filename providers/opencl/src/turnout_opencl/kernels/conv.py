@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.geometry import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.geometry import (
     check_conv_channels,
     conv_geometry,
     conv_kernel_shape,
@@ -105,7 +105,7 @@ def _spatial(
 ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
     """(out sizes, strides, pads begin, pads end, dilations) for the spatial dims.
 
-    `turnout.semantics.geometry`, as on every provider: the same pads for every auto_pad, and
+    `turnout.sdk.semantics.geometry`, as on every provider: the same pads for every auto_pad, and
     the same InvalidArgument for an unknown one or a window that does not fit.
     """
     strides, dil = spatial_attrs(kn, len(x_shape) - 2, kernel)

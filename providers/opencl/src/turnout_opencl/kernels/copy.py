@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..runtime import CTYPES, HALFS, STORE, Runtime, bcast_strides, buf, c_strides
 from .base import ALL, host_ints, norm_axis, ocl_kernel

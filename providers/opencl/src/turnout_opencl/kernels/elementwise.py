@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..runtime import BF16, CTYPES, F16, HALFS, Runtime, bcast_strides, buf, lit
 from .base import ALL, BOOL, FLOATS, INTS, NUM, SINTS, UINTS, dtype_out, ocl_kernel

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.loss import check_loss_shapes
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.loss import check_loss_shapes
 
 from ..runtime import CTYPES, Runtime, buf
 from .base import FLOATS, ocl_kernel

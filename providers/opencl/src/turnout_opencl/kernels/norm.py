@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..runtime import CTYPES, Runtime, bcast_strides, buf, lit
 from .base import FLOATS, norm_axis, ocl_kernel

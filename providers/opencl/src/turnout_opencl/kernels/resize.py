@@ -3,7 +3,7 @@ kernel on the device.
 
 Resize is separable: for every axis the host computes, per output coordinate, the source
 indices and weights of its taps (nearest: 1, linear: 2, cubic: 4, antialias: wider; an axis
-left alone: 1 tap of weight 1) with `turnout.semantics.resize`, as every provider does, plus an
+left alone: 1 tap of weight 1) with `turnout.sdk.semantics.resize`, as every provider does, plus an
 "outside" flag for tf_crop_and_resize extrapolation. The tables are small (sum of the output
 dims) and cached by shape and parameters; one work item per output element sums the product
 of its axes' taps. Integer data is computed in double and rounded, nearest mode copies.
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
-from turnout.semantics.resize import (
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.resize import (
     extrapolation_fill,
     filter_taps,
     nearest_indices,

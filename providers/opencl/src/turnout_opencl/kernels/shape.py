@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.errors import InvalidArgument
-from turnout.provider import KernelFn, KernelNode
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelFn, KernelNode
 
 from ..runtime import CTYPES, HALFS, STORE, Runtime, buf, lit
 from .base import ALL, NUM, dtype_out, host_ints, norm_axis, ocl_kernel

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.activations import gelu_tanh
-from ....semantics.numerics import gelu_erf, typed_constants
-from ....semantics.numerics import sigmoid as _sigmoid
-from ..registry import cpu_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import gelu_tanh
+from turnout.sdk.semantics.numerics import gelu_erf, typed_constants
+from turnout.sdk.semantics.numerics import sigmoid as _sigmoid
 
 __all__: list[str] = []
 

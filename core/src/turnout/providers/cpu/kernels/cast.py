@@ -16,10 +16,10 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
-from ....dtypes import np_dtype
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
+from turnout.graph.dtypes import np_dtype
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__ = ["convert", "converter"]
 

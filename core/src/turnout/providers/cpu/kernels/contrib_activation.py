@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.activations import activation
-from ....semantics.numerics import sigmoid
-from ..registry import cpu_kernel
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import activation
+from turnout.sdk.semantics.numerics import sigmoid
 
 __all__: list[str] = []
 

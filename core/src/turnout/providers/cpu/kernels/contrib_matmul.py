@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....errors import Fail, InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import Fail, InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__: list[str] = []
 

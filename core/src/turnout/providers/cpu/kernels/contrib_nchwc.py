@@ -1,5 +1,5 @@
 """numpy kernels of the com.microsoft.nchwc ops: each unblocks its input
-(`turnout.contrib.nchwc_layout`), runs the plain kernel (Conv, the pools, Resize's taps) and
+(`turnout.graph.contrib.nchwc_layout`), runs the plain kernel (Conv, the pools, Resize's taps) and
 blocks the result again, so the values between them keep onnxruntime's memory layout.
 
 nchwc Conv is a Conv with its filter (and bias) padded to whole blocks of output channels, an
@@ -14,20 +14,25 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib.nchwc_layout import (
+from turnout.graph.contrib.nchwc_layout import (
     DOMAIN,
     block_size,
     from_blocked,
     to_blocked,
     unblock_filter,
 )
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.activations import activation, activation_of
-from ....semantics.resize import filter_taps, source_coordinates
-from ..registry import cpu_kernel
-from .conv import conv_runner
-from .pool import average_pool, global_average_pool, global_max_pool, max_pool
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.conv import conv_runner
+from turnout.providers.cpu.kernels.pool import (
+    average_pool,
+    global_average_pool,
+    global_max_pool,
+    max_pool,
+)
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import activation, activation_of
+from turnout.sdk.semantics.resize import filter_taps, source_coordinates
 
 __all__: list[str] = []
 

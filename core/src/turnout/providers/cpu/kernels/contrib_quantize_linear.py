@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
-from .quant import dequantize_linear, quantize_linear
+from turnout.graph.contrib import DOMAIN
+from turnout.providers.cpu.kernels.quant import dequantize_linear, quantize_linear
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__: list[str] = []
 

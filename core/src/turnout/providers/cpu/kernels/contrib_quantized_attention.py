@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
-from .contrib_attention import attention
-from .quant import dequantize
+from turnout.graph.contrib import DOMAIN
+from turnout.providers.cpu.kernels.contrib_attention import attention
+from turnout.providers.cpu.kernels.quant import dequantize
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__: list[str] = []
 

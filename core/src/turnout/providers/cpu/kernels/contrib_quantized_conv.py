@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
-from .conv import qlinear_conv
+from turnout.graph.contrib import DOMAIN
+from turnout.providers.cpu.kernels.conv import qlinear_conv
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__: list[str] = []
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.numerics import logistic
-from ..registry import cpu_kernel
-from .pool import average_pool
-from .quant import dequantize, quantize
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.pool import average_pool
+from turnout.providers.cpu.kernels.quant import dequantize, quantize
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.numerics import logistic
 
 __all__: list[str] = []
 

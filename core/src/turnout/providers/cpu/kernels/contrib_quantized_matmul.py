@@ -17,13 +17,13 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.constants import constant_input
-from ..registry import cpu_kernel
-from .matmul import integer_product
-from .quant import dynamic_quantize_linear, quantize
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.matmul import integer_product
+from turnout.providers.cpu.kernels.quant import dynamic_quantize_linear, quantize
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
 
 __all__ = ["unpack_bits"]
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....provider import KernelFn, KernelNode
-from ....semantics.constants import constant_input
-from ..registry import cpu_kernel
-from .contrib_normalization import embed_layer_normalization
-from .quant import dequantize
+from turnout.graph.contrib import DOMAIN
+from turnout.providers.cpu.kernels.contrib_normalization import embed_layer_normalization
+from turnout.providers.cpu.kernels.quant import dequantize
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
 
 __all__: list[str] = []
 

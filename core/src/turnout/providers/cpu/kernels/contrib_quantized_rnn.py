@@ -32,20 +32,20 @@ from typing import Any
 
 import numpy as np
 
-from ....contrib import DOMAIN
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.constants import constant_input
-from ....semantics.numerics import mlas_logistic, mlas_tanh
-from ....semantics.recurrent import (
+from turnout.graph.contrib import DOMAIN
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.quant import dynamic_quantize_linear
+from turnout.providers.cpu.kernels.rnn import recurrent_activation
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.numerics import mlas_logistic, mlas_tanh
+from turnout.sdk.semantics.recurrent import (
     RecurrentAttrs,
     check_recurrent_inputs,
     check_sequence_lens,
     recurrent_attrs,
 )
-from ..registry import cpu_kernel
-from .quant import dynamic_quantize_linear
-from .rnn import recurrent_activation
 
 __all__: list[str] = []
 

@@ -3,7 +3,7 @@
 Conv is im2col + one batched BLAS matmul per call: the padded input is viewed as sliding
 windows (no copy until the reshape), grouped channels become a batch axis of the matmul.
 ConvTranspose is the adjoint: one matmul to columns, then col2im as a strided add per kernel
-offset. The window geometry (pads, output size per auto_pad) is `turnout.semantics.geometry`,
+offset. The window geometry (pads, output size per auto_pad) is `turnout.sdk.semantics.geometry`,
 shared with every provider; `pad_spatial` and `window_slices` here serve the pooling kernels in
 `pool.py` too.
 """
@@ -17,17 +17,17 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ....blas_threads import blas_matmul
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.geometry import (
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.blas_threads import blas_matmul
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.geometry import (
     check_conv_channels,
     conv_geometry,
     conv_kernel_shape,
     spatial_attrs,
 )
-from ....semantics.unfold import conv_transpose_geometry, tap_placements
-from ..registry import cpu_kernel
+from turnout.sdk.semantics.unfold import conv_transpose_geometry, tap_placements
 
 __all__: list[str] = []
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.numerics import erf, tanh
-from ..registry import cpu_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.numerics import erf, tanh
 
 __all__: list[str] = []
 

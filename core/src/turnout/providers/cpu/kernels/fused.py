@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from ....blas_threads import blas_matmul
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.activations import activation, activation_of, gelu_tanh
-from ....semantics.activations import gelu as gelu_erf
-from ..registry import cpu_kernel
-from .conv import conv_runner
-from .norm import _stash_dtype, layer_normalization
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.conv import conv_runner
+from turnout.providers.cpu.kernels.norm import _stash_dtype, layer_normalization
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.blas_threads import blas_matmul
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import activation, activation_of, gelu_tanh
+from turnout.sdk.semantics.activations import gelu as gelu_erf
 
 __all__: list[str] = []
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.indexing import (
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.indexing import (
     check_element_indices,
     check_scatter_nd_updates,
     index_axis,
     nd_index_shape,
     scatter_reduction,
 )
-from ..registry import cpu_kernel
 
 __all__: list[str] = []
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.loss import check_loss_shapes, weigh_and_reduce
-from ..registry import cpu_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.loss import check_loss_shapes, weigh_and_reduce
 
 __all__: list[str] = []
 

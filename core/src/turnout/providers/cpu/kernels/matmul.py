@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from ....blas_threads import blas_matmul
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.linalg import check_square, einsum_equation
-from ..registry import cpu_kernel
-from .cast import convert
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.cast import convert
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.blas_threads import blas_matmul
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.linalg import check_square, einsum_equation
 
 __all__ = ["integer_product"]
 

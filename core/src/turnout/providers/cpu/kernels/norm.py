@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.batch_norm import batch_norm_training
-from ....semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
-from ..registry import cpu_kernel
-from .conv import compute_dtype
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.conv import compute_dtype
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.batch_norm import batch_norm_training
+from turnout.sdk.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
 
 __all__: list[str] = []
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.geometry import conv_geometry, pool_kernel_shape, spatial_attrs
-from ....semantics.sampling import check_roi_align, roi_align_attrs, roi_samples
-from ....semantics.unfold import max_unpool_shapes
-from ..registry import cpu_kernel
-from .conv import compute_dtype, pad_spatial, window_slices
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.conv import compute_dtype, pad_spatial, window_slices
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.geometry import conv_geometry, pool_kernel_shape, spatial_attrs
+from turnout.sdk.semantics.sampling import check_roi_align, roi_align_attrs, roi_samples
+from turnout.sdk.semantics.unfold import max_unpool_shapes
 
 __all__: list[str] = []
 

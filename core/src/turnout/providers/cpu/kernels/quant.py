@@ -1,7 +1,7 @@
 """Linear quantization kernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear.
 
 Scales and zero points come in three granularities (per tensor, per axis, blocked);
-`turnout.semantics.quant.expand_param` turns each into an array that broadcasts against the
+`turnout.sdk.semantics.quant.expand_param` turns each into an array that broadcasts against the
 input, with the checks every provider shares. Conversion into the
 float8/float4 output types reuses Cast's `convert`, so saturation follows the Cast tables.
 """
@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.quant import (
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.cast import convert
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.quant import (
     attr_dtype,
     compute_dtype,
     dynamic_quant_params,
@@ -22,8 +24,6 @@ from ....semantics.quant import (
     int_range,
     quant_axis_block,
 )
-from ..registry import cpu_kernel
-from .cast import convert
 
 __all__ = ["dequantize", "quantize"]
 

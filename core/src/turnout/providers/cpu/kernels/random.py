@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ....environment import random_state
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.dropout import DropoutMode
-from ..registry import cpu_kernel
+from turnout.api.environment import random_state
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.dropout import DropoutMode
 
 __all__: list[str] = []
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ..registry import cpu_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__: list[str] = []
 

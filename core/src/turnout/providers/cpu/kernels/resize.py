@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.resize import (
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.conv import compute_dtype
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.resize import (
     extrapolation_fill,
     filter_taps,
     nearest_indices,
@@ -26,16 +28,14 @@ from ....semantics.resize import (
     resize_targets,
     source_coordinates,
 )
-from ....semantics.sampling import (
+from turnout.sdk.semantics.sampling import (
     affine_grid_base,
     check_affine_theta,
     check_grid,
     grid_axis_taps,
     grid_sample_attrs,
 )
-from ....semantics.unfold import col2im_geometry, tap_placements
-from ..registry import cpu_kernel
-from .conv import compute_dtype
+from turnout.sdk.semantics.unfold import col2im_geometry, tap_placements
 
 __all__: list[str] = []
 

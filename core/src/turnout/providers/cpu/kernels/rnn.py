@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from ....provider import KernelFn, KernelNode
-from ....semantics.constants import constant_input
-from ....semantics.numerics import logistic
-from ....semantics.recurrent import (
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.numerics import logistic
+from turnout.sdk.semantics.recurrent import (
     check_recurrent_inputs,
     check_sequence_lens,
     recurrent_attrs,
 )
-from ..registry import cpu_kernel
 
 __all__ = ["recurrent_activation"]
 
@@ -31,7 +31,7 @@ Step = Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, Any]]
 
 
 # activation name (lower case) -> builder(alpha, beta) -> function; the names and their
-# alpha/beta defaults are turnout.semantics.recurrent's
+# alpha/beta defaults are turnout.sdk.semantics.recurrent's
 _ACTIVATIONS: dict[str, Callable[[Any, Any], Act]] = {
     "relu": lambda a, b: lambda x: np.maximum(x, 0),
     "tanh": lambda a, b: np.tanh,

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ....errors import InvalidArgument
-from ....provider import KernelFn, KernelNode
-from ....semantics.indexing import reverse_sequence_axes
-from ....semantics.literal import constant_attr_value
-from ....semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
-from ..registry import cpu_kernel
+from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.registry import cpu_kernel
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.indexing import reverse_sequence_axes
+from turnout.sdk.semantics.literal import constant_attr_value
+from turnout.sdk.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
 
 __all__: list[str] = []
 
@@ -265,7 +265,7 @@ def eye_like(node: KernelNode) -> KernelFn:
     dt = node.attr("dtype")
 
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        from ....dtypes import np_dtype
+        from turnout.graph.dtypes import np_dtype
 
         if x.ndim != 2:
             raise _bad(node, f"EyeLike needs a 2-D input, got shape {x.shape}")

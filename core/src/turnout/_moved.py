@@ -1,0 +1,89 @@
+"""Old import paths of modules that moved into the layers, kept working.
+
+Core was regrouped into layers (graph, sdk, engine, api, tools); `turnout.session`,
+`turnout.provider`, `turnout.capi.onnxruntime_pybind11_state` and every other old path still
+import. A finder on `sys.meta_path` resolves an old name to the module at its new place, the
+same module object (so `isinstance`, monkeypatching and pickles agree whichever name was used).
+New code imports the new paths; these aliases are for applications and third-party providers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+__all__ = ["MOVED", "install", "new_name"]
+
+_LAYERS = {
+    "graph": "contrib dtypes errors ir logs model shape_inference structure tensors validate",
+    "sdk": "blas_threads custom_ops devices fusion hookspecs plugins provider provider_options "
+    "semantics",
+    "engine": "executor feeds partition pipeline profiling provider_selection report_render",
+    "api": "as_onnxruntime backend capi compiler datasets environment ep_assignment ep_devices "
+    "ep_library io_binding lora options ort_enums session values",
+    "tools": "cli concurrency fake_device models quantization ray scaffold testing",
+}
+
+MOVED: dict[str, str] = {
+    f"turnout.{name}": f"turnout.{layer}.{name}"
+    for layer, names in _LAYERS.items()
+    for name in names.split()
+}
+"""Old top-level module or package → its place in a layer (submodules follow their package)."""
+
+
+def new_name(fullname: str) -> str | None:
+    """The new dotted name of an old one (a module or anything inside it), or None."""
+    head, _, rest = fullname.partition(".")
+    second, _, tail = rest.partition(".")
+    moved = MOVED.get(f"{head}.{second}")
+    if moved is None:
+        return None
+    return f"{moved}.{tail}" if tail else moved
+
+
+class _Alias(importlib.abc.Loader):
+    """Hands out the already imported module at the new name."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module ran when it was imported under its new name."""
+
+    def get_code(self, fullname: str) -> object:
+        """The new module's code, for `python -m OLD.NAME` (runpy runs it as __main__)."""
+        spec = importlib.util.find_spec(self.target)
+        assert spec is not None and spec.loader is not None
+        return spec.loader.get_code(self.target)  # type: ignore[attr-defined]
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        new = new_name(fullname)
+        if new is None:
+            return None
+        found = importlib.util.find_spec(new)
+        if found is None:
+            return None
+        is_package = found.submodule_search_locations is not None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(new), is_package=is_package)
+
+
+def install() -> None:
+    """Put the finder first on `sys.meta_path` (idempotent)."""
+    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _MovedFinder())

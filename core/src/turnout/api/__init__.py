@@ -1,0 +1,6 @@
+"""The onnxruntime façade: the names an onnxruntime application uses.
+
+Sessions, options, OrtValue and device values, IO binding, `capi/`, EP devices and selection
+policies, compiled models, LoRA adapters, the `onnx.backend` Backend, datasets and
+`as_onnxruntime`. It turns onnxruntime's API into engine calls and imports every layer below.
+"""

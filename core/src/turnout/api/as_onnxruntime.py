@@ -1,0 +1,111 @@
+"""Run an unchanged onnxruntime application on turnout.
+
+In code, before the application imports onnxruntime::
+
+    import turnout
+    turnout.install_as_onnxruntime()
+
+From the shell::
+
+    python -m turnout.as_onnxruntime script.py [args...]
+    python -m turnout.as_onnxruntime -m package.module [args...]
+
+`install()` puts an `onnxruntime` module and its submodules into `sys.modules`. Every name of
+the `onnxruntime` module is turnout's (the same objects, so `isinstance` checks agree), except
+the few that describe the package: `__version__` and `version` read as `ORT_API_VERSION`, the
+onnxruntime API version turnout mirrors, and `package_name` as "onnxruntime".
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import runpy
+import sys
+import types
+from typing import Any
+
+import turnout
+
+__all__ = ["MIRRORED_MODULES", "install", "installed", "main"]
+
+# onnxruntime submodule -> the turnout module that stands in for it
+MIRRORED_MODULES = {
+    "onnxruntime.capi": "turnout.api.capi",
+    "onnxruntime.capi._pybind_state": "turnout.api.capi._pybind_state",
+    "onnxruntime.capi.onnxruntime_pybind11_state": "turnout.api.capi.onnxruntime_pybind11_state",
+    "onnxruntime.capi.onnxruntime_inference_collection": (
+        "turnout.api.capi.onnxruntime_inference_collection"
+    ),
+    "onnxruntime.capi.onnxruntime_validation": "turnout.api.capi.onnxruntime_validation",
+    "onnxruntime.capi.build_and_package_info": "turnout.api.capi.build_and_package_info",
+    "onnxruntime.backend": "turnout.api.backend",
+    "onnxruntime.backend.backend": "turnout.api.backend.backend",
+    "onnxruntime.backend.backend_rep": "turnout.api.backend.backend_rep",
+    "onnxruntime.datasets": "turnout.api.datasets",
+}
+
+
+class _OnnxruntimeModule(types.ModuleType):
+    """`onnxruntime`: turnout's names, read through, with onnxruntime's package identity."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(turnout, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(dir(turnout)) | set(vars(self)))
+
+
+def installed() -> bool:
+    """True when `onnxruntime` in this process is turnout."""
+    return isinstance(sys.modules.get("onnxruntime"), _OnnxruntimeModule)
+
+
+def install() -> None:
+    """Make `import onnxruntime` and its submodules give turnout (idempotent). Any onnxruntime
+    already imported in this process is replaced for later imports; objects taken from it
+    before stay what they were."""
+    if installed():
+        return
+    for name in [m for m in sys.modules if m == "onnxruntime" or m.startswith("onnxruntime.")]:
+        del sys.modules[name]
+    module = _OnnxruntimeModule("onnxruntime", turnout.__doc__)
+    module.__file__ = turnout.__file__
+    module.__path__ = []  # a package: submodules come from sys.modules, unknown ones fail
+    module.__spec__ = importlib.machinery.ModuleSpec("onnxruntime", None, is_package=True)
+    module.__version__ = turnout.ORT_API_VERSION  # type: ignore[attr-defined]
+    module.version = turnout.ORT_API_VERSION  # type: ignore[attr-defined]
+    module.package_name = "onnxruntime"  # type: ignore[attr-defined]
+    sys.modules["onnxruntime"] = module
+    for ort_name, tn_name in MIRRORED_MODULES.items():
+        sys.modules[ort_name] = importlib.import_module(tn_name)
+
+
+_USAGE = """usage: python -m turnout.as_onnxruntime script.py [args...]
+       python -m turnout.as_onnxruntime -m module [args...]
+
+Runs the script or module with `import onnxruntime` giving turnout."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_USAGE)
+        return 0 if args else 2
+    install()
+    if args[0] == "-m":
+        if len(args) < 2:
+            print(_USAGE, file=sys.stderr)
+            return 2
+        sys.argv = args[1:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = args
+        sys.path[0] = os.path.dirname(os.path.abspath(args[0]))  # as `python script.py` does
+        runpy.run_path(args[0], run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

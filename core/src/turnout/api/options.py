@@ -1,0 +1,292 @@
+"""SessionOptions and RunOptions with onnxruntime's names and enums."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from turnout.graph.errors import InvalidArgument
+
+__all__ = [
+    "ExecutionMode",
+    "ExecutionOrder",
+    "GraphOptimizationLevel",
+    "ResourceLimits",
+    "RunOptions",
+    "SessionOptions",
+]
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+FALLBACK_POLICIES = ("allow", "warn", "error")
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """What loading a model may cost, so a tiny file cannot make session creation take minutes
+    or gigabytes. Each is a session config entry `session.turnout.<field name>`.
+
+    - `max_tensor_elements`: a value whose inferred static shape holds more elements is refused
+      at load (InvalidGraph naming the node), before anything allocates it.
+    - `fold_max_elements`: the largest tensor constant folding may create (bigger ones are
+      computed at run time, like any other node).
+    - `fold_max_total_bytes`: all tensors that constant folding keeps, together.
+    - `shape_data_max_elements`: the largest value onnx's data propagation may read while
+      inferring shapes (shape tensors are small; see `turnout.graph.shape_inference`).
+    """
+
+    max_tensor_elements: int = 1 << 32
+    fold_max_elements: int = 1 << 20
+    fold_max_total_bytes: int = 1 << 28
+    shape_data_max_elements: int = 4096
+
+    @staticmethod
+    def from_config(config: dict[str, str]) -> ResourceLimits:
+        values = {}
+        for f in fields(ResourceLimits):
+            key = f"session.turnout.{f.name}"
+            if key in config:
+                values[f.name] = _positive_int(key, config[key])
+        return ResourceLimits(**values)
+
+
+def _positive_int(key: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise InvalidArgument(
+            f"session config entry {key!r} must be a positive integer, not {value!r}"
+        )
+    return number
+
+
+LIMIT_KEYS = frozenset(f"session.turnout.{f.name}" for f in fields(ResourceLimits))
+
+
+class SessionOptions:
+    """Per-session configuration, attribute-compatible with onnxruntime.SessionOptions."""
+
+    def __init__(self) -> None:
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order = ExecutionOrder.DEFAULT
+        self.enable_profiling = False
+        self.profile_file_prefix = "turnout_profile"
+        self.optimized_model_filepath = ""
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
+        self.use_deterministic_compute = False
+        self._fallback = "warn"
+        self._config: dict[str, str] = {}
+        self._free_dims_by_name: dict[str, int] = {}
+        self._free_dims_by_denotation: dict[str, int] = {}
+        self._initializers: dict[str, Any] = {}
+        self._external_initializers: dict[str, Any] = {}
+        self._external_files: dict[str, memoryview] = {}
+        self._providers: list[tuple[str, dict[str, str]]] = []
+        self._ep_policy: Any = None  # OrtExecutionProviderDevicePolicy, or None
+        self._ep_delegate: Any = None  # the application's selection delegate, or None
+        self._cancel_load = False
+        self.use_per_session_threads = True
+
+    @property
+    def fallback(self) -> str:
+        """Whether nodes may fall back to CPU: "allow", "warn" (default) or "error"."""
+        return self._config.get("session.fallback", self._fallback)
+
+    @fallback.setter
+    def fallback(self, value: str) -> None:
+        if value not in FALLBACK_POLICIES:
+            raise InvalidArgument(f"fallback must be one of {FALLBACK_POLICIES}, not {value!r}")
+        self._fallback = value
+        self._config.pop("session.fallback", None)
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        if key == "session.fallback" and value not in FALLBACK_POLICIES:
+            raise InvalidArgument(f"session.fallback must be one of {FALLBACK_POLICIES}")
+        if key in LIMIT_KEYS:
+            _positive_int(key, str(value))
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InvalidArgument(f"SessionOptions config entry {key!r} is not set")
+        return self._config[key]
+
+    @property
+    def resource_limits(self) -> ResourceLimits:
+        """The load-time resource limits, from the `session.turnout.*` config entries."""
+        return ResourceLimits.from_config(self._config)
+
+    def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
+        self._free_dims_by_name[name] = int(value)
+
+    def add_free_dimension_override_by_denotation(self, denotation: str, value: int) -> None:
+        self._free_dims_by_denotation[denotation] = int(value)
+
+    def add_initializer(self, name: str, value: Any) -> None:
+        """Replace the model's initializer `name` with `value` (an OrtValue or numpy array)."""
+        self._initializers[name] = value
+
+    def add_external_initializers(self, names: list[str], values: list[Any]) -> None:
+        """Data for initializers the model stores as external data, by initializer name (the
+        model's files for them are not read). OrtValues or numpy arrays, kept by reference."""
+        if len(names) != len(values):
+            raise InvalidArgument(
+                "add_external_initializers: expecting names and ortvalues lists to have equal "
+                f"length, got {len(names)} names and {len(values)} values"
+            )
+        for name, value in zip(names, values):
+            self._external_initializers[str(name)] = value
+
+    def add_external_initializers_from_files_in_memory(
+        self, names: list[str], buffers: list[Any], lengths: list[int]
+    ) -> None:
+        """The contents of the model's external-data files, by the file name the model's
+        tensors give as their location: those tensors read from here, not from disk. The first
+        `length` bytes of each buffer are used (no copy)."""
+        if not len(names) == len(buffers) == len(lengths):
+            raise InvalidArgument(
+                "add_external_initializers_from_files_in_memory: names, buffers and lengths "
+                "must have the same length"
+            )
+        for name, buffer, length in zip(names, buffers, lengths):
+            view = memoryview(buffer).cast("B")
+            n = int(length)
+            if not 0 <= n <= len(view):
+                raise InvalidArgument(
+                    f"external file {name!r}: length {n} exceeds its buffer of {len(view)} bytes"
+                )
+            self._external_files[str(name)] = view[:n]
+
+    def add_provider(self, provider_name: str, provider_options: dict[str, str]) -> None:
+        """Append a provider that sessions created without a `providers` list will use."""
+        self._providers.append(
+            (str(provider_name), {str(k): str(v) for k, v in provider_options.items()})
+        )
+
+    def has_providers(self) -> bool:
+        """Whether `add_provider` configured providers for sessions made with these options."""
+        return bool(self._providers)
+
+    def add_provider_for_devices(
+        self, ep_devices: Sequence[Any], provider_options: Mapping[str, Any]
+    ) -> None:
+        """Append the provider of these `get_ep_devices()` entries (all of one provider),
+        on its device, with `provider_options` over the device's own options."""
+        from turnout.api.ep_devices import specs_for_devices
+
+        self._providers.append(specs_for_devices(ep_devices, provider_options))
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Let a policy choose the providers of sessions created without a provider list."""
+        from turnout.api.ep_devices import OrtExecutionProviderDevicePolicy
+
+        try:
+            self._ep_policy = OrtExecutionProviderDevicePolicy(policy)
+        except ValueError:
+            raise InvalidArgument(
+                f"unknown provider selection policy {policy!r}; one of "
+                f"{[p.name for p in OrtExecutionProviderDevicePolicy]}"
+            ) from None
+        self._ep_delegate = None
+
+    def set_provider_selection_policy_delegate(self, delegate: Any) -> None:
+        """Let `delegate(ep_devices, model_metadata, runtime_metadata, max_selections)` choose
+        the providers, as in onnxruntime; it returns a subset of the devices it is given."""
+        if not callable(delegate):
+            raise InvalidArgument(
+                f"provider selection delegate must be callable, not {type(delegate).__name__}"
+            )
+        self._ep_delegate = delegate
+        self._ep_policy = None
+
+    def has_selection_policy(self) -> bool:
+        """Whether a policy or delegate chooses providers for sessions given none."""
+        return self._ep_policy is not None or self._ep_delegate is not None
+
+    def set_load_cancellation_flag(self, value: bool) -> None:
+        """Ask a session being created with these options (on another thread, or later) to stop
+        loading: it raises ModelLoadCanceled at the next stage boundary."""
+        self._cancel_load = bool(value)
+
+    def register_custom_ops_library(self, path: str) -> None:
+        """Install the op sets of a Python module, package or wheel at `path` that defines the
+        `turnout_custom_ops` hook (onnxruntime loads a native library here; a native one is
+        refused, saying so). The domains stay known for the whole process."""
+        from pathlib import Path
+
+        from turnout.api.ep_library import load_module
+        from turnout.sdk.custom_ops import install
+
+        if Path(path).suffix in {".so", ".dll", ".dylib"}:
+            raise InvalidArgument(
+                f"custom op libraries are native onnxruntime plugins; turnout loads custom ops "
+                f"from Python (a turnout_custom_ops hook in a module), not from {path!r}"
+            )
+        module = load_module(Path(path), f"custom_ops_{abs(hash(str(path)))}")
+        hook = getattr(module, "turnout_custom_ops", None)
+        if not callable(hook):
+            raise InvalidArgument(f"{path}: the module defines no turnout_custom_ops() hook")
+        install(hook() or [], str(path))
+
+
+class RunOptions:
+    """Per-run options; `terminate = True` from another thread cancels a run in progress."""
+
+    def __init__(self) -> None:
+        self.logid = ""
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.terminate = False
+        self.only_execute_path_to_fetches = False
+        self.synchronize_execution_providers = True
+        self._config: dict[str, str] = {}
+        self._adapters: list[Any] = []
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Activate a `LoraAdapter` for runs with these options: its parameters are fed as the
+        inputs of their names (see `turnout.api.lora`)."""
+        from turnout.api.lora import LoraAdapter
+
+        if not isinstance(adapter, LoraAdapter):
+            raise TypeError(
+                f"add_active_adapter(): expected a LoraAdapter, got {type(adapter).__name__}"
+            )
+        self._adapters.append(adapter)
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InvalidArgument(f"RunOptions config entry {key!r} is not set")
+        return self._config[key]

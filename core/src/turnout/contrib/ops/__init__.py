@@ -1,4 +1,0 @@
-"""One module per group of contrib ops; each calls `turnout.contrib.define` for its ops.
-
-Every module in this package is imported when `turnout.contrib` is.
-"""

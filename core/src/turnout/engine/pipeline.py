@@ -1,0 +1,256 @@
+"""The session pipeline, one function per stage: load, validate, optimize, partition, compile,
+plan.
+
+`InferenceSession` is a facade over these stages: it calls them in this order and keeps what
+they return. Each stage takes what the one before produced and the session's options, so a
+tool (a compiler of artifacts, `turnout explain`, a test) can run the stages it needs and
+inspect what lies between them:
+
+    model = load(source, options)               # parsed, external data, known operators
+    validate(model, label)                      # valid ONNX, types agree with the schemas
+    optimized = optimize(model, providers, options, label)   # rewritten graph, as IR
+    part = partition(optimized.graph, providers)             # node -> provider
+    prepared = compile(part, providers, reports)             # kernels built, groups compiled
+    runnable = plan(prepared)                                # copies inserted, steps ordered
+
+Nested graphs (If, Loop, Scan bodies) go through partition, compile and plan when their
+control-flow kernel is built, with the same providers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from turnout.api.options import SessionOptions
+from turnout.api.values import OrtValue
+from turnout.engine.executor.build import PreparedGraph, compile_partition
+from turnout.engine.executor.plan import Plan
+from turnout.engine.partition import GraphPartition, PartitionReport, partition_graph
+from turnout.graph.errors import GraphPassError, OptimizationSkippedWarning
+from turnout.graph.ir import Graph, schema_since_version
+from turnout.graph.logs import logger
+from turnout.graph.model import (
+    ModelSource,
+    SuppliedData,
+    allow_unknown_domains,
+    infer_shapes,
+    read_model,
+    validate_model,
+)
+from turnout.graph.shape_inference import refuse_oversized_values
+from turnout.sdk.custom_ops import custom_domains
+from turnout.sdk.plugins import graph_passes
+from turnout.sdk.provider import ExecutionProvider
+
+__all__ = [
+    "OptimizedModel",
+    "compile",
+    "load",
+    "optimize",
+    "partition",
+    "plan",
+    "save_optimized",
+    "validate",
+]
+
+
+@dataclass(frozen=True)
+class OptimizedModel:
+    """What `optimize` hands on: the rewritten model (shapes inferred), its IR, and the
+    optimizer's report of what it did."""
+
+    model: onnx.ModelProto
+    graph: Graph
+    report: Any  # optimizer.OptimizationReport
+
+
+def load(source: ModelSource, options: SessionOptions) -> onnx.ModelProto:
+    """Parse the model, with the external data and free-dimension values the options supply;
+    refuse what cannot be read or uses operators nobody defines."""
+    model = read_model(
+        source,
+        custom_domains=custom_domains(),
+        supplied=_supplied_data(options),
+        allow_unknown=allow_unknown_domains(options._config),
+    )
+    _override_free_dims(model, options)
+    return model
+
+
+def validate(model: onnx.ModelProto, label: str) -> None:
+    """The graph is valid ONNX as onnxruntime checks it, and its types agree with the schemas."""
+    validate_model(model, label)
+
+
+def optimize(
+    model: onnx.ModelProto,
+    providers: Sequence[ExecutionProvider],
+    options: SessionOptions,
+    label: str,
+    already_optimized: bool = False,
+) -> OptimizedModel:
+    """Rewrite the graph at the options' level for these providers (a fusion fires only when
+    the provider that would run it has the fused kernel), infer shapes, build the IR.
+
+    A graph pass that fails does not stop the model from running: the model goes on
+    unoptimized, with an `OptimizationSkippedWarning`. A compiled model (`already_optimized`)
+    is the optimized graph already: only shapes are inferred.
+    """
+    from turnout.optimizer import Level, OptimizationReport
+    from turnout.optimizer import optimize as run_passes
+    from turnout.optimizer.layout import nhwc_ops
+
+    values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
+    if already_optimized:
+        return _as_ir(model, False, OptimizationReport(Level.DISABLE), values, options, label)
+    try:
+        optimized, report = run_passes(
+            model,
+            options.graph_optimization_level,
+            supports=_fused_op_support(providers, model),
+            extra_passes=graph_passes(),
+            keep_initializers=options._initializers,
+            limits=options.resource_limits,
+            values=values,
+            nhwc_ops=nhwc_ops(providers, _opsets(model)),
+        )
+    except GraphPassError as e:
+        message = f"{label}: graph optimization skipped: {e}"
+        warnings.warn(message, OptimizationSkippedWarning, stacklevel=4)
+        logger.warning("%s", message)
+        optimized, report, values = model, OptimizationReport(Level.DISABLE), {}
+    return _as_ir(optimized, optimized is not model, report, values, options, label)
+
+
+def _as_ir(
+    model: onnx.ModelProto,
+    owned: bool,
+    report: Any,
+    values: dict[str, np.ndarray],
+    options: SessionOptions,
+    label: str,
+) -> OptimizedModel:
+    """Shapes inferred (into `model` when `owned`, else into a copy: inference writes into
+    its model), oversized values refused, the IR built."""
+    if not owned:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    limits = options.resource_limits
+    inferred = infer_shapes(model, limits.shape_data_max_elements)
+    refuse_oversized_values(inferred, limits.max_tensor_elements, label)
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import}
+    graph = Graph.from_proto(inferred.graph, opsets, values=values)
+    return OptimizedModel(inferred, graph, report)
+
+
+def partition(graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+    """Each node to the first provider (in priority order) that claims it, with the declines'
+    reasons; a node nobody claims is a `NotImplemented` naming it."""
+    return partition_graph(graph, providers)
+
+
+def compile(
+    part: GraphPartition,
+    providers: Sequence[ExecutionProvider],
+    reports: dict[str, PartitionReport],
+    constants_override: dict[str, Any] | None = None,
+) -> PreparedGraph:
+    """Build each claimed node's kernel and compile each provider's fused groups; the
+    partition report of the main graph lands in `reports[""]`."""
+    return compile_partition(part, providers, reports, "", constants_override)
+
+
+def plan(
+    prepared: PreparedGraph, options: SessionOptions, device_outputs: frozenset[str] = frozenset()
+) -> Plan:
+    """Insert the copies where values cross devices and order the steps into a runnable plan
+    (`device_outputs` stay on their device, for IO binding). Each intermediate is released
+    after its last reader unless `options.enable_mem_reuse` is off."""
+    return prepared.plan(device_outputs, release=bool(options.enable_mem_reuse))
+
+
+def save_optimized(model: onnx.ModelProto, options: SessionOptions) -> None:
+    """Write the optimized model (`SessionOptions.optimized_model_filepath`); large
+    initializers go to an external file when asked (onnxruntime's config entry
+    session.optimized_model_external_initializers_file_name)."""
+    path = options.optimized_model_filepath
+    external = options._config.get("session.optimized_model_external_initializers_file_name")
+    if not external:
+        onnx.save(model, path)
+        return
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    threshold = int(
+        options._config.get("session.optimized_model_external_initializers_min_size_in_bytes", 1024)
+    )
+    onnx.save(
+        copy,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=external,
+        size_threshold=threshold,
+    )
+
+
+def _supplied_data(options: SessionOptions) -> SuppliedData | None:
+    """The external data the options hand over instead of files (None when they hold none)."""
+    by_name, files = options._external_initializers, options._external_files
+    if not by_name and not files:
+        return None
+    arrays = {
+        name: value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
+        for name, value in by_name.items()
+    }
+    return SuppliedData(arrays, dict(files))
+
+
+def _override_free_dims(model: onnx.ModelProto, options: SessionOptions) -> None:
+    """Fix symbolic input dims by name or denotation before shape inference sees them."""
+    by_name = options._free_dims_by_name
+    by_denotation = options._free_dims_by_denotation
+    if not by_name and not by_denotation:
+        return
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            value = by_name.get(d.dim_param) if d.dim_param else None
+            if value is None and d.denotation:
+                value = by_denotation.get(d.denotation)
+            if value is not None:
+                d.dim_value = value
+
+
+def _fused_op_support(
+    providers: Sequence[ExecutionProvider], model: onnx.ModelProto
+) -> Callable[[str, str, tuple[str, ...]], bool]:
+    """Whether a fusion may fire: the first provider (in priority order) that would take the
+    fused op or the ops it replaces must run the fused op (`supports_fused_op`)."""
+    from turnout.optimizer.layout import channels_last_ops
+
+    opsets = _opsets(model)
+
+    def supports(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
+        opset = opsets.get(domain, 1)
+        since = schema_since_version(domain, op_type, opset) or opset
+        for p in providers:
+            nhwc = channels_last_ops(p)  # Conv run as NhwcConv counts as Conv
+            if p.supports_fused_op(domain, op_type, since) or (domain, op_type) in nhwc:
+                return True
+            ops = set(p.kernels.ops()) | nhwc
+            if any(("", r) in ops for r in replaced):
+                return False
+        return False
+
+    return supports
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    """The model's opset imports by domain ("" for ai.onnx)."""
+    return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}

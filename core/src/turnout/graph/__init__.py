@@ -1,0 +1,6 @@
+"""The graph layer: an ONNX model as turnout reads it.
+
+Loading and structure checks, validation, shape inference, the IR that partitioning and
+execution share, tensors and dtypes, sparse tensors, resource limits, the contrib op schemas, the
+error types and the logger. It imports nothing else of turnout: every other layer builds on it.
+"""

@@ -1,0 +1,121 @@
+"""Linear quantization's attributes, parameter layouts and integer ranges (QuantizeLinear,
+DequantizeLinear and the ops built on them).
+
+A scale or zero point is per tensor, per axis or blocked; `expand_param` turns each into an
+array that broadcasts against the input, with the op's checks, on any array module (numpy,
+CuPy), so a malformed node is the same `InvalidArgument` on every provider.
+`dynamic_quant_params` is DynamicQuantizeLinear's scale and zero point, for every kernel that
+rounds an activation to uint8 at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from turnout.graph.dtypes import np_dtype
+from turnout.graph.errors import InvalidArgument
+
+__all__ = [
+    "attr_dtype",
+    "compute_dtype",
+    "dynamic_quant_params",
+    "expand_param",
+    "int_range",
+    "quant_axis_block",
+]
+
+
+def int_range(dt: Any) -> tuple[int, int] | None:
+    """(min, max) of an integer quantized type (int4/uint4 included), None for the float8/float4
+    types."""
+    dt = np.dtype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return int(info.min), int(info.max)
+    try:
+        info2 = ml_dtypes.iinfo(dt)  # type: ignore[no-untyped-call]
+    except (ValueError, TypeError):
+        return None
+    return int(info2.min), int(info2.max)
+
+
+def dynamic_quant_params(lo: Any, hi: Any) -> tuple[np.float32, np.float32]:
+    """DynamicQuantizeLinear's uint8 (scale, zero point) for an input whose float32 minimum and
+    maximum are `lo` and `hi`, in onnxruntime's order (GetQuantizationParameter): the range is
+    widened to hold 0; scale = (hi - lo) / 255 in float32 (1 for an all-zero range, never a
+    zero divisor); zero point = clamp(0 - lo / scale, 0, 255) in float32, rounded half to even
+    (returned as a float32 integer value).
+
+    The codes are then clamp(round_half_even(x / scale) + zero point, 0, 255) with a true
+    float32 division, as MLAS's QuantizeLinear kernels (SSE2, AVX2, AVX-512) divide: 1 / scale
+    as a multiplier differs in the last bit and flips codes near ties. Clamping before or after
+    the rounding gives the same code (the bounds are integers)."""
+    zero = np.float32(0)
+    lo32 = min(np.float32(lo), zero)
+    hi32 = max(np.float32(hi), zero)
+    scale = np.float32(1) if hi32 == lo32 else np.float32((hi32 - lo32) / np.float32(255))
+    zp = np.float32(np.rint(min(max(zero - lo32 / scale, zero), np.float32(255))))
+    return scale, zp
+
+
+def quant_axis_block(node: Any) -> tuple[int, int]:
+    """A Q/DQ node's (axis, block_size), per its opset: axis from 13, block_size from 21."""
+    axis = int(node.attr("axis", 1)) if node.since_version >= 13 else 1
+    block_size = int(node.attr("block_size", 0)) if node.since_version >= 21 else 0
+    if block_size < 0:
+        raise InvalidArgument(f"{node.name}: block_size must be positive, got {block_size}")
+    return axis, block_size
+
+
+def attr_dtype(node: Any, attr: str) -> np.dtype[Any] | None:
+    """The numpy dtype an element-type attribute names; None for 0 (unset: from the inputs)."""
+    code = int(node.attr(attr, 0))
+    try:
+        return np_dtype(code) if code else None
+    except KeyError:
+        raise InvalidArgument(f"{node.name}: unknown {attr} type {code}") from None
+
+
+def compute_dtype(dt: np.dtype[Any]) -> np.dtype[Any]:
+    """The type arithmetic runs in for a scale/precision type (ml_dtypes floats -> float32)."""
+    if dt.kind == "f":
+        return dt
+    return np.dtype(np.float32) if dt.kind == "V" else np.dtype(np.float64)
+
+
+def expand_param(
+    xp: Any, name: str, p: Any, shape: tuple[int, ...], axis: int, block_size: int
+) -> Any:
+    """Scale or zero point `p` (an `xp` array) reshaped or repeated so that it broadcasts
+    against an input of `shape`: a scalar per tensor, (1, .., C, .., 1) per axis, repeated
+    `block_size` times along `axis` when blocked."""
+    if p.ndim == 0 or (p.size == 1 and p.ndim == 1 and block_size <= 0):
+        return p.reshape(())
+    rank = len(shape)
+    if not -rank <= axis < rank:
+        raise InvalidArgument(f"{name}: axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    if block_size <= 0:
+        if p.ndim != 1 or p.shape[0] != shape[axis]:
+            raise InvalidArgument(
+                f"{name}: per-axis scale/zero point of shape {tuple(p.shape)} does not match "
+                f"dimension {shape[axis]} of axis {axis}"
+            )
+        dims = [1] * rank
+        dims[axis] = p.shape[0]
+        return p.reshape(dims)
+    want = list(shape)
+    want[axis] = -(-shape[axis] // block_size)
+    if (
+        p.ndim != rank
+        or any(p.shape[i] != want[i] for i in range(rank) if i != axis)
+        or not (p.shape[axis] - 1) * block_size < shape[axis] <= p.shape[axis] * block_size
+    ):
+        raise InvalidArgument(
+            f"{name}: blocked scale/zero point of shape {tuple(p.shape)} does not fit input "
+            f"shape {tuple(shape)} with block_size {block_size} on axis {axis}"
+        )
+    return xp.repeat(p, block_size, axis=axis).take(xp.arange(shape[axis]), axis=axis)

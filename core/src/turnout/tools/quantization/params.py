@@ -1,0 +1,94 @@
+"""Scales and zero points from a float range, and the quantization of weight arrays.
+
+The arithmetic follows onnxruntime.quantization so that both tools give the same integers for
+the same range: the range always includes 0 (zero must be exactly representable, for padding
+and ReLU), scale = (rmax - rmin) / (qmax - qmin), zero point = round(qmin - rmin / scale);
+a symmetric range is [-absmax, absmax] with the zero point in the middle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from turnout.tools.quantization.types import QuantType, quant_range
+
+__all__ = ["QuantParams", "params_for_range", "quantize_array", "quantize_weight"]
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """Scale and zero point of one tensor: scalars, or 1-D along `axis` (per channel)."""
+
+    scale: np.ndarray  # float32
+    zero_point: np.ndarray  # int8 / uint8 (int32 for biases)
+    axis: int | None = None
+
+
+def params_for_range(
+    rmin: np.ndarray | float,
+    rmax: np.ndarray | float,
+    qtype: QuantType,
+    symmetric: bool,
+    reduce_range: bool = False,
+) -> QuantParams:
+    """Scale and zero point mapping [rmin, rmax] (widened to hold 0) onto `qtype`."""
+    lo = np.minimum(np.asarray(rmin, np.float64), 0.0)
+    hi = np.maximum(np.asarray(rmax, np.float64), 0.0)
+    qmin, qmax = quant_range(qtype, symmetric, reduce_range)
+    if symmetric:
+        hi = np.maximum(-lo, hi)
+        lo = -hi
+    scale = (hi - lo) / (qmax - qmin)
+    empty = scale <= 0  # an all-zero range: any scale works, onnxruntime writes 1
+    scale = np.where(empty, 1.0, scale)
+    if symmetric:
+        zero = np.full(scale.shape, (qmin + qmax + 1) // 2 if qtype is QuantType.QUInt8 else 0)
+    else:
+        zero = np.clip(np.round(qmin - lo / scale), qmin, qmax)
+    zero = np.where(empty, 0, zero)
+    return QuantParams(scale.astype(np.float32), zero.astype(qtype.dtype))
+
+
+def quantize_array(values: np.ndarray, params: QuantParams) -> np.ndarray:
+    """round(values / scale) + zero point, saturated to the integer type: QuantizeLinear's
+    arithmetic (float32, ties to even), so offline weights equal what the op would give."""
+    scale, zero = params.scale, params.zero_point.astype(np.int64)
+    if params.axis is not None:
+        shape = [1] * values.ndim
+        shape[params.axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    q = np.rint(values.astype(np.float32) / scale.astype(np.float32)) + zero  # float32, as ORT
+    limits = np.iinfo(params.zero_point.dtype)
+    return np.clip(q, limits.min, limits.max).astype(params.zero_point.dtype)
+
+
+def quantize_weight(
+    weight: np.ndarray,
+    qtype: QuantType,
+    symmetric: bool,
+    axis: int | None = None,
+    reduce_range: bool = False,
+) -> tuple[np.ndarray, QuantParams]:
+    """`weight` quantized per tensor, or per channel along `axis` (one scale per slice)."""
+    if axis is None:
+        params = params_for_range(weight.min(), weight.max(), qtype, symmetric, reduce_range)
+    else:
+        axis = axis % weight.ndim
+        others = tuple(i for i in range(weight.ndim) if i != axis)
+        rmin, rmax = weight.min(axis=others), weight.max(axis=others)
+        p = params_for_range(rmin, rmax, qtype, symmetric, reduce_range)
+        params = QuantParams(p.scale, p.zero_point, axis)
+    return quantize_array(weight, params), params
+
+
+def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, QuantParams]:
+    """A bias as int32 at scale = input scale * weight scale (per channel when that is a
+    vector), zero point 0: the integer the accumulator of the quantized op adds."""
+    scale = np.asarray(scale, np.float32)
+    safe = np.where(scale == 0, 1.0, scale).astype(np.float64)
+    limit = np.iinfo(np.int32)
+    q = np.clip(np.rint(bias.astype(np.float64) / safe), limit.min, limit.max).astype(np.int32)
+    axis = 0 if scale.ndim == 1 else None
+    return q, QuantParams(scale, np.zeros(scale.shape, np.int32), axis)

@@ -1,0 +1,423 @@
+"""Static quantization in QDQ format: activation ranges calibrated on turnout, then
+QuantizeLinear/DequantizeLinear pairs around the quantized ops, as onnxruntime's quantize_static
+writes them (a runtime fuses DQ -> op -> Q into an integer kernel; any runtime can run it as is).
+
+Three steps: `_plan` walks the graph in order and decides, per op role (`ops.STATIC_ROLES`),
+which tensors are activations (calibrated), weights (int8) and biases (int32); `collect_ranges`
+calibrates the activations on the unchanged float model; `_write` inserts the Q/DQ nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from turnout.graph import errors
+from turnout.tools.quantization.calibrate import collect_ranges
+from turnout.tools.quantization.graph import GraphEditor, ModelInput, load_model, save_model
+from turnout.tools.quantization.ops import STATIC_ROLES, weight_axis
+from turnout.tools.quantization.params import (
+    QuantParams,
+    params_for_range,
+    quantize_array,
+    quantize_bias,
+    quantize_weight,
+)
+from turnout.tools.quantization.selection import check_extra_options, nothing_done, selected_nodes
+from turnout.tools.quantization.types import CalibrationMethod, QuantFormat, QuantType, check_enum
+
+__all__ = ["quantize_static"]
+
+_EXTRA_OPTIONS: dict[str, Any] = {
+    "ActivationSymmetric": False,
+    "WeightSymmetric": None,  # None: symmetric for int8 weights, asymmetric for uint8
+    "CalibMovingAverage": False,
+    "CalibMovingAverageConstant": 0.01,
+    "CalibPercentile": 99.999,
+    "CalibNumBins": None,
+    "CalibNumQuantizedBins": 128,
+    "ForceQuantizeNoInputCheck": False,
+    "OpTypesToExcludeOutputQuantization": (),
+}
+# onnxruntime options accepted at the one value that is turnout's behaviour
+_FIXED_OPTIONS = {
+    "QuantizeBias": True,
+    "DedicatedQDQPair": False,
+    "AddQDQPairToWeight": False,
+    "UseQDQContribOps": False,
+    "EnableSubgraph": False,
+    "CalibTensorRangeSymmetric": False,
+}
+
+
+@dataclass
+class _Settings:
+    activation_type: QuantType
+    weight_type: QuantType
+    activation_symmetric: bool
+    weight_symmetric: bool
+    per_channel: bool
+    reduce_range: bool
+    force_passthrough: bool
+    no_output_ops: frozenset[str]
+
+
+@dataclass
+class _Plan:
+    """What `_write` changes: activations (None: own range; else the tensor whose scale and
+    zero point they reuse), weights (consumer, input index, per-channel axis) and biases
+    (consumer, its input's name, the bias's name)."""
+
+    activations: dict[str, str | None] = field(default_factory=dict)
+    # Gather outputs (-> their Gather) that reuse the scale and zero point of its constant table
+    table_outputs: dict[str, onnx.NodeProto] = field(default_factory=dict)
+    weights: list[tuple[onnx.NodeProto, int, int | None]] = field(default_factory=list)
+    biases: list[tuple[onnx.NodeProto, str, str]] = field(default_factory=list)
+    removed: int = 0
+
+    def root(self, name: str) -> str:
+        while (source := self.activations[name]) is not None:
+            name = source
+        return name
+
+
+class _Planner:
+    """Walks the chosen nodes in graph order (so a pass-through op sees whether its input is
+    quantized yet) and fills the plan; only dropping Relu/Clip changes the graph here."""
+
+    def __init__(self, editor: GraphEditor, settings: _Settings) -> None:
+        self.ed = editor
+        self.s = settings
+        self.plan = _Plan()
+
+    def _activation(self, name: str, source: str | None = None) -> None:
+        if name and self.ed.is_float(name) and name not in self.plan.activations:
+            self.plan.activations[name] = source
+
+    def _input(self, node: onnx.NodeProto, index: int, axis: int | None = None) -> None:
+        """Input `index` of `node`: a weight when it is a float initializer, else an activation."""
+        name = node.input[index] if index < len(node.input) else ""
+        if name in self.ed.initializers:
+            if self.ed.is_float(name):
+                self.plan.weights.append((node, index, axis))
+        else:
+            self._activation(name)
+
+    def _outputs(self, node: onnx.NodeProto, source: str | None = None) -> None:
+        if node.op_type not in self.s.no_output_ops:
+            for name in node.output:
+                self._activation(name, source)
+
+    def remove_activations(self, chosen: list[onnx.NodeProto]) -> set[int]:
+        """Drop each chosen Relu/Clip whose input comes only from a chosen node with a
+        quantized output: the producer writes the activation's output name instead, and that
+        tensor's calibrated range (>= 0 for Relu) clips. Returns the ids of the dropped nodes."""
+        if self.s.activation_symmetric:
+            return set()
+        chosen_ids = {id(n) for n in chosen}
+        dropped: set[int] = set()
+        for node in chosen:
+            if STATIC_ROLES[node.op_type] != "removable":
+                continue
+            x = node.input[0]
+            producer = self.ed.producer(x)
+            if (
+                producer is None
+                or id(producer) not in chosen_ids
+                or id(producer) in dropped
+                or STATIC_ROLES[producer.op_type] in ("removable", "passthrough")
+                or producer.op_type in self.s.no_output_ops
+                or len(self.ed.consumers(x)) != 1
+                or x in self.ed.graph_outputs
+            ):
+                continue
+            producer.output[list(producer.output).index(x)] = node.output[0]
+            self.ed.graph.node.remove(node)
+            dropped.add(id(node))
+        self.plan.removed = len(dropped)
+        return dropped
+
+    def visit(self, node: onnx.NodeProto) -> None:
+        role = STATIC_ROLES[node.op_type]
+        if role == "weighted":
+            self._weighted(node)
+        elif role == "passthrough":
+            x = node.input[0]
+            if node.op_type == "Gather" and x in self.ed.initializers:
+                # an embedding table: quantized as an activation from its own min/max, and the
+                # rows picked keep its scale and zero point (the same initializers), so that a
+                # runtime gathers 8-bit rows instead of dequantizing the whole table
+                if self.ed.is_float(x):
+                    self.plan.table_outputs[node.output[0]] = node
+                    self._activation(node.output[0])
+                return
+            if x not in self.plan.activations and self.s.force_passthrough:
+                self._activation(x)
+            if x in self.plan.activations:
+                self._outputs(node, self.plan.root(x))
+        elif role == "removable":  # kept (its producer is not quantized): min/max stay float
+            self._input(node, 0)
+            self._outputs(node)
+        elif role == "normalization":
+            self._input(node, 0)
+            self._input(node, 1)
+            self._outputs(node)
+        else:  # generic
+            for index, name in enumerate(node.input):
+                if name:
+                    self._input(node, index)
+            self._outputs(node)
+
+    def _weighted(self, node: onnx.NodeProto) -> None:
+        x, w = node.input[0], node.input[1]
+        self._input(node, 0)
+        axis = weight_axis(node) if self.s.per_channel else None
+        self._input(node, 1, axis)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        has_bias = node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]
+        if (
+            has_bias
+            and x in self.plan.activations
+            and w in self.ed.initializers
+            and node.input[2] in self.ed.initializers
+            and len(self.ed.initializers[node.input[2]].dims) == 1
+            and attrs.get("alpha", 1.0) == 1.0
+            and attrs.get("beta", 1.0) == 1.0
+        ):
+            self.plan.biases.append((node, x, node.input[2]))
+        self._outputs(node)
+
+
+class _Writer:
+    """Inserts the planned Q/DQ nodes and quantized initializers into the graph."""
+
+    def __init__(self, editor: GraphEditor, settings: _Settings) -> None:
+        self.ed = editor
+        self.s = settings
+        self.front: list[onnx.NodeProto] = []
+        self.after: dict[int, list[onnx.NodeProto]] = {}
+        self.weights: dict[tuple[str, int | None], tuple[str, QuantParams]] = {}
+        self.weight_params: dict[tuple[int, int], QuantParams] = {}  # (id(node), input index)
+        self.replaced: set[str] = set()
+
+    def scale_zero(self, params: QuantParams, hint: str) -> tuple[str, str]:
+        return (
+            self.ed.add_initializer(params.scale, f"{hint}_scale"),
+            self.ed.add_initializer(params.zero_point, f"{hint}_zero_point"),
+        )
+
+    def _dequantize(
+        self, q: np.ndarray, params: QuantParams, name: str, out: list[onnx.NodeProto]
+    ) -> str:
+        q_name = self.ed.add_initializer(q, f"{name}_quantized")
+        scale, zero = self.scale_zero(params, name)
+        dq = self.ed.fresh(f"{name}_DequantizeLinear_Output")
+        node = helper.make_node(
+            "DequantizeLinear",
+            [q_name, scale, zero],
+            [dq],
+            self.ed.fresh(f"{name}_DequantizeLinear"),
+        )
+        if params.axis is not None:
+            node.attribute.append(helper.make_attribute("axis", params.axis))
+        out.append(node)
+        self.replaced.add(name)
+        return dq
+
+    def weight(self, node: onnx.NodeProto, index: int, axis: int | None) -> None:
+        """Input `index` of `node` read through one DequantizeLinear of the int8 weight, shared
+        by every node that reads the same weight with the same axis."""
+        name = node.input[index]
+        if (name, axis) not in self.weights:
+            value = self.ed.constant(name)
+            assert value is not None
+            q, params = quantize_weight(
+                value, self.s.weight_type, self.s.weight_symmetric, axis, self.s.reduce_range
+            )
+            self.weights[name, axis] = (self._dequantize(q, params, name, self.front), params)
+        node.input[index], self.weight_params[id(node), index] = self.weights[name, axis]
+
+    def table(self, node: onnx.NodeProto) -> tuple[str, str, QuantParams]:
+        """The constant table of Gather `node` in the activation type, behind a
+        DequantizeLinear; returns its (scale, zero point) initializers, for the output to
+        share, and their values."""
+        name = node.input[0]
+        value = self.ed.constant(name)
+        assert value is not None
+        s = self.s
+        params = params_for_range(
+            value.min(), value.max(), s.activation_type, s.activation_symmetric
+        )
+        scale, zero = self.scale_zero(params, name)
+        q_name = self.ed.add_initializer(quantize_array(value, params), f"{name}_quantized")
+        dq = self.ed.fresh(f"{name}_DequantizeLinear_Output")
+        self.front.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [q_name, scale, zero],
+                [dq],
+                self.ed.fresh(f"{name}_DequantizeLinear"),
+            )
+        )
+        node.input[0] = dq
+        self.replaced.add(name)
+        return scale, zero, params
+
+    def bias(self, node: onnx.NodeProto, x_scale: np.ndarray, b: str) -> None:
+        value = self.ed.constant(b)
+        assert value is not None
+        scale = x_scale * self.weight_params[id(node), 1].scale
+        q, params = quantize_bias(value, scale)
+        node.input[2] = self._dequantize(q, params, b, self.front)
+
+    def activation(self, name: str, scale: str, zero: str, producer: onnx.NodeProto | None) -> None:
+        q_in = name
+        if name in self.ed.graph_outputs and producer is not None:
+            q_in = self.ed.fresh(f"{name}_QuantizeLinear_Input")
+            producer.output[list(producer.output).index(name)] = q_in
+            dq_out = name
+        else:
+            dq_out = self.ed.fresh(f"{name}_DequantizeLinear_Output")
+            self.ed.rewire(name, dq_out)
+        q_out = self.ed.fresh(f"{name}_QuantizeLinear_Output")
+        pair = [
+            helper.make_node(
+                "QuantizeLinear",
+                [q_in, scale, zero],
+                [q_out],
+                self.ed.fresh(f"{name}_QuantizeLinear"),
+            ),
+            helper.make_node(
+                "DequantizeLinear",
+                [q_out, scale, zero],
+                [dq_out],
+                self.ed.fresh(f"{name}_DequantizeLinear"),
+            ),
+        ]
+        if producer is None:
+            self.front.extend(pair)
+        else:
+            self.after.setdefault(id(producer), []).extend(pair)
+
+    def finish(self) -> None:
+        nodes = list(self.front)
+        for node in self.ed.graph.node:
+            nodes.append(node)
+            nodes.extend(self.after.get(id(node), ()))
+        del self.ed.graph.node[:]
+        self.ed.graph.node.extend(nodes)
+        self.ed.drop_unused_initializers(self.replaced)
+
+
+def _write(
+    editor: GraphEditor, plan: _Plan, ranges: Mapping[str, tuple[float, float]], s: _Settings
+) -> None:
+    writer = _Writer(editor, s)
+    for node, index, axis in plan.weights:
+        writer.weight(node, index, axis)
+    params = {
+        name: params_for_range(*ranges[name], s.activation_type, s.activation_symmetric)
+        for name, source in plan.activations.items()
+        if source is None and name not in plan.table_outputs
+    }
+    tables = {name: writer.table(gather) for name, gather in plan.table_outputs.items()}
+    params.update({name: table[2] for name, table in tables.items()})
+    for node, x, b in plan.biases:
+        writer.bias(node, params[plan.root(x)].scale, b)
+    producers = {out: n for n in editor.graph.node for out in n.output}
+    shared = {name: (table[0], table[1]) for name, table in tables.items()}
+    for name in plan.activations:
+        root = plan.root(name)
+        if root not in shared:
+            shared[root] = writer.scale_zero(params[root], root)
+        writer.activation(name, *shared[root], producers.get(name))
+    writer.finish()
+
+
+def quantize_static(
+    model_input: ModelInput,
+    model_output: ModelInput | None,
+    calibration_data_reader: Any,
+    *,
+    quant_format: QuantFormat = QuantFormat.QDQ,
+    op_types_to_quantize: Iterable[str] | None = None,
+    per_channel: bool = False,
+    reduce_range: bool = False,
+    activation_type: QuantType = QuantType.QUInt8,
+    weight_type: QuantType = QuantType.QInt8,
+    nodes_to_quantize: Iterable[str] | None = None,
+    nodes_to_exclude: Iterable[str] | None = None,
+    use_external_data_format: bool = False,
+    calibrate_method: CalibrationMethod = CalibrationMethod.MinMax,
+    calibration_providers: Sequence[Any] | None = None,
+    extra_options: Mapping[str, Any] | None = None,
+) -> onnx.ModelProto:
+    """Calibrate activation ranges on turnout over `calibration_data_reader` and write a QDQ
+    model: int8 weights (per channel when asked) and int32 biases behind DequantizeLinear,
+    a QuantizeLinear/DequantizeLinear pair on each quantized activation.
+
+    `calibration_data_reader` is a CalibrationDataReader (anything with `get_next()`) or an
+    iterable of feed dicts; the calibration runs on turnout with `calibration_providers`
+    (default: the CPU). `model_input`/`model_output` are paths or ModelProtos; the
+    quantized model is returned. Raises NothingToQuantize when nothing could be quantized and
+    InvalidArgument naming the input when a calibration feed does not fit the model.
+    """
+    fmt = check_enum(quant_format, QuantFormat, "quant_format")
+    if fmt is not QuantFormat.QDQ:
+        raise errors.NotImplemented(
+            "quant_format=QuantFormat.QOperator: turnout.tools.quantization writes QDQ models only"
+        )
+    method = check_enum(calibrate_method, CalibrationMethod, "calibrate_method")
+    assert isinstance(method, CalibrationMethod)
+    options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
+    wtype = QuantType.of(weight_type, "weight_type")
+    w_symmetric = options["WeightSymmetric"]
+    settings = _Settings(
+        activation_type=QuantType.of(activation_type, "activation_type"),
+        weight_type=wtype,
+        activation_symmetric=bool(options["ActivationSymmetric"]),
+        weight_symmetric=wtype is QuantType.QInt8 if w_symmetric is None else bool(w_symmetric),
+        per_channel=per_channel,
+        reduce_range=reduce_range,
+        force_passthrough=bool(options["ForceQuantizeNoInputCheck"]),
+        no_output_ops=frozenset(options["OpTypesToExcludeOutputQuantization"]),
+    )
+    original = load_model(model_input)
+    model = load_model(original)
+    editor = GraphEditor(model)
+    editor.check_opset(13 if per_channel else 10, "per-channel QDQ" if per_channel else "QDQ")
+    chosen = selected_nodes(
+        model.graph,
+        op_types_to_quantize,
+        STATIC_ROLES,
+        STATIC_ROLES,
+        nodes_to_quantize,
+        nodes_to_exclude,
+    )
+    planner = _Planner(editor, settings)
+    dropped = planner.remove_activations(chosen)
+    for node in chosen:
+        if id(node) not in dropped:
+            planner.visit(node)
+    plan = planner.plan
+    if not plan.activations and not plan.weights:
+        raise nothing_done(
+            [f"{n.op_type} {n.name or n.output[0]!r}: no float input or weight" for n in chosen],
+            model.graph,
+        )
+    own = [
+        name
+        for name, source in plan.activations.items()
+        if source is None and name not in plan.table_outputs
+    ]
+    providers = list(calibration_providers or ["CPUExecutionProvider"])
+    ranges = collect_ranges(original, own, calibration_data_reader, method, options, providers)
+    _write(editor, plan, ranges, settings)
+    onnx.checker.check_model(model)
+    save_model(model, model_output, use_external_data_format)
+    return model
