@@ -22,6 +22,7 @@ from turnout.api.capi import onnxruntime_inference_collection as ic
 from turnout.api.capi import onnxruntime_pybind11_state as native
 from turnout.graph import errors
 from turnout.graph.errors import Fail, InvalidArgument
+from turnout.sdk import seed
 
 
 def _python(code: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -131,7 +132,7 @@ def test_telemetry_flag(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_set_seed_makes_random_states_repeat(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(environment, "_seed", None)
+    monkeypatch.setattr(seed, "_seed", None)
     turnout.set_seed(7)
     assert environment.get_seed() == 7
     a, b = environment.random_state(), environment.random_state()
@@ -159,7 +160,7 @@ def _dropout_model() -> bytes:
 
 
 def test_set_seed_makes_dropout_repeat_across_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(environment, "_seed", None)
+    monkeypatch.setattr(seed, "_seed", None)
     turnout.set_seed(3)
     x = {"x": np.ones(64, np.float32)}
     first = turnout.InferenceSession(_dropout_model()).run(["mask"], x)[0]
@@ -366,7 +367,7 @@ def test_set_seed_makes_onnx_reference_random_ops_repeat(
         sess = turnout.InferenceSession(_random_model(op))
         return sess.run(None, feeds)[0], sess.run(None, feeds)[0]
 
-    monkeypatch.setattr(environment, "_seed", None)
+    monkeypatch.setattr(seed, "_seed", None)
     turnout.set_seed(11)
     first = two_runs()
     turnout.set_seed(11)

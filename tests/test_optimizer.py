@@ -17,9 +17,10 @@ from onnx.backend.test.loader import DATA_DIR
 
 from turnout.api.options import SessionOptions
 from turnout.api.session import InferenceSession
+from turnout.engine.evaluate import optimize
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.model import load_model
-from turnout.optimizer import GraphPass, Level, optimize
+from turnout.optimizer import GraphPass, Level
 from turnout.tools.models import zoo
 from turnout.tools.testing import _all_node_cases, assert_outputs_close, normalize_values
 

@@ -10,7 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from turnout.optimizer import Level, optimize
+from turnout.engine.evaluate import optimize
+from turnout.optimizer import Level
 from turnout.tools.cli import main
 
 F = TensorProto.FLOAT

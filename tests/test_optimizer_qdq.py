@@ -15,7 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from turnout.api.options import GraphOptimizationLevel, SessionOptions
 from turnout.api.session import InferenceSession
-from turnout.optimizer import Level, optimize
+from turnout.engine.evaluate import optimize
+from turnout.optimizer import Level
 from turnout.tools.models import zoo
 
 ort = pytest.importorskip(

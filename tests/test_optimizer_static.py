@@ -14,7 +14,8 @@ from onnx.backend.test.loader import DATA_DIR
 
 from turnout.api.options import GraphOptimizationLevel, ResourceLimits, SessionOptions
 from turnout.api.session import InferenceSession
-from turnout.optimizer import Level, optimize
+from turnout.engine.evaluate import optimize
+from turnout.optimizer import Level
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from turnout.api.options import SessionOptions
 from turnout.api.session import InferenceSession
-from turnout.optimizer import Level, optimize
+from turnout.engine.evaluate import optimize
+from turnout.optimizer import Level
 from turnout.tools.testing import assert_outputs_close
 
 F = TensorProto.FLOAT

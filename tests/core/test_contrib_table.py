@@ -1,4 +1,4 @@
-"""docs/contrib-ops.md is what `python -m turnout.graph.contrib.table` prints now: the supported
+"""docs/contrib-ops.md is what `python -m turnout.tools.contrib_table` prints now: the supported
 columns come from the kernel registries, so a kernel added or dropped without regenerating the
 page fails here."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from turnout.graph.contrib import DOCUMENTED_OPS, DOMAIN
-from turnout.graph.contrib.table import installed_kernels, render
 from turnout.providers.cpu.registry import CPU_KERNELS
+from turnout.tools.contrib_table import installed_kernels, render
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "contrib-ops.md"
 
@@ -16,7 +16,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "contrib-ops.md"
 def test_contrib_table_is_current() -> None:
     want = render(installed_kernels())
     assert PAGE.read_text() == want, (
-        "docs/contrib-ops.md is stale: python -m turnout.graph.contrib.table > docs/contrib-ops.md"
+        "docs/contrib-ops.md is stale: python -m turnout.tools.contrib_table > docs/contrib-ops.md"
     )
 
 

@@ -170,7 +170,7 @@ def test_session_threads_reach_the_host(host: FakeHostFactory) -> None:
     so = turnout.SessionOptions()
     so.intra_op_num_threads = 1
     sess = turnout.InferenceSession(_model(), so, providers=[CPU])
-    (provider,) = [p for p in sess._providers if p.name == HOST]
+    (provider,) = [p for p in sess._engine.providers if p.name == HOST]
     assert provider.options == {"intra_op_num_threads": 1}
     assert sess.get_provider_options() == {CPU: {"intra_op_num_threads": "1"}}
 

@@ -72,7 +72,7 @@ def test_kernel_factories_see_the_context() -> None:
     (ctx,) = SEEN
     assert ctx is not None
     assert (ctx.provider, ctx.threads, ctx.options["scale"]) == (ContextFactory.name, 2, 3.0)
-    provider = sess._providers[0]
+    provider = sess._engine.providers[0]
     assert ctx.allocator is provider.allocator and ctx.data_transfer is provider.data_transfer
     assert ctx.logger.name == "turnout"
     y = sess.run(None, {"x": np.array([-1, 1, 2], np.float32)})[0]

@@ -74,8 +74,8 @@ def test_report_gives_the_planned_peak(reuse: bool, peak: int) -> None:
 
 
 def test_without_reuse_the_plan_releases_nothing() -> None:
-    assert "= None" in _session(True)._plan.source
-    assert "= None" not in _session(False)._plan.source
+    assert "= None" in _session(True)._engine.plan.source
+    assert "= None" not in _session(False)._engine.plan.source
 
 
 @pytest.mark.parametrize("reuse", [True, False])

@@ -235,7 +235,7 @@ def test_report_formats(fake: FakeDeviceProviderFactory) -> None:
     report = sess.partition_report()
     data = report.to_dict()
     assert data["counts"] == {FAKE: 3, "CPUExecutionProvider": 2}
-    dot = report.to_dot(sess._graph)
+    dot = report.to_dot(sess._engine.graph)
     assert dot.startswith('digraph "g"') and '"relu0" -> "neg1" [style=dashed, label=copy]' in dot
     page = report.to_html()
     assert page.startswith("<!doctype html>") and "neg1" in page and "http" not in page

@@ -108,7 +108,7 @@ def test_inputs_a_step_needs_from_the_host_travel_in_one_batch(
     (y,) = sess.run(None, {"x0": X, "x1": 2 * X})
     np.testing.assert_array_equal(y, 3 * X)
     assert transfer.batches == [2, 1]  # both inputs in one call, then the output back
-    copies = [st for st in sess._plan.steps if st.op_type.startswith("Memcpy")]
+    copies = [st for st in sess._engine.plan.steps if st.op_type.startswith("Memcpy")]
     assert [st.inputs for st in copies] == [("x0", "x1"), ("y",)]
 
 
@@ -129,7 +129,7 @@ def test_a_copy_to_the_host_starts_after_its_producer_and_is_waited_for_by_its_r
     fake_streams: FakeDeviceProviderFactory,
 ) -> None:
     sess = turnout.InferenceSession(_crossing(), providers=[fake_streams.name])
-    order = [st.op_type for st in sess._plan.steps]
+    order = [st.op_type for st in sess._engine.plan.steps]
     assert order == ["MemcpyFromHost", "Relu", "MemcpyToHost", "Neg", "EventWait", "Sub"]
     stream = fake_streams.last.stream  # type: ignore[union-attr]
     assert isinstance(stream, FakeStream)
@@ -154,7 +154,7 @@ def test_values_of_one_producer_go_to_the_host_in_one_batch_waited_by_each_reade
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     with _registered(factory):
         sess = turnout.InferenceSession(model, providers=[factory.name])
-        order = [(st.op_type, st.inputs) for st in sess._plan.steps]
+        order = [(st.op_type, st.inputs) for st in sess._engine.plan.steps]
         assert [op for op, _ in order].count("EventWait") == 2
         assert [ins for op, ins in order if op == "MemcpyToHost"] == [("p", "q")]
         y0, y1 = sess.run(None, {"x0": X})
@@ -176,7 +176,7 @@ def test_graph_outputs_are_waited_for_before_the_run_returns(
     fake_streams: FakeDeviceProviderFactory,
 ) -> None:
     sess = turnout.InferenceSession(_chain(), providers=[fake_streams.name])
-    assert sess._plan.steps[-1].op_type == "EventWait"
+    assert sess._engine.plan.steps[-1].op_type == "EventWait"
     (y,) = sess.run(None, {"x0": X})
     np.testing.assert_array_equal(y, (2 * np.maximum(X, 0)) ** 2)
 
@@ -232,7 +232,7 @@ def test_kernels_allocate_through_their_context_and_see_the_stream(
         (y,) = sess.run(None, {"x0": X})
         np.testing.assert_array_equal(y, np.maximum(X, 0))
         assert CountingAllocator.made == 1 and seen == [None]  # no streams: None
-        assert sess._providers[0].allocator.device == Device("cpu")
+        assert sess._engine.providers[0].allocator.device == Device("cpu")
 
 
 def test_the_provider_takes_its_name_and_device_from_the_factory(
@@ -311,9 +311,9 @@ def test_profiled_peaks_put_copies_to_the_host_on_the_host_and_count_them_once(
     opts.enable_profiling = True
     sess = turnout.InferenceSession(_crossing(), opts, providers=[fake_streams.name])
     sess.run(None, {"x0": X, "x1": X})
-    sizes = sess._plan.last_sizes
+    sizes = sess._engine.plan.last_sizes
     assert sizes["a@cpu"] == sizes["a@cpu~"] == X.nbytes  # the EventWait hands the array on
-    peak = sess._peak(sess._plan, sizes)
+    peak = sess._engine.peak(sess._engine.plan, sizes)
     # the device: x0's upload and a; the host: a's copy, c and y (born before Sub's inputs die)
     assert peak == {"fake:0": 2 * X.nbytes, "cpu": 3 * X.nbytes}
 
@@ -366,7 +366,7 @@ def test_a_value_crossing_providers_on_one_device_waits_for_the_makers_stream() 
     )
     with _registered(first, second):
         sess = turnout.InferenceSession(model, providers=[first.name, second.name])
-        steps = sess._plan.steps
+        steps = sess._engine.plan.steps
         placed = {st.name: st.provider for st in steps}
         assert placed["relu"] == first.name and placed["add"] == second.name
         (sync,) = [st for st in steps if st.inputs == ("a",) and st.op_type == "EventWait"]

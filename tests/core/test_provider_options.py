@@ -76,7 +76,7 @@ def _session() -> turnout.InferenceSession:
 
 def test_dynamic_option_changes_a_live_session() -> None:
     sess = _session()
-    cpu = sess._providers[-1]
+    cpu = sess._engine.providers[-1]
     sess.set_ep_dynamic_options({"intra_op_num_threads": "1"})
     assert cpu.options["intra_op_num_threads"] == 1
     x = np.random.default_rng(0).random((1, 1, 28, 28), np.float32)
@@ -90,7 +90,7 @@ def test_a_bad_dynamic_value_changes_nothing() -> None:
     sess = _session()
     with pytest.raises(InvalidArgument, match="intra_op_num_threads"):
         sess.set_ep_dynamic_options({"intra_op_num_threads": "many"})
-    assert sess._providers[-1].options["intra_op_num_threads"] == 0
+    assert sess._engine.providers[-1].options["intra_op_num_threads"] == 0
 
 
 def test_keys_no_provider_takes_warn_by_name() -> None:
@@ -103,7 +103,7 @@ def test_options_that_are_not_dynamic_are_refused_at_run_time_too() -> None:
     sess = _session()
     with pytest.warns(UserWarning, match="use_arena"):
         sess.set_ep_dynamic_options({"use_arena": "0"})
-    assert sess._providers[-1].options["use_arena"] is True
+    assert sess._engine.providers[-1].options["use_arena"] is True
 
 
 def test_cli_prints_the_option_table() -> None:

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.api.session import _owned_outputs
 from turnout.engine.executor.plan import ignore_fp_errors, restore_fp_errors
+from turnout.engine.outputs import owned_outputs as _owned_outputs
 
 F = TensorProto.FLOAT
 

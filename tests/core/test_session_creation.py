@@ -13,9 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
+from turnout.engine.evaluate import optimize
 from turnout.graph.errors import InvalidGraph
 from turnout.graph.model import _check_copy, infer_shapes, light_copy, load_model
-from turnout.optimizer import Level, OptGraph, optimize
+from turnout.optimizer import Level, OptGraph
 from turnout.tools.models import zoo
 
 F = TensorProto.FLOAT

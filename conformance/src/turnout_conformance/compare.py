@@ -175,9 +175,8 @@ def _run(
 
             outs = ReferenceEvaluator(model).run(None, dict(feeds))
             return dict(zip(names, outs)), {}
-        from turnout.api.options import SessionOptions
-        from turnout.api.session import InferenceSession
-        from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+        from turnout import InferenceSession, SessionOptions
+        from turnout.sdk.provider_options import CPU_NUMPY_ONLY_KEY
 
         so = SessionOptions()
         so.fallback = "allow"  # what the provider declines runs on CPU; the report says so

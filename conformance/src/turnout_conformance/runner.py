@@ -92,10 +92,9 @@ def execute_case(
     """Run `case` in this process: status "passed" | "failed" | "unclaimed", and in fallback
     mode where the provider's nodes ran and whose node failed. `on_placement` hears the
     placement as soon as the session exists (before a run that may crash)."""
-    from turnout.api.options import SessionOptions
-    from turnout.api.session import InferenceSession
-    from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
+    from turnout import InferenceSession, SessionOptions
     from turnout.graph import errors
+    from turnout.sdk.provider_options import CPU_NUMPY_ONLY_KEY
     from turnout.tools.testing import assert_outputs_close
 
     so = SessionOptions()

@@ -44,7 +44,9 @@ def _run_case(i: int) -> tuple[str, str, str, dict[str, int]]:
         return case.name, "failed", f"create: {type(e).__name__}: {str(e)[:300]}", sources
     for a in sess.partition_report().assignments:
         sources[a.source] = sources.get(a.source, 0) + 1
-    names = [x.name for x in sess._graph.inputs if x.name not in sess._graph.initializers]
+    names = [
+        x.name for x in sess._engine.graph.inputs if x.name not in sess._engine.graph.initializers
+    ]
     try:
         for inputs, expected in case.data_sets:
             feeds = dict(zip(names, normalize_values(inputs)))

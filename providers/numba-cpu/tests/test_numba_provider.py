@@ -148,7 +148,7 @@ def test_group_stays_convex() -> None:
     model = _model(nodes, {"x": (TensorProto.FLOAT, [4, 4])}, ["y"])
     x = np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32)
     sess = _check_vs_cpu(model, {"x": x})
-    graph = sess._graph
+    graph = sess._engine.graph
     idx = GraphIndex(graph.nodes, [o.name for o in graph.outputs])
     for group in find_groups(idx, {"Exp_0", "Relu_1", "Add_3"}):
         assert set(group) != {"Exp_0", "Relu_1", "Add_3"}

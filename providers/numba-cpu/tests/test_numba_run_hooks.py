@@ -22,7 +22,7 @@ def test_numba_thread_count_set_for_a_run_and_restored(monkeypatch: pytest.Monke
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=2)
-    (ep,) = [p for p in sess._providers if type(p).__name__ == "NumbaExecutionProvider"]
+    (ep,) = [p for p in sess._engine.providers if type(p).__name__ == "NumbaExecutionProvider"]
     seen: list[int] = []
     start = ep.on_run_start
 

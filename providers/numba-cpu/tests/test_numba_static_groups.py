@@ -82,7 +82,7 @@ def _compile(
 ) -> GroupKernel:
     """The group `members` of `sess`'s graph compiled again, from the subgraph turnout gives
     the provider."""
-    sg = fused_subgraph(Capability(tuple(members)), GraphView(sess._graph, {}))
+    sg = fused_subgraph(Capability(tuple(members)), GraphView(sess._engine.graph, {}))
     return compile_group(
         sg.nodes,
         [o.name for o in sg.outputs],
@@ -198,7 +198,7 @@ def test_tiny_ops_chain_is_one_static_group_with_constants_bound() -> None:
     # the kernel takes the live input, one buffer of packed float constants and the output
     assert "def kernel(in0, cb0, out0):" in gk.source
     consts = [v for v in gk.inputs if v != "x"]
-    assert consts and all(v in sess._graph.initializers for v in consts)
+    assert consts and all(v in sess._engine.graph.initializers for v in consts)
 
 
 # ------------------------------------------------------------------------------------------

@@ -53,5 +53,5 @@ def test_the_model_has_the_fused_op() -> None:
     opts.optimized_model_filepath = ""
     sess = turnout.InferenceSession(_erf_gelu(), opts, providers=["numba"])
     ops = {(n.domain, n.op_type) for n in onnx.load_from_string(
-        sess._model.SerializeToString()).graph.node}  # fmt: skip
+        sess._engine.model.SerializeToString()).graph.node}  # fmt: skip
     assert ("ai.turnout", "Gelu") in ops

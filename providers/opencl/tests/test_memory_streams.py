@@ -43,7 +43,7 @@ def _matmul_chain(depth: int) -> tuple[onnx.ModelProto, list[np.ndarray]]:
 
 def _session(model: onnx.ModelProto) -> tuple[turnout.InferenceSession, Any]:
     sess = turnout.InferenceSession(model.SerializeToString(), providers=[OPENCL])
-    (provider,) = [p for p in sess._providers if p.name == OPENCL]
+    (provider,) = [p for p in sess._engine.providers if p.name == OPENCL]
     return sess, provider
 
 
@@ -78,7 +78,7 @@ def test_the_queue_is_the_stream_and_copies_to_the_host_wait_on_an_event() -> No
     assert isinstance(provider.stream, OpenCLStream)
     assert provider.stream.handle is provider.rt.queue
     assert provider.kernel_context().stream is provider.stream
-    ops = [st.op_type for st in sess._plan.steps]
+    ops = [st.op_type for st in sess._engine.plan.steps]
     assert ops[-2:] == ["MemcpyToHost", "EventWait"]
     x = np.ones((N, N), np.float32)
     (y,) = sess.run(None, {"x": x})

@@ -246,7 +246,7 @@ def test_programs_are_built_at_creation_not_in_run(tmp_path, monkeypatch):
         [h.make_node("Tanh", ["x"], ["z"])], [_vi("x", TP.FLOAT, [8])], [_vi("z", TP.FLOAT, [8])]
     )
     sess = _session(m)
-    prov = sess._providers[0]
+    prov = sess._engine.providers[0]
     builds = prov.rt.programs.builds
     assert builds >= 1
     sess.run(None, {"x": np.ones(8, np.float32)})

@@ -1,7 +1,8 @@
 """Process-wide runtime settings: onnxruntime's "environment" (seed, telemetry, global thread
 pools, shared allocators, the default logger callback).
 
-Sessions and kernels read these through the functions here; nothing else keeps global state.
+Sessions read these through the functions here; nothing else keeps global state. The seed,
+which kernels read, is kept in `turnout.sdk.seed` (kernels import no higher) and re-exported here.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from turnout.api.values import OrtAllocatorType, OrtMemoryInfo
 from turnout.graph import errors
 from turnout.graph.errors import Fail, InvalidArgument
+from turnout.sdk.seed import get_seed, random_state, set_seed
 
 __all__ = [
     "ORT_API_VERSION",
@@ -62,36 +62,6 @@ def disable_telemetry_events() -> None:
 
 def telemetry_enabled() -> bool:
     return _telemetry
-
-
-# -- random seed -------------------------------------------------------------------------------
-_seed: int | None = None
-
-
-def set_seed(seed: int) -> None:
-    """Seed every random op created from now on that has no `seed` attribute of its own.
-
-    As in onnxruntime, each such op starts from this seed when its session is created and
-    advances its own generator from run to run: two sessions made after `set_seed(s)` draw the
-    same sequence.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"set_seed(): the seed must be an int, got {type(seed).__name__}")
-    global _seed
-    _seed = int(seed)
-
-
-def get_seed() -> int | None:
-    """The seed given to `set_seed`, or None when none was given."""
-    return _seed
-
-
-def random_state() -> np.random.RandomState:
-    """The generator a random kernel without a `seed` attribute creates for itself: seeded with
-    `set_seed`'s value when one was given, from OS entropy otherwise."""
-    if _seed is None:
-        return np.random.RandomState()
-    return np.random.RandomState(_seed % 2**32)
 
 
 # -- global thread pools -----------------------------------------------------------------------

@@ -119,7 +119,7 @@ class OrtEpDevice:
     def create_sync_stream(self) -> Any:
         """An `OrtSyncStream` of the provider (`ProviderFactory.sync_stream`) for
         `copy_tensors`; its handle is 0 for a provider without streams."""
-        from turnout.api.capi.onnxruntime_pybind11_state import OrtSyncStream
+        from turnout.api.tensor_copies import OrtSyncStream
         from turnout.sdk.plugins import registry
 
         factory = registry.resolve(self.ep_name)

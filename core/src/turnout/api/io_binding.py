@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from turnout.api.tensor_copies import copy_tensors
 from turnout.api.values import OrtDevice, OrtValue, OrtValueVector, _check_device
 from turnout.graph.errors import InvalidArgument
 
@@ -115,10 +116,6 @@ class IOBinding:
         results = [OrtValue._wrap(v, self._outputs[n]) for n, v in zip(names, outs)]
         filled = [i for i, n in enumerate(names) if n in self._preallocated]
         if filled:
-            from turnout.api.capi.onnxruntime_pybind11_state import (
-                copy_tensors,  # capi imports this module
-            )
-
             targets = [self._preallocated[names[i]] for i in filled]
             copy_tensors([results[i] for i in filled], targets)
             for i, target in zip(filled, targets):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
+from turnout.engine.options import EngineOptions
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.limits import LIMIT_KEYS, ResourceLimits, positive_int
+from turnout.graph.model import SuppliedData
 
 __all__ = [
     "ExecutionMode",
@@ -39,50 +43,6 @@ class ExecutionOrder(enum.IntEnum):
 
 
 FALLBACK_POLICIES = ("allow", "warn", "error")
-
-
-@dataclass(frozen=True)
-class ResourceLimits:
-    """What loading a model may cost, so a tiny file cannot make session creation take minutes
-    or gigabytes. Each is a session config entry `session.turnout.<field name>`.
-
-    - `max_tensor_elements`: a value whose inferred static shape holds more elements is refused
-      at load (InvalidGraph naming the node), before anything allocates it.
-    - `fold_max_elements`: the largest tensor constant folding may create (bigger ones are
-      computed at run time, like any other node).
-    - `fold_max_total_bytes`: all tensors that constant folding keeps, together.
-    - `shape_data_max_elements`: the largest value onnx's data propagation may read while
-      inferring shapes (shape tensors are small; see `turnout.graph.shape_inference`).
-    """
-
-    max_tensor_elements: int = 1 << 32
-    fold_max_elements: int = 1 << 20
-    fold_max_total_bytes: int = 1 << 28
-    shape_data_max_elements: int = 4096
-
-    @staticmethod
-    def from_config(config: dict[str, str]) -> ResourceLimits:
-        values = {}
-        for f in fields(ResourceLimits):
-            key = f"session.turnout.{f.name}"
-            if key in config:
-                values[f.name] = _positive_int(key, config[key])
-        return ResourceLimits(**values)
-
-
-def _positive_int(key: str, value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise InvalidArgument(
-            f"session config entry {key!r} must be a positive integer, not {value!r}"
-        )
-    return number
-
-
-LIMIT_KEYS = frozenset(f"session.turnout.{f.name}" for f in fields(ResourceLimits))
 
 
 class SessionOptions:
@@ -133,7 +93,7 @@ class SessionOptions:
         if key == "session.fallback" and value not in FALLBACK_POLICIES:
             raise InvalidArgument(f"session.fallback must be one of {FALLBACK_POLICIES}")
         if key in LIMIT_KEYS:
-            _positive_int(key, str(value))
+            positive_int(key, str(value))
         self._config[str(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
@@ -145,6 +105,37 @@ class SessionOptions:
     def resource_limits(self) -> ResourceLimits:
         """The load-time resource limits, from the `session.turnout.*` config entries."""
         return ResourceLimits.from_config(self._config)
+
+    def engine_options(self) -> EngineOptions:
+        """These options as the engine's stages read them (device values as arrays)."""
+        from turnout.api.values import OrtValue
+
+        def array(value: Any) -> Any:  # a host copy for external data; a device buffer stays
+            return value._value if isinstance(value, OrtValue) else np.asarray(value)
+
+        supplied = None
+        if self._external_initializers or self._external_files:
+            supplied = SuppliedData(
+                {
+                    name: value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
+                    for name, value in self._external_initializers.items()
+                },
+                dict(self._external_files),
+            )
+        return EngineOptions(
+            optimization_level=int(self.graph_optimization_level),
+            config=dict(self._config),
+            intra_op_num_threads=int(self.intra_op_num_threads or 0),
+            fallback=self.fallback,
+            enable_mem_reuse=bool(self.enable_mem_reuse),
+            optimized_model_filepath=str(self.optimized_model_filepath or ""),
+            overrides={name: array(value) for name, value in self._initializers.items()},
+            supplied=supplied,
+            free_dims_by_name=dict(self._free_dims_by_name),
+            free_dims_by_denotation=dict(self._free_dims_by_denotation),
+            limits=self.resource_limits,
+            profile_file_prefix=self.profile_file_prefix if self.enable_profiling else None,
+        )
 
     def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
         self._free_dims_by_name[name] = int(value)

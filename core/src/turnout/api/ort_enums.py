@@ -1,21 +1,16 @@
 """onnxruntime's enums that turnout's core classes do not define themselves, same names and values.
 
-`OrtSparseFormat` is what `SparseTensor.format()` returns; the device enums describe where an
-`OrtDevice` or `OrtMemoryInfo` points.
+The device enums describe where an `OrtDevice` or `OrtMemoryInfo` points. `OrtSparseFormat`,
+what `SparseTensor.format()` returns, is defined with it in `turnout.graph.sparse`.
 """
 
 from __future__ import annotations
 
 import enum
 
+from turnout.graph.sparse import OrtSparseFormat
+
 __all__ = ["OrtDeviceMemoryType", "OrtDeviceVendorId", "OrtMemoryInfoDeviceType", "OrtSparseFormat"]
-
-
-class OrtSparseFormat(enum.IntEnum):
-    ORT_SPARSE_UNDEFINED = 0
-    ORT_SPARSE_COO = 1
-    ORT_SPARSE_CSRC = 2
-    ORT_SPARSE_BLOCK_SPARSE = 4
 
 
 class OrtMemoryInfoDeviceType(enum.IntEnum):

@@ -19,33 +19,25 @@ import numpy as np
 import onnx
 
 from turnout._version import __version__
-from turnout.api.compiler import read_artifact
 from turnout.api.ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
 from turnout.api.ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
+from turnout.api.feeds import InputSpec
 from turnout.api.options import RunOptions, SessionOptions
 from turnout.api.values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 from turnout.engine import pipeline
-from turnout.engine.executor.memory import peak_live_bytes, static_sizes
-from turnout.engine.executor.plan import (
-    NO_TERMINATE,
-    Plan,
-    RunTerminated,
-    ignore_fp_errors,
-    restore_fp_errors,
-)
-from turnout.engine.feeds import InputSpec, ort_invalid_argument
+from turnout.engine.artifact import read_artifact
 from turnout.engine.partition import PartitionReport
-from turnout.engine.profiling import Profiler
-from turnout.engine.provider_selection import (
-    CPU_PROVIDER,
-    ProviderSpec,
-    apply_dynamic_options,
-    select_providers,
-)
+from turnout.engine.provider_selection import ProviderSpec, apply_dynamic_options
+from turnout.engine.session import EngineSession
 from turnout.graph.dtypes import value_type_string
-from turnout.graph.errors import EPFail, Fail, FallbackError, InvalidArgument, ModelLoadCanceled
+from turnout.graph.errors import (
+    EPFail,
+    Fail,
+    InvalidArgument,
+    ModelLoadCanceled,
+    ort_invalid_argument,
+)
 from turnout.graph.ir import ValueInfo
-from turnout.graph.logs import logger
 from turnout.graph.model import ModelSource, model_label
 from turnout.sdk.plugins import registry
 
@@ -133,24 +125,20 @@ class InferenceSession:
     ) -> None:
         t0 = time.perf_counter_ns()
         self._sess_options = sess_options or SessionOptions()
-        self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
-        self._numpy_only = False  # set by the run-time fallback: the numpy kernels alone
         self._label = model_label(path_or_bytes)
         self._check_canceled()
         self._model_path = (
             os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         )
-        self._lock = threading.Lock()
-        self._profiler: Profiler | None = None
-        if self._sess_options.enable_profiling:
-            self._profiler = Profiler(self._sess_options.profile_file_prefix)
-        model = pipeline.load(path_or_bytes, self._sess_options)
+        options = self._sess_options.engine_options()
+        model = pipeline.load(path_or_bytes, options)
         self._check_canceled()
         pipeline.validate(model, self._label)
         self._check_canceled()
         base_dir = Path(self._model_path).resolve().parent if self._model_path else None
-        self._artifact = read_artifact(model, base_dir)  # a compiled model, or None
-        self._loaded = model  # optimized per provider list in _set_providers
+        artifact = read_artifact(model, base_dir)  # a compiled model, or None
+        self._engine = EngineSession(model, options, self._label, artifact)
+        self._engine.enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)
         elif providers is None and self._sess_options.has_selection_policy():
@@ -161,12 +149,11 @@ class InferenceSession:
             )
         self._set_providers(providers, provider_options)
         self._check_canceled()
-        if self._sess_options.optimized_model_filepath:
-            pipeline.save_optimized(self._model, self._sess_options)
-        if self._profiler is not None:
-            self._profiler.event(
-                "Session", "session_initialization", t0, time.perf_counter_ns() - t0, {}
-            )
+        if options.optimized_model_filepath:
+            pipeline.save_optimized(self._engine.model, options)
+        profiler = self._engine.profiler
+        if profiler is not None:
+            profiler.event("Session", "session_initialization", t0, time.perf_counter_ns() - t0, {})
 
     # ------------------------------------------------------------------ setup
     def _check_canceled(self) -> None:
@@ -177,8 +164,7 @@ class InferenceSession:
             )
 
     def _init_io(self) -> None:
-        g = self._graph
-        opts = self._sess_options
+        g = self._engine.graph
         inits = set(g.initializers)
         self._required = [i for i in g.inputs if i.name not in inits]
         self._overridable = [i for i in g.inputs if i.name in inits]
@@ -186,94 +172,31 @@ class InferenceSession:
         self._specs = {i.name: InputSpec(i) for i in g.inputs}
         self._input_order = [i.name for i in g.inputs]
         self._output_names = [o.name for o in g.outputs]
-        self._overrides: dict[str, Any] = {}
-        for name, value in opts._initializers.items():
-            if name not in inits:
-                raise InvalidArgument(
-                    f"{self._label}: add_initializer({name!r}): no such initializer"
-                )
-            self._overrides[name] = (
-                value._value if isinstance(value, OrtValue) else np.asarray(value)
-            )
 
     def _set_providers(
         self,
         providers: Sequence[ProviderSpec] | None,
         provider_options: Sequence[dict[str, Any]] | None,
     ) -> None:
-        chosen = select_providers(
-            providers, provider_options, self._sess_options, self._label, self._numpy_only
-        )
-        instances = chosen.instances
-        if self._artifact is not None:  # its providers take their compiled blobs first
-            self._artifact.install(instances, self._label)
-        optimized = pipeline.optimize(
-            self._loaded,
-            instances,
-            self._sess_options,
-            self._label,
-            already_optimized=self._artifact is not None,
-        )
-        self._model, self._graph = optimized.model, optimized.graph
-        self._optimization_report = optimized.report
+        self._engine.place(providers, provider_options)
         self._init_io()
-        self._providers = instances
-        self._selection = chosen
-        self._provider_specs = [
-            (p.name, dict(p.requested_options)) for p in instances if p.name not in chosen.hosts
-        ]
-        self._reports: dict[str, PartitionReport] = {}
-        part = pipeline.partition(self._graph, instances)
-        self._prepared = pipeline.compile(part, instances, self._reports, self._overrides)
-        self._reports[""].mark_hosts(chosen.hosts)
-        self._plan: Plan = pipeline.plan(self._prepared, self._sess_options)
-        report = self._reports[""]
-        sizes, report.unsized = static_sizes(self._plan.steps, self._graph.value_infos)
-        report.peak_bytes = self._peak(self._plan, sizes)
-        self._device_plans: dict[frozenset[str], Plan] = {}
-        if providers is not None and chosen.requested != [CPU_PROVIDER]:
-            self._apply_fallback_policy()
-        logger.info("%s: placed nodes %s", self._label, self.partition_report().counts())
 
     def optimization_report(self) -> Any:
         """What the graph optimizer did for this session (`OptimizationReport`)."""
-        return self._optimization_report
-
-    def _apply_fallback_policy(self) -> None:
-        """Nodes the requested providers declined landed on CPU: allow, warn once, or refuse."""
-        policy = self._sess_options.fallback
-        if policy == "allow":
-            return
-        fell = self.partition_report().fallbacks(CPU_PROVIDER)
-        if not fell:
-            return
-        if policy == "error":
-            lines = [f"  {node} ({op}): {why}" for node, op, why in fell]
-            raise FallbackError(
-                f"{self._label}: {len(fell)} node(s) would fall back to {CPU_PROVIDER} "
-                f"(fallback policy 'error'):\n" + "\n".join(lines)
-            )
-        kinds: dict[str, int] = {}
-        for _, op, why in fell:
-            key = f"{op} ({why})"
-            kinds[key] = kinds.get(key, 0) + 1
-        summary = "; ".join(f"{k} x{n}" for k, n in sorted(kinds.items(), key=lambda x: -x[1]))
-        logger.warning(
-            "%s: %d node(s) fell back to %s: %s", self._label, len(fell), CPU_PROVIDER, summary
-        )
+        return self._engine.optimization_report
 
     # ------------------------------------------------------------------ metadata
     def get_inputs(self) -> list[NodeArg]:
         return [NodeArg.from_info(i) for i in self._required]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [NodeArg.from_info(o) for o in self._graph.outputs]
+        return [NodeArg.from_info(o) for o in self._engine.graph.outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         return [NodeArg.from_info(i) for i in self._overridable]
 
     def get_modelmeta(self) -> ModelMetadata:
-        m = self._model
+        m = self._engine.model
         return ModelMetadata(
             producer_name=m.producer_name,
             graph_name=m.graph.name,
@@ -287,10 +210,19 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         """The providers asked for (and available), CPU last, as onnxruntime lists them; host
         providers serving the CPU request show in `partition_report()`, not here."""
-        return list(self._selection.requested)
+        return list(self._engine.selection.requested)
+
+    def _provider_specs(self) -> list[tuple[str, dict[str, Any]]]:
+        """The providers the caller asked for, with their options (hosts not included)."""
+        hosts = self._engine.selection.hosts
+        return [
+            (p.name, dict(p.requested_options))
+            for p in self._engine.providers
+            if p.name not in hosts
+        ]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        return {name: {k: str(v) for k, v in opts.items()} for name, opts in self._provider_specs}
+        return {name: {k: str(v) for k, v in opts.items()} for name, opts in self._provider_specs()}
 
     def get_session_options(self) -> SessionOptions:
         return self._sess_options
@@ -301,21 +233,25 @@ class InferenceSession:
         provider_options: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         """Re-partition the model onto a new provider list (like ORT, this rebuilds the session)."""
-        with self._lock:
+        with self._engine.lock:
             self._set_providers(providers, provider_options)
 
     def partition_report(self) -> PartitionReport:
         """Where every node runs and why, the copies inserted, nested graphs under their node."""
-        return self._reports[""]
+        return self._engine.reports[""]
 
     def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
         """onnxruntime's form of the partition: one entry per fused group or single node.
         Needs the session config entry `session.record_ep_graph_assignment_info` = "1"."""
-        return assigned_subgraphs(self._reports[""], self._graph, self._sess_options._config)
+        return assigned_subgraphs(
+            self._engine.reports[""], self._engine.graph, self._sess_options._config
+        )
 
     def get_input_epdevices(self) -> list[OrtEpDevice | None]:
         """For each input (as `get_inputs()` lists them), the EP device that reads it first."""
-        return input_ep_devices(self._reports[""], self._graph, [i.name for i in self._required])
+        return input_ep_devices(
+            self._engine.reports[""], self._engine.graph, [i.name for i in self._required]
+        )
 
     # ------------------------------------------------------------------ running
     def _prepare_feeds(self, input_feed: dict[str, Any], adapters: Any = None) -> list[Any]:
@@ -331,6 +267,7 @@ class InferenceSession:
 
             input_feed = adapter_feeds(adapters, input_feed)
         specs = self._specs
+        initializers, overrides = self._engine.graph.initializers, self._engine.overrides
         for name in input_feed:
             if name not in specs:
                 raise ort_invalid_argument(
@@ -346,8 +283,8 @@ class InferenceSession:
                     args.append(value._value)  # a device buffer: its provider checks it
                 else:
                     args.append(specs[name].convert(value))
-            elif name in self._graph.initializers:
-                args.append(self._overrides.get(name, self._graph.initializers[name]))
+            elif name in initializers:
+                args.append(overrides.get(name, initializers[name]))
             else:
                 args.append(None)  # an optional-typed input: onnxruntime requires none
         return args
@@ -359,48 +296,6 @@ class InferenceSession:
             f"Required inputs ({missing}) are missing from input feed ({list(input_feed)})."
         )
 
-    def _peak(self, plan: Plan, sizes: dict[str, int]) -> dict[str, int]:
-        """Peak live bytes of `plan`'s intermediates per device, given their sizes."""
-        devices = {p.name: str(p.device) for p in self._providers}
-        return peak_live_bytes(
-            plan.steps,
-            sizes,
-            lambda st: devices.get(st.provider, "cpu"),
-            set(plan.output_names),
-            plan.release,
-        )
-
-    def _plan_keeping_on_device(self, names: frozenset[str]) -> Plan:
-        """The plan variant whose outputs `names` stay on their device (IO binding)."""
-        with self._lock:
-            plan = self._device_plans.get(names)
-            if plan is None:
-                plan = pipeline.plan(self._prepared, self._sess_options, names)
-                self._device_plans[names] = plan
-            return plan
-
-    def _select_plan(
-        self,
-        output_names: Sequence[str] | None,
-        run_options: RunOptions | None,
-        device_outputs: frozenset[str] = frozenset(),
-    ) -> tuple[Plan, list[int] | None]:
-        base = self._plan_keeping_on_device(device_outputs) if device_outputs else self._plan
-        if not output_names:
-            return base, None
-        names = list(output_names)
-        for n in names:
-            if n not in self._output_names:
-                raise ort_invalid_argument(
-                    f"Invalid output name:{n}",
-                    f"{self._label}: output {n!r} is not one of the model's outputs "
-                    + ", ".join(map(repr, self._output_names)),
-                )
-        picks = [self._output_names.index(n) for n in names]
-        if run_options is not None and run_options.only_execute_path_to_fetches:
-            return base.pruned(tuple(base.output_names[i] for i in picks)), None
-        return base, picks
-
     def _execute(
         self,
         output_names: Sequence[str] | None,
@@ -410,36 +305,9 @@ class InferenceSession:
     ) -> list[Any]:
         adapters = run_options._adapters if run_options is not None else None
         args = self._prepare_feeds(input_feed, adapters)
-        plan, pick = self._select_plan(output_names, run_options, device_outputs)
-        ro = run_options if run_options is not None else NO_TERMINATE
-        if ro.terminate:
-            raise RunTerminated("run terminated by RunOptions.terminate")
-        providers = self._providers
-        started = 0
-        try:
-            for p in providers:  # a provider may lock its device until on_run_end
-                p.on_run_start()
-                started += 1
-            fp = ignore_fp_errors()  # np.errstate(all="ignore") for the run, set cheaply
-            try:
-                if self._profiler is not None:
-                    t0 = time.perf_counter_ns()
-                    outs = plan.run_profiled(args, self._profiler.record_step, ro)
-                    self._profiler.event(
-                        "Session", "model_run", t0, time.perf_counter_ns() - t0, {}
-                    )
-                    peak = self._peak(plan, plan.last_sizes)
-                    self._profiler.event("Session", "peak_memory", t0, 0, {"bytes": peak})
-                else:
-                    outs = plan.run(*args, ro)
-            finally:
-                restore_fp_errors(fp)
-        finally:
-            for k in range(started - 1, -1, -1):
-                providers[k].on_run_end()
-        if pick is not None:
-            outs = tuple(outs[i] for i in pick)
-        return _owned_outputs(outs, args)
+        prune = run_options is not None and run_options.only_execute_path_to_fetches
+        plan, pick = self._engine.select_plan(output_names, prune, device_outputs)
+        return self._engine.execute(plan, args, pick, run_options)
 
     def run(
         self,
@@ -451,32 +319,23 @@ class InferenceSession:
         try:
             return self._execute(output_names, input_feed, run_options)
         except EPFail:
-            if not self._fall_back_to_cpu():
+            if not self._engine.fall_back_to_cpu():
                 raise
+            self._init_io()
             return self._execute(output_names, input_feed, run_options)
 
-    def _fall_back_to_cpu(self) -> bool:
-        """onnxruntime's run-time fallback: after a provider failure, rebuild the session on
-        the CPU provider alone and retry once (when enabled and another provider was in use)."""
-        if not self._enable_fallback or [p.name for p in self._providers] == [CPU_PROVIDER]:
-            return False
-        warnings.warn(
-            f"{self._label}: a provider failed; falling back to {CPU_PROVIDER} and retrying",
-            UserWarning,
-            stacklevel=3,
-        )
-        self._numpy_only = True  # a host provider may be what failed
-        self.set_providers([CPU_PROVIDER])
-        self._enable_fallback = False  # only once, as in onnxruntime
-        return True
+    @property
+    def _enable_fallback(self) -> bool:
+        """onnxruntime's InferenceSession attribute of this name, which applications read."""
+        return self._engine.enable_fallback
 
     def disable_fallback(self) -> None:
         """A provider failure in run() raises instead of retrying on CPU."""
-        self._enable_fallback = False
+        self._engine.enable_fallback = False
 
     def enable_fallback(self) -> None:
         """A provider failure in run() rebuilds the session on CPU and retries once."""
-        self._enable_fallback = True
+        self._engine.enable_fallback = True
 
     def run_with_ortvaluevector(
         self,
@@ -503,7 +362,7 @@ class InferenceSession:
 
     def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
         """Where each output is written: host memory (run() returns host arrays)."""
-        return [CPU_MEMORY_INFO for _ in self._graph.outputs]
+        return [CPU_MEMORY_INFO for _ in self._engine.graph.outputs]
 
     def create_ortvalue_from_shape_and_type(
         self,
@@ -517,7 +376,7 @@ class InferenceSession:
         session serves raises Fail, as onnxruntime finds no session allocator for it."""
         device = OrtDevice.make(device_type, device_id, vendor_id)
         kind = "cpu" if device.device_type() == 0 else device_type
-        served = {"cpu"} | {str(getattr(p, "device_type", "cpu")) for p in self._providers}
+        served = {"cpu"} | {str(getattr(p, "device_type", "cpu")) for p in self._engine.providers}
         if kind not in served:
             raise Fail(
                 f"No session allocator found for device {device_type}:{device_id} (this session "
@@ -544,8 +403,8 @@ class InferenceSession:
         rest and warns naming those keys, so a typo is not silent."""
         if not options:
             raise InvalidArgument("No options were provided")
-        with self._lock:
-            unused = apply_dynamic_options(self._providers, options)
+        with self._engine.lock:
+            unused = apply_dynamic_options(self._engine.providers, options)
         if unused:
             warnings.warn(
                 f"{self._label}: no provider of this session takes dynamic option(s) "
@@ -598,14 +457,16 @@ class InferenceSession:
 
     def end_profiling(self) -> str:
         """Write the Chrome-trace JSON of this session's runs; returns its path ("" if off)."""
-        if self._profiler is None:
+        profiler = self._engine.profiler
+        if profiler is None:
             return ""
-        path = self._profiler.end()
-        self._profiler = None  # like onnxruntime: profiling stops once it is written
+        path = profiler.end()
+        self._engine.profiler = None  # like onnxruntime: profiling stops once it is written
         return path
 
     def get_profiling_start_time_ns(self) -> int:
-        return self._profiler.start_wall_ns if self._profiler is not None else 0
+        profiler = self._engine.profiler
+        return profiler.start_wall_ns if profiler is not None else 0
 
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
@@ -618,44 +479,3 @@ def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
         if _POOL is None:
             _POOL = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="turnout-async")
         return _POOL
-
-
-def _owned_outputs(outs: Sequence[Any], feeds: Sequence[Any]) -> list[Any]:
-    """Outputs the caller may write to without changing anything else: an output that is a
-    view of a feed (Identity, Reshape, Transpose, Slice, ... return views) or of an earlier
-    output is copied, as onnxruntime returns fresh buffers. (Inlined loops: this runs once
-    per run, and function calls per array were ~3 us of a sub-millisecond model's run.)"""
-    ndarray = np.ndarray
-    taken = set()
-    for a in feeds:
-        if isinstance(a, ndarray):
-            while isinstance(a.base, ndarray):
-                a = a.base
-            taken.add(id(a))
-    result = []
-    for v in outs:
-        if isinstance(v, ndarray):
-            if not v.flags.writeable:  # a read-only initializer: an owned copy
-                v = v.copy()
-            owner = v
-            while isinstance(owner.base, ndarray):
-                owner = owner.base
-            if id(owner) in taken:
-                v = v.copy()
-            else:
-                taken.add(id(owner))
-        else:
-            v = _finalize(v)
-        result.append(v)
-    return result
-
-
-def _finalize(v: Any) -> Any:
-    """Outputs are owned, writable arrays (a read-only initializer is copied)."""
-    if isinstance(v, np.ndarray):
-        return v if v.flags.writeable else v.copy()
-    if isinstance(v, np.generic):
-        return np.asarray(v)
-    if isinstance(v, list):
-        return [_finalize(x) for x in v]
-    return v

@@ -27,17 +27,16 @@ from typing import Any
 import numpy as np
 import onnx
 
-from turnout.api.options import SessionOptions
-from turnout.api.values import OrtValue
+from turnout.engine.evaluate import evaluate_model
 from turnout.engine.executor.build import PreparedGraph, compile_partition
 from turnout.engine.executor.plan import Plan
+from turnout.engine.options import EngineOptions
 from turnout.engine.partition import GraphPartition, PartitionReport, partition_graph
 from turnout.graph.errors import GraphPassError, OptimizationSkippedWarning
 from turnout.graph.ir import Graph, schema_since_version
 from turnout.graph.logs import logger
 from turnout.graph.model import (
     ModelSource,
-    SuppliedData,
     allow_unknown_domains,
     infer_shapes,
     read_model,
@@ -70,14 +69,14 @@ class OptimizedModel:
     report: Any  # optimizer.OptimizationReport
 
 
-def load(source: ModelSource, options: SessionOptions) -> onnx.ModelProto:
+def load(source: ModelSource, options: EngineOptions) -> onnx.ModelProto:
     """Parse the model, with the external data and free-dimension values the options supply;
     refuse what cannot be read or uses operators nobody defines."""
     model = read_model(
         source,
         custom_domains=custom_domains(),
-        supplied=_supplied_data(options),
-        allow_unknown=allow_unknown_domains(options._config),
+        supplied=options.supplied,
+        allow_unknown=allow_unknown_domains(options.config),
     )
     _override_free_dims(model, options)
     return model
@@ -91,7 +90,7 @@ def validate(model: onnx.ModelProto, label: str) -> None:
 def optimize(
     model: onnx.ModelProto,
     providers: Sequence[ExecutionProvider],
-    options: SessionOptions,
+    options: EngineOptions,
     label: str,
     already_optimized: bool = False,
 ) -> OptimizedModel:
@@ -112,13 +111,14 @@ def optimize(
     try:
         optimized, report = run_passes(
             model,
-            options.graph_optimization_level,
+            options.optimization_level,
             supports=_fused_op_support(providers, model),
             extra_passes=graph_passes(),
-            keep_initializers=options._initializers,
-            limits=options.resource_limits,
+            keep_initializers=options.overrides,
+            limits=options.limits,
             values=values,
             nhwc_ops=nhwc_ops(providers, _opsets(model)),
+            evaluate=evaluate_model,
         )
     except GraphPassError as e:
         message = f"{label}: graph optimization skipped: {e}"
@@ -133,7 +133,7 @@ def _as_ir(
     owned: bool,
     report: Any,
     values: dict[str, np.ndarray],
-    options: SessionOptions,
+    options: EngineOptions,
     label: str,
 ) -> OptimizedModel:
     """Shapes inferred (into `model` when `owned`, else into a copy: inference writes into
@@ -142,7 +142,7 @@ def _as_ir(
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
-    limits = options.resource_limits
+    limits = options.limits
     inferred = infer_shapes(model, limits.shape_data_max_elements)
     refuse_oversized_values(inferred, limits.max_tensor_elements, label)
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import}
@@ -168,7 +168,7 @@ def compile(
 
 
 def plan(
-    prepared: PreparedGraph, options: SessionOptions, device_outputs: frozenset[str] = frozenset()
+    prepared: PreparedGraph, options: EngineOptions, device_outputs: frozenset[str] = frozenset()
 ) -> Plan:
     """Insert the copies where values cross devices and order the steps into a runnable plan
     (`device_outputs` stay on their device, for IO binding). Each intermediate is released
@@ -176,19 +176,19 @@ def plan(
     return prepared.plan(device_outputs, release=bool(options.enable_mem_reuse))
 
 
-def save_optimized(model: onnx.ModelProto, options: SessionOptions) -> None:
-    """Write the optimized model (`SessionOptions.optimized_model_filepath`); large
+def save_optimized(model: onnx.ModelProto, options: EngineOptions) -> None:
+    """Write the optimized model (`EngineOptions.optimized_model_filepath`); large
     initializers go to an external file when asked (onnxruntime's config entry
     session.optimized_model_external_initializers_file_name)."""
     path = options.optimized_model_filepath
-    external = options._config.get("session.optimized_model_external_initializers_file_name")
+    external = options.config.get("session.optimized_model_external_initializers_file_name")
     if not external:
         onnx.save(model, path)
         return
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     threshold = int(
-        options._config.get("session.optimized_model_external_initializers_min_size_in_bytes", 1024)
+        options.config.get("session.optimized_model_external_initializers_min_size_in_bytes", 1024)
     )
     onnx.save(
         copy,
@@ -200,22 +200,10 @@ def save_optimized(model: onnx.ModelProto, options: SessionOptions) -> None:
     )
 
 
-def _supplied_data(options: SessionOptions) -> SuppliedData | None:
-    """The external data the options hand over instead of files (None when they hold none)."""
-    by_name, files = options._external_initializers, options._external_files
-    if not by_name and not files:
-        return None
-    arrays = {
-        name: value.numpy() if isinstance(value, OrtValue) else np.asarray(value)
-        for name, value in by_name.items()
-    }
-    return SuppliedData(arrays, dict(files))
-
-
-def _override_free_dims(model: onnx.ModelProto, options: SessionOptions) -> None:
+def _override_free_dims(model: onnx.ModelProto, options: EngineOptions) -> None:
     """Fix symbolic input dims by name or denotation before shape inference sees them."""
-    by_name = options._free_dims_by_name
-    by_denotation = options._free_dims_by_denotation
+    by_name = options.free_dims_by_name
+    by_denotation = options.free_dims_by_denotation
     if not by_name and not by_denotation:
         return
     for vi in model.graph.input:

@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.api.options import SessionOptions
+from turnout.engine.options import EngineOptions
 from turnout.graph.errors import FallbackError, InvalidArgument
 from turnout.graph.logs import logger
 from turnout.sdk.plugins import registry
 from turnout.sdk.provider import Availability, ExecutionProvider, ProviderFactory
-from turnout.sdk.provider_options import parse_bool
+from turnout.sdk.provider_options import CPU_NUMPY_ONLY_ENV, CPU_NUMPY_ONLY_KEY, parse_bool
 
 __all__ = [
     "CPU_NUMPY_ONLY_ENV",
@@ -40,8 +40,6 @@ __all__ = [
 
 ProviderSpec = str | tuple[str, dict[str, Any]]
 CPU_PROVIDER = "CPUExecutionProvider"
-CPU_NUMPY_ONLY_KEY = "session.turnout.cpu_numpy_only"
-CPU_NUMPY_ONLY_ENV = "TURNOUT_CPU_NUMPY_ONLY"
 
 # onnxruntime's provider names: requesting one that turnout has no plugin for is "unavailable"
 # (a warning, as in onnxruntime); so is a name nobody knows, with the installed ones listed.
@@ -82,9 +80,9 @@ class ProviderSelection:
     hosts: list[str]
 
 
-def cpu_numpy_only(opts: SessionOptions) -> bool:
+def cpu_numpy_only(opts: EngineOptions) -> bool:
     """Whether CPU requests keep the numpy kernels only (config entry, else environment)."""
-    raw = opts._config.get(CPU_NUMPY_ONLY_KEY)
+    raw = opts.config.get(CPU_NUMPY_ONLY_KEY)
     source = f"session config entry {CPU_NUMPY_ONLY_KEY}"
     if raw is None:
         raw = os.environ.get(CPU_NUMPY_ONLY_ENV, "")
@@ -98,7 +96,7 @@ def cpu_numpy_only(opts: SessionOptions) -> bool:
 def select_providers(
     providers: Sequence[ProviderSpec] | None,
     provider_options: Sequence[Mapping[str, Any]] | None,
-    opts: SessionOptions,
+    opts: EngineOptions,
     label: str,
     numpy_only: bool = False,
 ) -> ProviderSelection:
@@ -152,7 +150,7 @@ def _specs(
     return specs
 
 
-def _available_factory(name: str, opts: SessionOptions, label: str) -> ProviderFactory | None:
+def _available_factory(name: str, opts: EngineOptions, label: str) -> ProviderFactory | None:
     """The factory for `name` when it can run here; else warn (or raise under policy error)."""
     factory = registry.find(name)
     if factory is None and name in ORT_PROVIDER_NAMES:
@@ -173,7 +171,7 @@ def _available_factory(name: str, opts: SessionOptions, label: str) -> ProviderF
     return None
 
 
-def _session_threads(factory: ProviderFactory, opts: SessionOptions) -> dict[str, Any]:
+def _session_threads(factory: ProviderFactory, opts: EngineOptions) -> dict[str, Any]:
     """`SessionOptions.intra_op_num_threads` for a provider that takes a thread count, as
     onnxruntime's CPU provider does (0: the provider's default, all cores); an explicit
     provider option wins."""

@@ -22,9 +22,11 @@ __all__ = [
     "NoSuchFile",
     "NotFound",
     "NotImplemented",
+    "ORT_INVALID_ARGUMENT",
     "OptimizationSkippedWarning",
     "RuntimeException",
     "TurnoutError",
+    "ort_invalid_argument",
 ]
 
 
@@ -101,3 +103,13 @@ class GraphPassError(Fail):
 class OptimizationSkippedWarning(RuntimeWarning):
     """A session runs its model unoptimized because a graph pass failed. A warning, not a log
     line, so test suites run with `-W error` fail on it instead of hiding it."""
+
+
+# onnxruntime's C++ errors read "[ONNXRuntimeError] : <code> : <NAME> : <text>"; applications parse
+# that text, so errors onnxruntime also raises give it verbatim, turnout's detail on a line after.
+ORT_INVALID_ARGUMENT = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
+
+
+def ort_invalid_argument(text: str, detail: str = "") -> InvalidArgument:
+    """InvalidArgument whose first line is onnxruntime's message `text`; `detail` follows."""
+    return InvalidArgument(ORT_INVALID_ARGUMENT + text + (f"\n{detail}" if detail else ""))

@@ -1,12 +1,13 @@
 """The graph IR: Graph, Node and ValueInfo, decoded once from protobuf, plus the read-only
-`GraphView` that providers see. Nested graphs (If/Loop/Scan bodies) are `Graph`s held in the
-owning node's attributes, with `parent` set so outer-scope names resolve.
+`GraphView` that providers see and the `KernelNode` it builds. Nested graphs (If/Loop/Scan
+bodies) are `Graph`s held in the owning node's attributes, with `parent` set so outer-scope
+names resolve.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +16,20 @@ import onnx
 from onnx import AttributeProto, GraphProto, NodeProto, TypeProto
 
 from turnout.graph.dtypes import np_dtype
-from turnout.graph.errors import InvalidGraph
+from turnout.graph.errors import EPFail, InvalidGraph
+from turnout.graph.sparse import SparseTensor
 from turnout.graph.structure import NAME_IN_MODEL_KEY
 from turnout.graph.tensors import decode_tensor
-from turnout.sdk.provider import KernelNode
 
-__all__ = ["Graph", "GraphView", "Node", "ValueInfo", "schema_since_version", "schema_type_params"]
+__all__ = [
+    "Graph",
+    "GraphView",
+    "KernelNode",
+    "Node",
+    "ValueInfo",
+    "schema_since_version",
+    "schema_type_params",
+]
 
 Dim = int | str | None
 
@@ -191,8 +200,6 @@ class Graph:
                 known if known is not None else decode_tensor(init, f"graph {g.name!r}")
             )
         for sp in g.sparse_initializer:
-            from turnout.api.values import SparseTensor
-
             graph.initializers[sp.values.name] = SparseTensor.from_proto(sp)
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             graph.value_infos[vi.name] = ValueInfo.from_proto(vi.name, vi.type)
@@ -298,6 +305,74 @@ def schema_type_params(domain: str, op_type: str, opset: int) -> tuple[list[str]
     if s.outputs and s.outputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
         outs += [outs[-1]] * 64
     return ins, outs
+
+
+class KernelNode:
+    """What a kernel factory sees: one node with decoded attributes and known input/output types.
+
+    `inputs`/`outputs` are `ir.ValueInfo` entries (name, elem_type, dtype, shape) or None for an
+    absent optional input. `subgraph(attr)` returns a callable running a nested graph (If, Loop,
+    Scan bodies) with the session's providers: `run(inputs: list, outer: dict) -> list`.
+    `context` is the `turnout.sdk.provider.KernelContext` of the provider building the kernel
+    (None outside a session). It lives here, with the IR, so that `GraphView.kernel_node` builds
+    one without the graph layer importing the provider contract, which re-exports it.
+    """
+
+    __slots__ = ("_subgraph_builder", "context", "node", "opset", "since_version")
+
+    def __init__(
+        self,
+        node: Node,
+        opset: int,
+        since_version: int,
+        subgraph_builder: Callable[[Graph], Callable[..., list[Any]]] | None = None,
+        context: Any = None,
+    ) -> None:
+        self.node = node
+        self.opset = opset
+        self.since_version = since_version
+        self._subgraph_builder = subgraph_builder
+        self.context = context
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+    @property
+    def domain(self) -> str:
+        return self.node.domain
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.node.attrs
+
+    @property
+    def inputs(self) -> tuple[Any, ...]:
+        return self.node.input_infos
+
+    @property
+    def outputs(self) -> tuple[Any, ...]:
+        return self.node.output_infos
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The decoded attribute value (int, float, str, list, ndarray, Graph) or `default`."""
+        return self.node.attrs.get(name, default)
+
+    @property
+    def subgraph_builder(self) -> Callable[[Graph], Callable[..., list[Any]]] | None:
+        """What `subgraph` builds nested graphs with (None outside a session). A provider that
+        wraps a KernelNode in its own (a view with other input types, say) passes it on."""
+        return self._subgraph_builder
+
+    def subgraph(self, attr_name: str) -> Callable[..., list[Any]]:
+        """A runnable for the nested graph in attribute `attr_name`, built by the session."""
+        if self._subgraph_builder is None:
+            raise EPFail(f"node {self.node.name!r}: no subgraph support in this context")
+        return self._subgraph_builder(self.node.attrs[attr_name])
 
 
 class GraphView:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from turnout.graph.errors import (
     NoModel,
     NoSuchFile,
 )
+from turnout.graph.light_copy import copy_fields, light_copy
 from turnout.graph.shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
 from turnout.graph.structure import check_structure, normalize, suffix_repeated_names
 from turnout.graph.tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor
@@ -391,38 +392,6 @@ _TYPED_FIELDS = (
 )
 
 
-def _copy_fields(src: Any, dst: Any, skip: str) -> None:
-    """Copy every set field of message `src` into the empty `dst`, except field `skip`."""
-    for fd in src.DESCRIPTOR.fields:
-        if fd.name == skip:
-            continue
-        value = getattr(src, fd.name)
-        if fd.is_repeated:
-            if len(value):
-                getattr(dst, fd.name).extend(value)
-        elif src.HasField(fd.name):
-            if fd.message_type is not None:
-                getattr(dst, fd.name).CopyFrom(value)
-            else:
-                setattr(dst, fd.name, value)
-
-
-def light_copy(
-    model: ModelProto, initializer: Callable[[TensorProto], TensorProto | None]
-) -> ModelProto:
-    """A copy of `model` whose top-level initializers are `initializer(t)` (None drops one).
-
-    Everything else is copied as is; big tensors that `initializer` returns unchanged are
-    copied too, so it should replace or drop those.
-    """
-    out = ModelProto()
-    _copy_fields(model, out, "graph")
-    _copy_fields(model.graph, out.graph, "initializer")
-    kept = [t2 for t2 in (initializer(t) for t in model.graph.initializer) if t2 is not None]
-    out.graph.initializer.extend(kept)
-    return out
-
-
 def _plain_raw(t: TensorProto) -> bool:
     """Whether raw_data is `t`'s only value field (stored inline)."""
     return (
@@ -450,7 +419,7 @@ def _check_copy(model: ModelProto) -> ModelProto:
         if len(t.raw_data) < expected:  # a transient copy, still cheaper than serializing
             return t  # too short: the checker says so
         out = TensorProto()
-        _copy_fields(t, out, "raw_data")
+        copy_fields(t, out, "raw_data")
         del out.dims[:]
         out.dims.append(1)
         out.raw_data = bytes(itemsize)

@@ -1,4 +1,5 @@
-"""Every TensorProto in a model, and the one checked way to turn one into a numpy array.
+"""Every TensorProto in a model, the one checked way to turn one into a numpy array, and the
+host-array helpers that runtime values (`OrtValue`, `SparseTensor`) share.
 
 A model file is untrusted input: a tensor may claim an unknown data type, negative dims, more
 bytes than it holds, or data in a file. `decode_tensor` refuses each of these with an
@@ -19,7 +20,14 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, numpy_help
 from turnout.graph.dtypes import np_dtype
 from turnout.graph.errors import Fail
 
-__all__ = ["FIXED_WIDTH_TYPES", "all_tensors", "check_tensor", "decode_tensor"]
+__all__ = [
+    "FIXED_WIDTH_TYPES",
+    "all_tensors",
+    "as_host_array",
+    "check_tensor",
+    "decode_tensor",
+    "zeros",
+]
 
 # element types whose raw_data is exactly prod(dims) * itemsize bytes (sub-byte and string
 # types are packed or variable-length, and numpy_helper checks those itself)
@@ -121,3 +129,18 @@ def decode_tensor(t: TensorProto, where: str) -> np.ndarray[Any, Any]:
     except Exception as e:  # numpy/onnx decoding errors carry no tensor name
         name = repr(t.name) if t.name else "(unnamed)"
         raise Fail(f"{where}: cannot decode tensor {name}: {e}") from e
+
+
+def as_host_array(obj: Any) -> np.ndarray:
+    """C-contiguous array, strings as object arrays of str; no copy when already so."""
+    arr = np.asarray(obj)
+    if arr.dtype.kind == "U":
+        return arr.astype(object)
+    if arr.dtype.kind == "S":
+        return np.array([b.decode("utf-8") for b in arr.reshape(-1)], object).reshape(arr.shape)
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """Zero-filled array; string tensors are filled with "" (ONNX's zero string)."""
+    return np.full(shape, "", object) if dtype.kind == "O" else np.zeros(shape, dtype)

@@ -27,6 +27,7 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto
 
 from turnout.graph.errors import Fail, InvalidArgument, InvalidGraph
+from turnout.graph.light_copy import light_copy
 
 __all__ = ["check_types"]
 
@@ -92,8 +93,6 @@ def _light(model: ModelProto, opsets: dict[str, int]) -> ModelProto:
     """A copy for inference whose big initializers are typed inputs (no bytes) and whose node
     outputs carry no declared types where onnx knows the node, so that what a node produces is
     seen apart from what the model says it produces."""
-    from turnout.graph.model import light_copy  # model.py calls check_types: import it when called
-
     declared = {vi.name for vi in model.graph.input}
     big: list[TensorProto] = []
 

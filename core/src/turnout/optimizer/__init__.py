@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from turnout.api.options import ResourceLimits
 from turnout.graph.errors import GraphPassError, TurnoutError
+from turnout.graph.limits import ResourceLimits
 from turnout.optimizer import (  # noqa: F401 - importing registers the passes, in this order
     cleanup,
     conv,
@@ -46,6 +46,7 @@ from turnout.optimizer import (  # noqa: F401 - importing registers the passes, 
 from turnout.optimizer.base import (
     PASSES,
     TURNOUT_DOMAIN,
+    Evaluate,
     GraphPass,
     Level,
     OptimizationReport,
@@ -60,6 +61,7 @@ from turnout.optimizer.subgraph import passes_load_checks
 __all__ = [
     "PASSES",
     "TURNOUT_DOMAIN",
+    "Evaluate",
     "GraphPass",
     "Level",
     "OptGraph",
@@ -140,8 +142,13 @@ def optimize(
     limits: ResourceLimits | None = None,
     values: dict[str, np.ndarray] | None = None,
     nhwc_ops: frozenset[tuple[str, str]] = frozenset(),
+    evaluate: Evaluate | None = None,
 ) -> tuple[onnx.ModelProto, OptimizationReport]:
     """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
+
+    `evaluate` runs the nodes that constant folding computes (`PassContext.evaluate`; the
+    engine's `turnout.engine.evaluate.evaluate_model`); without it only what the optimizer
+    computes itself folds (Constant, ConstantOfShape, Shape and Size of static shapes).
 
     `limits` bounds what folding and shape inference may materialize (`fold_max_elements`
     overrides its field of that name).
@@ -163,7 +170,7 @@ def optimize(
         limits = dataclasses.replace(limits, fold_max_elements=int(fold_max_elements))
     extra = [as_pass(p) for p in extra_passes]
     keep = list(keep_initializers)
-    run = (model, lvl, limits, supports, extra, keep, nhwc_ops)
+    run = (model, lvl, limits, supports, extra, keep, nhwc_ops, evaluate)
     out, report, g = _optimize(*run, inline=True)
     if g.inlined and not passes_load_checks(out):
         # an inlined branch exposed what only its If's loose types let pass: keep the Ifs
@@ -181,6 +188,7 @@ def _optimize(
     extra: list[GraphPass],
     keep_initializers: list[str],
     nhwc_ops: frozenset[tuple[str, str]],
+    evaluate: Evaluate | None,
     inline: bool,
 ) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph]:
     from turnout.graph.model import light_copy
@@ -202,6 +210,7 @@ def _optimize(
         max_tensor_elements=limits.max_tensor_elements,
         inline_ifs=inline,
         nhwc_ops=nhwc_ops,
+        evaluate=evaluate,
     )
     if supports is not None:
         ctx.supports = supports

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import onnx
 
 from turnout.optimizer.graph import OptGraph
 
@@ -51,6 +53,12 @@ def _always(domain: str, op_type: str, replaced: tuple[str, ...]) -> bool:
     return True
 
 
+Evaluate = Callable[[onnx.ModelProto], Sequence[Any]]
+"""How constant folding runs nodes: a model without inputs in, its outputs out (raises when a
+node cannot run). The engine hands one in (`turnout.engine.evaluate.evaluate_model`); the
+optimizer cannot build sessions itself, being below the engine."""
+
+
 @dataclass
 class PassContext:
     """What a pass may consult besides the graph: which fused ops the owners can run, limits."""
@@ -64,6 +72,9 @@ class PassContext:
     nhwc_ops: frozenset[tuple[str, str]] = frozenset()  # handed over channels-last (layout.py)
     # the passes above BASIC that this run chose: fuse_subgraphs runs them in bodies too
     body_passes: list[GraphPass] = field(default_factory=list)
+    # runs a model without inputs and returns its outputs (the engine's kernels); None: the
+    # optimizer folds only what it computes itself (Constant, ConstantOfShape, static Shape)
+    evaluate: Evaluate | None = None
 
     def can_emit(self, domain: str, op_type: str, replaced: Iterable[str]) -> bool:
         return self.supports(domain, op_type, tuple(replaced))

@@ -17,6 +17,7 @@ import numpy as np
 from onnx import NodeProto, helper, numpy_helper
 
 from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.evaluate import evaluate_nodes
 from turnout.optimizer.graph import NONDETERMINISTIC, OptGraph, attr
 from turnout.optimizer.qdq import unit_dequantizers
 
@@ -59,7 +60,7 @@ def fold_constants(g: OptGraph, ctx: PassContext) -> int:
         known.update(o for o in n.output if o)
     if not folded:
         return 0
-    folded = _evaluate_all(g, folded, values)
+    folded = _evaluate_all(g, folded, values, ctx)
     if not folded:
         return 0
     sub_reads = g.subgraph_reads()
@@ -113,7 +114,7 @@ def _over_budget(
 
 
 def _evaluate_all(
-    g: OptGraph, folded: list[NodeProto], values: dict[str, np.ndarray]
+    g: OptGraph, folded: list[NodeProto], values: dict[str, np.ndarray], ctx: PassContext
 ) -> list[NodeProto]:
     """Compute the outputs of `folded` (in order, inputs constant or computed before) into
     `values`: Constant and ConstantOfShape here, the rest in one session. Returns the nodes
@@ -131,7 +132,7 @@ def _evaluate_all(
             values[n.output[0]] = value
             done.append(n)
     if rest:
-        results = _evaluate(g, rest, values)
+        results = evaluate_nodes(g, rest, values, ctx)
         if results is not None:
             values.update(results)
             done = folded
@@ -173,45 +174,6 @@ def _direct(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.ndar
         return np.full([int(d) for d in shape], fill[0], dtype=fill.dtype)
     except Exception:
         return None
-
-
-def _evaluate(
-    g: OptGraph, nodes: list[NodeProto], known: dict[str, np.ndarray]
-) -> dict[str, np.ndarray] | None:
-    """Run `nodes` (all inputs constant or in `known`) in one session; None when any of them
-    fails."""
-    from turnout.api.options import GraphOptimizationLevel, SessionOptions
-    from turnout.api.session import InferenceSession
-    from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
-
-    produced = {o for n in nodes for o in n.output if o}
-    inputs = dict.fromkeys(x for n in nodes for x in n.input if x and x not in produced)
-    inits = [
-        numpy_helper.from_array(known[x] if x in known else g.const(x), x)  # type: ignore[arg-type]
-        for x in inputs
-    ]
-    outputs = [o for n in nodes for o in n.output if o]
-    graph = helper.make_graph(
-        list(nodes), "fold", [], [helper.make_empty_tensor_value_info(o) for o in outputs], inits
-    )
-    model = helper.make_model(
-        graph, opset_imports=list(g.model.opset_import), ir_version=g.model.ir_version
-    )
-    opts = SessionOptions()
-    opts.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
-    # the numpy kernels: a host provider (numba) would compile kernels for a single run
-    opts.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
-    try:
-        sess = InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-        results = sess.run(None, {})
-    except Exception:
-        return None
-    out: dict[str, np.ndarray] = {}
-    for name, v in zip(outputs, results):
-        if not isinstance(v, np.ndarray):
-            return None
-        out[name] = v
-    return out
 
 
 def _static_dims(g: OptGraph, name: str) -> list[int | None] | None:

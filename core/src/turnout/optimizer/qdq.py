@@ -51,6 +51,7 @@ import onnx
 from onnx import NodeProto
 
 from turnout.optimizer.base import Level, PassContext, graph_pass
+from turnout.optimizer.evaluate import evaluate_nodes
 from turnout.optimizer.graph import OptGraph, attr
 from turnout.optimizer.match import Matcher
 
@@ -268,17 +269,17 @@ def _rank(g: OptGraph, name: str) -> int:
     return len(tp.tensor_type.shape.dim)
 
 
-def _table(g: OptGraph, dq: NodeProto, chain: list[NodeProto]) -> np.ndarray | None:
+def _table(
+    g: OptGraph, dq: NodeProto, chain: list[NodeProto], ctx: PassContext
+) -> np.ndarray | None:
     """The chain's quantized output for each of the 256 input codes (index: the code's byte),
-    evaluated with turnout's numpy kernels; None when that fails."""
-    from turnout.optimizer.fold import _evaluate  # (fold imports this module)
-
+    evaluated with the caller's evaluator (turnout's numpy kernels); None when that fails."""
     elem = g.elem_type(str(dq.input[0]))
     codes = np.arange(256, dtype=np.uint8).view(_NP[elem or 2])
     start = NodeProto()
     start.CopyFrom(dq)
     start.input[0] = g.fresh("codes")
-    out = _evaluate(g, [start, *chain], {start.input[0]: codes})
+    out = evaluate_nodes(g, [start, *chain], {start.input[0]: codes}, ctx)
     if out is None:
         return None
     table = out.get(str(chain[-1].output[0]))
@@ -308,7 +309,7 @@ def _table_unit(
     replaced = (*(n.op_type for n in chain), "DequantizeLinear")
     if not all(ctx.can_emit("", op, replaced) for op in ("Cast", "Gather")):
         return False
-    table = _table(g, dq, chain)
+    table = _table(g, dq, chain, ctx)
     if table is None:
         return False
     idx = g.fresh(f"{qn.output[0]}_code")

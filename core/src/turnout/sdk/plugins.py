@@ -7,6 +7,7 @@ entry-point name (`*` disables all of them).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import pluggy
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.logs import logger
 from turnout.sdk import hookspecs
+from turnout.sdk.op_sets import install
 from turnout.sdk.provider import (
     CONTRACT_VERSION,
     SUPPORTED_CONTRACTS,
@@ -35,6 +37,10 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "turnout"
+
+# plugins that are part of turnout, registered by module name before the installed ones (as
+# pytest registers its own): the CPU provider, the fallback for every standard op
+BUILTIN_PLUGINS = ("turnout.providers.cpu.plugin",)
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,11 @@ class ProviderRegistry:
         with self._lock:
             if self._loaded:
                 return
-            from turnout.providers.cpu.provider import CPUProviderFactory
-
-            factories: list[ProviderFactory] = [CPUProviderFactory()]
+            factories: list[ProviderFactory] = []
             pm = pluggy.PluginManager("turnout")
             pm.add_hookspecs(hookspecs)
+            for name in BUILTIN_PLUGINS:  # never disabled: a failure here is turnout's bug
+                pm.register(importlib.import_module(name), name=name)
             disabled = {
                 x.strip()
                 for x in os.environ.get("TURNOUT_DISABLE_PLUGINS", "").split(",")
@@ -203,8 +209,6 @@ def _collect_graph_passes(pm: pluggy.PluginManager, broken: list[BrokenPlugin]) 
 def _install_custom_ops(pm: pluggy.PluginManager, broken: list[BrokenPlugin]) -> None:
     """Op sets plugins bring; a hook that raises or returns something else marks its plugin
     broken, like providers."""
-    from turnout.sdk.custom_ops import install
-
     for impl in pm.hook.turnout_custom_ops.get_hookimpls():
         try:
             install(cast("list[Any]", impl.function() or []), f"plugin {impl.plugin_name!r}")

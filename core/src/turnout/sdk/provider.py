@@ -26,10 +26,11 @@ import numpy as np
 
 from turnout.graph import errors
 from turnout.graph.errors import EPFail, InvalidArgument
+from turnout.graph.ir import KernelNode
 from turnout.sdk.provider_options import ProviderOption
 
 if TYPE_CHECKING:
-    from turnout.graph.ir import Graph, GraphView, Node
+    from turnout.graph.ir import GraphView, Node
 
 CONTRACT_VERSION = 2
 """The provider contract of this turnout. 2 added typed options (`ProviderOption`), devices
@@ -136,73 +137,6 @@ class KernelContext:
     def allocate(self, shape: Sequence[int], dtype: Any) -> Any:
         """A new, uninitialized buffer of `shape` and `dtype` from the provider's allocator."""
         return self.allocator.empty(tuple(shape), np.dtype(dtype))
-
-
-class KernelNode:
-    """What a kernel factory sees: one node with decoded attributes and known input/output types.
-
-    `inputs`/`outputs` are `ir.ValueInfo` entries (name, elem_type, dtype, shape) or None for an
-    absent optional input. `subgraph(attr)` returns a callable running a nested graph (If, Loop,
-    Scan bodies) with the session's providers: `run(inputs: list, outer: dict) -> list`.
-    `context` is the `KernelContext` of the provider building the kernel (None outside a
-    session).
-    """
-
-    __slots__ = ("_subgraph_builder", "context", "node", "opset", "since_version")
-
-    def __init__(
-        self,
-        node: Node,
-        opset: int,
-        since_version: int,
-        subgraph_builder: Callable[[Graph], Callable[..., list[Any]]] | None = None,
-        context: KernelContext | None = None,
-    ) -> None:
-        self.node = node
-        self.opset = opset
-        self.since_version = since_version
-        self._subgraph_builder = subgraph_builder
-        self.context = context
-
-    @property
-    def op_type(self) -> str:
-        return self.node.op_type
-
-    @property
-    def domain(self) -> str:
-        return self.node.domain
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-    @property
-    def attrs(self) -> Mapping[str, Any]:
-        return self.node.attrs
-
-    @property
-    def inputs(self) -> tuple[Any, ...]:
-        return self.node.input_infos
-
-    @property
-    def outputs(self) -> tuple[Any, ...]:
-        return self.node.output_infos
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        """The decoded attribute value (int, float, str, list, ndarray, Graph) or `default`."""
-        return self.node.attrs.get(name, default)
-
-    @property
-    def subgraph_builder(self) -> Callable[[Graph], Callable[..., list[Any]]] | None:
-        """What `subgraph` builds nested graphs with (None outside a session). A provider that
-        wraps a KernelNode in its own (a view with other input types, say) passes it on."""
-        return self._subgraph_builder
-
-    def subgraph(self, attr_name: str) -> Callable[..., list[Any]]:
-        """A runnable for the nested graph in attribute `attr_name`, built by the session."""
-        if self._subgraph_builder is None:
-            raise EPFail(f"node {self.node.name!r}: no subgraph support in this context")
-        return self._subgraph_builder(self.node.attrs[attr_name])
 
 
 KernelFactory = Callable[[KernelNode], KernelFn]

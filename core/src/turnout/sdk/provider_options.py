@@ -17,7 +17,19 @@ from typing import Any
 
 from turnout.graph.errors import InvalidArgument
 
-__all__ = ["ProviderOption", "parse_bool", "schema_table"]
+__all__ = [
+    "CPU_NUMPY_ONLY_ENV",
+    "CPU_NUMPY_ONLY_KEY",
+    "ProviderOption",
+    "parse_bool",
+    "schema_table",
+]
+
+CPU_NUMPY_ONLY_KEY = "session.turnout.cpu_numpy_only"
+"""Session config entry: "1" keeps CPU requests on the numpy kernels, without the host
+providers (turnout-numba) that serve them by default; "0" lets the hosts serve them."""
+CPU_NUMPY_ONLY_ENV = "TURNOUT_CPU_NUMPY_ONLY"
+"""The same switch for a whole process (the session config entry wins when both are set)."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})

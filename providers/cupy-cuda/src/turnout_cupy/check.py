@@ -47,8 +47,7 @@ def collect_sources() -> list[str]:
 
 def collect_generated() -> Generated:
     """Each (program, layout) the emulated sessions of the representative graphs generated."""
-    from turnout.api.options import SessionOptions
-    from turnout.api.session import InferenceSession
+    from turnout import InferenceSession, SessionOptions
     from turnout.sdk.plugins import registry
 
     from .emulated import EMULATED_NAME, EmulatedFactory

@@ -83,7 +83,7 @@ class TurnoutBackend(Backend):
         outputs_info: Sequence[tuple[np.dtype[Any], tuple[int, ...]]] | None = None,
         **kwargs: Any,
     ) -> tuple[Any, ...] | None:
-        from turnout.tools.testing import one_node_model
+        from turnout.graph.one_node import one_node_model
 
         model = one_node_model(node, list(inputs), kwargs.pop("opset_version", 21))
         return cls.run_model(model, list(inputs), device, **kwargs)

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from turnout.api.values import SparseTensor
 from turnout.engine.executor.copies import HostIO, insert_copies
 from turnout.engine.executor.plan import Plan, Step
 from turnout.engine.partition import GraphPartition, PartitionReport, partition_graph
 from turnout.graph.errors import EPFail, InvalidGraph, TurnoutError
 from turnout.graph.ir import Graph, GraphView, schema_since_version
+from turnout.graph.sparse import SparseTensor
 from turnout.sdk.fusion import GraphIndex, group_inputs, group_outputs
 from turnout.sdk.provider import (
     Capability,

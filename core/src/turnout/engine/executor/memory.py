@@ -11,12 +11,11 @@ without it. Feeds and initializers are not counted: they live for the whole run 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from turnout.engine.executor.plan import Step
+from turnout.engine.executor.step import Step
 
 __all__ = ["ALIASES", "HOST_RESULTS", "peak_live_bytes", "static_sizes", "value_bytes"]
 

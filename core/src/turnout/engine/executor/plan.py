@@ -13,14 +13,13 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from turnout.engine.executor.memory import value_bytes
+from turnout.engine.executor.step import Step
 from turnout.graph.errors import Fail, InvalidArgument, InvalidGraph, RuntimeException, TurnoutError
-from turnout.sdk.provider import KernelFn
 
 __all__ = ["Plan", "RunTerminated", "Step", "ignore_fp_errors", "restore_fp_errors"]
 
@@ -29,21 +28,6 @@ TERMINATE_EVERY = 16  # steps between checks of RunOptions.terminate
 
 class RunTerminated(Fail):
     """The run was cancelled through `RunOptions.terminate` (onnxruntime raises Fail too)."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One node ready to run: its kernel function and the value names it reads and writes.
-    `free`: the provider allocator's `free`, called on each output once it is dead, when that
-    allocator pools (None otherwise)."""
-
-    name: str
-    op_type: str
-    provider: str
-    fn: KernelFn
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    free: Callable[[Any], None] | None = None
 
 
 _FP_STATE: Any = None  # numpy >= 2 keeps the floating-point error state in a context variable

@@ -29,7 +29,7 @@ How to add a group of ops (one module per group; nothing else is edited by hand)
    onnxruntime's CPU provider cannot run; `float32_oracle` for float16 ones it runs in float32
    only). A kernel that cannot run some case declines it with `supports=` (a reason), which
    turnout reports at session creation.
-4. **Docs row**: run `python -m turnout.graph.contrib.table > docs/contrib-ops.md`; the
+4. **Docs row**: run `python -m turnout.tools.contrib_table > docs/contrib-ops.md`; the
    table's supported columns come from the kernel registries, and `tests/core/test_contrib_table.py`
    fails when the file disagrees with them.
 """

@@ -1,7 +1,7 @@
 """The com.microsoft ops onnxruntime defines, and those its CPU provider runs.
 
 Names only (facts about onnxruntime 1.32: its `docs/ContribOperators.md` and the schemas and
-CPU kernels it registers). `turnout.graph.contrib.table` lists them with turnout's support; the
+CPU kernels it registers). `turnout.tools.contrib_table` lists them with turnout's support; the
 tests check the lists against the installed onnxruntime.
 """
 

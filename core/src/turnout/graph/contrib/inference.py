@@ -18,8 +18,6 @@ from onnx import AttributeProto, TypeProto, helper
 if TYPE_CHECKING:
     from onnx.shape_inference import InferenceContext
 
-    from turnout.graph.contrib.spec import OpSpec
-
 __all__ = ["Dim", "InferFn", "NodeTypes", "TensorType", "onnx_inference", "same_as"]
 
 Dim = int | str | None
@@ -93,24 +91,26 @@ def same_as(index: int) -> InferFn:
     return infer
 
 
-def onnx_inference(spec: OpSpec) -> Callable[[InferenceContext], None]:
-    """`spec.infer` as an onnx inference function. It never raises: a failure leaves the
-    outputs untyped, and the kernel reports bad inputs when the node runs."""
-    defaults = spec.defaults()
+def onnx_inference(
+    fn: InferFn, attr_names: Sequence[str], defaults: Mapping[str, Any]
+) -> Callable[[InferenceContext], None]:
+    """An op's `fn` (`OpSpec.infer`) as an onnx inference function, reading the attributes
+    `attr_names` over `defaults`. It never raises: a failure leaves the outputs untyped, and
+    the kernel reports bad inputs when the node runs."""
 
     def infer(ctx: InferenceContext) -> None:
         try:
             attrs = dict(defaults)
-            for a in spec.attrs:
-                proto: AttributeProto | None = ctx.get_attribute(a.name)
+            for name in attr_names:
+                proto: AttributeProto | None = ctx.get_attribute(name)
                 if proto is not None:
-                    attrs[a.name] = _decoded(helper.get_attribute_value(proto))
+                    attrs[name] = _decoded(helper.get_attribute_value(proto))
             inputs = tuple(
                 TensorType.from_proto(ctx.get_input_type(i)) if ctx.has_input(i) else None
                 for i in range(ctx.get_num_inputs())
             )
             wanted = tuple(ctx.has_output(i) for i in range(ctx.get_num_outputs()))
-            found = spec.infer(NodeTypes(inputs, attrs, wanted))
+            found = fn(NodeTypes(inputs, attrs, wanted))
         except Exception:  # inference is best effort; the kernel checks when it runs
             return
         for i, t in enumerate(found):

@@ -144,5 +144,6 @@ def _onnx_schema(spec: OpSpec) -> onnx.defs.OpSchema:
         ],
         attributes=[attribute(a) for a in spec.attrs],
     )
-    schema.set_type_and_shape_inference_function(onnx_inference(spec))
+    names = [a.name for a in spec.attrs]
+    schema.set_type_and_shape_inference_function(onnx_inference(spec.infer, names, spec.defaults()))
     return schema

@@ -18,8 +18,8 @@ import numpy as np
 from onnx import TypeProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from turnout.api.environment import random_state
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.seed import random_state
 
 __all__ = ["reference_kernel", "reference_supports"]
 

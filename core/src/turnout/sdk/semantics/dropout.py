@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.api.environment import random_state
 from turnout.graph.errors import InvalidArgument
+from turnout.sdk.seed import random_state
 
 __all__ = ["DropoutMode", "dropout_mask_dtype"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from turnout.api.values import SparseTensor
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.sparse import SparseTensor
 
 __all__ = ["constant_attr_value"]
 

@@ -20,7 +20,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if args.format == "json":
         text = report.to_json()
     elif args.format == "dot":
-        text = report.to_dot(sess._graph)
+        text = report.to_dot(sess._engine.graph)
     elif args.format == "html":
         text = report.to_html()
     else:

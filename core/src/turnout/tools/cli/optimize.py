@@ -12,8 +12,8 @@ LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
 def _cmd_optimize(args: argparse.Namespace) -> int:
     import onnx
 
+    from turnout.engine.evaluate import optimize
     from turnout.graph.model import load_model
-    from turnout.optimizer import optimize
     from turnout.sdk.plugins import graph_passes
     from turnout.tools.cli.run import _resolve_model
 

@@ -27,7 +27,8 @@ def quant_pre_process(
     shapes; the result is written to `output_model_path` when given, and returned.
     Folding BatchNormalization into Conv before quantizing saves a Q/DQ pair per layer
     and quantizes the folded weights, as a runtime would run them."""
-    from turnout.optimizer import Level, optimize
+    from turnout.engine.evaluate import optimize
+    from turnout.optimizer import Level
 
     model = load_model(input_model)
     if not skip_optimization:

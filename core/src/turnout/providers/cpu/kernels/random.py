@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from turnout.api.environment import random_state
 from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.seed import random_state
 from turnout.sdk.semantics.dropout import DropoutMode
 
 __all__: list[str] = []

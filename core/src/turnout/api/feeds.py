@@ -16,19 +16,10 @@ import numpy as np
 
 from turnout.api.values import OrtValue, SparseTensor, to_ort_type_string
 from turnout.graph.dtypes import type_string
-from turnout.graph.errors import InvalidArgument
+from turnout.graph.errors import InvalidArgument, ort_invalid_argument
 from turnout.graph.ir import ValueInfo
 
 __all__ = ["InputSpec", "ort_invalid_argument", "shape_text"]
-
-# onnxruntime's C++ errors read "[ONNXRuntimeError] : <code> : <NAME> : <text>"; applications parse
-# that text, so the feed errors below give it verbatim and add turnout's detail on a line after it.
-ORT_INVALID_ARGUMENT = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
-
-
-def ort_invalid_argument(text: str, detail: str = "") -> InvalidArgument:
-    """InvalidArgument whose first line is onnxruntime's message `text`; `detail` follows."""
-    return InvalidArgument(ORT_INVALID_ARGUMENT + text + (f"\n{detail}" if detail else ""))
 
 
 def shape_text(shape: tuple[Any, ...] | None) -> str:
