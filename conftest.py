@@ -7,14 +7,30 @@
 tests of the numpy kernels and the references that provider tests compare against must be the
 numpy kernels, so every test runs with the numpy-only switch set, except tests marked
 `cpu_means_host`, which check the host path itself.
+
+A provider's tests need its distribution: where it is not installed (a core-only install), its
+tests folder is reported as one skipped collector naming the package and how to install it,
+instead of failing on its conftest's imports. The root pyproject's testpaths name `providers`,
+not each tests folder, so that pytest reaches those folders here first (a folder named in
+testpaths has its conftest imported before any hook can look at it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+ROOT = Path(__file__).parent
+# a provider's tests folder -> the package its tests import
+PROVIDER_TESTS = {
+    "providers/numba-cpu/tests": "turnout_numba",
+    "providers/opencl/tests": "turnout_opencl",
+    "providers/cupy-cuda/tests": "turnout_cupy",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -34,3 +50,50 @@ def stable_seed(key: str) -> int:
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A generator seeded from this test's node id (its path, name and parameters)."""
     return np.random.default_rng(stable_seed(request.node.nodeid))
+
+
+class ProviderNotInstalled(pytest.Collector):
+    """A provider's tests folder whose package is not installed: collecting it skips, with why.
+
+    The node takes its parent's path, so that this conftest's hooks still apply to it (pytest
+    looks hooks up by the conftests loaded for a node's path, and the folder's are never loaded).
+    """
+
+    folder = Path()
+    reason = ""
+
+    def collect(self) -> list[pytest.Item | pytest.Collector]:
+        pytest.skip(self.reason)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Skip a provider's tests folder, without importing its conftest, when its package is not
+    installed; a package that is installed but fails to import still fails collection."""
+    folder = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else ""
+    package = PROVIDER_TESTS.get(folder)
+    if package is None or _installed(package):
+        return None
+    node = ProviderNotInstalled.from_parent(parent, name=path.name, nodeid=folder)
+    node.folder = path
+    distribution = path.parent.relative_to(ROOT).as_posix()
+    node.reason = f"{package} is not installed (pip install -e ./{distribution})"
+    return node
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    """The skip of a ProviderNotInstalled folder, reported at the folder (`-ra` prints
+    `SKIPPED [1] providers/numba-cpu/tests: turnout_numba is not installed (...)`)."""
+    if not isinstance(collector, ProviderNotInstalled):
+        return None
+    # no line number: pytest prints the location as the folder alone (its stubs want an int)
+    location = (str(collector.folder), None, collector.reason)
+    return pytest.CollectReport(collector.nodeid, "skipped", location, result=[])  # type: ignore[arg-type]
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,12 +1,16 @@
 """Code quality gates that CI enforces: ruff (lint + format) on the repo, mypy strict on every
-package (core, conformance, the providers, the plugin template: the root pyproject's `files`)."""
+package (core, conformance, the providers, the plugin template: the root pyproject's `files`),
+core's import contracts and the generated layer picture of docs/architecture.md."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import pathlib
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -29,3 +33,50 @@ def test_mypy_strict_on_every_package() -> None:
     pytest.importorskip("mypy", reason="mypy is not installed (pip install mypy)")
     result = _run(sys.executable, "-m", "mypy")
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_import_contracts_hold() -> None:
+    """Core's layers, no cycles inside a package, providers on the SDK (`.importlinter`)."""
+    pytest.importorskip("importlinter", reason="import-linter is not installed (core[test])")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugin_template" / "src")}
+    lint = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports as lint; "
+            "sys.exit(lint(no_cache=True))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert lint.returncode == 0, lint.stdout[-5000:] + lint.stderr[-2000:]
+
+
+def test_no_import_cycle_spans_layers_and_none_is_big() -> None:
+    """Imports inside functions count: the largest strongly connected component of core's
+    module graph has at most 5 modules, and its modules all sit in one layer."""
+    graph = _import_graph()
+    edges = graph.graph()
+    layers = graph.contract_layers()
+    for component in graph.strongly_connected(edges):
+        assert len(component) <= 5, component
+        owners = {graph.layer_of(m, layers) for m in component}
+        assert len(owners) == 1, f"a cycle across layers {owners}: {component}"
+
+
+def test_the_layer_picture_is_current() -> None:
+    graph = _import_graph()
+    assert graph.main(["--check", str(ROOT / "docs" / "architecture.md")]) == 0
+
+
+def _import_graph() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "import_graph", ROOT / "tools" / "import_graph.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -253,7 +253,7 @@ def test_programs_are_built_at_creation_not_in_run(tmp_path, monkeypatch):
     assert prov.rt.programs.builds == builds
     assert list(tmp_path.glob("opencl/*/*.bin"))  # and cached on disk
     sess2 = _session(m)
-    assert sess2._providers[0].rt.programs.disk_hits >= 1
+    assert sess2._engine.providers[0].rt.programs.disk_hits >= 1
 
 
 def test_fp64_declined_with_reason_when_device_lacks_it():

@@ -1,0 +1,65 @@
+"""Every import path of the package before it was regrouped into layers still works.
+
+`public_names_before_layers.json` lists each module of `turnout` as it was before the layers
+(at commit f32db4c) with the names its `__all__` exported. Each must still import, by its old
+path, and give the same object as the module's new home; each public name must still be there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import turnout
+from turnout._moved import MOVED, new_name
+
+BEFORE = json.loads((Path(__file__).parent / "public_names_before_layers.json").read_text())
+
+
+@pytest.mark.parametrize("old", sorted(BEFORE))
+def test_old_module_imports_with_its_public_names(old: str) -> None:
+    module = importlib.import_module(old)
+    new = new_name(old)
+    if new is not None:
+        assert module is importlib.import_module(new), f"{old} is not the module at {new}"
+    missing = [name for name in BEFORE[old] if not hasattr(module, name)]
+    assert not missing, f"{old} lost {missing}"
+
+
+def test_old_from_imports_give_the_same_objects() -> None:
+    from turnout.capi.onnxruntime_pybind11_state import OrtSyncStream, copy_tensors
+    from turnout.provider import ExecutionProvider, KernelNode
+    from turnout.session import InferenceSession
+    from turnout.values import SparseTensor
+
+    assert InferenceSession is turnout.InferenceSession
+    assert SparseTensor is turnout.SparseTensor
+    assert copy_tensors is turnout.copy_tensors and OrtSyncStream is turnout.OrtSyncStream
+    assert KernelNode is importlib.import_module("turnout.graph.ir").KernelNode
+    assert ExecutionProvider is importlib.import_module("turnout.sdk.provider").ExecutionProvider
+
+
+def test_every_moved_name_has_a_home() -> None:
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_an_unknown_name_under_a_moved_package_is_still_an_import_error() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("turnout.capi.no_such_module")
+
+
+@pytest.mark.parametrize("old", ["turnout.as_onnxruntime", "turnout.api.as_onnxruntime"])
+def test_python_dash_m_runs_old_and_new_paths(old: str, tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text("import onnxruntime\nprint(onnxruntime.InferenceSession.__module__)\n")
+    done = subprocess.run(
+        [sys.executable, "-m", old, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "turnout.api.session"
