@@ -23,6 +23,7 @@ import benchmarks  # noqa: E402
 from benchmarks import report, runner, zoo  # noqa: E402
 
 pytest.importorskip("onnxruntime")
+pytest.importorskip("turnout_numba", reason="the harness times turnout's host path (turnout-numba)")
 
 
 @pytest.fixture(scope="module")

@@ -719,6 +719,8 @@ VIEW_OPS = {
 @pytest.mark.parametrize("op", sorted(VIEW_OPS))
 def test_outputs_never_share_memory_with_the_feeds(op: str, provider: str) -> None:
     """Writing to an output must not change the caller's input (once it did for view ops)."""
+    if provider not in ort_t.get_all_providers():
+        pytest.skip(f"{provider} is not installed")
     extra, attrs = VIEW_OPS[op]
     consts = {
         "shape": np.array([2, 2], np.int64),

@@ -165,12 +165,10 @@ def picture(edges: dict[str, set[str]]) -> str:
     layers = contract_layers()
     files = module_files()
     members: dict[str, list[str]] = {p: [] for layer in layers for p in layer}
-    lines_of: dict[str, int] = dict.fromkeys(members, 0)
-    for module, path in files.items():
+    for module in files:
         owner = _owner(module, layers)
         if owner is None:
             continue
-        lines_of[owner] += len(path.read_text().splitlines())
         rest = module[len(owner) + 1 :].split(".")[0] if module != owner else ""
         if rest and rest not in members[owner]:
             members[owner].append(rest)
@@ -186,7 +184,7 @@ def picture(edges: dict[str, set[str]]) -> str:
         for k, package in enumerate(layer):
             if k:
                 out.append("        (and, independent of it, on the same level)")
-            out.append(f"{package} ({lines_of[package]} lines)")
+            out.append(package)
             names = ", ".join(sorted(members[package]))
             out += textwrap.wrap(names, 96, initial_indent="    ", subsequent_indent="    ")
         if i + 1 < len(layers):
@@ -195,19 +193,19 @@ def picture(edges: dict[str, set[str]]) -> str:
     out.append("```")
     cycles = [c for c in strongly_connected(edges) if len(c) > 1]
     largest = max((len(c) for c in cycles), default=1)
+    order = [p for layer in layers for p in layer]
     out += [
         "",
-        f"{len(edges)} modules, {sum(map(len, edges.values()))} imports between them, "
-        f"{len(cycles)} import cycle(s), the largest {largest} modules.",
+        f"Import cycles between modules: {len(cycles)}, the largest of {largest} modules.",
         "",
-        "| from | to | imports |",
-        "|---|---|---|",
+        "Which layer imports which (a row imports the columns marked):",
+        "",
+        "| | " + " | ".join(f"`{p.split('.')[-1]}`" for p in order) + " |",
+        "|---" * (len(order) + 1) + "|",
     ]
-    order = [p for layer in layers for p in layer]
-    for (src, dst), n in sorted(
-        crossing.items(), key=lambda x: (order.index(x[0][0]), order.index(x[0][1]))
-    ):
-        out.append(f"| `{src}` | `{dst}` | {n} |")
+    for src in order:
+        marks = ["x" if (src, dst) in crossing else "" for dst in order]
+        out.append(f"| `{src}` | " + " | ".join(marks) + " |")
     return "\n".join(out)
 
 

@@ -49,6 +49,17 @@ def test_every_moved_name_has_a_home() -> None:
         assert importlib.import_module(old) is importlib.import_module(new)
 
 
+def test_a_module_imported_by_its_old_path_keeps_its_own_spec() -> None:
+    """The import system sets the alias's spec on the module; it must get its own back, or
+    importlib.resources (and runpy, pickle) would look for it under the old name."""
+    from importlib.resources import files
+
+    import turnout.models  # the old path of turnout.tools.models
+
+    assert turnout.models.__spec__.name == "turnout.tools.models"
+    assert files("turnout.tools.models").joinpath("tiny_cnn.onnx").read_bytes()
+
+
 def test_an_unknown_name_under_a_moved_package_is_still_an_import_error() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("turnout.capi.no_such_module")

@@ -61,10 +61,15 @@ class _Alias(importlib.abc.Loader):
         self.target = target
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return importlib.import_module(self.target)
+        module = importlib.import_module(self.target)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module ran when it was imported under its new name."""
+        """Nothing runs (the module ran under its new name); the import system has set the
+        alias's spec on it, so its own goes back (importlib.resources, runpy and pickle
+        read it)."""
+        module.__spec__ = self.own_spec
 
     def get_code(self, fullname: str) -> object:
         """The new module's code, for `python -m OLD.NAME` (runpy runs it as __main__)."""

@@ -4,6 +4,7 @@ model loaded once, then every batch turned into feeds, run, and returned as colu
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -60,9 +61,8 @@ def _resolve_model(model: Any) -> str | os.PathLike[str] | bytes | ModelProto:
     """A path, bytes or ModelProto as given; a Ray object ref fetched (once, in __init__)."""
     if isinstance(model, (str, os.PathLike, bytes, ModelProto)):
         return model
-    import ray
-
-    if isinstance(model, ray.ObjectRef):
+    ray = sys.modules.get("ray")  # without Ray imported, nothing is an object ref
+    if ray is not None and isinstance(model, ray.ObjectRef):
         return _resolve_model(ray.get(model))
     raise InvalidArgument(
         "model must be a path, bytes, a ModelProto or a Ray object ref of one, "
