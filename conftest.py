@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -52,8 +53,9 @@ def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     return np.random.default_rng(stable_seed(request.node.nodeid))
 
 
-class ProviderNotInstalled(pytest.Collector):
-    """A provider's tests folder whose package is not installed: collecting it skips, with why.
+class NotInstalled(pytest.Collector):
+    """Tests whose package is not installed (a provider's tests folder, or a test module that
+    imports turnout-testbed): collecting them skips, with why.
 
     The node takes its parent's path, so that this conftest's hooks still apply to it (pytest
     looks hooks up by the conftests loaded for a node's path, and the folder's are never loaded).
@@ -74,7 +76,7 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
     package = PROVIDER_TESTS.get(folder)
     if package is None or _installed(package):
         return None
-    node = ProviderNotInstalled.from_parent(parent, name=path.name, nodeid=folder)
+    node = NotInstalled.from_parent(parent, name=path.name, nodeid=folder)
     node.folder = path
     distribution = path.parent.relative_to(ROOT).as_posix()
     node.reason = f"{package} is not installed (pip install -e ./{distribution})"
@@ -83,13 +85,29 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
-    """The skip of a ProviderNotInstalled folder, reported at the folder (`-ra` prints
+    """The skip of a NotInstalled folder, reported at the folder (`-ra` prints
     `SKIPPED [1] providers/numba-cpu/tests: turnout_numba is not installed (...)`)."""
-    if not isinstance(collector, ProviderNotInstalled):
+    if not isinstance(collector, NotInstalled):
         return None
     # no line number: pytest prints the location as the folder alone (its stubs want an int)
     location = (str(collector.folder), None, collector.reason)
     return pytest.CollectReport(collector.nodeid, "skipped", location, result=[])  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Any:
+    """A test module that imports turnout-testbed (test and benchmark models, the fake device:
+    a distribution of its own, out of the runtime wheel) skips where it is not installed."""
+    if _installed("turnout_testbed") or "turnout_testbed" not in module_path.read_text():
+        return None
+    node = NotInstalled.from_parent(parent, name=module_path.name, nodeid=_nodeid(module_path))
+    node.folder = module_path
+    node.reason = "turnout_testbed is not installed (pip install -e ./testbed)"
+    return node
+
+
+def _nodeid(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
 def _installed(package: str) -> bool:

@@ -17,7 +17,7 @@ from onnx.backend.test.loader import DATA_DIR
 
 from turnout.api.options import GraphOptimizationLevel, SessionOptions
 from turnout.api.session import InferenceSession
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 
 LEVELS = {
     "disable": GraphOptimizationLevel.ORT_DISABLE_ALL,

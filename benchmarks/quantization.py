@@ -59,7 +59,8 @@ def _random_feeds(build: Callable[[], onnx.ModelProto]) -> Callable[[int], dict[
 
 
 def _models() -> dict[str, QuantModel]:
-    from turnout.tools.models import apps, build_tiny_cnn, zoo
+    from turnout.tools.models import build_tiny_cnn
+    from turnout_testbed import apps, zoo
 
     def mlp() -> onnx.ModelProto:
         return zoo.mlp(batch=8)

@@ -44,7 +44,7 @@ class _Reader:
 
 def _small(name: str) -> onnx.ModelProto:
     """The benchmark models at sizes a quantization sweep can afford."""
-    from turnout.tools.models import zoo as builders
+    from turnout_testbed import zoo as builders
 
     if name == "resnet18_like":
         return builders.resnet18_like(size=64)

@@ -129,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     from PIL import Image
 
     from turnout.tools.models import shipped_model
-    from turnout.tools.models.zoo import mlp
     from turnout.tools.ray.batching import InputSpec
     from turnout.tools.ray.readers import load_image
+    from turnout_testbed.zoo import mlp
 
     header = [
         "| model | how | time (s) | rows/s | each worker: rows, rows/s while busy "

@@ -20,7 +20,7 @@ import numpy as np
 
 import turnout
 from turnout.tools.concurrency import run_from_threads
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 
 # model name -> (model bytes, input name, shapes of the feeds: batches of different sizes)
 MODELS: dict[str, Any] = {

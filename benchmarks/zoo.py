@@ -1,6 +1,6 @@
 """The benchmark model zoo: the onnx package's nine light models plus the repo's builders.
 
-The application-shaped models of `turnout.tools.models.apps` (issue 13: `vad_like`, `crnn_ocr_like`,
+The application-shaped models of `turnout_testbed.apps` (issue 13: `vad_like`, `crnn_ocr_like`,
 `yolo_det_like`, `text_cnn_like`) bring their own inputs (`BenchModel.make_feeds`): a VAD fed a
 random int64 for `sr` would run its 8 kHz branch on a 16 kHz chunk; `model_feeds()` picks them.
 
@@ -49,7 +49,7 @@ LIGHT_MODELS = (
     "zfnet512",
 )
 
-# turnout.tools.models.apps builders, by benchmark name (listed here so that this module need not
+# turnout_testbed.apps builders, by benchmark name (listed here so that this module need not
 # import turnout to list the zoo)
 APP_MODELS = ("vad_like", "crnn_ocr_like", "yolo_det_like", "text_cnn_like")
 
@@ -61,7 +61,7 @@ DIMS = {"batch": 1, "sequence": 128}
 class BenchModel:
     name: str
     build: Callable[[], onnx.ModelProto]
-    source: str  # "onnx light model", "turnout.tools.models.zoo" or "turnout.tools.models.apps"
+    source: str  # "onnx light model", "turnout_testbed.zoo" or "turnout_testbed.apps"
     make_feeds: Callable[[int], dict[str, np.ndarray]] | None = None  # seed -> inputs
 
 
@@ -162,27 +162,27 @@ def _builder(name: str, fn: Callable[[Any], onnx.ModelProto]) -> BenchModel:
     """A repo builder, imported on use (child processes measuring memory need not load turnout)."""
 
     def build() -> onnx.ModelProto:
-        from turnout.tools.models import zoo as builders
+        from turnout_testbed import zoo as builders
 
         return fn(builders)
 
-    return BenchModel(name, build, "turnout.tools.models.zoo")
+    return BenchModel(name, build, "turnout_testbed.zoo")
 
 
 def _app(name: str) -> BenchModel:
     """An application-shaped builder at its benchmark settings, with its own inputs."""
 
     def build() -> onnx.ModelProto:
-        from turnout.tools.models.apps import APP_MODELS as apps
+        from turnout_testbed.apps import APP_MODELS as apps
 
         return apps[name].build()
 
     def make_feeds(seed: int) -> dict[str, np.ndarray]:
-        from turnout.tools.models.apps import APP_MODELS as apps
+        from turnout_testbed.apps import APP_MODELS as apps
 
         return apps[name].feeds(seed)
 
-    return BenchModel(name, build, "turnout.tools.models.apps", make_feeds)
+    return BenchModel(name, build, "turnout_testbed.apps", make_feeds)
 
 
 MODELS: dict[str, BenchModel] = {

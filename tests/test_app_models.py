@@ -1,4 +1,4 @@
-"""The application-shaped builders (turnout.tools.models.apps): valid models that turnout runs as
+"""The application-shaped builders (turnout_testbed.apps): valid models that turnout runs as
 onnxruntime does, on the numpy kernels and on the numba provider."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from turnout import InferenceSession
-from turnout.tools.models import apps
+from turnout_testbed import apps
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -206,7 +206,7 @@ def test_issue_13_targets_arithmetic() -> None:
 def test_app_models_are_in_the_zoo_with_their_inputs() -> None:
     assert set(zoo.APP_MODELS) <= set(zoo.names())
     bm = zoo.get("vad_like")
-    assert bm.source == "turnout.tools.models.apps"
+    assert bm.source == "turnout_testbed.apps"
     proto = bm.build()
     feeds = zoo.model_feeds("vad_like", proto, seed=0)
     assert int(feeds["sr"]) == 16000 and feeds["input"].shape == (1, 512)

@@ -31,7 +31,8 @@ def test_ruff_check_and_format() -> None:
 
 def _every_package_installed() -> None:
     """mypy and the import contracts read every package (core, conformance, the providers)."""
-    for package in ("turnout_conformance", "turnout_numba", "turnout_opencl", "turnout_cupy"):
+    packages = ("turnout_conformance", "turnout_testbed", "turnout_numba", "turnout_opencl")
+    for package in (*packages, "turnout_cupy"):
         if importlib.util.find_spec(package) is None:
             pytest.skip(f"{package} is not installed: these checks cover every package")
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 import turnout
 from turnout.graph.contrib import nchwc_layout
 from turnout.graph.errors import InvalidArgument
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime writes and checks these models")
 

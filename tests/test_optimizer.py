@@ -21,8 +21,8 @@ from turnout.engine.evaluate import optimize
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.model import load_model
 from turnout.optimizer import GraphPass, Level
-from turnout.tools.models import zoo
 from turnout.tools.testing import _all_node_cases, assert_outputs_close, normalize_values
+from turnout_testbed import zoo
 
 LEVELS = (Level.BASIC, Level.EXTENDED, Level.ALL)
 

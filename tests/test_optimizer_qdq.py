@@ -17,7 +17,7 @@ from turnout.api.options import GraphOptimizationLevel, SessionOptions
 from turnout.api.session import InferenceSession
 from turnout.engine.evaluate import optimize
 from turnout.optimizer import Level
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 
 ort = pytest.importorskip(
     "onnxruntime", reason="onnxruntime quantizes the models and is the oracle"

@@ -474,7 +474,7 @@ def test_inlining_that_would_fail_the_load_checks_is_undone() -> None:
 
 
 def test_vad_like_keeps_its_if_on_the_sample_rate_and_folds_the_branch_constants() -> None:
-    apps = pytest.importorskip("turnout.tools.models.apps")
+    apps = pytest.importorskip("turnout_testbed.apps")
     model = apps.vad_like()
     before = _body_ops(model)
     # BASIC: the folding; onnxruntime cannot run the ai.turnout ops the fusions write

@@ -761,7 +761,7 @@ def test_one_cpu_session_from_8_threads_matches_single_thread_runs(model: str) -
     from importlib.resources import files
 
     from turnout.tools.concurrency import run_from_threads
-    from turnout.tools.models import zoo
+    from turnout_testbed import zoo
 
     if model == "tiny_cnn":
         data, name, shape = (

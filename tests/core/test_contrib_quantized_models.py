@@ -34,7 +34,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout.graph.contrib import DOMAIN
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these checks")
 

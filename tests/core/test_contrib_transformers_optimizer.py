@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 
 import turnout
 from turnout.graph.contrib import DOMAIN
-from turnout.tools.models.zoo import bert_like
+from turnout_testbed.zoo import bert_like
 
 HEADS, HIDDEN, SEQ, BATCH = 4, 64, 16, 2
 

@@ -24,7 +24,7 @@ from turnout.sdk.provider import (
     KernelNode,
     ProviderFactory,
 )
-from turnout.tools.fake_device import FakeDeviceProviderFactory
+from turnout_testbed.fake_device import FakeDeviceProviderFactory
 
 pytestmark = pytest.mark.cpu_means_host
 
@@ -201,7 +201,7 @@ def test_installed_numba_serves_cpu_requests() -> None:
     factory = plugins.registry.find("NumbaExecutionProvider")
     if factory is None or not plugins.registry.probe(factory).ok:
         pytest.skip("turnout-numba is not installed or numba cannot load here")
-    from turnout.tools.models import zoo
+    from turnout_testbed import zoo
 
     model = zoo.small_classifier().SerializeToString()
     x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout.graph.errors import Fail, InvalidArgument
-from turnout.tools.fake_device import FakeDeviceProviderFactory
+from turnout_testbed.fake_device import FakeDeviceProviderFactory
 
 Policy = turnout.OrtExecutionProviderDevicePolicy
 CPU = "CPUExecutionProvider"
@@ -239,7 +239,7 @@ def test_input_ep_devices_name_the_first_reader(fake_gpu: FakeDeviceProviderFact
 
 _LIBRARY = '''
 """A provider brought by path: the fake device under another name."""
-from turnout.tools.fake_device import FakeDeviceProviderFactory
+from turnout_testbed.fake_device import FakeDeviceProviderFactory
 
 
 class LibraryFactory(FakeDeviceProviderFactory):

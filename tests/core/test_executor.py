@@ -186,7 +186,7 @@ def test_if_branches_are_planned_once_not_per_run(
     planned when the If kernel is built; later runs at the same shapes plan nothing and call
     the branch's generated function with the outer values as arguments, no dict between."""
     import turnout.engine.executor.build as build
-    from turnout.tools.models.apps import vad_feeds, vad_like
+    from turnout_testbed.apps import vad_feeds, vad_like
 
     opts = turnout.SessionOptions()
     opts.add_session_config_entry("session.turnout.cpu_numpy_only", numpy_only)

@@ -17,8 +17,8 @@ import turnout
 from turnout.graph.errors import FallbackError, InvalidArgument
 from turnout.sdk import plugins
 from turnout.sdk.provider import ProviderFactory
-from turnout.tools.fake_device import FakeDeviceArray, FakeDeviceProviderFactory
 from turnout.tools.testing import float_graph_model
+from turnout_testbed.fake_device import FakeDeviceArray, FakeDeviceProviderFactory
 
 FAKE = "FakeDeviceExecutionProvider"
 

@@ -26,14 +26,14 @@ from turnout.sdk.provider import (
     KernelNode,
     ProviderFactory,
 )
-from turnout.tools.fake_device import (
+from turnout.tools.testing import float_graph_model
+from turnout_testbed.fake_device import (
     SENTINEL,
     FakeDataTransfer,
     FakeDeviceArray,
     FakeDeviceProviderFactory,
     FakeStream,
 )
-from turnout.tools.testing import float_graph_model
 
 
 @contextlib.contextmanager

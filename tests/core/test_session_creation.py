@@ -17,7 +17,7 @@ from turnout.engine.evaluate import optimize
 from turnout.graph.errors import InvalidGraph
 from turnout.graph.model import _check_copy, infer_shapes, light_copy, load_model
 from turnout.optimizer import Level, OptGraph
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 
 F = TensorProto.FLOAT
 

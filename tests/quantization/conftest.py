@@ -10,7 +10,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from turnout.tools.models import build_tiny_cnn
-from turnout.tools.models.zoo import small_classifier
 
 
 @pytest.fixture
@@ -22,7 +21,8 @@ def tiny_cnn() -> onnx.ModelProto:
 @pytest.fixture
 def classifier() -> onnx.ModelProto:
     """MatMul-Add-Relu-MatMul-Softmax over a symbolic batch of width 16 (opset 18)."""
-    return small_classifier(width=16)
+    zoo = pytest.importorskip("turnout_testbed.zoo", reason="pip install -e ./testbed")
+    return zoo.small_classifier(width=16)
 
 
 def gemm_model(
@@ -77,7 +77,8 @@ def make_batches() -> Callable[..., list[dict[str, np.ndarray]]]:
 @pytest.fixture
 def text_cnn() -> tuple[onnx.ModelProto, Callable[[int], dict[str, np.ndarray]]]:
     """A small text CNN (embedding Gather, Conv1D, Concat, Gemm, Softmax) and its feeds."""
-    from turnout.tools.models.apps import text_cnn_feeds, text_cnn_like
+    apps = pytest.importorskip("turnout_testbed.apps", reason="pip install -e ./testbed")
+    text_cnn_feeds, text_cnn_like = apps.text_cnn_feeds, apps.text_cnn_like
 
     model = text_cnn_like(seq=16, vocab=200, dim=16, filters=8, classes=5)
     return model, lambda seed: text_cnn_feeds(seq=16, vocab=200, batch=4, seed=seed)

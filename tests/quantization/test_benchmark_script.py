@@ -15,6 +15,9 @@ if str(ROOT) not in sys.path:
 from benchmarks import quantization as bench  # noqa: E402
 
 pytest.importorskip("onnxruntime.quantization", reason="the benchmark compares with it")
+pytest.importorskip(
+    "turnout_testbed", reason="its models are turnout-testbed's (pip install -e ./testbed)"
+)
 
 
 def test_rows_hold_every_column() -> None:

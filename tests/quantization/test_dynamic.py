@@ -206,7 +206,7 @@ def test_an_overridable_initializer_is_not_a_weight(rng: np.random.Generator) ->
 
 
 def test_weights_inside_control_flow_are_named_as_the_reason() -> None:
-    from turnout.tools.models.apps import vad_like
+    from turnout_testbed.apps import vad_like
 
     with pytest.raises(NothingToQuantize, match="nodes inside If bodies are not quantized"):
         quantize_dynamic(vad_like(), None)

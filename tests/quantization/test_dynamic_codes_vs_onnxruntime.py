@@ -26,7 +26,6 @@ from onnx import TensorProto, helper, numpy_helper
 from turnout.api.options import SessionOptions
 from turnout.api.session import InferenceSession
 from turnout.engine.provider_selection import CPU_NUMPY_ONLY_KEY
-from turnout.tools.models import apps
 from turnout.tools.quantization import QuantType
 from turnout.tools.quantization import quantize_dynamic as turnout_quantize_dynamic
 from turnout.tools.quantization.params import quantize_weight
@@ -36,6 +35,7 @@ from turnout.tools.testing import (
     onnxruntime_mlas_fma3,
     provider_session,
 )
+from turnout_testbed import apps
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for the codes")
 ort_quant = pytest.importorskip(

@@ -20,7 +20,7 @@ pytest.importorskip("onnxruntime.quantization", reason="the sweep compares with 
 
 
 def _specs() -> dict[str, bench.QuantModel]:
-    from turnout.tools.models import apps, zoo
+    from turnout_testbed import apps, zoo
 
     def resnet() -> onnx.ModelProto:
         return zoo.resnet18_like(size=32)

@@ -11,10 +11,10 @@ import pytest
 
 from turnout import InferenceSession, InvalidArgument, SessionOptions
 from turnout.tools.models import build_tiny_cnn
-from turnout.tools.models.zoo import mlp, small_classifier
 from turnout.tools.ray import BatchError, SessionPredictor
 from turnout.tools.ray.batching import InputSpec, fixed_batch, model_inputs, run_in_chunks, to_feed
 from turnout.tools.ray.predictor import BOOKKEEPING_COLUMNS, choose_providers
+from turnout_testbed.zoo import mlp, small_classifier
 
 F32 = np.dtype(np.float32)
 

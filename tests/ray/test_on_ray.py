@@ -18,10 +18,10 @@ import pytest
 from turnout import Fail
 from turnout.tools.cli import main
 from turnout.tools.models import shipped_model
-from turnout.tools.models.zoo import mlp
 from turnout.tools.ray import BatchError, SessionPredictor, predict, run_batch
 from turnout.tools.ray.batching import InputSpec
 from turnout.tools.ray.readers import load_image
+from turnout_testbed.zoo import mlp
 
 # Ray warns about its own deprecated settings when it builds its default context
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["MOVED", "install", "new_name"]
+__all__ = ["MOVED", "OUTSIDE", "install", "new_name"]
 
 _LAYERS = {
     "graph": "contrib dtypes errors ir logs model shape_inference structure tensors validate",
@@ -26,7 +26,7 @@ _LAYERS = {
     "engine": "executor partition pipeline profiling provider_selection report_render",
     "api": "as_onnxruntime backend capi compiler datasets environment feeds ep_assignment "
     "ep_devices ep_library io_binding lora options ort_enums session values",
-    "tools": "cli concurrency fake_device models quantization ray scaffold testing",
+    "tools": "cli concurrency models quantization ray scaffold testing",
 }
 
 MOVED: dict[str, str] = {
@@ -36,10 +36,18 @@ MOVED: dict[str, str] = {
 }
 """Old top-level module or package → its place in a layer (submodules follow their package)."""
 
-# single modules that moved again: docs/contrib-ops.md's generator reads the providers' kernel
+# single modules that moved on: docs/contrib-ops.md's generator reads the providers' kernel
 # registries, so it left the graph layer for the tools
-for _old in ("turnout.contrib.table", "turnout.graph.contrib.table"):
-    MOVED[_old] = "turnout.tools.contrib_table"
+MOVED["turnout.contrib.table"] = "turnout.tools.contrib_table"
+
+OUTSIDE: dict[str, str] = {
+    "turnout.models.zoo": "turnout_testbed.zoo",
+    "turnout.models.apps": "turnout_testbed.apps",
+    "turnout.fake_device": "turnout_testbed.fake_device",
+}
+"""Old modules that left the runtime wheel for the turnout-testbed distribution (test and
+benchmark models, the fake device): importable by the old path where it is installed."""
+MOVED.update(OUTSIDE)
 
 
 def new_name(fullname: str) -> str | None:
@@ -88,7 +96,16 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         new = new_name(fullname)
         if new is None:
             return None
-        found = importlib.util.find_spec(new)
+        try:
+            found = importlib.util.find_spec(new)
+        except ModuleNotFoundError:
+            if fullname not in OUTSIDE:
+                raise
+            raise ModuleNotFoundError(
+                f"{fullname} moved to {new}, which the turnout-testbed distribution installs "
+                "(pip install ./testbed from a turnout checkout)",
+                name=fullname,
+            ) from None
         if found is None:
             return None
         is_package = found.submodule_search_locations is not None

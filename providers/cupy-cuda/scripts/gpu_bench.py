@@ -1,7 +1,7 @@
 """The benchmark set on CuPyExecutionProvider against onnxruntime's CPU provider and PyTorch
 eager on the same GPU, interleaved, with each runtime's outputs checked against onnxruntime's.
 
-Models: `turnout.tools.models.zoo` bert_like (BERT-base shaped, 4 layers, batch 1, sequence 128),
+Models: `turnout_testbed.zoo` bert_like (BERT-base shaped, 4 layers, batch 1, sequence 128),
 mlp (batch 64) and resnet18_like (batch 1, 224x224). PyTorch eager runs the same ONNX graph
 node by node with torch operations (`TorchEager`, a small interpreter for the ops these models
 use), so both GPU runtimes launch one kernel sequence per graph, with the same weights. Every
@@ -35,7 +35,7 @@ RTOL, ATOL = 1e-3, 1e-3
 
 def models(small: bool = False) -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]]:
     """The benchmark set; `small` shrinks every model (the tests' dry run)."""
-    from turnout.tools.models import zoo
+    from turnout_testbed import zoo
 
     rng = np.random.default_rng(0)
     seq, hidden, size = (16, 64, 32) if small else (128, 768, 224)

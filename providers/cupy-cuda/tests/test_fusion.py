@@ -9,10 +9,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from turnout.tools.models.zoo import bert_like
 from turnout.tools.testing import provider_session
 from turnout_cupy.codegen import Variant
 from turnout_cupy.fusion import layout
+from turnout_testbed.zoo import bert_like
 
 
 def _chain(dtype: int = TensorProto.FLOAT) -> bytes:

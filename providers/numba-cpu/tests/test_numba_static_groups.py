@@ -18,10 +18,10 @@ from turnout.graph.dtypes import elem_type_of
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.ir import GraphView
 from turnout.sdk.provider import Capability
-from turnout.tools.models.zoo import tiny_ops_chain
 from turnout.tools.testing import cpu_session
 from turnout_numba import cache
 from turnout_numba.codegen import SERIAL_WORK, GroupKernel, compile_group
+from turnout_testbed.zoo import tiny_ops_chain
 
 F = TensorProto.FLOAT
 

@@ -22,7 +22,7 @@ if "--openmp-first" in sys.argv:
 import numpy as np
 import numba
 import turnout
-from turnout.tools.models import zoo
+from turnout_testbed import zoo
 from turnout_numba import threading_layer
 
 sess = turnout.InferenceSession(

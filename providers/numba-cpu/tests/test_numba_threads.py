@@ -17,8 +17,8 @@ import pytest
 
 import turnout
 from turnout.tools.concurrency import run_from_threads
-from turnout.tools.models import zoo
 from turnout.tools.testing import cpu_session
+from turnout_testbed import zoo
 
 
 def _small_classifier() -> tuple[bytes, str, tuple[int, ...]]:

@@ -1,7 +1,7 @@
 """The light models and the benchmark zoo on OpenCL: outputs vs onnxruntime, median latency.
 
 Light models (onnx package backend/test/data/light) get zeros as inputs, as
-tests/core/test_model_suites.py does; zoo models (`turnout.tools.models.zoo`) get seeded random
+tests/core/test_model_suites.py does; zoo models (`turnout_testbed.zoo`) get seeded random
 inputs. Each model runs with providers=["OpenCLExecutionProvider"] (fallback allowed), on the
 CPU provider, and on the numba provider when `turnout_numba` imports; OpenCL outputs are
 compared with onnxruntime at the node-test tolerances (rtol 1e-3, atol 1e-7).
@@ -28,7 +28,7 @@ RTOL, ATOL = 1e-3, 1e-7
 
 
 def _models() -> list[tuple[str, onnx.ModelProto, str]]:
-    from turnout.tools.models import zoo
+    from turnout_testbed import zoo
 
     out = []
     light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

@@ -1,6 +1,6 @@
 """Representative graphs for the compile-only check: what a real model asks the code generator
 for (an MLP's bias + GELU, a residual block, a broadcast chain, Where/Clip, residual +
-LayerNorm, LogSoftmax, the BERT-like encoder from `turnout.tools.models.zoo`), plus every op of
+LayerNorm, LogSoftmax, the BERT-like encoder from `turnout_testbed.zoo`), plus every op of
 `codegen.FUSED_OPS` alone in float32 and float64, each with one dense and one broadcast input
 so both load paths appear."""
 
@@ -114,7 +114,7 @@ def cases(seed: int = 0) -> Iterator[Case]:
     }
     yield "residual_block", _model(res, inputs, ["s", "out"]), _feeds(inputs, rng)
     yield from _layer_norms(rng)
-    from turnout.tools.models.zoo import bert_like
+    from turnout_testbed.zoo import bert_like
 
     bert = bert_like(layers=1, hidden=64, heads=4, seq=16)
     yield (

@@ -1,6 +1,6 @@
 """Builders of models shaped like the small models applications ship (issue 13).
 
-The zoo's models (`turnout.tools.models.zoo`) are large, regular graphs. The models users run on a
+The zoo's models (`turnout_testbed.zoo`) are large, regular graphs. The models users run on a
 CPU are small and irregular: recurrent state, control flow, depthwise convolutions, shape arithmetic
 written out node by node by exporters, decoding arithmetic after the last convolution. A runtime
 that is fast on resnet50 can still lose to onnxruntime on those through per-node overhead, so
@@ -197,7 +197,7 @@ class _Graph:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
         model.ir_version = 8
-        model.producer_name = "turnout.tools.models.apps"
+        model.producer_name = "turnout_testbed.apps"
         onnx.checker.check_model(model, full_check=True)
         return model
 

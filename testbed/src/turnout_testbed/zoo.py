@@ -58,7 +58,7 @@ class _Builder:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 8
-        model.producer_name = "turnout.tools.models.zoo"
+        model.producer_name = "turnout_testbed.zoo"
         onnx.checker.check_model(model)
         return model
 

@@ -3,7 +3,7 @@ any machine. Its buffers live in host memory but are a distinct type (`FakeDevic
 kernel that receives a host array, or a host kernel that receives a device buffer, fails
 loudly, so a missing or extra copy cannot go unnoticed.
 
-    from turnout.tools.fake_device import FakeDeviceProviderFactory
+    from turnout_testbed.fake_device import FakeDeviceProviderFactory
     turnout.register_provider(FakeDeviceProviderFactory(ops={"Relu", "Add"}))
 """
 
