@@ -18,6 +18,7 @@ testpaths has its conftest imported before any hook can look at it).
 from __future__ import annotations
 
 import importlib.util
+import re
 import zlib
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import pytest
 
 ROOT = Path(__file__).parent
 # a provider's tests folder -> the package its tests import
+TESTBED_IMPORT = re.compile(r"^\s*(from|import)\s+turnout_testbed\b", re.M)
 PROVIDER_TESTS = {
     "providers/numba-cpu/tests": "turnout_numba",
     "providers/opencl/tests": "turnout_opencl",
@@ -98,7 +100,7 @@ def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectRep
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> Any:
     """A test module that imports turnout-testbed (test and benchmark models, the fake device:
     a distribution of its own, out of the runtime wheel) skips where it is not installed."""
-    if _installed("turnout_testbed") or "turnout_testbed" not in module_path.read_text():
+    if _installed("turnout_testbed") or not TESTBED_IMPORT.search(module_path.read_text()):
         return None
     node = NotInstalled.from_parent(parent, name=module_path.name, nodeid=_nodeid(module_path))
     node.folder = module_path

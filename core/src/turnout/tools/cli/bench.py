@@ -1,12 +1,14 @@
 """`turnout bench`: the benchmark suite (turnout vs onnxruntime vs onnx.reference) of the repo.
 
 The suite lives in the repository's `benchmarks/` package, not in the installed wheel
-(onnxruntime is a benchmark dependency only); this command finds it from a source checkout.
+(onnxruntime, turnout-numba and turnout-testbed are its dependencies, not the runtime's); this
+command finds it from a source checkout and says what is missing before it starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,15 @@ def _load_runner() -> Any:
         raise TurnoutError(
             "turnout bench needs the benchmarks/ package of a turnout source checkout; run it "
             "from the repository root (or use `python -m benchmarks` there)"
+        )
+    # what the harness times and builds its models with: say so before it starts
+    needs = {"turnout_numba": "./providers/numba-cpu", "turnout_testbed": "./testbed"}
+    needs["onnxruntime"] = "onnxruntime"
+    missing = [where for module, where in needs.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise TurnoutError(
+            f"turnout bench needs {', '.join(missing)} installed: pip install {' '.join(missing)} "
+            f"(from {root})"
         )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
