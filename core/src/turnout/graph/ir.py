@@ -27,11 +27,25 @@ __all__ = [
     "KernelNode",
     "Node",
     "ValueInfo",
+    "declared_shape",
     "schema_since_version",
     "schema_type_params",
 ]
 
 Dim = int | str | None
+
+
+def declared_shape(tensor_type: Any) -> tuple[Dim, ...] | None:
+    """The dims a (sparse) tensor type declares: ints, dim names, None for an unnamed dim;
+    None when it declares no shape at all."""
+    if not tensor_type.HasField("shape"):
+        return None
+    return tuple(
+        d.dim_value
+        if d.HasField("dim_value")
+        else (d.dim_param if d.HasField("dim_param") else None)
+        for d in tensor_type.shape.dim
+    )
 
 
 @dataclass(frozen=True)
@@ -60,14 +74,7 @@ class ValueInfo:
         kind = tp.WhichOneof("value")
         if kind in ("tensor_type", "sparse_tensor_type"):
             tt = tp.tensor_type if kind == "tensor_type" else tp.sparse_tensor_type
-            shape: tuple[Dim, ...] | None = None
-            if tt.HasField("shape"):
-                shape = tuple(
-                    d.dim_value
-                    if d.HasField("dim_value")
-                    else (d.dim_param if d.HasField("dim_param") else None)
-                    for d in tt.shape.dim
-                )
+            shape = declared_shape(tt)
             return ValueInfo(name, kind.removesuffix("_type"), tt.elem_type or None, shape, tp)
         if kind is None:
             return ValueInfo(name, "unknown", None, None, tp)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from onnx import AttributeProto, TypeProto, helper
 
+from turnout.graph.ir import declared_shape
+
 if TYPE_CHECKING:
     from onnx.shape_inference import InferenceContext
 
@@ -51,15 +53,7 @@ class TensorType:
         tt = tp.tensor_type
         if not tt.elem_type:
             return None
-        shape: tuple[Dim, ...] | None = None
-        if tt.HasField("shape"):
-            shape = tuple(
-                d.dim_value
-                if d.HasField("dim_value")
-                else (d.dim_param if d.HasField("dim_param") else None)
-                for d in tt.shape.dim
-            )
-        return TensorType(tt.elem_type, shape)
+        return TensorType(tt.elem_type, declared_shape(tt))
 
 
 @dataclass(frozen=True)
