@@ -142,16 +142,6 @@ def contract_layers(config: Path = ROOT / ".importlinter") -> list[list[str]]:
     return [[p.strip() for p in line.split("|")] for line in raw.strip().splitlines()]
 
 
-def layer_of(module: str, layers: list[list[str]]) -> int | None:
-    """The index of the layer holding `module` (the package root counts as the façade's)."""
-    if module == PACKAGE:
-        module = f"{PACKAGE}.api"
-    for i, layer in enumerate(layers):
-        if any(module == p or module.startswith(p + ".") for p in layer):
-            return i
-    return None
-
-
 def _owner(module: str, layers: list[list[str]]) -> str | None:
     for layer in layers:
         for package in layer:

@@ -101,10 +101,6 @@ from turnout.sdk.plugins import register_provider
 # turnout.OLD` runs this package first, so every old path sees the finder
 _moved.install()
 
-# old paths (turnout.session, turnout.provider, ...) import as the moved modules; `import
-# turnout.OLD` runs this package first, so every old path sees the finder
-_moved.install()
-
 version = __version__
 package_name = "turnout"
 cuda_version = ""  # as onnxruntime's CPU package: CUDA lives in providers (turnout-cupy)
@@ -199,9 +195,11 @@ def install_as_onnxruntime() -> None:
     Call it before the application imports onnxruntime. `onnxruntime.__version__` then reads
     as `ORT_API_VERSION`; `turnout.__version__` stays turnout's own.
     """
+    import sys
+
     from turnout.api.as_onnxruntime import install
 
-    install()
+    install(sys.modules[__name__])
 
 
 def preload_dlls(

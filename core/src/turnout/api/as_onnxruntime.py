@@ -26,8 +26,6 @@ import sys
 import types
 from typing import Any
 
-import turnout
-
 __all__ = ["MIRRORED_MODULES", "install", "installed", "main"]
 
 # onnxruntime submodule -> the turnout module that stands in for it
@@ -50,11 +48,13 @@ MIRRORED_MODULES = {
 class _OnnxruntimeModule(types.ModuleType):
     """`onnxruntime`: turnout's names, read through, with onnxruntime's package identity."""
 
+    _package: types.ModuleType  # the turnout package whose names it reads through
+
     def __getattr__(self, name: str) -> Any:
-        return getattr(turnout, name)
+        return getattr(self._package, name)
 
     def __dir__(self) -> list[str]:
-        return sorted(set(dir(turnout)) | set(vars(self)))
+        return sorted(set(dir(self._package)) | set(vars(self)))
 
 
 def installed() -> bool:
@@ -62,20 +62,23 @@ def installed() -> bool:
     return isinstance(sys.modules.get("onnxruntime"), _OnnxruntimeModule)
 
 
-def install() -> None:
-    """Make `import onnxruntime` and its submodules give turnout (idempotent). Any onnxruntime
-    already imported in this process is replaced for later imports; objects taken from it
-    before stay what they were."""
+def install(package: types.ModuleType) -> None:
+    """Make `import onnxruntime` and its submodules give turnout (idempotent); `package` is the
+    `turnout` package (`turnout.install_as_onnxruntime()` passes itself, so this façade module
+    does not import the package root that re-exports it). Any onnxruntime already imported in
+    this process is replaced for later imports; objects taken from it before stay what they
+    were."""
     if installed():
         return
     for name in [m for m in sys.modules if m == "onnxruntime" or m.startswith("onnxruntime.")]:
         del sys.modules[name]
-    module = _OnnxruntimeModule("onnxruntime", turnout.__doc__)
-    module.__file__ = turnout.__file__
+    module = _OnnxruntimeModule("onnxruntime", package.__doc__)
+    module._package = package
+    module.__file__ = package.__file__
     module.__path__ = []  # a package: submodules come from sys.modules, unknown ones fail
     module.__spec__ = importlib.machinery.ModuleSpec("onnxruntime", None, is_package=True)
-    module.__version__ = turnout.ORT_API_VERSION  # type: ignore[attr-defined]
-    module.version = turnout.ORT_API_VERSION  # type: ignore[attr-defined]
+    module.__version__ = package.ORT_API_VERSION  # type: ignore[attr-defined]
+    module.version = package.ORT_API_VERSION  # type: ignore[attr-defined]
     module.package_name = "onnxruntime"  # type: ignore[attr-defined]
     sys.modules["onnxruntime"] = module
     for ort_name, tn_name in MIRRORED_MODULES.items():
@@ -93,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(_USAGE)
         return 0 if args else 2
-    install()
+    # the package this module is part of: Python imports it before any of its modules (also
+    # under `python -m`, where __name__ is "__main__" but __package__ stays)
+    install(sys.modules[str(__package__).partition(".")[0]])
     if args[0] == "-m":
         if len(args) < 2:
             print(_USAGE, file=sys.stderr)
