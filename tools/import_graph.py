@@ -162,13 +162,13 @@ def picture(edges: dict[str, set[str]]) -> str:
         rest = module[len(owner) + 1 :].split(".")[0] if module != owner else ""
         if rest and rest not in members[owner]:
             members[owner].append(rest)
-    crossing: dict[tuple[str, str], int] = {}
+    crossing: set[tuple[str, str]] = set()
     for module, targets in edges.items():
         src = _owner(module, layers)
         for target in targets:
             dst = _owner(target, layers)
             if src and dst and src != dst:
-                crossing[src, dst] = crossing.get((src, dst), 0) + 1
+                crossing.add((src, dst))
     out = ["```text"]
     for i, layer in enumerate(layers):
         for k, package in enumerate(layer):

@@ -100,6 +100,7 @@ class EngineSession:
         )
         self.model: onnx.ModelProto = optimized.model
         self.graph: Graph = optimized.graph
+        self.output_names = [o.name for o in self.graph.outputs]
         self.optimization_report: Any = optimized.report
         self.overrides = self._overrides()
         self.providers: list[ExecutionProvider] = instances
@@ -198,7 +199,7 @@ class EngineSession:
         base = self.plan_keeping_on_device(device_outputs) if device_outputs else self.plan
         if not output_names:
             return base, None
-        all_names = [o.name for o in self.graph.outputs]
+        all_names = self.output_names
         for n in output_names:
             if n not in all_names:
                 raise ort_invalid_argument(
