@@ -8,94 +8,151 @@ turnout, call `turnout.install_as_onnxruntime()` before it imports onnxruntime, 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnout import _moved
-from turnout._version import __version__
-from turnout.api import backend, capi
-from turnout.api.capi import onnxruntime_validation
-from turnout.api.capi.onnxruntime_pybind11_state import (
-    OrtSyncStream,
-    copy_tensors,
-    has_collective_ops,
-)
-from turnout.api.compiler import ModelCompiler, OrtCompileApiFlags
-from turnout.api.environment import (
-    ORT_API_VERSION,
-    ArenaExtendStrategy,
-    OrtArenaCfg,
-    create_and_register_allocator,
-    create_and_register_allocator_v2,
-    disable_telemetry_events,
-    enable_telemetry_events,
-    set_default_logger_callback,
-    set_global_thread_pool_sizes,
-    set_seed,
-)
-from turnout.api.ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
-from turnout.api.ep_devices import (
-    OrtEpDevice,
-    OrtExecutionProviderDevicePolicy,
-    OrtHardwareDevice,
-    OrtHardwareDeviceType,
-    get_ep_devices,
-)
-from turnout.api.ep_library import (
-    register_execution_provider_library,
-    unregister_execution_provider_library,
-)
-from turnout.api.io_binding import IOBinding, SessionIOBinding
-from turnout.api.lora import AdapterFormat, LoraAdapter
-from turnout.api.options import (
-    ExecutionMode,
-    ExecutionOrder,
-    GraphOptimizationLevel,
-    RunOptions,
-    SessionOptions,
-)
-from turnout.api.ort_enums import (
-    OrtDeviceMemoryType,
-    OrtDeviceVendorId,
-    OrtMemoryInfoDeviceType,
-    OrtSparseFormat,
-)
-from turnout.api.session import (
-    InferenceSession,
-    ModelMetadata,
-    NodeArg,
-    get_all_providers,
-    get_available_providers,
-    get_build_info,
-    get_device,
-    get_version_string,
-)
-from turnout.api.values import (
-    OrtAllocatorType,
-    OrtDevice,
-    OrtMemoryInfo,
-    OrtMemType,
-    OrtValue,
-    SparseTensor,
-)
-from turnout.graph.errors import (
-    EngineError,
-    EPFail,
-    Fail,
-    FallbackError,
-    InvalidArgument,
-    InvalidGraph,
-    InvalidProtobuf,
-    ModelLoaded,
-    NoModel,
-    NoSuchFile,
-    NotImplemented,
-    RuntimeException,
-    TurnoutError,
-)
-from turnout.graph.logs import set_severity as set_default_logger_severity
-from turnout.graph.logs import set_verbosity as set_default_logger_verbosity
-from turnout.sdk.hookspecs import hookimpl
-from turnout.sdk.plugins import register_provider
+from turnout._version import ORT_API_VERSION, __version__
+
+if TYPE_CHECKING:  # the names as type checkers and readers see them; _LAZY must agree
+    from turnout.api import (
+        backend,
+        capi,
+        datasets,  # noqa: F401 (not in __all__: star-imports skip it)
+    )
+    from turnout.api.capi import onnxruntime_validation
+    from turnout.api.capi.onnxruntime_pybind11_state import (
+        OrtSyncStream,
+        copy_tensors,
+        has_collective_ops,
+    )
+    from turnout.api.compiler import ModelCompiler, OrtCompileApiFlags
+    from turnout.api.environment import (
+        ArenaExtendStrategy,
+        OrtArenaCfg,
+        create_and_register_allocator,
+        create_and_register_allocator_v2,
+        disable_telemetry_events,
+        enable_telemetry_events,
+        set_default_logger_callback,
+        set_global_thread_pool_sizes,
+        set_seed,
+    )
+    from turnout.api.ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+    from turnout.api.ep_devices import (
+        OrtEpDevice,
+        OrtExecutionProviderDevicePolicy,
+        OrtHardwareDevice,
+        OrtHardwareDeviceType,
+        get_ep_devices,
+    )
+    from turnout.api.ep_library import (
+        register_execution_provider_library,
+        unregister_execution_provider_library,
+    )
+    from turnout.api.io_binding import IOBinding, SessionIOBinding
+    from turnout.api.lora import AdapterFormat, LoraAdapter
+    from turnout.api.options import (
+        ExecutionMode,
+        ExecutionOrder,
+        GraphOptimizationLevel,
+        RunOptions,
+        SessionOptions,
+    )
+    from turnout.api.ort_enums import (
+        OrtDeviceMemoryType,
+        OrtDeviceVendorId,
+        OrtMemoryInfoDeviceType,
+        OrtSparseFormat,
+    )
+    from turnout.api.session import (
+        InferenceSession,
+        ModelMetadata,
+        NodeArg,
+        get_all_providers,
+        get_available_providers,
+        get_build_info,
+        get_device,
+        get_version_string,
+    )
+    from turnout.api.values import (
+        OrtAllocatorType,
+        OrtDevice,
+        OrtMemoryInfo,
+        OrtMemType,
+        OrtValue,
+        SparseTensor,
+    )
+    from turnout.graph.errors import (
+        EngineError,
+        EPFail,
+        Fail,
+        FallbackError,
+        InvalidArgument,
+        InvalidGraph,
+        InvalidProtobuf,
+        ModelLoaded,
+        NoModel,
+        NoSuchFile,
+        NotImplemented,
+        RuntimeException,
+        TurnoutError,
+    )
+    from turnout.graph.logs import set_severity as set_default_logger_severity
+    from turnout.graph.logs import set_verbosity as set_default_logger_verbosity
+    from turnout.sdk.hookspecs import hookimpl
+    from turnout.sdk.plugins import register_provider
+
+_NAMES_IN: dict[str, str] = {
+    # module → the public names it defines, re-exported here under the same name
+    "turnout.api.capi.onnxruntime_pybind11_state": "OrtSyncStream copy_tensors has_collective_ops",
+    "turnout.api.compiler": "ModelCompiler OrtCompileApiFlags",
+    "turnout.api.environment": (
+        "ArenaExtendStrategy OrtArenaCfg "
+        "create_and_register_allocator create_and_register_allocator_v2 "
+        "disable_telemetry_events enable_telemetry_events "
+        "set_default_logger_callback set_global_thread_pool_sizes set_seed"
+    ),
+    "turnout.api.ep_assignment": "OrtEpAssignedNode OrtEpAssignedSubgraph",
+    "turnout.api.ep_devices": (
+        "OrtEpDevice OrtExecutionProviderDevicePolicy OrtHardwareDevice "
+        "OrtHardwareDeviceType get_ep_devices"
+    ),
+    "turnout.api.ep_library": (
+        "register_execution_provider_library unregister_execution_provider_library"
+    ),
+    "turnout.api.io_binding": "IOBinding SessionIOBinding",
+    "turnout.api.lora": "AdapterFormat LoraAdapter",
+    "turnout.api.options": (
+        "ExecutionMode ExecutionOrder GraphOptimizationLevel RunOptions SessionOptions"
+    ),
+    "turnout.api.ort_enums": (
+        "OrtDeviceMemoryType OrtDeviceVendorId OrtMemoryInfoDeviceType OrtSparseFormat"
+    ),
+    "turnout.api.session": (
+        "InferenceSession ModelMetadata NodeArg get_all_providers "
+        "get_available_providers get_build_info get_device get_version_string"
+    ),
+    "turnout.api.values": (
+        "OrtAllocatorType OrtDevice OrtMemoryInfo OrtMemType OrtValue SparseTensor"
+    ),
+    "turnout.graph.errors": (
+        "EngineError EPFail Fail FallbackError InvalidArgument InvalidGraph "
+        "InvalidProtobuf ModelLoaded NoModel NoSuchFile NotImplemented "
+        "RuntimeException TurnoutError"
+    ),
+    "turnout.sdk.hookspecs": "hookimpl",
+    "turnout.sdk.plugins": "register_provider",
+}
+_LAZY: dict[str, str] = {
+    # a public name → "module:attribute", or "module" where the name is that module
+    **{name: f"{module}:{name}" for module, names in _NAMES_IN.items() for name in names.split()},
+    "set_default_logger_severity": "turnout.graph.logs:set_severity",
+    "set_default_logger_verbosity": "turnout.graph.logs:set_verbosity",
+    "backend": "turnout.api.backend",
+    "capi": "turnout.api.capi",
+    "onnxruntime_validation": "turnout.api.capi.onnxruntime_validation",
+    "datasets": "turnout.api.datasets",
+}
 
 # old paths (turnout.session, turnout.provider, ...) import as the moved modules; `import
 # turnout.OLD` runs this package first, so every old path sees the finder
@@ -211,13 +268,24 @@ def preload_dlls(
 
 def print_debug_info() -> None:
     """Print turnout's version, the mirrored onnxruntime API version and the providers."""
+    from turnout.api.session import get_all_providers, get_available_providers
+
     print(f"turnout {__version__} (onnxruntime API {ORT_API_VERSION})")
     print(f"available providers: {get_available_providers()}")
     print(f"all providers: {get_all_providers()}")
 
 
 def __getattr__(name: str) -> Any:
-    """`datasets` on first use (it builds its example models when they are missing)."""
-    if name == "datasets":
-        return importlib.import_module(f"{__name__}.datasets")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A public name on first use: its module is imported then, not by `import turnout`."""
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, _, attribute = where.partition(":")
+    module = importlib.import_module(module_name)
+    value = getattr(module, attribute) if attribute else module
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["MOVED", "OUTSIDE", "install", "new_name"]
+__all__ = ["MOVED", "OUTSIDE", "AliasLoader", "install", "new_name"]
 
 _LAYERS = {
     "graph": "contrib dtypes errors ir logs model shape_inference structure tensors validate",
@@ -62,8 +62,9 @@ def new_name(fullname: str) -> str | None:
     return f"{moved}.{tail}" if tail else moved
 
 
-class _Alias(importlib.abc.Loader):
-    """Hands out the already imported module at the new name."""
+class AliasLoader(importlib.abc.Loader):
+    """Hands out the module at another name (imported then, if it is not yet): old paths here,
+    onnxruntime's names in `turnout.api.as_onnxruntime`."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -109,7 +110,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
         if found is None:
             return None
         is_package = found.submodule_search_locations is not None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(new), is_package=is_package)
+        return importlib.machinery.ModuleSpec(fullname, AliasLoader(new), is_package=is_package)
 
 
 def install() -> None:

@@ -19,12 +19,17 @@ onnxruntime API version turnout mirrors, and `package_name` as "onnxruntime".
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import runpy
 import sys
 import types
+from collections.abc import Sequence
 from typing import Any
+
+from turnout._moved import AliasLoader
 
 __all__ = ["MIRRORED_MODULES", "install", "installed", "main"]
 
@@ -62,6 +67,26 @@ def installed() -> bool:
     return isinstance(sys.modules.get("onnxruntime"), _OnnxruntimeModule)
 
 
+class _MirrorFinder(importlib.abc.MetaPathFinder):
+    """`import onnxruntime.X` gives the turnout module standing in for X, imported then: an
+    application pays for the parts of onnxruntime it imports, as with onnxruntime."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        stand_in = MIRRORED_MODULES.get(fullname)
+        if stand_in is None or not installed():
+            return None
+        found = importlib.util.find_spec(stand_in)
+        is_package = found is not None and found.submodule_search_locations is not None
+        return importlib.machinery.ModuleSpec(
+            fullname, AliasLoader(stand_in), is_package=is_package
+        )
+
+
 def install(package: types.ModuleType) -> None:
     """Make `import onnxruntime` and its submodules give turnout (idempotent); `package` is the
     `turnout` package (`turnout.install_as_onnxruntime()` passes itself, so this façade module
@@ -81,8 +106,8 @@ def install(package: types.ModuleType) -> None:
     module.version = package.ORT_API_VERSION  # type: ignore[attr-defined]
     module.package_name = "onnxruntime"  # type: ignore[attr-defined]
     sys.modules["onnxruntime"] = module
-    for ort_name, tn_name in MIRRORED_MODULES.items():
-        sys.modules[ort_name] = importlib.import_module(tn_name)
+    if not any(isinstance(f, _MirrorFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _MirrorFinder())
 
 
 _USAGE = """usage: python -m turnout.as_onnxruntime script.py [args...]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from turnout._version import ORT_API_VERSION
 from turnout.api.values import OrtAllocatorType, OrtMemoryInfo
 from turnout.graph import errors
 from turnout.graph.errors import Fail, InvalidArgument
@@ -39,8 +40,6 @@ __all__ = [
     "telemetry_enabled",
 ]
 
-# The onnxruntime API version turnout mirrors (`onnxruntime.__version__` under the drop-in).
-ORT_API_VERSION = "1.32.0"
 
 _lock = threading.Lock()
 
