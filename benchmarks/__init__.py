@@ -19,6 +19,11 @@ __all__ = ["BLAS_OVERRIDES", "blas_overrides_unset", "import_torch", "reexec_cle
 BLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 _MARK = "TURNOUT_BENCH_UNSET_ENV"
 
+# Steady-state benchmarks time the compiled tier, so sessions wait for it at creation (their
+# creation times include compiling, as before tiered kernels). `python -m benchmarks startup`
+# sets this per child process: it times what users get by default as well.
+os.environ.setdefault("TURNOUT_WAIT_FOR_COMPILED_TIER", "1")
+
 
 def reexec_clean(argv: Sequence[str]) -> None:
     """Re-execute `python *argv` without BLAS_OVERRIDES if any is set (this process only).

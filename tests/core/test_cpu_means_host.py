@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 import turnout
 from turnout.engine.provider_selection import CPU_NUMPY_ONLY_ENV, CPU_NUMPY_ONLY_KEY
+from turnout.engine.tiers import WAIT_ENV
 from turnout.graph.errors import EPFail, FallbackError, InvalidArgument
 from turnout.sdk import plugins
 from turnout.sdk.provider import (
@@ -73,6 +74,13 @@ class FakeHostFactory(ProviderFactory):
 
     def _create(self, options: dict[str, Any]) -> ExecutionProvider:
         return FakeHostProvider(options)
+
+
+@pytest.fixture(autouse=True)
+def _hosts_placed_at_creation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about where the host places nodes, so sessions wait for the compiled
+    tier at creation (tests/core/test_tiers.py covers the numpy tier that runs before it)."""
+    monkeypatch.setenv(WAIT_ENV, "1")
 
 
 @pytest.fixture

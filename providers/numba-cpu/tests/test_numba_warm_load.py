@@ -42,7 +42,9 @@ if os.environ.get("WARM"):
 
 
 def _run(cache: Path, threads: int, **extra: str) -> None:
-    env = {**os.environ, "TURNOUT_CACHE_DIR": str(cache), "THREADS": str(threads), **extra}
+    # the compiled tier at creation: the script counts what its sessions compiled
+    wait = {"TURNOUT_WAIT_FOR_COMPILED_TIER": "1"}
+    env = {**os.environ, "TURNOUT_CACHE_DIR": str(cache), "THREADS": str(threads), **wait, **extra}
     subprocess.run([sys.executable, "-c", _SCRIPT], env=env, check=True)
 
 

@@ -122,6 +122,7 @@ class ModelCompiler:
             opts.graph_optimization_level = GraphOptimizationLevel(int(self._level))
         source = self._source if isinstance(self._source, bytes) else os.fspath(self._source)
         session = InferenceSession(source, opts)
+        session._engine.adopt_compiled_tier()  # the host providers' kernels are what it exports
         blobs: dict[str, bytes] = {}
         for provider in session._engine.providers:
             exported = provider.export_compiled()

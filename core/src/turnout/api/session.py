@@ -303,6 +303,7 @@ class InferenceSession:
         run_options: RunOptions | None,
         device_outputs: frozenset[str] = frozenset(),
     ) -> list[Any]:
+        self._engine.at_run_boundary()  # the compiled tier takes over between runs
         adapters = run_options._adapters if run_options is not None else None
         args = self._prepare_feeds(input_feed, adapters)
         prune = run_options is not None and run_options.only_execute_path_to_fetches

@@ -7,13 +7,16 @@ a change to the façade cannot reach into the engine, and a tool can run the sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from turnout.graph.errors import InvalidArgument
 from turnout.graph.limits import ResourceLimits
 from turnout.graph.model import SuppliedData
+from turnout.sdk.provider_options import parse_bool
 
 __all__ = ["EngineOptions"]
 
@@ -41,3 +44,18 @@ class EngineOptions:
     free_dims_by_denotation: Mapping[str, int] = field(default_factory=dict)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     profile_file_prefix: str | None = None
+
+    def switch(self, key: str, env: str) -> bool:
+        """An on/off session config entry `key`, else the environment variable `env`, else off.
+
+        :raises InvalidArgument: the value is neither 1 nor 0 (or true/false, yes/no, on/off).
+        """
+        raw = self.config.get(key)
+        source = f"session config entry {key}"
+        if raw is None:
+            raw = os.environ.get(env, "")
+            source = f"environment variable {env}"
+        value = parse_bool(raw) if raw.strip() else False
+        if value is None:
+            raise InvalidArgument(f"{source} must be 1 or 0, not {raw!r}")
+        return value

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from turnout.engine.tiers import TierState
 from turnout.graph import errors
 from turnout.graph.errors import InvalidGraph
 from turnout.graph.ir import Graph, GraphView
@@ -115,6 +116,9 @@ class PartitionReport:
     """The plan's peak of live intermediate bytes per device, from the shapes known at
     session creation (values of unknown size count 0; `unsized` says how many)."""
     unsized: int = 0
+    tier: TierState | None = None
+    """Which kernels the session runs on (numpy, or the host providers' compiled ones) and
+    since which run; None where there is one tier only (no host provider serves the CPU)."""
 
     def mark_hosts(self, hosts: Sequence[str]) -> None:
         """Record the host providers, in this report and its nested graphs'."""
@@ -177,6 +181,7 @@ class PartitionReport:
             "hosts": self.hosts,
             "peak_bytes": self.peak_bytes,
             "unsized_values": self.unsized,
+            "tier": self.tier.to_dict() if self.tier is not None else None,
             "subgraphs": {k: v.to_dict() for k, v in self.subgraphs.items()},
         }
 
@@ -227,4 +232,6 @@ class PartitionReport:
                 f"{d} {b / 2**20:.1f} MiB" for d, b in sorted(self.peak_bytes.items())
             )
             lines.append(f"{indent}  planned peak of intermediate values: {peaks}{unsized}")
+        if self.tier is not None:
+            lines.append(f"{indent}  kernels: {self.tier.describe()}")
         return "\n".join(lines)

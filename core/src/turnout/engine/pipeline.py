@@ -161,10 +161,12 @@ def compile(
     providers: Sequence[ExecutionProvider],
     reports: dict[str, PartitionReport],
     constants_override: dict[str, Any] | None = None,
+    checkpoint: Callable[[], None] | None = None,
 ) -> PreparedGraph:
     """Build each claimed node's kernel and compile each provider's fused groups; the
-    partition report of the main graph lands in `reports[""]`."""
-    return compile_partition(part, providers, reports, "", constants_override)
+    partition report of the main graph lands in `reports[""]`. `checkpoint` is called before
+    each kernel (a background build stops there)."""
+    return compile_partition(part, providers, reports, "", constants_override, checkpoint)
 
 
 def plan(

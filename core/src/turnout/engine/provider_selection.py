@@ -13,7 +13,6 @@ One switch keeps the numpy kernels only: the session config entry
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from turnout.graph.errors import FallbackError, InvalidArgument
 from turnout.graph.logs import logger
 from turnout.sdk.plugins import registry
 from turnout.sdk.provider import Availability, ExecutionProvider, ProviderFactory
-from turnout.sdk.provider_options import CPU_NUMPY_ONLY_ENV, CPU_NUMPY_ONLY_KEY, parse_bool
+from turnout.sdk.provider_options import CPU_NUMPY_ONLY_ENV, CPU_NUMPY_ONLY_KEY
 
 __all__ = [
     "CPU_NUMPY_ONLY_ENV",
@@ -35,6 +34,7 @@ __all__ = [
     "ProviderSpec",
     "apply_dynamic_options",
     "cpu_numpy_only",
+    "host_candidates",
     "select_providers",
 ]
 
@@ -82,15 +82,16 @@ class ProviderSelection:
 
 def cpu_numpy_only(opts: EngineOptions) -> bool:
     """Whether CPU requests keep the numpy kernels only (config entry, else environment)."""
-    raw = opts.config.get(CPU_NUMPY_ONLY_KEY)
-    source = f"session config entry {CPU_NUMPY_ONLY_KEY}"
-    if raw is None:
-        raw = os.environ.get(CPU_NUMPY_ONLY_ENV, "")
-        source = f"environment variable {CPU_NUMPY_ONLY_ENV}"
-    value = parse_bool(raw) if raw.strip() else False
-    if value is None:
-        raise InvalidArgument(f"{source} must be 1 or 0, not {raw!r}")
-    return value
+    return opts.switch(CPU_NUMPY_ONLY_KEY, CPU_NUMPY_ONLY_ENV)
+
+
+def host_candidates(providers: Sequence[ProviderSpec] | None, opts: EngineOptions) -> list[str]:
+    """The installed providers that would serve this session's CPU request, not probed
+    (probing a host imports its compiler); none when the numpy kernels are asked for."""
+    if cpu_numpy_only(opts):
+        return []
+    named = {getattr(registry.find(name), "name", name) for name, _ in _specs(providers, None)}
+    return [f.name for f in registry.all() if f.serves_cpu_requests and f.name not in named]
 
 
 def select_providers(

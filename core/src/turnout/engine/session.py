@@ -11,13 +11,15 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import onnx
 
 from turnout.engine import pipeline
 from turnout.engine.artifact import CompiledArtifact
+from turnout.engine.executor.build import PreparedGraph
 from turnout.engine.executor.memory import peak_live_bytes, static_sizes
 from turnout.engine.executor.plan import (
     NO_TERMINATE,
@@ -34,14 +36,28 @@ from turnout.engine.provider_selection import (
     CPU_PROVIDER,
     ProviderSelection,
     ProviderSpec,
+    host_candidates,
     select_providers,
 )
+from turnout.engine.tiers import WAIT_ENV, WAIT_KEY, BackgroundBuild, TierState, log_failure
 from turnout.graph.errors import FallbackError, InvalidArgument, ort_invalid_argument
 from turnout.graph.ir import Graph
 from turnout.graph.logs import logger
 from turnout.sdk.provider import ExecutionProvider
 
 __all__ = ["EngineSession", "RunControl"]
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What placing builds: the providers, the optimized model, the kernels and the plan."""
+
+    selection: ProviderSelection
+    optimized: pipeline.OptimizedModel
+    overrides: dict[str, Any]
+    reports: dict[str, PartitionReport]
+    prepared: PreparedGraph
+    plan: Plan
 
 
 class RunControl(Protocol):
@@ -73,6 +89,8 @@ class EngineSession:
         self.artifact = artifact
         self.lock = threading.Lock()
         self.numpy_only = False  # set by the run-time fallback: the numpy kernels alone
+        self.runs = 0  # runs started, for the reports' "since run N"
+        self._tier_build: BackgroundBuild[_Placement] | None = None
         self.enable_fallback = True
         self.profiler: Profiler | None = None
         if options.profile_file_prefix is not None:
@@ -84,13 +102,46 @@ class EngineSession:
         providers: Sequence[ProviderSpec] | None,
         provider_options: Sequence[dict[str, Any]] | None,
     ) -> None:
-        """Select the providers, optimize for them, partition, compile and plan."""
-        chosen = select_providers(
-            providers, provider_options, self.options, self.label, self.numpy_only
-        )
+        """Select the providers, optimize for them, partition, compile and plan.
+
+        When host providers would serve the CPU request and their kernels are not to be
+        waited for (`turnout.engine.tiers`), the session is placed on the numpy kernels now and
+        the host providers' placement is built in the background.
+        """
+        self._stop_tier_build()
+        hosts = [] if self.numpy_only else host_candidates(providers, self.options)
+        background = bool(hosts) and self.artifact is None and not self._waits_for_hosts()
+        placed = self._build(providers, provider_options, self.numpy_only or background)
+        self._adopt(placed)
+        if providers is not None and placed.selection.requested != [CPU_PROVIDER]:
+            self._apply_fallback_policy()
+        self.tier: TierState | None = None
+        if background:
+            self.tier = TierState("numpy", self.runs, hosts, building=True)
+            self._start_tier_build(providers, provider_options)
+        elif placed.selection.hosts:
+            self.tier = TierState("compiled", self.runs, list(placed.selection.hosts))
+        self.reports[""].tier = self.tier
+        logger.info("%s: placed nodes %s", self.label, self.reports[""].counts())
+
+    def _waits_for_hosts(self) -> bool:
+        return self.options.switch(WAIT_KEY, WAIT_ENV)
+
+    def _build(
+        self,
+        providers: Sequence[ProviderSpec] | None,
+        provider_options: Sequence[dict[str, Any]] | None,
+        numpy_only: bool,
+        checkpoint: Callable[[], None] | None = None,
+    ) -> _Placement:
+        """Everything `place` builds, without touching the session (a background build runs
+        this while the session runs its current placement)."""
+        chosen = select_providers(providers, provider_options, self.options, self.label, numpy_only)
         instances = chosen.instances
         if self.artifact is not None:  # its providers take their compiled blobs first
             self.artifact.install(instances, self.label)
+        if checkpoint is not None:
+            checkpoint()
         optimized = pipeline.optimize(
             self.loaded,
             instances,
@@ -98,29 +149,102 @@ class EngineSession:
             self.label,
             already_optimized=self.artifact is not None,
         )
-        self.model: onnx.ModelProto = optimized.model
-        self.graph: Graph = optimized.graph
+        overrides = self._overrides(optimized.graph)
+        reports: dict[str, PartitionReport] = {}
+        if checkpoint is not None:
+            checkpoint()
+        part = pipeline.partition(optimized.graph, instances)
+        prepared = pipeline.compile(part, instances, reports, overrides, checkpoint)
+        reports[""].mark_hosts(chosen.hosts)
+        plan = pipeline.plan(prepared, self.options)
+        return _Placement(chosen, optimized, overrides, reports, prepared, plan)
+
+    def _adopt(self, placed: _Placement) -> None:
+        """Make `placed` the session's placement (at creation, or at a run boundary)."""
+        self.model: onnx.ModelProto = placed.optimized.model
+        self.graph: Graph = placed.optimized.graph
         self.output_names = [o.name for o in self.graph.outputs]
-        self.optimization_report: Any = optimized.report
-        self.overrides = self._overrides()
-        self.providers: list[ExecutionProvider] = instances
-        self.selection: ProviderSelection = chosen
-        self.reports: dict[str, PartitionReport] = {}
-        part = pipeline.partition(self.graph, instances)
-        self.prepared = pipeline.compile(part, instances, self.reports, self.overrides)
-        self.reports[""].mark_hosts(chosen.hosts)
-        self.plan: Plan = pipeline.plan(self.prepared, self.options)
+        self.optimization_report: Any = placed.optimized.report
+        self.overrides = placed.overrides
+        self.providers: list[ExecutionProvider] = placed.selection.instances
+        self.selection: ProviderSelection = placed.selection
+        self.reports: dict[str, PartitionReport] = placed.reports
+        self.prepared = placed.prepared
+        self.plan: Plan = placed.plan
         report = self.reports[""]
         sizes, report.unsized = static_sizes(self.plan.steps, self.graph.value_infos)
         report.peak_bytes = self.peak(self.plan, sizes)
         self.device_plans: dict[frozenset[str], Plan] = {}
-        if providers is not None and chosen.requested != [CPU_PROVIDER]:
-            self._apply_fallback_policy()
-        logger.info("%s: placed nodes %s", self.label, self.reports[""].counts())
 
-    def _overrides(self) -> dict[str, Any]:
+    # ------------------------------------------------------------------ tiers
+    def _start_tier_build(
+        self,
+        providers: Sequence[ProviderSpec] | None,
+        provider_options: Sequence[dict[str, Any]] | None,
+    ) -> None:
+        def build(checkpoint: Callable[[], None]) -> _Placement:
+            return self._build(providers, provider_options, False, checkpoint)
+
+        self._tier_build = BackgroundBuild(build, self.label)
+        self._tier_request = (providers, provider_options)
+
+    def _stop_tier_build(self) -> None:
+        """A new placement supersedes a compiled tier still building for the old one."""
+        build = getattr(self, "_tier_build", None)
+        if build is not None:
+            build.cancel()
+        self._tier_build = None
+
+    def wait_for_compiled_tier(self, timeout: float | None = None) -> bool:
+        """Block until the compiled tier is built (True; the next run adopts it) or `timeout`
+        seconds passed (False). True at once when there is nothing to wait for."""
+        build = self._tier_build
+        if build is None:
+            return True
+        if build.orphaned:
+            self.at_run_boundary()  # a forked child builds its own
+            build = self._tier_build
+        return build is None or build.wait(timeout)
+
+    def adopt_compiled_tier(self) -> None:
+        """Wait for the compiled tier and adopt it now (`turnout compile` exports its kernels;
+        the config entry that waits at creation does this)."""
+        self.wait_for_compiled_tier()
+        self.at_run_boundary()
+
+    def at_run_boundary(self) -> None:
+        """Adopt the compiled tier once it is built (a run in progress keeps its plan); in a
+        forked child, start the build its parent's thread was doing."""
+        build = self._tier_build
+        if build is None:
+            return
+        if build.orphaned:
+            with self.lock:
+                if self._tier_build is build:
+                    self._start_tier_build(*self._tier_request)
+            return
+        if not build.done():
+            return
+        with self.lock:
+            if self._tier_build is not build:
+                return  # another thread adopted it
+            self._tier_build = None
+            assert self.tier is not None
+            try:
+                placed = build.result()
+            except Exception as e:
+                error = log_failure(self.label, e)
+                self.tier = TierState("numpy", self.tier.since_run, self.tier.hosts, error=error)
+                self.reports[""].tier = self.tier
+                return
+            self._adopt(placed)
+            self.tier = TierState("compiled", self.runs, list(placed.selection.hosts))
+            self.reports[""].tier = self.tier
+        logger.info("%s: compiled tier adopted at run %d", self.label, self.runs)
+
+    def _overrides(self, graph: Graph) -> dict[str, Any]:
         """The initializers the options replace; naming one the graph lacks is an error."""
-        inits = self.graph.initializers
+        inits = graph.initializers
         for name in self.options.overrides:
             if name not in inits:
                 raise InvalidArgument(
@@ -226,6 +350,7 @@ class EngineSession:
         ro = control if control is not None else NO_TERMINATE
         if ro.terminate:
             raise RunTerminated("run terminated by RunOptions.terminate")
+        self.runs += 1
         providers = self.providers
         started = 0
         try:

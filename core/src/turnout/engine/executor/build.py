@@ -91,14 +91,15 @@ def compile_partition(
     reports: dict[str, PartitionReport],
     report_key: str = "",
     constants_override: dict[str, Any] | None = None,
+    checkpoint: Callable[[], None] | None = None,
 ) -> PreparedGraph:
     """Build the kernels of a partitioned graph and compile its fused groups; record its
     report under `report_key` (nested graphs are prepared on demand, when a control-flow
-    kernel asks for them)."""
+    kernel asks for them). `checkpoint`, when given, runs before each kernel is built."""
     graph = part.graph
     sub_reports: dict[str, PartitionReport] = {}
     host_io: dict[str, HostIO] = {}
-    steps = _steps(part, providers, sub_reports, host_io)
+    steps = _steps(part, providers, sub_reports, host_io, checkpoint or _no_checkpoint)
     report = PartitionReport.from_partition(part, [p.name for p in providers], sub_reports)
     reports[report_key] = report
     constants = {}
@@ -147,6 +148,7 @@ def _steps(
     providers: Sequence[ExecutionProvider],
     sub_reports: dict[str, PartitionReport],
     host_io: dict[str, HostIO],
+    checkpoint: Callable[[], None],
 ) -> list[Step]:
     graph = part.graph
     by_name = {n.name: n for n in graph.nodes}
@@ -158,6 +160,7 @@ def _steps(
         if cap.fused:
             fused_by_provider.setdefault(provider.name, []).append((cap, GraphView(graph, {})))
             continue
+        checkpoint()
         node = by_name[cap.nodes[0]]
         opset = graph.opsets.get(node.domain, 0)
         since = schema_since_version(node.domain, node.op_type, opset) or opset
@@ -197,6 +200,7 @@ def _steps(
         groups = fused_by_provider.get(provider.name)
         if not groups:
             continue
+        checkpoint()
         compiled = (
             _compile_subgraphs(provider, groups)
             if provider.uses_compile_subgraphs()
@@ -219,6 +223,10 @@ def _steps(
     if fused_steps:
         ordered = _toposort(ordered + fused_steps, graph)
     return ordered
+
+
+def _no_checkpoint() -> None:
+    """Nothing to stop for: a build in the caller's own thread."""
 
 
 def _free_of(provider: ExecutionProvider) -> Callable[[Any], None] | None:

@@ -16,6 +16,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     so = SessionOptions()
     so.fallback = "allow"  # explain reports fallbacks instead of warning or refusing
     sess = InferenceSession(_resolve_model(args.model), so, providers=providers)
+    sess._engine.adopt_compiled_tier()  # where the nodes run once the host has compiled
     report = sess.partition_report()
     if args.format == "json":
         text = report.to_json()

@@ -79,6 +79,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     serving = f" ({', '.join(report.hosts)} serving CPUExecutionProvider)" if report.hosts else ""
     counts = report.counts()
     print("providers: " + ", ".join(f"{p} ({n} nodes)" for p, n in counts.items()) + serving)
+    if report.tier is not None:
+        print(f"kernels: {report.tier.describe()}")
     print(
         f"time: session {t_create * 1000:.1f} ms, first run {times[0] * 1000:.2f} ms"
         + (

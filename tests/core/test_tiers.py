@@ -1,0 +1,341 @@
+"""Tiered kernels (turnout.engine.tiers): a CPU session is ready on the numpy kernels, its
+host providers' kernels build in the background and take over at a run boundary.
+
+A fake host provider whose kernels cannot be built until the test says so makes each step
+observable; the real numba provider is used where its compiler and cache are the point (exit
+while compiling, two processes sharing one cache).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import turnout
+from turnout.engine.tiers import WAIT_ENV, WAIT_KEY
+from turnout.sdk import plugins
+from turnout.sdk.provider import (
+    Capability,
+    Decline,
+    ExecutionProvider,
+    KernelDef,
+    KernelNode,
+    ProviderFactory,
+)
+
+pytestmark = pytest.mark.cpu_means_host  # the host providers serve CPU requests here
+
+HOST = "SlowHostExecutionProvider"
+CPU = "CPUExecutionProvider"
+X = np.array([-2, -1, 1, 2], np.float32)
+BUILD_TIMEOUT = 60  # seconds a test waits for a build before it fails instead of hanging
+
+
+class Gate:
+    """What the fake host's kernel builds wait on, and how many it built."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.built = 0
+        self.fail = False
+
+
+GATE = Gate()  # the current test's (each fixture makes a new one: a late build keeps its own)
+
+
+class SlowHostProvider(ExecutionProvider):
+    """Serves CPU requests for Neg; building its kernel waits for its gate to open (a
+    compiler that takes as long as the test wants)."""
+
+    name = HOST
+
+    def __init__(self, options: dict[str, Any], gate: Gate) -> None:
+        super().__init__(options)
+        self.gate = gate
+
+    def _get_capability(self, graph: Any) -> tuple[list[Capability], list[Decline]]:
+        claims, declines = [], []
+        for node in graph.unassigned_nodes():
+            if node.op_type != "Neg":
+                declines.append(Decline(node.name, "slow host: Neg only"))
+                continue
+            claims.append(Capability((node.name,), KernelDef("Neg", "", 1, self._build_neg)))
+        return claims, declines
+
+    def _build_neg(self, kn: KernelNode) -> Any:
+        if not self.gate.open.wait(BUILD_TIMEOUT):
+            raise TimeoutError("the test never opened the gate")
+        if self.gate.fail:
+            raise RuntimeError("compiler crashed")
+        self.gate.built += 1
+        return lambda x: (np.negative(x),)
+
+
+class SlowHostFactory(ProviderFactory):
+    name = HOST
+    default_priority = 50
+    serves_cpu_requests = True
+    option_names = frozenset({"intra_op_num_threads"})
+
+    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
+        return SlowHostProvider(options, GATE)
+
+
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Only the slow host serves CPU requests; the gate starts closed; no waiting by default."""
+    monkeypatch.delenv(WAIT_ENV, raising=False)
+    global GATE
+    GATE = Gate()
+    others = [f for f in plugins.registry.all() if f.serves_cpu_requests]
+    for f in others:
+        plugins.registry.unregister(f.name)
+    turnout.register_provider(SlowHostFactory())
+    yield
+    GATE.open.set()  # a build still waiting ends
+    plugins.registry.unregister(HOST)
+    for f in others:
+        turnout.register_provider(f)
+
+
+def _model() -> onnx.ModelProto:
+    """Neg -> Abs: the host takes Neg, the numpy kernels Abs."""
+    nodes = [
+        helper.make_node("Neg", ["x"], ["a"], name="neg"),
+        helper.make_node("Abs", ["a"], ["y"], name="abs"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _placed(sess: turnout.InferenceSession) -> dict[str, str]:
+    return {a.node: a.provider for a in sess.partition_report().assignments}
+
+
+def _run(sess: turnout.InferenceSession) -> None:
+    np.testing.assert_array_equal(sess.run(None, {"x": X})[0], np.abs(X))
+
+
+def test_session_is_ready_before_the_host_has_built_anything(host: None) -> None:
+    sess = turnout.InferenceSession(_model(), providers=[CPU])  # the gate is closed
+    assert set(_placed(sess).values()) == {CPU}
+    tier = sess.partition_report().tier
+    assert tier is not None and (tier.tier, tier.building, tier.hosts) == ("numpy", True, [HOST])
+    assert "building in the background" in sess.partition_report().to_text()
+    _run(sess)
+    _run(sess)  # still the numpy tier: the build has not finished
+    assert set(_placed(sess).values()) == {CPU}
+    assert sess.get_providers() == [CPU]
+
+
+def test_compiled_tier_takes_over_at_the_next_run(host: None) -> None:
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    _run(sess)
+    _run(sess)
+    GATE.open.set()
+    assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+    assert set(_placed(sess).values()) == {CPU}  # not adopted between runs by itself
+    _run(sess)
+    assert _placed(sess) == {"neg": HOST, "abs": CPU}
+    tier = sess.partition_report().tier
+    assert tier is not None and (tier.tier, tier.since_run) == ("compiled", 2)
+    assert "compiled tier (SlowHostExecutionProvider) since run 2" in (
+        sess.partition_report().to_text()
+    )
+    assert sess.partition_report().to_dict()["tier"]["tier"] == "compiled"
+    assert GATE.built == 1
+
+
+@pytest.mark.parametrize("how", ["config", "environment"])
+def test_waiting_for_the_compiled_tier_at_creation(
+    host: None, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    so = turnout.SessionOptions()
+    if how == "config":
+        so.add_session_config_entry(WAIT_KEY, "1")
+    else:
+        monkeypatch.setenv(WAIT_ENV, "1")
+    GATE.open.set()
+    sess = turnout.InferenceSession(_model(), so, providers=[CPU])
+    assert _placed(sess) == {"neg": HOST, "abs": CPU}
+    tier = sess.partition_report().tier
+    assert tier is not None and (tier.tier, tier.since_run) == ("compiled", 0)
+
+
+def test_bad_wait_value_is_a_clear_error(host: None) -> None:
+    so = turnout.SessionOptions()
+    so.add_session_config_entry(WAIT_KEY, "soon")
+    with pytest.raises(turnout.InvalidArgument, match=WAIT_KEY):
+        turnout.InferenceSession(_model(), so, providers=[CPU])
+
+
+def test_a_build_that_fails_leaves_the_numpy_tier_and_says_why(
+    host: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    GATE.fail = True
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    GATE.open.set()
+    assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+    _run(sess)
+    assert set(_placed(sess).values()) == {CPU}
+    tier = sess.partition_report().tier
+    assert tier is not None and tier.tier == "numpy" and not tier.building
+    assert "compiler crashed" in tier.error
+    assert "compiler crashed" in caplog.text
+    _run(sess)
+
+
+def test_placing_again_drops_the_build_of_the_old_placement(host: None) -> None:
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    old = sess._engine._tier_build
+    sess.set_providers([CPU])
+    assert sess._engine._tier_build is not old
+    GATE.open.set()
+    assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+    _run(sess)
+    assert _placed(sess)["neg"] == HOST
+
+
+def test_sessions_created_from_several_threads_at_once(host: None) -> None:
+    sessions: list[turnout.InferenceSession] = []
+    errors: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            sess = turnout.InferenceSession(_model(), providers=[CPU])
+            _run(sess)
+            sessions.append(sess)
+        except BaseException as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    GATE.open.set()
+    for t in threads:
+        t.join(BUILD_TIMEOUT)
+    assert not errors and len(sessions) == 4
+    for sess in sessions:
+        assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+        _run(sess)
+        assert _placed(sess)["neg"] == HOST
+
+
+def _run_in_forked_child(sess: turnout.InferenceSession, queue: Any) -> None:
+    """Run in a child forked while the parent's build waited at the closed gate: the child
+    has no build thread, so it must build its own."""
+    GATE.open.set()
+    try:
+        _run(sess)
+        done = sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+        _run(sess)
+        queue.put((done, _placed(sess)["neg"]))
+    except BaseException as e:
+        queue.put((False, repr(e)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX only")
+def test_a_child_forked_while_the_tier_builds_builds_its_own(host: None) -> None:
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    _run(sess)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_run_in_forked_child, args=(sess, queue))
+    child.start()
+    result = queue.get(timeout=BUILD_TIMEOUT)
+    child.join(BUILD_TIMEOUT)
+    assert result == (True, HOST)
+    assert child.exitcode == 0
+    GATE.open.set()  # the parent's own build goes on as before
+    assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+    _run(sess)
+    assert _placed(sess)["neg"] == HOST
+
+
+# --- the real numba provider: its compiler, its cache, and the interpreter's exit
+
+
+def _numba_or_skip() -> None:
+    factory = plugins.registry.find("NumbaExecutionProvider")
+    if factory is None or not plugins.registry.probe(factory).ok:
+        pytest.skip("turnout-numba is not installed or numba cannot load here")
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, numpy as np, turnout
+    from turnout_testbed import zoo
+    wait, exit_at_once = sys.argv[1] == "wait", sys.argv[2] == "exit"
+    so = turnout.SessionOptions()
+    so.add_session_config_entry("session.turnout.wait_for_compiled_tier", "1" if wait else "0")
+    sess = turnout.InferenceSession(zoo.small_classifier().SerializeToString(), so)
+    if exit_at_once:
+        sys.exit(0)  # the compiled tier is still building
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    y = sess.run(None, {"x": x})[0]
+    from turnout_numba import cache
+    hosts = sorted({a.provider for a in sess.partition_report().assignments})
+    print(",".join(hosts), cache.compile_count(), float(np.abs(y).sum()))
+    """
+)
+
+
+def _child(cache: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "TURNOUT_CACHE_DIR": str(cache)}
+    env.pop(WAIT_ENV, None)
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str]) -> str:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    return out
+
+
+def test_interpreter_exit_while_compiling_is_clean(tmp_path: Path) -> None:
+    """A process that exits while numba compiles in the background exits with its own status,
+    and leaves a cache the next process uses."""
+    _numba_or_skip()
+    pytest.importorskip("turnout_testbed", reason="the model comes from turnout-testbed")
+    _finish(_child(tmp_path, "background", "exit"))
+    hosts, _, total = _finish(_child(tmp_path, "wait", "run")).split()
+    assert "NumbaExecutionProvider" in hosts and float(total) > 0
+
+
+def test_two_processes_compile_into_one_cache(tmp_path: Path) -> None:
+    """Both compile the same kernels into one empty cache at once; both answer alike, and a
+    third process compiles nothing."""
+    _numba_or_skip()
+    pytest.importorskip("turnout_testbed", reason="the model comes from turnout-testbed")
+    first, second = _child(tmp_path, "wait", "run"), _child(tmp_path, "wait", "run")
+    answers = [_finish(first).split(), _finish(second).split()]
+    assert answers[0][0] == answers[1][0] and "NumbaExecutionProvider" in answers[0][0]
+    assert float(answers[0][2]) == pytest.approx(float(answers[1][2]), rel=1e-5)
+    hosts, compiled, total = _finish(_child(tmp_path, "wait", "run")).split()
+    assert hosts == answers[0][0]
+    assert int(compiled) == 0, "the third process compiled instead of loading the cache"
+    assert float(total) == pytest.approx(float(answers[0][2]), rel=1e-5)
