@@ -23,7 +23,7 @@ NOT_AT_IMPORT = (
     "numba",
     "onnx",
     "onnx.reference",
-    "ml_dtypes",
+    "ml_dtypes._ml_dtypes_ext",  # ml_dtypes itself is registered, deferred: its code has not run
     "ray",
     "turnout.optimizer",
     "turnout.tools.quantization",
@@ -53,6 +53,54 @@ def test_a_public_name_loads_its_module_on_first_use() -> None:
     assert "turnout.api.session" in loaded
     # providers, the optimizer and their dependencies wait for the first session
     assert not {"numba", "ray", "turnout.optimizer", "turnout_numba"} & loaded
+
+
+def test_a_float_model_runs_without_ml_dtypes() -> None:
+    """ml_dtypes (0.35-0.45 s to import) runs only for a model with its element types."""
+    loaded = _modules_after(
+        "import numpy as np, turnout\n"
+        "from onnx import TensorProto as T, helper as h\n"
+        "g = h.make_graph([h.make_node('Cast', ['x'], ['y'], to=T.INT64)], 'g',"
+        " [h.make_tensor_value_info('x', T.FLOAT, [2])],"
+        " [h.make_tensor_value_info('y', T.INT64, [2])])\n"
+        "m = h.make_model(g, opset_imports=[h.make_opsetid('', 21)])\n"
+        "s = turnout.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+        "assert s.run(None, {'x': np.array([1.5, -2.5], np.float32)})[0].tolist() == [1, -2]\n"
+    )
+    assert "ml_dtypes._ml_dtypes_ext" not in loaded
+
+
+def test_a_bfloat16_model_loads_ml_dtypes_when_it_needs_it() -> None:
+    loaded = _modules_after(
+        "import numpy as np, turnout\n"
+        "from onnx import TensorProto as T, helper as h\n"
+        "g = h.make_graph([h.make_node('Cast', ['x'], ['y'], to=T.BFLOAT16)], 'g',"
+        " [h.make_tensor_value_info('x', T.FLOAT, [2])],"
+        " [h.make_tensor_value_info('y', T.BFLOAT16, [2])])\n"
+        "m = h.make_model(g, opset_imports=[h.make_opsetid('', 21)])\n"
+        "s = turnout.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+        "y = s.run(None, {'x': np.array([1.5, -2.0], np.float32)})[0]\n"
+        "assert str(y.dtype) == 'bfloat16' and y.astype(np.float32).tolist() == [1.5, -2.0]\n"
+    )
+    assert "ml_dtypes._ml_dtypes_ext" in loaded
+
+
+def test_a_deferred_module_loads_once_when_threads_read_it_at_once() -> None:
+    _modules_after(
+        "import threading, turnout\n"
+        "from turnout._deferred_imports import loaded\n"
+        "import ml_dtypes, onnx\n"
+        "assert not loaded('ml_dtypes') and ml_dtypes.__spec__.name == 'ml_dtypes'\n"
+        "seen = []\n"
+        "threads = [threading.Thread(target=lambda: seen.append(ml_dtypes.bfloat16))"
+        " for _ in range(8)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "assert len(seen) == 8 and len(set(map(id, seen))) == 1 and loaded('ml_dtypes')\n"
+        "from ml_dtypes import finfo\n"
+        "assert float(finfo(ml_dtypes.bfloat16).max) > 3e38\n"
+        "bf16 = onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)\n"
+        "assert bf16.name == 'bfloat16'\n"
+    )
 
 
 def test_star_import_gives_every_public_name() -> None:

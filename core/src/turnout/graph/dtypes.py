@@ -7,9 +7,9 @@ that knows the mapping in both directions.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from onnx import TensorProto, TypeProto
 
@@ -40,24 +40,45 @@ _NP: dict[int, np.dtype[Any]] = {
     T.UINT64: np.dtype(np.uint64),
     T.COMPLEX64: np.dtype(np.complex64),
     T.COMPLEX128: np.dtype(np.complex128),
-    T.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-    T.FLOAT8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
-    T.FLOAT8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
-    T.FLOAT8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    T.FLOAT8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
-    T.UINT4: np.dtype(ml_dtypes.uint4),
-    T.INT4: np.dtype(ml_dtypes.int4),
-    T.FLOAT4E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
 }
-for _name, _ml in (
-    ("FLOAT8E8M0", "float8_e8m0fnu"),
-    ("UINT2", "uint2"),
-    ("INT2", "int2"),
-    ("FLOAT6E2M3", "float6_e2m3fn"),
-    ("FLOAT6E3M2", "float6_e3m2fn"),
-):
-    if hasattr(T, _name) and hasattr(ml_dtypes, _ml):
-        _NP[getattr(T, _name)] = np.dtype(getattr(ml_dtypes, _ml))
+"""The element types numpy has itself."""
+
+# element type name -> its ml_dtypes name: read only when a model uses one (importing
+# ml_dtypes costs 0.35-0.45 s, see turnout._deferred_imports)
+_ML_DTYPES = {
+    "BFLOAT16": "bfloat16",
+    "FLOAT8E4M3FN": "float8_e4m3fn",
+    "FLOAT8E4M3FNUZ": "float8_e4m3fnuz",
+    "FLOAT8E5M2": "float8_e5m2",
+    "FLOAT8E5M2FNUZ": "float8_e5m2fnuz",
+    "UINT4": "uint4",
+    "INT4": "int4",
+    "FLOAT4E2M1": "float4_e2m1fn",
+    "FLOAT8E8M0": "float8_e8m0fnu",
+    "UINT2": "uint2",
+    "INT2": "int2",
+    "FLOAT6E2M3": "float6_e2m3fn",
+    "FLOAT6E3M2": "float6_e3m2fn",
+}
+_EXOTIC_CODES = {getattr(T, name): name for name in _ML_DTYPES if hasattr(T, name)}
+
+
+@functools.cache
+def _exotic() -> dict[int, np.dtype[Any]]:
+    """The ml_dtypes element types this onnx and this ml_dtypes both know."""
+    import ml_dtypes
+
+    return {
+        code: np.dtype(getattr(ml_dtypes, _ML_DTYPES[name]))
+        for code, name in _EXOTIC_CODES.items()
+        if hasattr(ml_dtypes, _ML_DTYPES[name])
+    }
+
+
+@functools.cache
+def _exotic_codes() -> dict[np.dtype[Any], int]:
+    return {dt: code for code, dt in _exotic().items()}
+
 
 # Names as onnxruntime prints them inside `tensor(...)`.
 ELEM_TYPE_NAMES: dict[int, str] = {
@@ -70,7 +91,7 @@ ELEM_TYPE_NAMES: dict[int, str] = {
     T.COMPLEX64: "complex64",
     T.COMPLEX128: "complex128",
 }
-for _code, _dt in _NP.items():
+for _code in [*_NP, *_EXOTIC_CODES]:
     ELEM_TYPE_NAMES.setdefault(_code, T.DataType.Name(_code).lower())
 
 _ELEM: dict[np.dtype[Any], int] = {dt: code for code, dt in _NP.items() if code != T.STRING}
@@ -82,7 +103,8 @@ INT_TYPES = frozenset({T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.U
 
 def np_dtype(elem_type: int) -> np.dtype[Any]:
     """numpy dtype for an ONNX element type; raises KeyError for UNDEFINED or unknown codes."""
-    return _NP[elem_type]
+    found = _NP.get(elem_type)
+    return found if found is not None else _exotic()[elem_type]
 
 
 def elem_type_of(dtype: Any) -> int:
@@ -90,10 +112,12 @@ def elem_type_of(dtype: Any) -> int:
     dt = np.dtype(dtype)
     if dt.kind in "USO":
         return T.STRING
-    try:
-        return _ELEM[dt]
-    except KeyError:
-        raise KeyError(f"no ONNX element type for numpy dtype {dt}") from None
+    code = _ELEM.get(dt)
+    if code is None and dt.type.__module__.startswith("ml_dtypes"):  # so ml_dtypes is loaded
+        code = _exotic_codes().get(dt)
+    if code is None:
+        raise KeyError(f"no ONNX element type for numpy dtype {dt}")
+    return code
 
 
 def type_string(elem_type: int) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx.inliner
-from onnx import ModelProto, TensorProto, numpy_helper
+from onnx import ModelProto, TensorProto
 from onnx.external_data_helper import ExternalDataInfo
 
 from turnout.graph import contrib
@@ -32,7 +32,7 @@ from turnout.graph.errors import (
 from turnout.graph.light_copy import copy_fields, light_copy
 from turnout.graph.shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
 from turnout.graph.structure import check_structure, normalize, suffix_repeated_names
-from turnout.graph.tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor
+from turnout.graph.tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor, from_array
 from turnout.graph.validate import check_types
 
 __all__ = [
@@ -195,7 +195,7 @@ def _replace_initializers(model: ModelProto, by_name: Mapping[str, np.ndarray]) 
             raise Fail(f"Failed to find existing initializer with name {name}.")
         if tensor.data_location != TensorProto.EXTERNAL:
             raise Fail(f"Trying to replace non-external initializer {name!r} with external data")
-        tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        tensor.CopyFrom(from_array(np.ascontiguousarray(value), name))
 
 
 def _load_external_data(

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import NodeProto, numpy_helper
+from onnx import NodeProto
 
+from turnout.graph.tensors import to_array
 from turnout.optimizer.base import Level, PassContext, graph_pass
 from turnout.optimizer.graph import OptGraph, attr
 from turnout.optimizer.match import Matcher
@@ -57,7 +58,7 @@ def _fill_spec(g: OptGraph, m: Matcher, conv: NodeProto) -> tuple[list[int], np.
     if shape is None or shape.dtype != np.int64 or shape.ndim != 1 or (shape < 0).any():
         return None
     value = attr(src, "value")
-    fill = numpy_helper.to_array(value) if value is not None else np.zeros(1, np.float32)
+    fill = to_array(value) if value is not None else np.zeros(1, np.float32)
     if fill.size != 1 or fill.dtype.kind != "f":
         return None
     return [int(d) for d in shape], fill.reshape(())

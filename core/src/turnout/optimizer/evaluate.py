@@ -8,8 +8,9 @@ pipeline runs the optimizer) does the running.
 from __future__ import annotations
 
 import numpy as np
-from onnx import NodeProto, helper, numpy_helper
+from onnx import NodeProto, helper
 
+from turnout.graph.tensors import from_array
 from turnout.optimizer.base import PassContext
 from turnout.optimizer.graph import OptGraph
 
@@ -26,7 +27,7 @@ def evaluate_nodes(
     produced = {o for n in nodes for o in n.output if o}
     inputs = dict.fromkeys(x for n in nodes for x in n.input if x and x not in produced)
     inits = [
-        numpy_helper.from_array(known[x] if x in known else g.const(x), x)  # type: ignore[arg-type]
+        from_array(known[x] if x in known else g.const(x), x)  # type: ignore[arg-type]
         for x in inputs
     ]
     outputs = [o for n in nodes for o in n.output if o]

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import NodeProto, helper, numpy_helper
+from onnx import NodeProto, helper
 
+from turnout.graph.tensors import to_array
 from turnout.optimizer.base import Level, PassContext, graph_pass
 from turnout.optimizer.evaluate import evaluate_nodes
 from turnout.optimizer.graph import NONDETERMINISTIC, OptGraph, attr
@@ -157,7 +158,7 @@ def _direct(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.ndar
                 return None
             a = n.attribute[0]
             if a.name == "value":
-                return numpy_helper.to_array(a.t)
+                return to_array(a.t)
             dtype = _CONSTANT_ATTRS.get(a.name)
             return None if dtype is None else np.array(helper.get_attribute_value(a), dtype)
         if len(n.input) != 1 or not n.input[0]:
@@ -168,7 +169,7 @@ def _direct(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.ndar
         if shape is None or shape.dtype != np.int64 or shape.ndim != 1 or (shape < 0).any():
             return None
         v = attr(n, "value")
-        fill = np.zeros(1, np.float32) if v is None else numpy_helper.to_array(v).ravel()[:1]
+        fill = np.zeros(1, np.float32) if v is None else to_array(v).ravel()[:1]
         if fill.size != 1 or fill.dtype == object:
             return None
         return np.full([int(d) for d in shape], fill[0], dtype=fill.dtype)

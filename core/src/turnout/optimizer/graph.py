@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import NodeProto, helper, numpy_helper
-from onnx.helper import np_dtype_to_tensor_dtype
 
+from turnout.graph.dtypes import elem_type_of
 from turnout.graph.shape_inference import SHAPE_DATA_MAX_ELEMENTS
-from turnout.graph.tensors import decode_tensor
+from turnout.graph.tensors import decode_tensor, from_array
 
 __all__ = ["OptGraph", "attr", "Dim"]
 
@@ -191,7 +191,7 @@ class OptGraph:
             return None
         hit = self._protos.get(name)
         if hit is None or hit[0] is not v:
-            hit = (v, numpy_helper.from_array(v, name))
+            hit = (v, from_array(v, name))
             self._protos[name] = hit
         return hit[1]
 
@@ -459,11 +459,11 @@ class OptGraph:
                 value = self._cache.get(name)
             elif (value := self.inits[name]).dtype.kind in _PLAIN_KINDS:
                 # numpy_helper.from_array's fields, written in place (no intermediate proto)
-                t = g.initializer.add(name=name, data_type=np_dtype_to_tensor_dtype(value.dtype))
+                t = g.initializer.add(name=name, data_type=elem_type_of(value.dtype))
                 t.dims.extend(value.shape)
                 t.raw_data = numpy_helper.tobytes_little_endian(value)
             else:
-                g.initializer.append(numpy_helper.from_array(value, name))
+                g.initializer.append(from_array(value, name))
             if value is not None and _decoded_form(value):
                 self.values[name] = value
         alive = {x for n in self.nodes for x in n.output} | set(self.initializer_names())

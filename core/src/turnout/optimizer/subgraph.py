@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import onnx
-from onnx import GraphProto, NodeProto, numpy_helper
+from onnx import GraphProto, NodeProto
 
-from turnout.graph.tensors import decode_tensor
+from turnout.graph.tensors import decode_tensor, from_array
 from turnout.optimizer.base import Level, PassContext, graph_pass
 from turnout.optimizer.graph import OptGraph, attr
 from turnout.optimizer.shapes import light_model
@@ -312,9 +312,9 @@ def _replace_body(g: OptGraph, n: NodeProto, body: GraphProto, model: onnx.Model
 def _as_proto(g: OptGraph, name: str, value: np.ndarray) -> onnx.TensorProto:
     """Outer constant `name` as a TensorProto: the original one when it is one."""
     if not g.is_initializer(name) or name in g.inits:
-        return numpy_helper.from_array(value, name)
+        return from_array(value, name)
     found = g.original_proto(name)
-    return found if found is not None else numpy_helper.from_array(value, name)
+    return found if found is not None else from_array(value, name)
 
 
 def _run_body_passes(sub: OptGraph, ctx: PassContext) -> int:

@@ -9,6 +9,7 @@ ml_dtypes release), and string formatting/parsing as onnxruntime does it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,21 +24,30 @@ from turnout.sdk.provider import KernelFn, KernelNode
 
 __all__ = ["convert", "converter"]
 
-_F8_TYPES = frozenset(
-    np.dtype(t)
-    for t in (
-        ml_dtypes.float8_e4m3fn,
-        ml_dtypes.float8_e4m3fnuz,
-        ml_dtypes.float8_e5m2,
-        ml_dtypes.float8_e5m2fnuz,
-    )
-)
-_SUBBYTE_INTS = frozenset(
-    np.dtype(getattr(ml_dtypes, n))
-    for n in ("int4", "uint4", "int2", "uint2")
-    if hasattr(ml_dtypes, n)
-)
-_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu) if hasattr(ml_dtypes, "float8_e8m0fnu") else None
+
+# ml_dtypes' types, read when a conversion involves one (never for numpy's own types: importing
+# ml_dtypes costs 0.35-0.45 s, see turnout._deferred_imports)
+@functools.cache
+def _f8_types() -> frozenset[np.dtype[Any]]:
+    names = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+    return frozenset(np.dtype(getattr(ml_dtypes, n)) for n in names)
+
+
+@functools.cache
+def _subbyte_ints() -> frozenset[np.dtype[Any]]:
+    names = ("int4", "uint4", "int2", "uint2")
+    return frozenset(np.dtype(getattr(ml_dtypes, n)) for n in names if hasattr(ml_dtypes, n))
+
+
+@functools.cache
+def _e8m0() -> np.dtype[Any] | None:
+    return np.dtype(ml_dtypes.float8_e8m0fnu) if hasattr(ml_dtypes, "float8_e8m0fnu") else None
+
+
+def _is_subbyte_int(dt: np.dtype[Any]) -> bool:
+    return _is_ml(dt) and dt in _subbyte_ints()
+
+
 _OBJ = np.dtype(object)
 _ROUND_MODES = ("up", "down", "nearest")
 
@@ -53,7 +63,7 @@ def _is_ml(dt: np.dtype[Any]) -> bool:
 def _as_numpy_number(x: np.ndarray) -> np.ndarray:
     """`x` as an array numpy's ufuncs handle: ml_dtypes floats -> float32, 2/4-bit ints -> int8."""
     dt = x.dtype
-    if dt in _SUBBYTE_INTS:
+    if _is_subbyte_int(dt):
         return x.astype(np.int8 if ml_dtypes.iinfo(dt).min < 0 else np.uint8)
     if _is_ml(dt):
         return x.astype(np.float32)
@@ -100,7 +110,9 @@ def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
     if saturate:
         up &= exp != 0xFE
     out = np.where(special, 0xFF, exp + up).astype(np.uint8)
-    return out.view(_E8M0)
+    e8m0 = _e8m0()
+    assert e8m0 is not None  # only called for that type
+    return out.view(e8m0)
 
 
 def _format_floats(x: np.ndarray) -> np.ndarray:
@@ -124,7 +136,7 @@ def _to_string(x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=object)
     if dt == np.bool_:
         return np.where(x, "1", "0").astype(object)
-    if dt.kind in "iu" or dt in _SUBBYTE_INTS:
+    if dt.kind in "iu" or _is_subbyte_int(dt):
         return np.asarray(_as_numpy_number(x)).astype(object).astype(str).astype(object)
     return _format_floats(_as_numpy_number(x))
 
@@ -132,7 +144,7 @@ def _to_string(x: np.ndarray) -> np.ndarray:
 def _parse_strings(x: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
     """Strings -> numbers: plain and scientific notation, "INF"/"-INF"/"NaN" in any case."""
     flat = [s.decode() if isinstance(s, bytes) else str(s) for s in x.ravel().tolist()]
-    if dt.kind in "iu" or dt in _SUBBYTE_INTS:
+    if dt.kind in "iu" or _is_subbyte_int(dt):
         vals: list[int] = []
         for s in flat:
             try:
@@ -161,7 +173,8 @@ def convert(
     """`x` converted to dtype `dt` following the ONNX Cast rules (see the module docstring)."""
     x = np.asarray(x)
     src = x.dtype
-    if src == dt and not (saturate and dt in _F8_TYPES):  # saturation maps e5m2 inf to max
+    # saturation maps e5m2 inf to max
+    if src == dt and not (saturate and _is_ml(dt) and dt in _f8_types()):
         return x
     if dt == _OBJ:
         return _to_string(x)
@@ -170,16 +183,16 @@ def convert(
     if dt == np.bool_:
         return _as_numpy_number(x) != 0
     v = x.astype(np.uint8) if src == np.bool_ else _as_numpy_number(x)
-    if dt in _F8_TYPES:
+    if _is_ml(dt) and dt in _f8_types():
         if v.dtype.kind in "iub":
             v = v.astype(np.float64)
         if saturate:
             fmax = float(ml_dtypes.finfo(dt).max)
             v = np.clip(v, v.dtype.type(-fmax), v.dtype.type(fmax))
         return v.astype(dt)
-    if _E8M0 is not None and dt == _E8M0:
+    if _is_ml(dt) and dt == _e8m0():
         return _to_e8m0(v, saturate, round_mode)
-    if dt in _SUBBYTE_INTS:
+    if _is_subbyte_int(dt):
         if v.dtype.kind == "f":
             return _float_to_subbyte(v, dt)
         return _wrap_subbyte(v, dt)

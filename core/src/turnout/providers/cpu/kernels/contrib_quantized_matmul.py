@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from turnout.graph.contrib import DOMAIN
@@ -220,18 +219,6 @@ def matmul_nbits(node: KernelNode) -> KernelFn:
         return (y.astype(a.dtype, copy=False),)
 
     return run
-
-
-_FLOAT_CODES = {
-    np.dtype(t)
-    for t in (
-        ml_dtypes.float8_e4m3fn,
-        ml_dtypes.float8_e4m3fnuz,
-        ml_dtypes.float8_e5m2,
-        ml_dtypes.float8_e5m2fnuz,
-        ml_dtypes.float4_e2m1fn,
-    )
-}
 
 
 def _along(p: Array, axis: int, size: int, block: int) -> Array:
