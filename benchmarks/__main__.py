@@ -1,4 +1,5 @@
-"""`python -m benchmarks [--models a,b] [--threads 1,2] [--repeat N] [--json F] [--markdown F]`.
+"""`python -m benchmarks [--models a,b] [--threads 1,2] [--repeat N] [--json F] [--markdown F]`;
+`python -m benchmarks startup ...` times fresh processes instead (benchmarks/startup.py).
 
 `--import-torch` is handled here, before the runner (numpy, numba, turnout) is imported; so is
 the child processes' equivalent (their spec's `import_torch`).
@@ -26,6 +27,10 @@ if __name__ == "__main__":
         except ImportError as e:
             print(f"benchmarks: error: {e}", file=sys.stderr)
             sys.exit(2)
+    if sys.argv[1:2] == ["startup"]:
+        from benchmarks.startup import main as startup
+
+        sys.exit(startup(sys.argv[2:]))
     from benchmarks.runner import main
 
     sys.exit(main())

@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.engine.tiers import WAIT_ENV, WAIT_KEY
+from turnout.engine.tiers import WAIT_ENV, WAIT_KEY, stop_all_builds
 from turnout.sdk import plugins
 from turnout.sdk.provider import (
     Capability,
@@ -105,6 +105,7 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     turnout.register_provider(SlowHostFactory())
     yield
     GATE.open.set()  # a build still waiting ends
+    stop_all_builds()  # none reaches the next test's host
     plugins.registry.unregister(HOST)
     for f in others:
         turnout.register_provider(f)
@@ -160,6 +161,23 @@ def test_compiled_tier_takes_over_at_the_next_run(host: None) -> None:
         sess.partition_report().to_text()
     )
     assert sess.partition_report().to_dict()["tier"]["tier"] == "compiled"
+    assert GATE.built == 1
+
+
+def test_the_compiler_starts_when_the_first_run_ends(
+    host: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first result comes from the numpy kernels alone, not beside a compiler."""
+    import time
+
+    monkeypatch.setattr("turnout.engine.session.TIER_HOLD_S", BUILD_TIMEOUT)
+    GATE.open.set()  # the fake compiler would finish at once if it started
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    time.sleep(0.2)
+    assert GATE.built == 0, "the build started before the first run"
+    _run(sess)
+    assert sess._engine._tier_build is not None
+    assert sess._engine._tier_build.wait(BUILD_TIMEOUT)
     assert GATE.built == 1
 
 

@@ -150,6 +150,7 @@ class InferenceSession:
         self._set_providers(providers, provider_options)
         self._check_canceled()
         if options.optimized_model_filepath:
+            self._engine.adopt_compiled_tier()  # the model the session runs once compiled
             pipeline.save_optimized(self._engine.model, options)
         profiler = self._engine.profiler
         if profiler is not None:

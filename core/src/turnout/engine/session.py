@@ -39,7 +39,14 @@ from turnout.engine.provider_selection import (
     host_candidates,
     select_providers,
 )
-from turnout.engine.tiers import WAIT_ENV, WAIT_KEY, BackgroundBuild, TierState, log_failure
+from turnout.engine.tiers import (
+    TIER_HOLD_S,
+    WAIT_ENV,
+    WAIT_KEY,
+    BackgroundBuild,
+    TierState,
+    log_failure,
+)
 from turnout.graph.errors import FallbackError, InvalidArgument, ort_invalid_argument
 from turnout.graph.ir import Graph
 from turnout.graph.logs import logger
@@ -185,7 +192,7 @@ class EngineSession:
         def build(checkpoint: Callable[[], None]) -> _Placement:
             return self._build(providers, provider_options, False, checkpoint)
 
-        self._tier_build = BackgroundBuild(build, self.label)
+        self._tier_build = BackgroundBuild(build, self.label, hold=TIER_HOLD_S)
         self._tier_request = (providers, provider_options)
 
     def _stop_tier_build(self) -> None:
@@ -372,6 +379,9 @@ class EngineSession:
         finally:
             for k in range(started - 1, -1, -1):
                 providers[k].on_run_end()
+            build = self._tier_build
+            if build is not None:
+                build.release()  # the first run is over: the compiler may start
         if pick is not None:
             outs = tuple(outs[i] for i in pick)
         return owned_outputs(outs, args)

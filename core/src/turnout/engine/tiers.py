@@ -26,11 +26,14 @@ from typing import Any, Generic, TypeVar
 from turnout.graph.logs import logger
 
 __all__ = [
+    "TIER_HOLD_S",
     "WAIT_ENV",
     "WAIT_KEY",
     "BackgroundBuild",
     "BuildCancelled",
     "TierState",
+    "log_failure",
+    "stop_all_builds",
 ]
 
 WAIT_KEY = "session.turnout.wait_for_compiled_tier"
@@ -39,6 +42,11 @@ that prefer a slower start to a slower first run); "0" (the default) builds it i
 background."""
 WAIT_ENV = "TURNOUT_WAIT_FOR_COMPILED_TIER"
 """The same switch for a whole process (the session config entry wins when both are set)."""
+
+TIER_HOLD_S = 0.5
+"""How long a compiled-tier build holds back after creation unless the first run ends sooner:
+the first result comes from the numpy kernels alone, without a compiler competing for the
+interpreter lock."""
 
 T = TypeVar("T")
 
@@ -90,13 +98,19 @@ class BackgroundBuild(Generic[T]):
     """One build in a daemon thread of this process: its result, its error, or not yet.
 
     `build` receives a `checkpoint` to call between units of work; it raises `BuildCancelled`
-    once `cancel()` was called (or the interpreter exits).
+    once `cancel()` was called (or the interpreter exits). The thread holds back until
+    `release()` or for `hold` seconds, whichever comes first: a session releases it when its
+    first run ends, so that run does not share the interpreter lock with a compiler.
     """
 
-    def __init__(self, build: Callable[[Callable[[], None]], T], label: str) -> None:
+    def __init__(
+        self, build: Callable[[Callable[[], None]], T], label: str, hold: float = 0.0
+    ) -> None:
         self.label = label
         self.pid = os.getpid()
         self._build = build
+        self._hold = hold
+        self._released = threading.Event()
         self._done = threading.Event()
         self._cancelled = threading.Event()
         self._result: T | None = None
@@ -107,6 +121,8 @@ class BackgroundBuild(Generic[T]):
 
     def _run(self) -> None:
         try:
+            self._released.wait(self._hold)
+            self._checkpoint()
             self._result = self._build(self._checkpoint)
         except BaseException as e:  # handed to the session at its next run boundary
             self._error = e
@@ -125,8 +141,14 @@ class BackgroundBuild(Generic[T]):
     def done(self) -> bool:
         return self._done.is_set() and not self.orphaned
 
+    def release(self) -> None:
+        """Start building now, if the thread still holds back."""
+        self._released.set()
+
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the build finished (True) or `timeout` seconds passed (False)."""
+        """Start building now and block until the build finished (True) or `timeout` seconds
+        passed (False)."""
+        self.release()
         return not self.orphaned and self._done.wait(timeout)
 
     def result(self) -> T:
@@ -139,6 +161,7 @@ class BackgroundBuild(Generic[T]):
     def cancel(self, join: bool = False) -> None:
         """Stop at the next checkpoint; with `join`, wait for the thread to end."""
         self._cancelled.set()
+        self._released.set()
         if join and not self.orphaned and self._thread.is_alive():
             self._thread.join()
 
@@ -146,13 +169,14 @@ class BackgroundBuild(Generic[T]):
 _RUNNING: weakref.WeakSet[BackgroundBuild[Any]] = weakref.WeakSet()
 
 
-def _stop_builds_at_exit() -> None:
-    """Builds stop at their next checkpoint and end before the interpreter finalizes."""
+def stop_all_builds() -> None:
+    """Stop every running build at its next checkpoint and wait for its thread to end: at
+    interpreter exit (before it finalizes), and between tests."""
     for build in list(_RUNNING):
         build.cancel(join=True)
 
 
-atexit.register(_stop_builds_at_exit)
+atexit.register(stop_all_builds)
 
 
 def log_failure(label: str, error: BaseException) -> str:
