@@ -103,6 +103,20 @@ def test_a_deferred_module_loads_once_when_threads_read_it_at_once() -> None:
     )
 
 
+def test_submodules_read_as_attributes_after_a_bare_import() -> None:
+    """Code written when `import turnout` imported everything reads submodules as attributes
+    (`turnout.sdk.plugins.registry`, as turnout-opencl's tests do): they import on first read."""
+    loaded = _modules_after(
+        "import turnout\n"
+        "assert turnout.sdk.plugins.registry.find('CPUExecutionProvider') is not None\n"
+        "assert turnout.providers.cpu.kernels.load_all\n"
+        "assert turnout.graph.contrib.ops is not None\n"
+        "try:\n    turnout.sdk.no_such_module\nexcept AttributeError:\n    pass\n"
+        "else:\n    raise SystemExit('no AttributeError')\n"
+    )
+    assert "turnout.sdk.plugins" in loaded
+
+
 def test_star_import_gives_every_public_name() -> None:
     namespace: dict[str, object] = {}
     exec("from turnout import *", namespace)

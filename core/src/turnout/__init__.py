@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from turnout import _deferred_imports, _moved
+from turnout._submodules import submodule
 from turnout._version import ORT_API_VERSION, __version__
 
 # ml_dtypes (imported by onnx) runs only when a model needs its types: 0.35-0.45 s saved
@@ -281,8 +282,8 @@ def print_debug_info() -> None:
 def __getattr__(name: str) -> Any:
     """A public name on first use: its module is imported then, not by `import turnout`."""
     where = _LAZY.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if where is None:  # a subpackage (turnout.sdk, ...), as the eager import gave them
+        return submodule(__name__, name)
     module_name, _, attribute = where.partition(":")
     module = importlib.import_module(module_name)
     value = getattr(module, attribute) if attribute else module

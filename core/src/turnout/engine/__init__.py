@@ -5,3 +5,14 @@ memory planning, profiling and the pipeline's stages. Each stage takes plain arg
 `EngineOptions` record), never the onnxruntime façade's objects. It imports the graph layer, the
 SDK, the optimizer and the built-in CPU provider.
 """
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from turnout._submodules import submodule
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

@@ -21,11 +21,13 @@ import inspect
 import time
 from collections import Counter
 from collections.abc import Iterable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import onnx
 
+from turnout._submodules import submodule
 from turnout.graph.errors import GraphPassError, TurnoutError
 from turnout.graph.limits import ResourceLimits
 from turnout.optimizer import (  # noqa: F401 - importing registers the passes, in this order
@@ -143,6 +145,8 @@ def optimize(
     values: dict[str, np.ndarray] | None = None,
     nhwc_ops: frozenset[tuple[str, str]] = frozenset(),
     evaluate: Evaluate | None = None,
+    decoded: dict[str, np.ndarray] | None = None,
+    values_only_above: int | None = None,
 ) -> tuple[onnx.ModelProto, OptimizationReport]:
     """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
 
@@ -157,7 +161,13 @@ def optimize(
     `nhwc_ops` names the Conv-like ops to hand over channels-last (`layout.nhwc_ops`).
     `values`, when given, receives the initializers of the returned model that the optimizer
     holds decoded (each equal to `numpy_helper.to_array` of its proto), so that the caller
-    need not decode them again.
+    need not decode them again. `decoded` is a cache of `model`'s own initializers, decoded,
+    by name: given, it is read and filled, so optimizing the same model again (a session's
+    second tier) shares their arrays instead of decoding them twice. With
+    `values_only_above` (and `values`), initializers of more elements than that are written
+    without their data (name, type and dims only): the caller has their arrays in `values`,
+    and the model is cheap to copy, check and infer (small ones, shape tensors among them,
+    keep their data).
     """
     lvl = Level.parse(level)
     if lvl == Level.DISABLE:
@@ -170,7 +180,8 @@ def optimize(
         limits = dataclasses.replace(limits, fold_max_elements=int(fold_max_elements))
     extra = [as_pass(p) for p in extra_passes]
     keep = list(keep_initializers)
-    run = (model, lvl, limits, supports, extra, keep, nhwc_ops, evaluate)
+    strip = values_only_above if values is not None else None
+    run = (model, lvl, limits, supports, extra, keep, nhwc_ops, evaluate, decoded, strip)
     out, report, g = _optimize(*run, inline=True)
     if g.inlined and not passes_load_checks(out):
         # an inlined branch exposed what only its If's loose types let pass: keep the Ifs
@@ -189,6 +200,8 @@ def _optimize(
     keep_initializers: list[str],
     nhwc_ops: frozenset[tuple[str, str]],
     evaluate: Evaluate | None,
+    decoded: dict[str, np.ndarray] | None,
+    values_only_above: int | None,
     inline: bool,
 ) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph]:
     from turnout.graph.model import light_copy
@@ -203,6 +216,7 @@ def _optimize(
         keep_initializers,
         initializers=model.graph.initializer,
         shape_data_max_elements=limits.shape_data_max_elements,
+        decoded=decoded,
     )
     ctx = PassContext(
         fold_max_elements=limits.fold_max_elements,
@@ -231,7 +245,7 @@ def _optimize(
         for p in dead:
             _run(g, p, ctx, report, labels, sources)
     g.toposort()
-    g.commit()
+    g.commit(values_only_above)
     alive = {n.name for n in g.nodes}
     report.provenance = {k: v for k, v in sources.items() if k in alive}
     report.nodes_after = len(g.nodes)
@@ -273,3 +287,8 @@ def _ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
         for n in nodes
     )
     return dict(sorted(c.items()))
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

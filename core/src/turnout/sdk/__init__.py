@@ -5,3 +5,14 @@ the pluggy hooks and plugin discovery, custom ops, devices, the fusion group fin
 control and the op semantics every provider reads (`turnout.sdk.semantics`). It imports only
 the graph layer; the built-in CPU provider and third-party providers build on it.
 """
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from turnout._submodules import submodule
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

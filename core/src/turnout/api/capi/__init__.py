@@ -1,6 +1,11 @@
 """`onnxruntime.capi`: the module paths of onnxruntime's Python API, so imports written for
 onnxruntime resolve in turnout."""
 
+from __future__ import annotations
+
+from types import ModuleType
+
+from turnout._submodules import submodule
 from turnout.api.capi import (
     build_and_package_info,
     onnxruntime_inference_collection,
@@ -14,3 +19,8 @@ __all__ = [
     "onnxruntime_pybind11_state",
     "onnxruntime_validation",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from turnout._submodules import submodule
 
 __all__ = ["DATASETS_DIR", "build_logreg_iris", "build_mul_1", "build_sigmoid", "get_example"]
 
@@ -113,3 +116,8 @@ BUILDERS = {
     "sigmoid.onnx": build_sigmoid,
     "logreg_iris.onnx": build_logreg_iris,
 }
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

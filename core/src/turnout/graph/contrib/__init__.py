@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from types import ModuleType
 
+from turnout._submodules import submodule
 from turnout.graph.contrib import ops as _ops
 from turnout.graph.contrib.documented import DOCUMENTED_OPS, ORT_CPU_KERNELS
 from turnout.graph.contrib.inference import NodeTypes, TensorType, same_as
@@ -81,3 +83,8 @@ def _load_groups() -> None:
 
 
 _load_groups()
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

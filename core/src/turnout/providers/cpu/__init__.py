@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING
+
+from turnout._submodules import submodule
 
 if TYPE_CHECKING:
     from turnout.sdk.provider import KernelRegistry
@@ -21,3 +24,8 @@ def numpy_kernels() -> KernelRegistry:
     from turnout.providers.cpu.registry import CPU_KERNELS
 
     return CPU_KERNELS
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

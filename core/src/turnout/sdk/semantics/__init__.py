@@ -36,6 +36,9 @@ these too.
 
 from __future__ import annotations
 
+from types import ModuleType
+
+from turnout._submodules import submodule
 from turnout.sdk.semantics.activations import (
     ACTIVATION_DEFAULTS,
     activation,
@@ -133,3 +136,8 @@ __all__ = [
     "tanh",
     "typed_constants",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

@@ -8,7 +8,9 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
+from turnout._submodules import submodule
 from turnout.graph.errors import TurnoutError
 
 __all__ = ["build_parser", "main"]
@@ -34,3 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

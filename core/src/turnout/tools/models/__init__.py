@@ -7,10 +7,13 @@ turnout.tools.models` (its __main__) to regenerate it.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from turnout._submodules import submodule
 
 __all__ = ["MODELS_DIR", "build_tiny_cnn", "shipped_model"]
 
@@ -77,3 +80,8 @@ def build_tiny_cnn(seed: int = 0) -> onnx.ModelProto:
     model.producer_name = "turnout.tools.models"
     onnx.checker.check_model(model)
     return model
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

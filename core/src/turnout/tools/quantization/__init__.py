@@ -14,6 +14,9 @@ standard ONNX ops only and run on turnout and onnxruntime alike (docs/quantizati
 
 from __future__ import annotations
 
+from types import ModuleType
+
+from turnout._submodules import submodule
 from turnout.tools.quantization.calibrate import CalibrationDataReader
 from turnout.tools.quantization.dynamic import quantize_dynamic
 from turnout.tools.quantization.preprocess import quant_pre_process
@@ -31,3 +34,8 @@ __all__ = [
     "quantize_dynamic",
     "quantize_static",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

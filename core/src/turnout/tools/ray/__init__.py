@@ -10,6 +10,9 @@ Importing this package does not import Ray; using it does.
 
 from __future__ import annotations
 
+from types import ModuleType
+
+from turnout._submodules import submodule
 from turnout.tools.ray.errors import BatchError
 from turnout.tools.ray.job import run_batch
 from turnout.tools.ray.predict import predict
@@ -32,3 +35,8 @@ __all__ = [
     "predict",
     "run_batch",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from types import ModuleType
+
+from turnout._submodules import submodule
 
 
 def load_all() -> None:
@@ -16,3 +19,8 @@ def load_all() -> None:
 
 
 load_all()
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A submodule, imported on first read (see `turnout._submodules`)."""
+    return submodule(__name__, name)
