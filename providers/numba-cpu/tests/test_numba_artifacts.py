@@ -91,6 +91,38 @@ def test_other_options_make_the_artifact_stale(compiled: Path) -> None:
     assert "stale" in str(got["fail"]) and "fuse=False" in str(got["fail"])
 
 
+_COMPILE_FOR_CPU = """
+import sys, turnout
+from turnout.api.compiler import ModelCompiler
+ModelCompiler(turnout.SessionOptions(), sys.argv[1]).compile_to_file(sys.argv[2])
+"""
+
+_LOAD_FOR_CPU = """
+import json, sys, numpy as np, turnout
+import turnout_numba.cache as cache
+sess = turnout.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+tier = sess.partition_report().tier
+x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+sess.run(None, {"x": x})
+hosts = sorted({a.provider for a in sess.partition_report().assignments})
+print(json.dumps({"compiles": cache.compile_count(), "tier": tier.to_dict(), "hosts": hosts}))
+"""
+
+
+@pytest.mark.cpu_means_host
+def test_a_compiled_model_starts_on_the_compiled_tier(tmp_path: Path) -> None:
+    """Tiered kernels (turnout.engine.tiers) do not apply to a compiled model: the host's
+    kernels load from it at creation, nothing compiles, and the first run is theirs."""
+    _model(tmp_path / "m.onnx")
+    _python(_COMPILE_FOR_CPU, tmp_path / "c1", str(tmp_path / "m.onnx"), str(tmp_path / "c.onnx"))
+    got = _python(_LOAD_FOR_CPU, tmp_path / "c2", str(tmp_path / "c.onnx"))
+    assert got["compiles"] == 0
+    assert got["hosts"] == ["NumbaExecutionProvider"]
+    tier = got["tier"]
+    assert isinstance(tier, dict)
+    assert (tier["tier"], tier["since_run"], tier["building"]) == ("compiled", 0, False)
+
+
 _COMPILE_EACH = """
 import sys, turnout
 from turnout.api.compiler import ModelCompiler

@@ -133,7 +133,6 @@ class ModelCompiler:
                 "ModelCompiler: no provider of the session compiled anything "
                 f"(providers: {', '.join(p.name for p in session._engine.providers)})"
             )
-        model = onnx.ModelProto()
-        model.CopyFrom(session._engine.model)
+        model = session._engine.full_model()  # a copy, with the weights
         compat = {p.name: p.compatibility_info() for p in session._engine.providers}
         return model, blobs, compat

@@ -151,7 +151,7 @@ class InferenceSession:
         self._check_canceled()
         if options.optimized_model_filepath:
             self._engine.adopt_compiled_tier()  # the model the session runs once compiled
-            pipeline.save_optimized(self._engine.model, options)
+            pipeline.save_optimized(self._engine.full_model(), options)
         profiler = self._engine.profiler
         if profiler is not None:
             profiler.event("Session", "session_initialization", t0, time.perf_counter_ns() - t0, {})

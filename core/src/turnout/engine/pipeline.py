@@ -43,6 +43,7 @@ from turnout.graph.model import (
     validate_model,
 )
 from turnout.graph.shape_inference import refuse_oversized_values
+from turnout.graph.tensors import from_array
 from turnout.sdk.custom_ops import custom_domains
 from turnout.sdk.plugins import graph_passes
 from turnout.sdk.provider import ExecutionProvider
@@ -93,9 +94,16 @@ def optimize(
     options: EngineOptions,
     label: str,
     already_optimized: bool = False,
+    decoded: dict[str, np.ndarray] | None = None,
 ) -> OptimizedModel:
     """Rewrite the graph at the options' level for these providers (a fusion fires only when
     the provider that would run it has the fused kernel), infer shapes, build the IR.
+
+    `decoded` caches `model`'s initializers as arrays across calls (a session's two tiers
+    optimize the same model: their IRs share the arrays of the weights neither changes).
+    The returned proto holds no data for the big initializers the IR holds as arrays
+    (`full_model` puts it back): the weights live once, and copying, checking and inferring
+    the proto costs no copy of them.
 
     A graph pass that fails does not stop the model from running: the model goes on
     unoptimized, with an `OptimizationSkippedWarning`. A compiled model (`already_optimized`)
@@ -119,6 +127,8 @@ def optimize(
             values=values,
             nhwc_ops=nhwc_ops(providers, _opsets(model)),
             evaluate=evaluate_model,
+            decoded=decoded,
+            values_only_above=options.limits.shape_data_max_elements,
         )
     except GraphPassError as e:
         message = f"{label}: graph optimization skipped: {e}"
@@ -148,6 +158,39 @@ def _as_ir(
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import}
     graph = Graph.from_proto(inferred.graph, opsets, values=values)
     return OptimizedModel(inferred, graph, report)
+
+
+# a TensorProto's value fields (the optimizer leaves them empty where the IR holds the array)
+_DATA_FIELDS = (
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+
+
+def _holds_data(t: onnx.TensorProto) -> bool:
+    return t.HasField("raw_data") or any(len(getattr(t, f)) for f in _DATA_FIELDS[1:])
+
+
+def full_model(model: onnx.ModelProto, graph: Graph) -> onnx.ModelProto:
+    """A copy of an optimized `model` with the initializer values `optimize` left in `graph`
+    written back (each tensor's other fields as they were): the model to save or compile."""
+    full = onnx.ModelProto()
+    full.CopyFrom(model)
+    for t in full.graph.initializer:
+        value = graph.initializers.get(t.name)
+        if not isinstance(value, np.ndarray) or _holds_data(t):
+            continue
+        encoded = from_array(value, t.name)
+        if encoded.HasField("raw_data"):
+            t.raw_data = encoded.raw_data
+        for field in _DATA_FIELDS[1:]:
+            getattr(t, field).extend(getattr(encoded, field))
+    return full
 
 
 def partition(graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:

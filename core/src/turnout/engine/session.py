@@ -97,6 +97,7 @@ class EngineSession:
         self.lock = threading.Lock()
         self.numpy_only = False  # set by the run-time fallback: the numpy kernels alone
         self.runs = 0  # runs started, for the reports' "since run N"
+        self._decoded: dict[str, Any] = {}  # `loaded`'s initializers as arrays, both tiers
         self._tier_build: BackgroundBuild[_Placement] | None = None
         self.enable_fallback = True
         self.profiler: Profiler | None = None
@@ -155,6 +156,7 @@ class EngineSession:
             self.options,
             self.label,
             already_optimized=self.artifact is not None,
+            decoded=self._decoded,
         )
         overrides = self._overrides(optimized.graph)
         reports: dict[str, PartitionReport] = {}
@@ -182,6 +184,10 @@ class EngineSession:
         sizes, report.unsized = static_sizes(self.plan.steps, self.graph.value_infos)
         report.peak_bytes = self.peak(self.plan, sizes)
         self.device_plans: dict[frozenset[str], Plan] = {}
+
+    def full_model(self) -> onnx.ModelProto:
+        """The optimized model with its weights (`model` holds none: the IR's arrays do)."""
+        return pipeline.full_model(self.model, self.graph)
 
     # ------------------------------------------------------------------ tiers
     def _start_tier_build(

@@ -77,6 +77,18 @@ def _nested_names(node: NodeProto) -> Iterator[str]:
 _PLAIN_KINDS = frozenset("biufc")  # numpy kinds from_array stores as plain raw_data
 
 
+def _values_only(v: np.ndarray | None, above: int | None) -> bool:
+    """Whether initializer value `v` goes to `values` only, its proto holding no data."""
+    return above is not None and v is not None and v.size > above and _decoded_form(v)
+
+
+def _data_less(t: onnx.TensorProto, name: str, elem_type: int, dims: Iterable[int]) -> None:
+    """Fill `t` as an initializer's name, type and dims, without its data."""
+    t.name = name
+    t.data_type = elem_type
+    t.dims.extend(dims)
+
+
 def _decoded_form(v: np.ndarray) -> bool:
     """Whether `v` is what numpy_helper.to_array returns for its own proto: a plain numeric,
     native-order, C-contiguous array."""
@@ -98,11 +110,13 @@ class OptGraph:
         keep_inits: Iterable[str] = (),
         initializers: Iterable[onnx.TensorProto] | None = None,
         shape_data_max_elements: int = SHAPE_DATA_MAX_ELEMENTS,
+        decoded: dict[str, np.ndarray] | None = None,
     ) -> None:
         """`initializers` (read, never changed) stand for the model's own when given: the
         optimizer works on a copy without them, and `commit()` writes them in.
         `shape_data_max_elements` bounds onnx's data propagation
-        (`turnout.graph.shape_inference`)."""
+        (`turnout.graph.shape_inference`). `decoded` caches the original initializers'
+        arrays by name, shared with other optimizations of the same initializers."""
         self.model = model
         self.shape_data_max_elements = shape_data_max_elements
         g = model.graph
@@ -111,7 +125,8 @@ class OptGraph:
         }
         self.nodes: list[NodeProto] = list(g.node)
         self.inits: dict[str, np.ndarray] = {}  # new or changed initializers
-        self._cache: dict[str, np.ndarray] = {}  # decoded original initializers
+        # decoded original initializers
+        self._cache: dict[str, np.ndarray] = decoded if decoded is not None else {}
         self._protos: dict[str, tuple[np.ndarray, onnx.TensorProto]] = {}  # see small_init_proto
         inits = g.initializer if initializers is None else initializers
         self._init_protos = {t.name: t for t in inits}
@@ -442,11 +457,12 @@ class OptGraph:
             pending = rest
         self.nodes = ordered
 
-    def commit(self) -> onnx.ModelProto:
+    def commit(self, values_only_above: int | None = None) -> onnx.ModelProto:
         """Write nodes and initializers back into the model proto and return it.
 
         `values` then maps initializers whose decoded array the optimizer holds (new ones and
         originals it read) to that array, equal to `numpy_helper.to_array` of its proto.
+        Those of more than `values_only_above` elements are written without their data.
         """
         g = self.model.graph
         del g.node[:]
@@ -455,9 +471,18 @@ class OptGraph:
         self.values = {}
         for name in self.initializer_names():
             if name not in self.inits:
-                g.initializer.append(self._init_protos[name])
+                proto = self._init_protos[name]
                 value = self._cache.get(name)
-            elif (value := self.inits[name]).dtype.kind in _PLAIN_KINDS:
+                if value is None and proto.data_type != onnx.TensorProto.UNDEFINED:
+                    value = decode_tensor(proto, f"initializer of graph {g.name!r}")
+                    self._cache[name] = value  # the IR takes it from `values`
+                if _values_only(value, values_only_above):
+                    _data_less(g.initializer.add(), name, proto.data_type, proto.dims)
+                else:
+                    g.initializer.append(proto)
+            elif _values_only(value := self.inits[name], values_only_above):
+                _data_less(g.initializer.add(), name, elem_type_of(value.dtype), value.shape)
+            elif value.dtype.kind in _PLAIN_KINDS:
                 # numpy_helper.from_array's fields, written in place (no intermediate proto)
                 t = g.initializer.add(name=name, data_type=elem_type_of(value.dtype))
                 t.dims.extend(value.shape)
