@@ -43,7 +43,7 @@ from turnout.graph.model import (
     validate_model,
 )
 from turnout.graph.shape_inference import refuse_oversized_values
-from turnout.graph.tensors import from_array
+from turnout.graph.tensors import TYPED_FIELDS, from_array
 from turnout.sdk.custom_ops import custom_domains
 from turnout.sdk.plugins import graph_passes
 from turnout.sdk.provider import ExecutionProvider
@@ -160,20 +160,9 @@ def _as_ir(
     return OptimizedModel(inferred, graph, report)
 
 
-# a TensorProto's value fields (the optimizer leaves them empty where the IR holds the array)
-_DATA_FIELDS = (
-    "raw_data",
-    "float_data",
-    "int32_data",
-    "string_data",
-    "int64_data",
-    "double_data",
-    "uint64_data",
-)
-
-
 def _holds_data(t: onnx.TensorProto) -> bool:
-    return t.HasField("raw_data") or any(len(getattr(t, f)) for f in _DATA_FIELDS[1:])
+    """Whether `t` has its values (the optimizer leaves big ones without, see `optimize`)."""
+    return t.HasField("raw_data") or any(len(getattr(t, f)) for f in TYPED_FIELDS)
 
 
 def full_model(model: onnx.ModelProto, graph: Graph) -> onnx.ModelProto:
@@ -188,7 +177,7 @@ def full_model(model: onnx.ModelProto, graph: Graph) -> onnx.ModelProto:
         encoded = from_array(value, t.name)
         if encoded.HasField("raw_data"):
             t.raw_data = encoded.raw_data
-        for field in _DATA_FIELDS[1:]:
+        for field in TYPED_FIELDS:
             getattr(t, field).extend(getattr(encoded, field))
     return full
 

@@ -32,7 +32,13 @@ from turnout.graph.errors import (
 from turnout.graph.light_copy import copy_fields, light_copy
 from turnout.graph.shape_inference import SHAPE_DATA_MAX_ELEMENTS, infer_with_bounded_data_prop
 from turnout.graph.structure import check_structure, normalize, suffix_repeated_names
-from turnout.graph.tensors import FIXED_WIDTH_TYPES, all_tensors, check_tensor, from_array
+from turnout.graph.tensors import (
+    FIXED_WIDTH_TYPES,
+    TYPED_FIELDS,
+    all_tensors,
+    check_tensor,
+    from_array,
+)
 from turnout.graph.validate import check_types
 
 __all__ = [
@@ -382,14 +388,6 @@ def _first_line(message: str) -> str:
 # initializers (serializing a 100 MB model for each of them took most of a second).
 _BIG_BYTES = 1 << 16  # the checker's copy stubs raw tensors above this size
 _SMALL_ELEMENTS = 4096  # shape inference keeps initializers up to this size as values
-_TYPED_FIELDS = (
-    "float_data",
-    "int32_data",
-    "string_data",
-    "int64_data",
-    "double_data",
-    "uint64_data",
-)
 
 
 def _plain_raw(t: TensorProto) -> bool:
@@ -397,7 +395,7 @@ def _plain_raw(t: TensorProto) -> bool:
     return (
         t.HasField("raw_data")
         and t.data_location != TensorProto.EXTERNAL
-        and not any(len(getattr(t, f)) for f in _TYPED_FIELDS)
+        and not any(len(getattr(t, f)) for f in TYPED_FIELDS)
     )
 
 

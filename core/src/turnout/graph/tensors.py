@@ -23,6 +23,7 @@ from turnout.graph.errors import Fail
 
 __all__ = [
     "FIXED_WIDTH_TYPES",
+    "TYPED_FIELDS",
     "all_tensors",
     "as_host_array",
     "check_tensor",
@@ -40,6 +41,16 @@ FIXED_WIDTH_TYPES = frozenset({
     TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.UINT32, TensorProto.UINT64,
     TensorProto.COMPLEX64, TensorProto.COMPLEX128, TensorProto.BFLOAT16,
 })  # fmt: skip
+
+TYPED_FIELDS = (
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+"""The repeated fields that can hold a tensor's values (`raw_data` is the other way)."""
 
 # the typed repeated field that holds each element type's values when raw_data is not used
 _TYPED_FIELD: dict[int, str] = {
