@@ -150,6 +150,7 @@ def test_compiled_tier_takes_over_at_the_next_run(host: None) -> None:
     sess = turnout.InferenceSession(_model(), providers=[CPU])
     _run(sess)
     _run(sess)
+    assert sess._engine._loaded is not None  # the build reads it
     GATE.open.set()
     assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
     assert set(_placed(sess).values()) == {CPU}  # not adopted between runs by itself
@@ -162,6 +163,7 @@ def test_compiled_tier_takes_over_at_the_next_run(host: None) -> None:
     )
     assert sess.partition_report().to_dict()["tier"]["tier"] == "compiled"
     assert GATE.built == 1
+    assert sess._engine._loaded is None  # let go once nothing builds from it
 
 
 def test_the_compiler_starts_when_the_first_run_ends(

@@ -99,3 +99,18 @@ def test_the_saved_optimized_model_has_its_weights(tmp_path: Path, external: boo
     onnx.checker.check_model(saved)
     again = turnout.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(again.run(None, {"x": X})[0], _expected(model), rtol=1e-5)
+
+
+@pytest.mark.parametrize("source", ["path", "bytes", "proto"])
+def test_the_loaded_model_is_let_go_and_loaded_again_to_place_again(
+    tmp_path: Path, source: str
+) -> None:
+    model = _model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    given: object = {"path": str(path), "bytes": model.SerializeToString(), "proto": model}[source]
+    sess = turnout.InferenceSession(given, providers=["CPUExecutionProvider"])  # type: ignore[arg-type]
+    assert sess._engine._loaded is None  # placed: its weights live in the IR only
+    sess.set_providers(["CPUExecutionProvider"])
+    assert sess._engine._loaded is None
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], _expected(model), rtol=1e-5)

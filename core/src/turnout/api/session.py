@@ -137,7 +137,14 @@ class InferenceSession:
         self._check_canceled()
         base_dir = Path(self._model_path).resolve().parent if self._model_path else None
         artifact = read_artifact(model, base_dir)  # a compiled model, or None
-        self._engine = EngineSession(model, options, self._label, artifact)
+        label = self._label
+
+        def reload() -> onnx.ModelProto:  # to place again after the engine let go of it
+            again = pipeline.load(path_or_bytes, options)
+            pipeline.validate(again, label)
+            return again
+
+        self._engine = EngineSession(model, options, self._label, artifact, reload)
         self._engine.enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)

@@ -89,15 +89,19 @@ class EngineSession:
         options: EngineOptions,
         label: str,
         artifact: CompiledArtifact | None = None,
+        reload: Callable[[], onnx.ModelProto] | None = None,
     ) -> None:
-        self.loaded = model
+        """`reload` loads the model again (from the caller's path or bytes): given, the session
+        lets go of the loaded proto once placed and reloads it to place again."""
+        self._loaded: onnx.ModelProto | None = model
+        self._reload = reload
         self.options = options
         self.label = label
         self.artifact = artifact
         self.lock = threading.Lock()
         self.numpy_only = False  # set by the run-time fallback: the numpy kernels alone
         self.runs = 0  # runs started, for the reports' "since run N"
-        self._decoded: dict[str, Any] = {}  # `loaded`'s initializers as arrays, both tiers
+        self._decoded: dict[str, Any] = {}  # the model's initializers as arrays, both tiers
         self._tier_build: BackgroundBuild[_Placement] | None = None
         self.enable_fallback = True
         self.profiler: Profiler | None = None
@@ -119,7 +123,9 @@ class EngineSession:
         self._stop_tier_build()
         hosts = [] if self.numpy_only else host_candidates(providers, self.options)
         background = bool(hosts) and self.artifact is None and not self._waits_for_hosts()
-        placed = self._build(providers, provider_options, self.numpy_only or background)
+        placed = self._build(
+            self._source(), providers, provider_options, self.numpy_only or background
+        )
         self._adopt(placed)
         if providers is not None and placed.selection.requested != [CPU_PROVIDER]:
             self._apply_fallback_policy()
@@ -130,13 +136,29 @@ class EngineSession:
         elif placed.selection.hosts:
             self.tier = TierState("compiled", self.runs, list(placed.selection.hosts))
         self.reports[""].tier = self.tier
+        self._release_source()
         logger.info("%s: placed nodes %s", self.label, self.reports[""].counts())
 
     def _waits_for_hosts(self) -> bool:
         return self.options.switch(WAIT_KEY, WAIT_ENV)
 
+    def _source(self) -> onnx.ModelProto:
+        """The loaded model: held, or loaded again after `_release_source`."""
+        model = self._loaded
+        if model is None:
+            assert self._reload is not None
+            model = self._loaded = self._reload()
+        return model
+
+    def _release_source(self) -> None:
+        """Let go of the loaded proto when nothing will build from it (its weights live on in
+        the IR's arrays; placing again reloads it). Kept while a tier builds from it."""
+        if self._reload is not None and self._tier_build is None:
+            self._loaded = None
+
     def _build(
         self,
+        model: onnx.ModelProto,
         providers: Sequence[ProviderSpec] | None,
         provider_options: Sequence[dict[str, Any]] | None,
         numpy_only: bool,
@@ -151,7 +173,7 @@ class EngineSession:
         if checkpoint is not None:
             checkpoint()
         optimized = pipeline.optimize(
-            self.loaded,
+            model,
             instances,
             self.options,
             self.label,
@@ -195,8 +217,10 @@ class EngineSession:
         providers: Sequence[ProviderSpec] | None,
         provider_options: Sequence[dict[str, Any]] | None,
     ) -> None:
+        model = self._source()
+
         def build(checkpoint: Callable[[], None]) -> _Placement:
-            return self._build(providers, provider_options, False, checkpoint)
+            return self._build(model, providers, provider_options, False, checkpoint)
 
         self._tier_build = BackgroundBuild(build, self.label, hold=TIER_HOLD_S)
         self._tier_request = (providers, provider_options)
@@ -249,10 +273,12 @@ class EngineSession:
                 error = log_failure(self.label, e)
                 self.tier = TierState("numpy", self.tier.since_run, self.tier.hosts, error=error)
                 self.reports[""].tier = self.tier
+                self._release_source()
                 return
             self._adopt(placed)
             self.tier = TierState("compiled", self.runs, list(placed.selection.hosts))
             self.reports[""].tier = self.tier
+            self._release_source()
         logger.info("%s: compiled tier adopted at run %d", self.label, self.runs)
 
     def _overrides(self, graph: Graph) -> dict[str, Any]:
