@@ -227,9 +227,8 @@ class EngineSession:
 
     def _stop_tier_build(self) -> None:
         """A new placement supersedes a compiled tier still building for the old one."""
-        build = getattr(self, "_tier_build", None)
-        if build is not None:
-            build.cancel()
+        if self._tier_build is not None:
+            self._tier_build.cancel()
         self._tier_build = None
 
     def wait_for_compiled_tier(self, timeout: float | None = None) -> bool:

@@ -16,6 +16,7 @@ checkpoint (between kernels) and are joined, so no compiler thread outlives the 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import threading
 import weakref
@@ -73,13 +74,7 @@ class TierState:
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tier": self.tier,
-            "since_run": self.since_run,
-            "hosts": self.hosts,
-            "building": self.building,
-            "error": self.error,
-        }
+        return dataclasses.asdict(self)
 
     def describe(self) -> str:
         hosts = ", ".join(self.hosts)
