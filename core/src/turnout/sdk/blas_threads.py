@@ -3,9 +3,10 @@ products large enough are split between the caller and turnout's own helper thre
 
 numpy's BLAS starts as many threads as there are cores. A session asked for one thread must not
 run its GEMMs on two (onnxruntime's CPU provider honours the count), and a numba session's
-threads must not fight BLAS's for the cores. threadpoolctl (optional: the `threads` extra) finds
-the libraries; its `limit()` context re-queries every library on each call (about 5.5 us, half
-of a tiny model's run), and even a found controller takes ~1.5 us a call, so this keeps
+threads must not fight BLAS's for the cores. threadpoolctl finds the libraries (a dependency:
+when it was an extra, the README's install ran one-thread sessions' products on every core);
+its `limit()` context re-queries every library on each call (about 5.5 us, half of a tiny
+model's run), and even a found controller takes ~1.5 us a call, so this keeps
 OpenBLAS's own getter and setter found once and calls them through ctypes (0.15-0.2 us).
 
 Inside a run of a session with more than one thread, kernels multiply through `blas_matmul`,
