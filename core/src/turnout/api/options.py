@@ -44,6 +44,32 @@ class ExecutionOrder(enum.IntEnum):
 
 FALLBACK_POLICIES = ("allow", "warn", "error")
 
+MAX_CONFIG_KEY_LENGTH = 1024  # onnxruntime's limits on config entries (config_options.cc)
+MAX_CONFIG_VALUE_LENGTH = 8192
+
+
+def _config_entry(key: Any, value: Any) -> tuple[str, str]:
+    """A session or run config entry as onnxruntime accepts it: any key of 1 to 1024
+    characters, any value of at most 8192 (unknown keys are kept, as onnxruntime keeps them)."""
+    key, value = str(key), str(value)
+    if not 0 < len(key) <= MAX_CONFIG_KEY_LENGTH:
+        raise InvalidArgument(
+            f"Config key is empty or longer than maximum length {MAX_CONFIG_KEY_LENGTH}"
+        )
+    if len(value) > MAX_CONFIG_VALUE_LENGTH:
+        raise InvalidArgument(
+            f"Config value is longer than maximum length: {MAX_CONFIG_VALUE_LENGTH}"
+            f" (key {key!r}, {len(value)} characters)"
+        )
+    return key, value
+
+
+def _config_lookup(config: Mapping[str, str], key: str, owner: str) -> str:
+    """onnxruntime's error, verbatim, for a key that was never set."""
+    if key not in config:
+        raise InvalidArgument(f"{owner} does not have configuration with key: {key}")
+    return config[key]
+
 
 class SessionOptions:
     """Per-session configuration, attribute-compatible with onnxruntime.SessionOptions."""
@@ -90,16 +116,15 @@ class SessionOptions:
         self._config.pop("session.fallback", None)
 
     def add_session_config_entry(self, key: str, value: str) -> None:
+        key, value = _config_entry(key, value)
         if key == "session.fallback" and value not in FALLBACK_POLICIES:
             raise InvalidArgument(f"session.fallback must be one of {FALLBACK_POLICIES}")
         if key in LIMIT_KEYS:
-            positive_int(key, str(value))
-        self._config[str(key)] = str(value)
+            positive_int(key, value)
+        self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:
-        if key not in self._config:
-            raise InvalidArgument(f"SessionOptions config entry {key!r} is not set")
-        return self._config[key]
+        return _config_lookup(self._config, key, "SessionOptions")
 
     @property
     def resource_limits(self) -> ResourceLimits:
@@ -275,9 +300,8 @@ class RunOptions:
         self._adapters.append(adapter)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        key, value = _config_entry(key, value)
+        self._config[key] = value
 
     def get_run_config_entry(self, key: str) -> str:
-        if key not in self._config:
-            raise InvalidArgument(f"RunOptions config entry {key!r} is not set")
-        return self._config[key]
+        return _config_lookup(self._config, key, "RunOptions")

@@ -27,7 +27,12 @@ from turnout.api.values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtVal
 from turnout.engine import pipeline
 from turnout.engine.artifact import read_artifact
 from turnout.engine.partition import PartitionReport
-from turnout.engine.provider_selection import ProviderSpec, apply_dynamic_options
+from turnout.engine.provider_selection import (
+    CPU_PROVIDER,
+    ORT_PROVIDER_NAMES,
+    ProviderSpec,
+    apply_dynamic_options,
+)
 from turnout.engine.session import EngineSession
 from turnout.graph.dtypes import value_type_string
 from turnout.graph.errors import (
@@ -101,11 +106,20 @@ def get_device() -> str:
 
 
 def get_build_info() -> str:
-    return f"turnout {__version__} (python, numpy {np.__version__}, onnx {onnx.__version__})"
+    """onnxruntime's form (`ORT Build Info: key=value, ...`, which its tests look for) with
+    turnout's facts."""
+    return (
+        f"turnout Build Info: version={__version__}, onnx={onnx.__version__}, "
+        f"numpy={np.__version__}, build type=python"
+    )
 
 
 def get_all_providers() -> list[str]:
-    return [f.name for f in registry.all()]
+    """Every installed provider, highest default priority first and `CPUExecutionProvider`
+    last, as onnxruntime orders its list."""
+    ranked = sorted(registry.all(), key=lambda f: -f.default_priority)
+    names = [f.name for f in ranked if f.name != CPU_PROVIDER]
+    return [*names, CPU_PROVIDER]
 
 
 def get_available_providers() -> list[str]:
@@ -240,7 +254,16 @@ class InferenceSession:
         providers: Sequence[ProviderSpec] | None = None,
         provider_options: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        """Re-partition the model onto a new provider list (like ORT, this rebuilds the session)."""
+        """Re-partition the model onto a new provider list (like ORT, this rebuilds the session).
+        A name that is neither a turnout provider (or alias) nor one of onnxruntime's raises
+        here, as in onnxruntime (a session being created warns and falls back instead)."""
+        for spec in providers or []:
+            name = spec if isinstance(spec, str) else spec[0]
+            if registry.find(name) is None and name not in ORT_PROVIDER_NAMES:
+                raise Fail(
+                    f"Unknown Provider Type: {name} (turnout providers: "
+                    f"{', '.join(get_all_providers())})"
+                )
         with self._engine.lock:
             self._set_providers(providers, provider_options)
 

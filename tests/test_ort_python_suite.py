@@ -1,0 +1,139 @@
+"""What onnxruntime's own Python API tests (its `onnxruntime_test_python*.py`, run unchanged
+against `import turnout as onnxruntime`) found, one class of failure per test group (issue 29):
+provider names and order, build info, config entries, map/sequence/void feeds, sparse constants
+as outputs, session options stored in the model.
+
+Where onnxruntime is installed it is the oracle; the models are built here.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from onnx import TensorProto, helper
+
+import turnout
+from turnout.graph.errors import InvalidArgument
+
+
+def _model(nodes, inputs, outputs, *opsets, **kw):  # type: ignore[no-untyped-def]
+    ids = [helper.make_opsetid(d, v) for d, v in (opsets or (("", 17),))]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, **kw)
+    return helper.make_model(graph, opset_imports=ids, ir_version=8).SerializeToString()
+
+
+def _identity(elem: int, shape: list[int] | None = None) -> bytes:
+    return _model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", elem, shape)],
+    )
+
+
+def _ort() -> object:
+    return pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle")
+
+
+# -- provider list, build info ---------------------------------------------------------------
+
+
+def test_get_all_providers_ends_with_cpu() -> None:
+    names = turnout.get_all_providers()
+    assert names[-1] == "CPUExecutionProvider"
+    assert names.count("CPUExecutionProvider") == 1
+    assert set(turnout.get_available_providers()) <= set(names)
+
+
+def test_get_build_info_has_onnxruntimes_marker() -> None:
+    info = turnout.get_build_info()
+    assert "Build Info" in info  # what onnxruntime's test_get_build_info looks for
+    assert turnout.__version__ in info
+
+
+# -- errors onnxruntime raises: unknown provider, config entries ------------------------------
+
+
+def test_set_providers_unknown_name_raises_runtime_error() -> None:
+    sess = turnout.InferenceSession(_identity(TensorProto.FLOAT, [2]))
+    with pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
+        sess.set_providers(["InvalidProvider"])
+    with pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
+        sess.set_providers(["CPUExecutionProvider", "InvalidProvider"])
+    # turnout's aliases and onnxruntime's names of providers not installed are no error
+    sess.set_providers(["cpu"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "not available here", as onnxruntime
+        sess.set_providers(["TensorrtExecutionProvider"])
+    assert sess.get_providers()[-1] == "CPUExecutionProvider"
+
+
+def test_session_created_with_unknown_provider_falls_back_as_onnxruntime() -> None:
+    with pytest.warns(UserWarning, match="InvalidProvider"):
+        sess = turnout.InferenceSession(
+            _identity(TensorProto.FLOAT, [2]), providers=["InvalidProvider"]
+        )
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+
+
+@pytest.mark.parametrize("owner", ["session", "run"])
+def test_config_entries_refused_as_onnxruntime_refuses_them(owner: str) -> None:
+    """onnxruntime keeps any key of 1..1024 characters and any value up to 8192, and raises
+    RuntimeError on reading a key never set; turnout's own `session.turnout.*` keys stay."""
+    if owner == "session":
+        opts: object = turnout.SessionOptions()
+        add, get = opts.add_session_config_entry, opts.get_session_config_entry  # type: ignore[attr-defined]
+        text = "SessionOptions"
+    else:
+        opts = turnout.RunOptions()
+        add, get = opts.add_run_config_entry, opts.get_run_config_entry  # type: ignore[attr-defined]
+        text = "RunOptions"
+    with pytest.raises(RuntimeError, match=f"{text} does not have configuration with key: NOPE"):
+        get("NOPE")
+    with pytest.raises(RuntimeError, match="Config key is empty or longer than maximum length"):
+        add("", "1")
+    with pytest.raises(RuntimeError, match="Config key is empty or longer than maximum length"):
+        add("k" * 1025, "1")
+    with pytest.raises(RuntimeError, match="Config value is longer than maximum length: 8192"):
+        add("k", "v" * 8193)
+    add("k" * 1024, "v" * 8192)
+    add("any.unknown.key", "x")
+    add("any.unknown.key", "y")  # overwritten, as onnxruntime does
+    assert get("any.unknown.key") == "y"
+    if owner == "session":
+        add("session.turnout.max_initializer_bytes", "1000")
+        assert get("session.turnout.max_initializer_bytes") == "1000"
+
+
+CONFIG_CALLS = {
+    "get unset": lambda o: (
+        o.get_session_config_entry
+        if hasattr(o, "get_session_config_entry")
+        else o.get_run_config_entry
+    )("INVALID_KEY"),
+    "add empty key": lambda o: (
+        o.add_session_config_entry
+        if hasattr(o, "add_session_config_entry")
+        else o.add_run_config_entry
+    )("", "x"),
+    "add long value": lambda o: (
+        o.add_session_config_entry
+        if hasattr(o, "add_session_config_entry")
+        else o.add_run_config_entry
+    )("k", "x" * 9000),
+}
+
+
+@pytest.mark.parametrize("kind", ["SessionOptions", "RunOptions"])
+@pytest.mark.parametrize("call", sorted(CONFIG_CALLS))
+def test_config_entry_errors_match_onnxruntime(kind: str, call: str) -> None:
+    ort = _ort()
+    with pytest.raises(RuntimeError) as want:
+        CONFIG_CALLS[call](getattr(ort, kind)())
+    with pytest.raises(RuntimeError) as got:
+        CONFIG_CALLS[call](getattr(turnout, kind)())
+    assert str(got.value).startswith(str(want.value))
+
+
+def test_invalid_argument_is_a_runtime_error() -> None:
+    assert issubclass(InvalidArgument, RuntimeError)
