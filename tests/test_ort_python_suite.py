@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
@@ -137,3 +138,36 @@ def test_config_entry_errors_match_onnxruntime(kind: str, call: str) -> None:
 
 def test_invalid_argument_is_a_runtime_error() -> None:
     assert issubclass(InvalidArgument, RuntimeError)
+
+
+# -- void-typed feeds (onnxruntime's test_input_void, its ML.NET encoder) ----------------------
+
+VOID_FEEDS = {
+    "words": np.array([b"must", b"have", b"same", b"size"], dtype=np.void).reshape(2, 2),
+    "NULs kept": np.array([b"A\0A\0", b"B\0B\0", b"C\0C\0", b"D\0\0\0"], np.void).reshape(2, 2),
+    "UTF-8": np.array(["é".encode() * 2] * 4, np.void).reshape(2, 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VOID_FEEDS))
+def test_void_feed_for_string_input_reads_as_onnxruntime(case: str) -> None:
+    ort = _ort()
+    model, x = _identity(TensorProto.STRING, [2, 2]), VOID_FEEDS[case]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = turnout.InferenceSession(model).run(None, {"x": x})
+    assert got[0].dtype == want[0].dtype == np.dtype(object)
+    assert got[0].tolist() == want[0].tolist()
+
+
+def test_void_feed_errors_are_typed_and_name_the_input() -> None:
+    strings = turnout.InferenceSession(_identity(TensorProto.STRING, [2]))
+    with pytest.raises(InvalidArgument, match=r"input 'x'.*not UTF-8"):
+        strings.run(None, {"x": np.array([b"\xff\xfe", b"ok"], np.void)})
+    floats = turnout.InferenceSession(_identity(TensorProto.FLOAT, [2]))
+    # onnxruntime's words: a void array is a string tensor to it
+    with pytest.raises(InvalidArgument, match=r"Actual: \(tensor\(string\)\) , expected"):
+        floats.run(None, {"x": np.zeros(2, "V4")})
+    with pytest.raises(InvalidArgument, match="input 'x': numpy dtype datetime64"):
+        floats.run(None, {"x": np.zeros(2, "M8[s]")})
+    with pytest.raises(InvalidArgument, match="no ONNX element type"):
+        turnout.OrtValue.ortvalue_from_numpy(np.zeros(2, "M8[s]")).data_type()

@@ -90,8 +90,10 @@ class InputSpec:
         if dt is not None and value.dtype != dt:
             if dt == np.dtype(object) and value.dtype.kind in "US":
                 value = value.astype(object)
+            elif dt == np.dtype(object) and value.dtype.kind == "V":
+                value = self._from_void(value)
             else:
-                got = to_ort_type_string(value)
+                got = self._type_of(value)
                 raise ort_invalid_argument(
                     f"Unexpected input data type. Actual: ({got}) , expected: ({self.type_name})",
                     self._detail(value),
@@ -108,6 +110,32 @@ class InputSpec:
                 if isinstance(want, int) and got_d != want:  # a declared 0 is checked too
                     raise self._bad_dims(value)
         return value  # type: ignore[no-any-return]
+
+    def _from_void(self, value: np.ndarray) -> np.ndarray:
+        """A void (`V4`: raw bytes) array for a string input, as onnxruntime reads it: every
+        element's bytes, all `itemsize` of them (NULs kept), decoded as UTF-8."""
+        out = np.empty(value.shape, dtype=object)
+        flat, size = out.reshape(-1), value.dtype.itemsize
+        raw = np.ascontiguousarray(value).view(np.uint8).reshape(-1, size) if size else None
+        for i in range(flat.size):
+            data = raw[i].tobytes() if raw is not None else b""
+            try:
+                flat[i] = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InvalidArgument(
+                    f"input {self.name!r}: element {i} of the void ({value.dtype.str}) array is "
+                    f"not UTF-8 text, which a tensor(string) input needs: {e}"
+                ) from e
+        return out
+
+    def _type_of(self, value: np.ndarray) -> str:
+        try:
+            return to_ort_type_string(value)
+        except InvalidArgument:  # datetime, timedelta: onnxruntime refuses them too
+            raise InvalidArgument(
+                f"input {self.name!r}: numpy dtype {value.dtype} has no ONNX element type "
+                f"(the model declares {self.type_name})"
+            ) from None
 
     def _detail(self, value: np.ndarray) -> str:
         return (

@@ -14,6 +14,7 @@ import numpy as np
 
 from turnout.engine.executor.plan import Step
 from turnout.graph.dtypes import ELEM_TYPE_NAMES, elem_type_of
+from turnout.graph.errors import InvalidArgument
 
 __all__ = ["Profiler"]
 
@@ -22,7 +23,7 @@ def _elem_name(dtype: np.dtype[Any]) -> str:
     """ONNX element names as onnxruntime's profiler writes them ("float", "int64")."""
     try:
         return ELEM_TYPE_NAMES[elem_type_of(dtype)]
-    except KeyError:
+    except (KeyError, InvalidArgument):
         return str(dtype)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto, TypeProto
 
+from turnout.graph.errors import InvalidArgument
+
 __all__ = [
     "ELEM_TYPE_NAMES",
     "np_dtype",
@@ -108,15 +110,17 @@ def np_dtype(elem_type: int) -> np.dtype[Any]:
 
 
 def elem_type_of(dtype: Any) -> int:
-    """ONNX element type for a numpy dtype (strings of any numpy kind map to STRING)."""
+    """ONNX element type for a numpy dtype. Strings of any numpy kind map to STRING, and so do
+    void (raw bytes, `V4`) arrays, as onnxruntime reads them; a dtype with no ONNX type (datetime,
+    ...) raises InvalidArgument."""
     dt = np.dtype(dtype)
-    if dt.kind in "USO":
+    if dt.kind in "USOV":
         return T.STRING
     code = _ELEM.get(dt)
     if code is None and dt.type.__module__.startswith("ml_dtypes"):  # so ml_dtypes is loaded
         code = _exotic_codes().get(dt)
     if code is None:
-        raise KeyError(f"no ONNX element type for numpy dtype {dt}")
+        raise InvalidArgument(f"no ONNX element type for numpy dtype {dt}")
     return code
 
 
