@@ -114,11 +114,13 @@ def elem_type_of(dtype: Any) -> int:
     void (raw bytes, `V4`) arrays, as onnxruntime reads them; a dtype with no ONNX type (datetime,
     ...) raises InvalidArgument."""
     dt = np.dtype(dtype)
-    if dt.kind in "USOV":
+    if dt.kind in "USO":
         return T.STRING
     code = _ELEM.get(dt)
     if code is None and dt.type.__module__.startswith("ml_dtypes"):  # so ml_dtypes is loaded
         code = _exotic_codes().get(dt)
+    if code is None and dt.kind == "V":  # raw bytes (ml_dtypes' types are kind V too)
+        code = T.STRING
     if code is None:
         raise InvalidArgument(f"no ONNX element type for numpy dtype {dt}")
     return code
