@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from onnx import TensorProto
 
 from turnout.api.values import OrtValue, SparseTensor, to_ort_type_string
-from turnout.graph.dtypes import type_string
+from turnout.graph.dtypes import ELEM_TYPE_NAMES, elem_type_of, np_dtype, type_string
 from turnout.graph.errors import InvalidArgument, ort_invalid_argument
 from turnout.graph.ir import ValueInfo
 
@@ -64,19 +65,92 @@ class InputSpec:
             value = value._value
         if self.kind == "tensor":
             return self._tensor(value)
-        if self.kind == "sequence" and not isinstance(value, list):
-            raise InvalidArgument(
-                f"input {self.name!r}: expected a sequence (list), got {type(value).__name__}"
-            )
-        if self.kind == "map" and not isinstance(value, dict):
-            raise InvalidArgument(
-                f"input {self.name!r}: expected a map (dict), got {type(value).__name__}"
-            )
+        if self.kind == "sequence":
+            return self._sequence(value)
+        if self.kind == "map":
+            return self._map(value)
         if self.kind == "sparse_tensor" and not isinstance(value, SparseTensor):
             raise InvalidArgument(
                 f"input {self.name!r}: expected a sparse tensor, got {type(value).__name__}"
             )
         return value
+
+    def _sequence(self, value: Any) -> list[Any]:
+        """A list of arrays, each of the declared element type (onnxruntime converts nothing
+        here: a list of lists, a scalar or another dtype is refused)."""
+        if not isinstance(value, list):
+            raise InvalidArgument(
+                f"input {self.name!r}: expected a sequence (list), got {type(value).__name__}"
+            )
+        tp = self.info.type_proto
+        elem = tp.sequence_type.elem_type if tp is not None else None
+        if elem is None or elem.WhichOneof("value") != "tensor_type":
+            return value
+        want = elem.tensor_type.elem_type
+        for i, item in enumerate(value):
+            if isinstance(item, OrtValue):
+                item = value[i] = item._value
+            if not isinstance(item, np.ndarray):
+                raise InvalidArgument(
+                    f"CreateSequenceOfTensors: Input is not a tensor\ninput {self.name!r}: "
+                    f"element {i} is {type(item).__name__}, not a numpy array"
+                )
+            got = elem_type_of(item.dtype)
+            if want and got != want:
+                raise ort_invalid_argument(
+                    f"Unexpected input data type. Actual: (seq({type_string(got)})) , expected: "
+                    f"(seq({type_string(want)}))",
+                    f"input {self.name!r}: element {i} is {type_string(got)}",
+                )
+        return value
+
+    def _map(self, value: Any) -> dict[Any, Any]:
+        """A dict with keys of the declared key type (Python or numpy ints, or str) and values
+        converted to the declared value type, as onnxruntime fills its std::map."""
+        if not isinstance(value, dict):
+            raise InvalidArgument(
+                f"input {self.name!r}: expected a map (dict), got {type(value).__name__}"
+            )
+        tp = self.info.type_proto
+        if tp is None:
+            return value
+        key_code = tp.map_type.key_type
+        val_tp = tp.map_type.value_type
+        val_code = val_tp.tensor_type.elem_type if val_tp.HasField("tensor_type") else 0
+        key_type, key_c = (str, "std::string") if key_code == TensorProto.STRING else (int, "")
+        key_c = key_c or f"{ELEM_TYPE_NAMES.get(key_code, 'int64')}_t"
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, (int, np.integer, str)) or isinstance(k, bool):
+                raise InvalidArgument(
+                    f"Key type must be int or string (not {type(k)}) for input '{self.name}'."
+                )
+            if isinstance(k, str) != (key_type is str):
+                raise InvalidArgument(
+                    f"Unexpected key type  {type(k)}, it cannot be linked to C type {key_c} "
+                    f"for input '{self.name}'."
+                )
+            out[key_type(k)] = self._map_value(v, val_code)
+        return out
+
+    def _map_value(self, v: Any, code: int) -> Any:
+        if not code:
+            return v
+        if code == TensorProto.STRING:
+            if not isinstance(v, str):
+                raise InvalidArgument(
+                    f"Unexpected value type  {type(v)}, it cannot be linked to C type string "
+                    f"for input '{self.name}'."
+                )
+            return v
+        dt = np_dtype(code)
+        lossy = dt.kind in "iub" and not isinstance(v, (int, np.integer))  # 1.7 as an int64
+        if isinstance(v, (str, bytes)) or not np.isscalar(v) or lossy:
+            raise InvalidArgument(
+                f"Unexpected value type  {type(v)}, it cannot be linked to C type "
+                f"{ELEM_TYPE_NAMES[code]} for input '{self.name}'."
+            )
+        return dt.type(v)
 
     def _tensor(self, value: Any) -> np.ndarray:
         dt = self.dtype

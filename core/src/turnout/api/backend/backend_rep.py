@@ -13,15 +13,18 @@ __all__ = ["OnnxRuntimeBackendRep", "TurnoutBackendRep"]
 
 
 class TurnoutBackendRep(BackendRep):
-    """A prepared model: `run(inputs)` takes a dict, or a list in the order of the graph inputs
-    that are not initializers (as onnxruntime's backend does)."""
+    """A prepared model: `run(inputs)` takes a list in the order of the graph inputs that are not
+    initializers, or the one input's value (as onnxruntime's backend does: a dict is the value
+    of a model whose one input is a map); otherwise a dict is read as {input name: value}."""
 
     def __init__(self, session: InferenceSession) -> None:
         self.session = session
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
-        names = [i.name for i in self.session.get_inputs()]  # as onnxruntime: no initializers
-        if isinstance(inputs, dict):
+        declared = self.session.get_inputs()  # as onnxruntime: no initializers
+        names = [i.name for i in declared]
+        one_map = len(declared) == 1 and declared[0].type.startswith("map(")
+        if isinstance(inputs, dict) and not one_map:  # a dict for a map input is its value
             feeds = dict(inputs)
         elif isinstance(inputs, (list, tuple)):
             feeds = dict(zip(names, inputs))
