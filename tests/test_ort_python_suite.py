@@ -8,9 +8,13 @@ Where onnxruntime is installed it is the oracle; the models are built here.
 
 from __future__ import annotations
 
+import json
+import os
 import warnings
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -307,3 +311,85 @@ def test_sequence_feed_onnxruntime_refuses_is_refused(x: object) -> None:
         ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
     with pytest.raises(InvalidArgument, match="input 'x'"):
         turnout.InferenceSession(model).run(None, feeds)
+
+
+# -- session options stored in the model (ORT_LOAD_CONFIG_FROM_MODEL, metadata `ort_config`) ---
+
+
+def _with_ort_config(config: str) -> bytes:
+    model = onnx.load_from_string(_identity(TensorProto.FLOAT, [2]))
+    helper.set_model_props(model, {"ort_config": config})
+    return model.SerializeToString()
+
+
+ORT_CONFIG = json.dumps(
+    {
+        "session_options": {
+            "inter_op_num_threads": 5,
+            "intra_op_num_threads": 2,
+            "graph_optimization_level": 99,
+            "enable_profiling": 1,
+            "not_read_from_models": 7,
+        }
+    }
+)
+OPTION_NAMES = (
+    "inter_op_num_threads",
+    "intra_op_num_threads",
+    "execution_mode",
+    "graph_optimization_level",
+    "enable_profiling",
+)
+
+
+def _options_seen(mod, model: bytes) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    so = mod.SessionOptions()
+    so.intra_op_num_threads = 1  # the caller's options: not used when the model's apply
+    so.execution_mode = mod.ExecutionMode.ORT_PARALLEL
+    sess = mod.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    got = sess.get_session_options()
+    seen = {name: int(getattr(got, name)) for name in OPTION_NAMES}
+    if got.enable_profiling:
+        os.remove(sess.end_profiling())
+    return seen
+
+
+@pytest.mark.parametrize("env", ["1", "0"])
+def test_session_options_from_the_model_as_onnxruntime(
+    env: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ort = _ort()
+    monkeypatch.chdir(tmp_path)  # profiles land here
+    monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", env)
+    model = _with_ort_config(ORT_CONFIG)
+    want = _options_seen(ort, model)
+    assert _options_seen(turnout, model) == want
+    if env == "1":
+        assert want["inter_op_num_threads"] == 5 and want["enable_profiling"] == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "{not json",
+        json.dumps({"session_options": {"intra_op_num_threads": -1}}),
+        json.dumps({"session_options": {"execution_mode": "parallel"}}),
+        json.dumps({"session_options": {"graph_optimization_level": 7}}),
+    ],
+)
+def test_bad_ort_config_in_the_model_fails_the_session(
+    config: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ort = _ort()
+    monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "1")
+    model = _with_ort_config(config)
+    with pytest.raises(Exception):  # noqa: B017  (onnxruntime: RuntimeError, Fail or ...)
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with pytest.raises(turnout.Fail, match=r"Could not finalize session options.*ort_config"):
+        turnout.InferenceSession(model)
+
+
+def test_load_config_env_var_other_values_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "yes")
+    with pytest.raises(InvalidArgument, match="only supported values"):
+        turnout.InferenceSession(_with_ort_config(ORT_CONFIG))

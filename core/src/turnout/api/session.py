@@ -22,6 +22,7 @@ from turnout._version import __version__
 from turnout.api.ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
 from turnout.api.ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
 from turnout.api.feeds import InputSpec
+from turnout.api.model_config import load_config_from_model, options_from_model
 from turnout.api.options import RunOptions, SessionOptions
 from turnout.api.values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 from turnout.engine import pipeline
@@ -146,6 +147,9 @@ class InferenceSession:
         )
         options = self._sess_options.engine_options()
         model = pipeline.load(path_or_bytes, options)
+        if load_config_from_model():  # ORT_LOAD_CONFIG_FROM_MODEL=1: the model's options rule
+            self._sess_options = options_from_model(model, self._label)
+            options = self._sess_options.engine_options()
         self._check_canceled()
         pipeline.validate(model, self._label)
         self._check_canceled()
