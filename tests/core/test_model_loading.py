@@ -103,6 +103,19 @@ def test_unsupported_opset() -> None:
         turnout.InferenceSession(model)
 
 
+def test_newest_ml_opset_is_the_newest_ml_schema() -> None:
+    """The loader's bound on ai.onnx.ml comes from onnx's registry, not a walk over every
+    schema: both give the same version."""
+    from turnout.graph.model import _MAX_OPSET
+
+    newest = max(
+        s.since_version
+        for s in onnx.defs.get_all_schemas_with_history()
+        if s.domain == "ai.onnx.ml"
+    )
+    assert _MAX_OPSET["ai.onnx.ml"] == newest
+
+
 def test_unknown_domain_names_the_node() -> None:
     g = helper.make_graph(
         [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example", name="frob")],
