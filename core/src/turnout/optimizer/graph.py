@@ -123,7 +123,8 @@ class OptGraph:
         self.opsets = {
             ("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import
         }
-        self.nodes: list[NodeProto] = list(g.node)
+        self._dropped: dict[int, NodeProto] = {}  # removed, not yet filtered out: see `nodes`
+        self._nodes: list[NodeProto] = list(g.node)
         self.inits: dict[str, np.ndarray] = {}  # new or changed initializers
         # decoded original initializers
         self._cache: dict[str, np.ndarray] = decoded if decoded is not None else {}
@@ -409,9 +410,25 @@ class OptGraph:
                 if x == old:
                     n.input[i] = new
 
+    @property
+    def nodes(self) -> list[NodeProto]:
+        """The nodes in topological order, without those removed since last read (a pass that
+        removes nodes one at a time then filters the list once, not once per node)."""
+        if self._dropped:
+            dropped = self._dropped
+            self._nodes = [n for n in self._nodes if id(n) not in dropped]
+            self._dropped = {}
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value: list[NodeProto]) -> None:
+        self._nodes = value
+        self._dropped = {}
+
     def remove(self, *nodes: NodeProto) -> None:
-        ids = {id(n) for n in nodes}
-        self.nodes = [n for n in self.nodes if id(n) not in ids]
+        """Take `nodes` out of the graph (a list read from `nodes` before keeps them)."""
+        for n in nodes:
+            self._dropped[id(n)] = n  # held until filtered out, so that no id is reused
 
     def insert_before(self, anchor: NodeProto, node: NodeProto) -> None:
         """Insert `node` just before `anchor` (keeps topological order when inputs are ready)."""
