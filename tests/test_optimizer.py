@@ -257,6 +257,53 @@ def test_constant_folding_respects_size_cap() -> None:
     assert [n.op_type for n in out.graph.node] == ["Add"] and rep.fired("fold_constants")
 
 
+def test_reshapes_of_constants_fold_without_a_session() -> None:
+    """Unsqueeze, Reshape, Flatten and Squeeze of a constant fold to the input in the output's
+    shape, as the evaluator (the CPU kernels) computes them, without running one."""
+    from turnout.engine.evaluate import evaluate_model
+    from turnout.optimizer import optimize as run_passes
+
+    w = np.arange(6, dtype=np.float32)
+    axes = numpy_helper.from_array(np.array([0, 2], np.int64), "axes")
+    shape = numpy_helper.from_array(np.array([3, 2, 1], np.int64), "shape")
+    nodes = [
+        helper.make_node("Unsqueeze", ["w", "axes"], ["u"]),
+        helper.make_node("Reshape", ["u", "shape"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"], axis=2),
+        helper.make_node("Squeeze", ["f"], ["s"]),
+        *[helper.make_node("Add", ["x", v], [f"y_{v}"]) for v in ("u", "r", "f", "s")],
+    ]
+    outputs = [helper.make_tensor_value_info(f"y_{v}", F, None) for v in ("u", "r", "f", "s")]
+    m = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F, [1])],
+        outputs,
+        [numpy_helper.from_array(w, "w"), axes, shape],
+    )
+    calls: list[onnx.ModelProto] = []
+
+    def counting(model: onnx.ModelProto) -> list[Any]:
+        calls.append(model)
+        return evaluate_model(model)
+
+    out, rep = run_passes(m, Level.BASIC, evaluate=counting)
+    assert rep.fired("fold_constants") and not calls
+    assert [n.op_type for n in out.graph.node] == ["Add"] * 4
+    inits = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    got = {n.output[0][2:]: inits[n.input[1]] for n in out.graph.node}  # s may read w now
+    want = evaluate_model(
+        _model(
+            nodes[:4],
+            [],
+            [helper.make_tensor_value_info(v, F, None) for v in ("u", "r", "f", "s")],
+            [numpy_helper.from_array(w, "w"), axes, shape],
+        )
+    )
+    for v, value in zip(("u", "r", "f", "s"), want):
+        assert got[v].shape == value.shape and got[v].dtype == value.dtype
+        np.testing.assert_array_equal(got[v], value)
+
+
 def test_shape_folding_on_static_dims_of_a_dynamic_input() -> None:
     idx = numpy_helper.from_array(np.array(1, np.int64), "i")
     m = _model(

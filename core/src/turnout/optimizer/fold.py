@@ -127,6 +127,8 @@ def _evaluate_all(
             done.append(n)
             continue
         value = _direct(g, n, values) if n.op_type in _DIRECT else None
+        if n.op_type in _RESHAPES:
+            value = _reshaped(g, n, values)
         if value is None:
             rest.append(n)
         else:
@@ -175,6 +177,25 @@ def _direct(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.ndar
         return np.full([int(d) for d in shape], fill[0], dtype=fill.dtype)
     except Exception:
         return None
+
+
+_RESHAPES = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def _reshaped(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The output of an op that only reshapes its first input (Unsqueeze of a BatchNorm
+    parameter, ...), as the CPU kernel computes it: the input, as an owned array of the
+    output's inferred static shape. None to leave it to the session (an input computed
+    there, a shape that is not static or does not hold the input's elements)."""
+    if not n.input or not n.input[0]:
+        return None
+    x = values.get(n.input[0])
+    if x is None:
+        x = g.const(n.input[0])
+    dims = _static_dims(g, n.output[0])
+    if x is None or dims is None or None in dims or math.prod(dims) != x.size:  # type: ignore[arg-type]
+        return None
+    return x.reshape(dims).copy()
 
 
 def _static_dims(g: OptGraph, name: str) -> list[int | None] | None:
