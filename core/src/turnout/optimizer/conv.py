@@ -89,12 +89,11 @@ def _charge(g: OptGraph, conv: NodeProto, w: np.ndarray, ctx: PassContext) -> No
 
 
 def _scaled(w: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """`(w.astype(float64) * s).astype(w.dtype)` for a per-output-channel `s` (shape (m, 1, ..)),
-    a block of channels at a time: the same values without float64 copies of all of `w`."""
+    """`(w.astype(float64) * s).astype(w.dtype)` for a per-output-channel `s` (shape (m, 1, ..)):
+    numpy multiplies in float64 and rounds into `w.dtype` as it goes (one pass, no float64
+    copy of `w`)."""
     out = np.empty(w.shape, w.dtype)
-    step = max(1, (1 << 16) // max(1, w[0].size))  # about 64K elements per block
-    for i in range(0, w.shape[0], step):
-        out[i : i + step] = w[i : i + step].astype(np.float64) * s[i : i + step]
+    np.multiply(w, s, out=out, dtype=np.float64, casting="unsafe")
     return out
 
 
