@@ -26,6 +26,7 @@ from numba import prange
 from turnout.graph.ir import GraphView
 from turnout.providers.cpu import numpy_kernels
 from turnout.sdk.blas_threads import BlasThreads
+from turnout.sdk.cores import default_thread_count
 from turnout.sdk.provider import (
     Capability,
     CompiledState,
@@ -56,13 +57,14 @@ class NumbaExecutionProvider(ExecutionProvider):
         self, options: Mapping[str, Any] | None = None, factory: ProviderFactory | None = None
     ) -> None:
         super().__init__(options, factory)  # name and device: the factory's
-        threads = int(self.options.get("intra_op_num_threads", 0) or 0)
-        self.threads = min(threads, NUMBA_CONFIG.NUMBA_NUM_THREADS) if threads > 0 else 0
+        # 0 (the default): the physical cores, as onnxruntime's (`turnout.sdk.cores`)
+        threads = int(self.options.get("intra_op_num_threads", 0) or 0) or default_thread_count()
+        self.threads = min(threads, NUMBA_CONFIG.NUMBA_NUM_THREADS)
         self.fuse = bool(self.options.get("fuse", True))
         self.ctx = BuildContext(parallel=self.threads != 1)
         self._run_state = threading.local()  # saved thread counts of the run on this thread
         # BLAS gets the same budget while this session runs: no oversubscription
-        self._blas = BlasThreads(self.threads) if self.threads else None
+        self._blas = BlasThreads(self.threads)
         # the generated modules this session's kernels come from: its compiled model's blobs
         self._modules: set[str] = set()
 
@@ -159,8 +161,6 @@ class NumbaExecutionProvider(ExecutionProvider):
         st.lock = run_lock() if self.ctx.parallel else None
         if st.lock is not None:  # workqueue: one parallel run at a time in the process
             st.lock.acquire()
-        if not self.threads:
-            return
         st.saved = None
         # serial kernels never use numba's pool, and asking numba for its thread count starts
         # it (10 ms in a 1-thread session's first run); the count is per calling thread

@@ -18,6 +18,7 @@ from turnout.providers.cpu.missing import MISSING_SOURCE, missing_kernel
 from turnout.providers.cpu.reference import reference_kernel, reference_supports
 from turnout.providers.cpu.registry import CPU_KERNELS
 from turnout.sdk.blas_threads import BlasThreads
+from turnout.sdk.cores import default_thread_count
 from turnout.sdk.custom_ops import CUSTOM_SOURCE
 from turnout.sdk.custom_ops import lookup as lookup_custom_op
 from turnout.sdk.provider import (
@@ -51,10 +52,11 @@ class CPUExecutionProvider(ExecutionProvider):
         if name != "intra_op_num_threads":
             super().set_dynamic_option(name, value)
             return
-        # numpy's BLAS runs on every core unless held to the session's thread count
+        # numpy's BLAS runs on every core unless held to the session's thread count; 0 (the
+        # default) is the physical cores, as onnxruntime's, split by turnout (`sdk.cores`)
         threads = int(value or 0)
         self.options[name] = threads
-        self._blas = BlasThreads(threads) if threads > 0 else None
+        self._blas = BlasThreads(threads if threads > 0 else default_thread_count())
 
     def on_run_start(self) -> None:
         if self._blas is not None:
