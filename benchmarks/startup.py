@@ -220,7 +220,7 @@ def _medians(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _geomean(values: list[float]) -> float:
+def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
@@ -260,17 +260,18 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append(
         "| **geomean** | "
-        + " | ".join(f"**{_geomean(ratios[c]):.2f}**" for c, _, _ in COLUMNS)
+        + " | ".join(f"**{geomean(ratios[c]):.2f}**" for c, _, _ in COLUMNS)
         + " |"
     )
     return "\n".join(lines)
 
 
-def _models(args: argparse.Namespace, tmp: Path) -> list[tuple[str, Path, str]]:
-    """(name, file, feeds expression) per model; zoo models are written to `tmp`."""
+def model_files(models: str | None, tmp: Path) -> list[tuple[str, Path, str]]:
+    """(name, file, feeds expression) per model of the comma-separated `models` (default: the
+    zoo's and the installed real models); zoo models are written to `tmp`."""
     from benchmarks import zoo
 
-    wanted = args.models.split(",") if args.models else [*zoo.names(), *REAL_MODELS]
+    wanted = models.split(",") if models else [*zoo.names(), *REAL_MODELS]
     out = []
     for name in wanted:
         if name in REAL_MODELS:
@@ -302,7 +303,7 @@ def main(argv: list[str]) -> int:
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="turnout-startup-models-") as tmp:
-        for name, path, feeds in _models(args, Path(tmp)):
+        for name, path, feeds in model_files(args.models, Path(tmp)):
             results[name] = measure(name, path, feeds, args.threads, max(1, args.rounds), say)
     table = markdown(results)
     print(table)
