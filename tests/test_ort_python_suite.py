@@ -12,6 +12,7 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -19,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
+from turnout.api.values import OrtValueVector
 from turnout.graph.errors import InvalidArgument
 
 
@@ -393,3 +395,108 @@ def test_load_config_env_var_other_values_are_refused(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "yes")
     with pytest.raises(InvalidArgument, match="only supported values"):
         turnout.InferenceSession(_with_ort_config(ORT_CONFIG))
+
+
+# -- sparse constants as graph outputs (onnxruntime's sparse_initializer_as_output.onnx) ------
+
+
+def _sparse(values: list[float], indices: list[int], index_dims: list[int], shape: list[int]):  # type: ignore[no-untyped-def]
+    v = helper.make_tensor("values", TensorProto.FLOAT, [len(values)], values)
+    i = helper.make_tensor("indices", TensorProto.INT64, index_dims, indices)
+    return helper.make_sparse_tensor(v, i, shape)
+
+
+def _sparse_constant_model(spelling: str, declared: str, sparse: object = None) -> bytes:
+    """One sparse constant `values` as the graph's output, spelled as onnxruntime's test model
+    spells it (`value` holding a sparse tensor), as `sparse_value`, or as a sparse initializer;
+    the output declared a sparse or a dense tensor."""
+    sp = sparse or _sparse([1.764052, 0.400157, 0.978738], [2, 3, 5], [3], [3, 3])
+    out = helper.make_tensor_value_info("values", TensorProto.FLOAT, [3, 3])
+    if declared == "sparse":
+        out = helper.make_tensor_value_info("values", TensorProto.FLOAT, None)
+        out.type.ClearField("tensor_type")
+        out.type.sparse_tensor_type.elem_type = TensorProto.FLOAT
+        for d in (3, 3):
+            out.type.sparse_tensor_type.shape.dim.add().dim_value = d
+    if spelling == "initializer":
+        sp.values.name = "values"  # type: ignore[attr-defined]
+        return _model([], [], [out], ("", 12), sparse_initializer=[sp])
+    node = helper.make_node("Constant", [], ["values"], name="Constant", **{spelling: sp})
+    return _model([node], [], [out], ("", 12))
+
+
+def _sparse_facts(st: object) -> tuple[object, ...]:
+    """What onnxruntime's tests read of a sparse output, through both of its classes' names."""
+    s: Any = st
+    return (
+        s.format() if callable(s.format) else s.format,
+        s.values().tolist(),
+        str(s.values().dtype),
+        s.values().flags.writeable,
+        (s.get_coo_data() if hasattr(s, "get_coo_data") else s.as_coo_view()).indices().tolist(),
+        s.dense_shape(),
+        s.data_type(),
+    )
+
+
+@pytest.mark.parametrize("declared", ["sparse", "dense"])
+@pytest.mark.parametrize("spelling", ["value", "sparse_value", "initializer"])
+def test_sparse_constant_output_comes_back_sparse_as_on_onnxruntime(
+    spelling: str, declared: str
+) -> None:
+    ort = _ort()
+    model = _sparse_constant_model(spelling, declared)
+    want_sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    got_sess = turnout.InferenceSession(model)
+    meta = [(o.name, o.type, o.shape) for o in got_sess.get_outputs()]
+    assert meta == [(o.name, o.type, o.shape) for o in want_sess.get_outputs()]
+    assert meta == [("values", "tensor(float)", [3, 3])]
+    (want,), (got,) = want_sess.run(None, {}), got_sess.run(None, {})
+    assert isinstance(got, turnout.SparseTensor)
+    assert got.format == got.format() == turnout.OrtSparseFormat.ORT_SPARSE_COO  # both spellings
+    assert _sparse_facts(got) == _sparse_facts(want)
+    (want_v,), (got_v,) = (s.run_with_ort_values(["values"], {}) for s in (want_sess, got_sess))
+    assert got_v.is_sparse_tensor() and not got_v.is_tensor()
+    assert got_v.data_type() == want_v.data_type() == "sparse_tensor(float)"
+    assert _sparse_facts(got_v.as_sparse_tensor()) == _sparse_facts(want_v.as_sparse_tensor())
+    # the native session's signature (feeds first), returning an OrtValueVector
+    vector = got_sess._sess.run_with_ort_values({}, ["values"], turnout.RunOptions())
+    assert isinstance(vector, OrtValueVector) and vector[0].is_sparse_tensor()
+
+
+SPARSE_AS_STORED = {
+    "2-D coordinates": _sparse([1, 2], [0, 1, 2, 0], [2, 2], [3, 3]),
+    "an explicit zero": _sparse([1, 0, 2], [1, 3, 5], [3], [3, 3]),
+    "2x2": _sparse([1, 2], [0, 1, 1, 0], [2, 2], [2, 2]),
+    "empty": _sparse([], [], [0], [3, 3]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPARSE_AS_STORED))
+def test_sparse_output_is_recomputed_from_the_dense_value_as_onnxruntime_does(case: str) -> None:
+    """onnxruntime gives linear indices of the non-zero entries, whatever the model stored."""
+    ort = _ort()
+    model = _sparse_constant_model("sparse_value", "dense", SPARSE_AS_STORED[case])
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {})
+    (got,) = turnout.InferenceSession(model).run(None, {})
+    assert _sparse_facts(got) == _sparse_facts(want)
+
+
+def test_sparse_constant_read_by_a_node_is_dense_and_other_ranks_fail_as_onnxruntime() -> None:
+    ort = _ort()
+    sp = _sparse([1, 2], [0, 4], [2], [6])
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=sp),
+        helper.make_node("Identity", ["c"], ["y"]),
+    ]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "c")]
+    model = _model(nodes, [], outs, ("", 13))
+    want_sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    got_sess = turnout.InferenceSession(model)
+    (want,), (got,) = want_sess.run(["y"], {}), got_sess.run(["y"], {})
+    np.testing.assert_array_equal(got, want)
+    assert isinstance(got, np.ndarray)
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.Fail, match="dimensions: 1"):
+        want_sess.run(["c"], {})
+    with pytest.raises(turnout.Fail, match=r"output 'c'.*dimensions: 1"):
+        got_sess.run(["c"], {})

@@ -1,7 +1,7 @@
 """onnxruntime's enums that turnout's core classes do not define themselves, same names and values.
 
 The device enums describe where an `OrtDevice` or `OrtMemoryInfo` points. `OrtSparseFormat`,
-what `SparseTensor.format()` returns, is defined with it in `turnout.graph.sparse`.
+what `SparseTensor.format` holds, is defined with it in `turnout.graph.sparse`.
 """
 
 from __future__ import annotations

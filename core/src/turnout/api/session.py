@@ -23,7 +23,9 @@ from turnout.api.ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs,
 from turnout.api.ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
 from turnout.api.feeds import InputSpec
 from turnout.api.model_config import load_config_from_model, options_from_model
+from turnout.api.native_session import NativeSession
 from turnout.api.options import RunOptions, SessionOptions
+from turnout.api.sparse_outputs import as_sparse_output, sparse_constant_outputs
 from turnout.api.values import CPU_MEMORY_INFO, OrtDevice, OrtMemoryInfo, OrtValue, OrtValueVector
 from turnout.engine import pipeline
 from turnout.engine.artifact import read_artifact
@@ -152,6 +154,7 @@ class InferenceSession:
             options = self._sess_options.engine_options()
         self._check_canceled()
         pipeline.validate(model, self._label)
+        self._sparse_outputs = sparse_constant_outputs(model)
         self._check_canceled()
         base_dir = Path(self._model_path).resolve().parent if self._model_path else None
         artifact = read_artifact(model, base_dir)  # a compiled model, or None
@@ -343,7 +346,13 @@ class InferenceSession:
         args = self._prepare_feeds(input_feed, adapters)
         prune = run_options is not None and run_options.only_execute_path_to_fetches
         plan, pick = self._engine.select_plan(output_names, prune, device_outputs)
-        return self._engine.execute(plan, args, pick, run_options)
+        outs = self._engine.execute(plan, args, pick, run_options)
+        if self._sparse_outputs:
+            names = list(output_names) if output_names else self._output_names
+            for i, name in enumerate(names):
+                if name in self._sparse_outputs:
+                    outs[i] = as_sparse_output(outs[i], name, self._label)
+        return outs
 
     def run(
         self,
@@ -359,6 +368,12 @@ class InferenceSession:
                 raise
             self._init_io()
             return self._execute(output_names, input_feed, run_options)
+
+    @property
+    def _sess(self) -> NativeSession:
+        """onnxruntime's native session object, which scripts call directly
+        (`sess._sess.run_with_ort_values(feeds, names, run_options)`)."""
+        return NativeSession(self)
 
     @property
     def _enable_fallback(self) -> bool:

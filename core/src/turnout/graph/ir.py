@@ -7,7 +7,7 @@ names resolve.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,6 +218,10 @@ class Graph:
             info = graph.value_infos.get(name)
             if name not in fed or info is None or info.elem_type is None:
                 graph.value_infos[name] = _info_of_constant(name, arr)
+        for n in g.node:  # onnxruntime makes these initializers too
+            info = _info_of_constant_node(n)
+            if info is not None:
+                graph.value_infos[info.name] = info
         graph.inputs = [graph.value_infos[i.name] for i in g.input]
         graph.outputs = [graph.value_infos[o.name] for o in g.output]
         graph.nodes = [Node(n, graph, i) for i, n in enumerate(g.node)]
@@ -280,9 +284,29 @@ class Graph:
 def _info_of_constant(name: str, arr: Any) -> ValueInfo:
     from turnout.graph.dtypes import elem_type_of
 
-    if isinstance(arr, np.ndarray):
-        return ValueInfo(name, "tensor", elem_type_of(arr.dtype), tuple(arr.shape))
+    if isinstance(arr, (np.ndarray, SparseTensor)):  # a sparse one is dense in the graph
+        return _tensor_info(name, elem_type_of(arr.dtype), arr.shape)
     return ValueInfo(name, "sparse_tensor")
+
+
+def _info_of_constant_node(node: NodeProto) -> ValueInfo | None:
+    """A Constant's output as its tensor says, whatever a declaration says (None: not a
+    Constant, or one without a tensor attribute)."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or not node.output:
+        return None
+    for a in node.attribute:
+        if a.name == "value" and a.type == AttributeProto.TENSOR:
+            return _tensor_info(node.output[0], a.t.data_type, a.t.dims)
+        if a.name == "sparse_value":
+            sp = a.sparse_tensor
+            return _tensor_info(node.output[0], sp.values.data_type, sp.dims)
+    return None
+
+
+def _tensor_info(name: str, elem_type: int, shape: Iterable[int]) -> ValueInfo:
+    dims = tuple(int(d) for d in shape)
+    tp = onnx.helper.make_tensor_type_proto(elem_type, dims)
+    return ValueInfo(name, "tensor", elem_type or None, dims, tp)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -31,12 +31,20 @@ __all__ = [
 
 
 class OrtSparseFormat(enum.IntEnum):
-    """What `SparseTensor.format()` returns (onnxruntime's codes)."""
+    """What `SparseTensor.format` holds (onnxruntime's codes).
+
+    onnxruntime has two sparse classes: the native one (what `run()` returns) reads the format
+    as a property, `st.format`; the Python one (`SparseTensor.sparse_coo_from_numpy`,
+    `OrtValue.as_sparse_tensor()`) as a method, `st.format()`. turnout's one class answers
+    both: the property's value, called, returns itself."""
 
     ORT_SPARSE_UNDEFINED = 0
     ORT_SPARSE_COO = 1
     ORT_SPARSE_CSRC = 2
     ORT_SPARSE_BLOCK_SPARSE = 4
+
+    def __call__(self) -> OrtSparseFormat:
+        return self
 
 
 class DeviceLike(Protocol):
@@ -270,8 +278,10 @@ class SparseTensor:
     def shape(self) -> tuple[int, ...]:
         return self._shape
 
+    @property
     def format(self) -> OrtSparseFormat:
-        """onnxruntime's OrtSparseFormat of this tensor (COO, CSR or block-sparse)."""
+        """onnxruntime's OrtSparseFormat of this tensor (COO, CSR or block-sparse); `format()`
+        gives the same (see `OrtSparseFormat`)."""
         return self._format
 
     def values(self) -> np.ndarray:

@@ -34,8 +34,9 @@ NAME_IN_MODEL_KEY = "turnout.name_in_model"
 def normalize(model: ModelProto) -> None:
     """Edit `model` in place: the default domain spelled "" everywhere, a negative declared
     dim read as an unknown one (Paddle exports write -1 for "any"; onnxruntime reads it so),
-    and every graph's nodes in topological order (onnxruntime sorts them; the checker refuses
-    them unsorted)."""
+    every graph's nodes in topological order (onnxruntime sorts them; the checker refuses
+    them unsorted), and a Constant's sparse tensor held in `value` moved to `sparse_value`
+    (onnxruntime reads the attribute by its type; the checker wants a dense `value`)."""
     for op in model.opset_import:
         if op.domain == "ai.onnx":
             op.domain = ""
@@ -43,9 +44,17 @@ def normalize(model: ModelProto) -> None:
         for n in g.node:
             if n.domain == "ai.onnx":
                 n.domain = ""
+            if n.op_type == "Constant" and n.domain == "":
+                _sparse_value_by_its_name(n)
         for vi in (*g.input, *g.output, *g.value_info):
             _unknown_negative_dims(vi.type)
     _toposort(model.graph, set())
+
+
+def _sparse_value_by_its_name(node: NodeProto) -> None:
+    for a in node.attribute:
+        if a.name == "value" and a.type == AttributeProto.SPARSE_TENSOR:
+            a.name = "sparse_value"
 
 
 def _unknown_negative_dims(tp: TypeProto) -> None:

@@ -262,7 +262,9 @@ class _Checker:
         for i, (node, inode) in enumerate(zip(g.node, inferred.node, strict=True)):
             sig = _signature(_domain(node), node.op_type, self.opsets.get(_domain(node), 0))
             if sig is not None:
-                self._node(node, sig, env, declared, found, (i, g, owner))
+                # onnxruntime makes a Constant an initializer, whatever its output declares
+                own = {} if node.op_type == "Constant" and _domain(node) == "" else declared
+                self._node(node, sig, env, own, found, (i, g, owner))
             else:
                 for o in node.output:
                     t = found.get(o) or declared.get(o)
