@@ -48,9 +48,11 @@ class TensorType:
 
     @staticmethod
     def from_proto(tp: TypeProto | None) -> TensorType | None:
-        if tp is None or tp.WhichOneof("value") != "tensor_type":
+        """A tensor's type, or a sparse tensor's (its dense shape); None for other types."""
+        kind = tp.WhichOneof("value") if tp is not None else None
+        if tp is None or kind not in ("tensor_type", "sparse_tensor_type"):
             return None
-        tt = tp.tensor_type
+        tt = tp.tensor_type if kind == "tensor_type" else tp.sparse_tensor_type
         if not tt.elem_type:
             return None
         return TensorType(tt.elem_type, declared_shape(tt))

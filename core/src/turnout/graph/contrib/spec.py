@@ -57,7 +57,8 @@ class Attr:
 @dataclass(frozen=True)
 class OpSpec:
     """One op's schema: formal inputs and outputs, type constraints (parameter -> element
-    types, like {"T": ("float", "float16")}), attributes, and the output inference."""
+    types, like {"T": ("float", "float16")}, or whole types where a parameter is not a dense
+    tensor, like "sparse_tensor(float)"), attributes, and the output inference."""
 
     name: str
     inputs: tuple[Arg, ...]
@@ -71,6 +72,10 @@ class OpSpec:
 
     def defaults(self) -> dict[str, Any]:
         return {a.name: a.default for a in self.attrs if a.default is not None}
+
+    def type_strs(self, param: str) -> tuple[str, ...]:
+        """The types (onnx's strings: "tensor(float)") type parameter `param` allows."""
+        return tuple(t if "(" in t else f"tensor({t})" for t in self.types[param])
 
     def allowed(self, type_str: str) -> tuple[str, ...]:
         """The element types a formal parameter of type `type_str` allows."""
@@ -139,9 +144,7 @@ def _onnx_schema(spec: OpSpec) -> onnx.defs.OpSchema:
         spec.doc,
         inputs=[formal(a) for a in spec.inputs],
         outputs=[formal(a) for a in spec.outputs],
-        type_constraints=[
-            (param, [f"tensor({t})" for t in allowed], "") for param, allowed in spec.types.items()
-        ],
+        type_constraints=[(param, list(spec.type_strs(param)), "") for param in spec.types],
         attributes=[attribute(a) for a in spec.attrs],
     )
     names = [a.name for a in spec.attrs]
