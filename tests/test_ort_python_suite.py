@@ -500,3 +500,28 @@ def test_sparse_constant_read_by_a_node_is_dense_and_other_ranks_fail_as_onnxrun
         want_sess.run(["c"], {})
     with pytest.raises(turnout.Fail, match=r"output 'c'.*dimensions: 1"):
         got_sess.run(["c"], {})
+
+
+# -- shared thread pools -----------------------------------------------------------------------
+
+
+def test_shared_threads_without_global_pools_fail_as_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from turnout.api import environment
+
+    ort = _ort()
+    model = _identity(TensorProto.FLOAT, [2])
+    so = ort.SessionOptions()
+    so.use_per_session_threads = False
+    so.log_severity_level = 4
+    with pytest.raises(RuntimeError, match="CreateEnvWithGlobalThreadPools"):
+        ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(environment, "_pool_sizes", None)
+    options = turnout.SessionOptions()
+    options.use_per_session_threads = False
+    with pytest.raises(turnout.Fail, match="CreateEnvWithGlobalThreadPools"):
+        turnout.InferenceSession(model, options)
+    monkeypatch.setattr(environment, "_pool_sizes", (1, 1))  # as after set_global_thread_pool_sizes
+    (y,) = turnout.InferenceSession(model, options).run(None, {"x": np.ones(2, np.float32)})
+    np.testing.assert_array_equal(y, [1, 1])

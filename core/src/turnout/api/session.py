@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from turnout._version import __version__
+from turnout.api.environment import global_thread_pool_sizes
 from turnout.api.ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
 from turnout.api.ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
 from turnout.api.feeds import InputSpec
@@ -143,6 +144,13 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         self._sess_options = sess_options or SessionOptions()
         self._label = model_label(path_or_bytes)
+        if not self._sess_options.use_per_session_threads and global_thread_pool_sizes() is None:
+            raise Fail(  # onnxruntime's words (a RuntimeError there too)
+                f"{self._label}: use_per_session_threads is False, but no global thread pools "
+                "were created. When the session is not configured to use per session "
+                "threadpools, the env must be created with the CreateEnvWithGlobalThreadPools "
+                "API (in Python: set_global_thread_pool_sizes)."
+            )
         self._check_canceled()
         self._model_path = (
             os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
