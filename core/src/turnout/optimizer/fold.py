@@ -195,7 +195,8 @@ def _reshaped(g: OptGraph, n: NodeProto, values: dict[str, np.ndarray]) -> np.nd
     dims = _static_dims(g, n.output[0])
     if x is None or dims is None or None in dims or math.prod(dims) != x.size:  # type: ignore[arg-type]
         return None
-    return x.reshape(dims).copy()
+    out: np.ndarray = x.reshape(dims).copy()
+    return out
 
 
 def _static_dims(g: OptGraph, name: str) -> list[int | None] | None:
