@@ -1,5 +1,6 @@
 """Which path numba's Conv takes at which shapes (kernels/conv.py), with the real thresholds:
-small convs on the CPU provider's numpy kernel, shifted products only for outputs wide enough,
+small convs in one call of the serial band kernel (the CPU provider's numpy kernel where
+numpy's BLAS exports no GEMM), shifted products only for outputs wide enough,
 threaded bands only where the image outweighs the weights. Each case checks the path taken
 (spies) and the result against onnx.reference in float64."""
 
@@ -18,7 +19,7 @@ from turnout.tools.testing import one_node_model, provider_session, run_referenc
 from turnout_numba.cblas import find_gemm
 from turnout_numba.kernels import conv as conv_mod
 
-PATHS = ("_gemm_conv", "_shifted_conv", "_banded_conv")
+PATHS = ("_gemm_conv", "_shifted_conv", "_banded_conv", "_small_conv")
 
 
 def _spy_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -47,7 +48,8 @@ def _conv(
     """The numba session's result and the reference (float64, then the activation)."""
     rng = np.random.default_rng(zlib.crc32(repr((shape, m, kernel)).encode()))
     x = rng.standard_normal(shape).astype(np.float32)
-    w = (rng.standard_normal((m, shape[1], *kernel)) * 0.1).astype(np.float32)
+    cg = shape[1] // int(attrs.get("group", 1))
+    w = (rng.standard_normal((m, cg, *kernel)) * 0.1).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     ref = run_reference(node, [v.astype(np.float64) for v in (x, w, b)], 17)[0]
@@ -69,13 +71,48 @@ def _conv(
     return sess.run(None, dict(zip(names, feeds)))[0], ref
 
 
+@pytest.mark.skipif(
+    find_gemm("float32") is None,
+    reason="numpy's BLAS exports no cblas_sgemm here: small convs run the numpy kernel",
+)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "shape, m, kernel, attrs",
+    [
+        ((1, 129, 3), 16, (3,), {"pads": [1, 1]}),
+        ((1, 64, 1), 16, (3,), {"pads": [1, 1]}),
+        ((2, 128, 1), 1, (1,), {}),
+        ((1, 4, 6), 8, (1,), {}),
+        ((1, 1, 576), 8, (256,), {"strides": [128]}),
+        ((2, 6, 5, 5), 4, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 1], "group": 2}),
+    ],
+    ids=["vad 3 frames", "one frame", "pointwise to one channel", "pointwise", "stft", "2-D"],
+)
 @pytest.mark.parametrize("act, with_z", [("", False), ("Sigmoid", False), ("Relu", True)])
-def test_small_convs_run_the_numpy_kernel(
-    monkeypatch: pytest.MonkeyPatch, act: str, with_z: bool
+def test_small_convs_run_the_serial_band_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+    act: str,
+    with_z: bool,
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+    threads: int,
 ) -> None:
-    """A VAD's 1-D conv over 3 frames: none of the GEMM paths, the numpy kernel's result."""
+    """A VAD's 1-D convs (3 frames, one frame, pointwise to one output, the STFT's strided
+    1-channel conv) and a small grouped 2-D conv: one serial band kernel call per image, at 1
+    and 2 threads, with the bias, residual and activation, equal to onnx.reference."""
     ran = _spy_paths(monkeypatch)
-    got, want = _conv((1, 129, 3), 16, (3,), {"pads": [1, 1]}, act=act, with_z=with_z)
+    got, want = _conv(shape, m, kernel, attrs, threads, act=act, with_z=with_z)
+    assert ran == ["_small_conv"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_small_convs_without_a_gemm_run_the_numpy_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where numpy's BLAS exports no GEMM, small convs take the CPU provider's numpy kernel."""
+    ran = _spy_paths(monkeypatch)
+    monkeypatch.setattr(conv_mod, "find_gemm", lambda dtype: None)
+    got, want = _conv((1, 129, 3), 16, (3,), {"pads": [1, 1]}, act="Relu", with_z=True)
     assert ran == []
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -118,7 +155,9 @@ def test_threaded_bands_only_where_the_image_outweighs_the_weights(
     monkeypatch: pytest.MonkeyPatch, m: int, hw: int, banded: bool
 ) -> None:
     """Pointwise at 2 threads: 200 outputs over 81 pixels as one split product (each band
-    would pack all the weights), 16 outputs over 900 pixels as bands."""
+    would pack all the weights), 16 outputs over 900 pixels as bands (neither small: the
+    first would run the serial band kernel)."""
+    monkeypatch.setattr(conv_mod, "SMALL_CONV_COLUMNS", 0)
     ran = _spy_paths(monkeypatch)
     got, want = _conv((1, 64, hw, hw), m, (1, 1), {}, threads=2, act="Relu")
     assert ran == (["_banded_conv"] if banded else ["_gemm_conv"])

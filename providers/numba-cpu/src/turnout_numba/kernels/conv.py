@@ -15,8 +15,10 @@ refined on the first run at each input shape:
   per tap over the padded image, without im2col (`conv_shift.py`);
 - with threads, im2col and pointwise convs whose image outweighs their weights: one parallel
   kernel per image, a band of outputs per worker (`conv_bands.py`);
-- small im2col convs (`SMALL_CONV_COLUMNS`): the CPU provider's numpy kernel, whose few calls
-  cost less than the gather, product and epilogue here.
+- small convs (`SMALL_CONV_COLUMNS`, im2col or pointwise): the band kernel of `conv_bands`
+  compiled serial, the gather, the product and the epilogue in one call (after the padding
+  pass, when the plan pads); the CPU provider's numpy kernel where numpy's BLAS exports no
+  GEMM to call.
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
 GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
 provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
@@ -67,11 +69,13 @@ direct depthwise kernel; with more (a 1-channel audio front end with 258 filters
 share each patch, which a GEMM does better."""
 
 SMALL_CONV_COLUMNS = 1 << 15
-"""An im2col conv whose column matrix (C/group*KH*KW by OH*OW) has at most this many elements
-runs the CPU provider's numpy kernel: a strided view copied once and one matmul, about 15 us
-less per call than the gather kernel, the product and the epilogue here (1-D, 128 channels,
-kernel 3, 1 thread: 3 wide 33 against 54 us, 64 wide 93 against 115; at 256 wide, 98K
-elements, numpy's took 486 us and this path 313)."""
+"""A conv whose column matrix (C/group*KH*KW by OH*OW) has at most this many elements runs
+its whole image as one call of the serial band kernel (`_small_conv`): a few microseconds of
+Python per call where the gather, product and epilogue calls of `_gemm_conv` cost about 15 us
+more, and the CPU provider's numpy kernel (a strided copy, a matmul, a bias add and an
+activation) 3-8 us more (a VAD's 1-D convs of 3 frames, 1 thread: 129->128 kernel 3
+11.1 -> 6.5 us, 128->1 pointwise 4.9 -> 1.3). Above it (at 256 wide, 98K elements, numpy's
+kernel took 486 us and the banded GEMM path 313) the image is cut into cache-sized bands."""
 
 FUSED_MIN_COLUMNS = 2
 """With threads, a conv runs as one fused kernel over bands of output pixels (`conv_bands`)
@@ -103,7 +107,7 @@ def _conv_applies(kn: KernelNode) -> str | None:
 class _Plan:
     """Everything a run at one (X shape, W shape) needs, computed on its first run."""
 
-    kind: str  # "dw", "pw", "gemm", "shift" or "small"
+    kind: str  # "dw", "pw", "gemm", "shift", "small" or "numpy"
     final: tuple[int, ...]  # the output shape
     y3: tuple[int, int, int]  # (N, M, OH*OW): the output as the kernels write it
     win: Window | None
@@ -154,11 +158,20 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if shift[0] is None:
             shift[0] = ShiftKernel(dt, act, present(kn, 2), has_z, ctx.parallel)
 
-    numpy_conv: list[KernelFn | None] = [None]  # small convs: the CPU provider's kernel
+    numpy_conv: list[KernelFn | None] = [None]  # small convs without a GEMM to call
 
     def need_numpy() -> None:
         if numpy_conv[0] is None:
             numpy_conv[0] = numpy_kernel(kn)
+
+    serial: dict[bool, BandKernel] = {}  # small convs: gather? -> the serial band kernel
+
+    def need_small(gather: bool = True) -> None:
+        if gather not in serial:
+            bias = present(kn, 2)
+            serial[gather] = BandKernel(dt, act, bias, has_z, gather=gather, parallel=False)
+        if gather and im2col[0] is None:
+            im2col[0] = _Im2col(dt, ctx.parallel)
 
     # the bias, residual and activation after the products of the unfused GEMM paths
     epilogue: list[Epilogue | None] = [None]
@@ -174,8 +187,15 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         need_epilogue()
 
     # compiled now for the declared shapes; a run at other shapes compiles what it needs
-    prepare = {"shift": need_shift, "gemm": need_im2col, "pw": need_pointwise, "small": need_numpy}
-    declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None)
+    prepare = {
+        "shift": need_shift,
+        "gemm": need_im2col,
+        "pw": need_pointwise,
+        "small": need_small,
+        "small_pw": lambda: need_small(False),
+        "numpy": need_numpy,
+    }
+    declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
     if declared in prepare:
         prepare[declared]()
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
@@ -210,9 +230,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             kind = "shift"
         else:
             kind = "gemm"
-        columns = (w[0].size * oh_ * ow_) if kind in ("gemm", "shift") else 0
-        if 0 < columns <= SMALL_CONV_COLUMNS:
-            kind = "small"
+        columns = (w[0].size * oh_ * ow_) if kind in ("gemm", "shift", "pw") else 0
+        gather = kind != "pw"
+        if _small(columns, m_, ctx.parallel):
+            kind = "small" if find_gemm(dt) is not None else "numpy"
         win = None
         shape = None
         if kind == "shift":
@@ -227,7 +248,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (x.shape[1], m_),
                 numba.get_num_threads() if ctx.parallel else 1,
             )
-        elif kind in ("gemm", "dw") and oh_ * ow_ > 0:
+        elif (kind in ("gemm", "dw") or (kind == "small" and gather)) and oh_ * ow_ > 0:
             win = plan_window(
                 hw,
                 k2,
@@ -236,7 +257,9 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (pb[0], pb[1]),
                 (oh_, ow_),
             )
-        if kind in prepare:
+        if kind == "small":
+            need_small(gather)
+        elif kind in prepare:
             prepare[kind]()
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
@@ -260,7 +283,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         p = plans.get(key)
         if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
             p = plans[key] = plan(x, w)
-        if p.kind == "small":
+        if p.kind == "numpy":
             small = numpy_conv[0]
             assert small is not None
             return small(x, w, b) if z is None else small(x, w, b, z)  # type: ignore[return-value]
@@ -295,6 +318,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 after_dw(y, full=full)
             return (y.reshape(p.final),)
         row = None if b is None else np.ascontiguousarray(b)
+        if p.kind == "small":
+            kern = serial[p.win is not None]
+            _small_conv(x, w, y, group, p, im2col[0], kern, row, full)
+            return (y.reshape(p.final),)
         if p.shift is not None:
             assert shift[0] is not None
             _shifted_conv(x, w, y, p, p.shift, shift[0], row, full)
@@ -397,6 +424,45 @@ def _banded_conv(
     """A threaded conv as one parallel kernel per image (`conv_bands`), each band of `p.fused`
     output pixels gathered (im2col plans; the image padded once first, unless the plan reads
     it directly) or read in place (pointwise), multiplied and finished by one worker."""
+    _band_kernel_conv(x, w, y, group, p, im2col, bands, gemm, row, full, p.fused, True)
+
+
+def _small_conv(
+    x: Any,
+    w: Any,
+    y: Any,
+    group: int,
+    p: _Plan,
+    im2col: _Im2col | None,
+    kern: BandKernel,
+    row: Any,
+    full: Any,
+) -> None:
+    """A small conv (`SMALL_CONV_COLUMNS`) by the serial band kernel: per image, the padding
+    pass when the plan pads, then one call that gathers, multiplies and finishes the image's
+    bands (`p.band` pixels: the whole image, at these sizes) on the caller's thread."""
+    gemm = find_gemm(x.dtype)
+    assert gemm is not None
+    _band_kernel_conv(x, w, y, group, p, im2col, kern, gemm, row, full, p.band, False)
+
+
+def _band_kernel_conv(
+    x: Any,
+    w: Any,
+    y: Any,
+    group: int,
+    p: _Plan,
+    im2col: _Im2col | None,
+    bands: BandKernel,
+    gemm: Gemm,
+    row: Any,
+    full: Any,
+    band: int,
+    threaded: bool,
+) -> None:
+    """Each image through `bands` in bands of `band` output pixels, with the plan's padded
+    image and scratch buffers (taken by this run, given back after it: concurrent runs each
+    take their own); a `threaded` kernel gathers into one scratch row per numba thread."""
     run_threads()  # BLAS on one thread in each worker
     n_, c_ = x.shape[:2]
     m_ = w.shape[0]
@@ -408,47 +474,63 @@ def _banded_conv(
         args = p.win.args()
         blen = int(p.win.geo[_BLEN])
         padded = (p.pads.pop() if p.pads else np.zeros((c_, blen), x.dtype)) if blen else None
-        threads = numba.get_num_threads()
+        threads = numba.get_num_threads() if threaded else 1
         scratch = p.scratch.pop() if p.scratch else None
         if scratch is None or scratch.shape[0] < threads:
-            scratch = np.empty((threads, w3.shape[2] * p.fused), x.dtype)
+            scratch = np.empty((threads, w3.shape[2] * band), x.dtype)
     for n in range(n_):
         src = xs[n]
         if padded is not None:
-            assert im2col is not None and p.win is not None
-            im2col.pad(padded.size, src, padded, *p.win.args())
+            assert im2col is not None and args is not None
+            im2col.pad(padded.size, src, padded, *args)
             src = padded
         zn = None if full is None else full[n]
-        bands(src, w3, y[n], scratch, row, zn, args, p.fused, gemm.address, gemm.ilp64)
+        bands(src, w3, y[n], scratch, row, zn, args, band, gemm.address, gemm.ilp64)
     if scratch is not None:
         p.scratch.append(scratch)
     if padded is not None:
         p.pads.append(padded)
 
 
+def _small(columns: int, m: int, parallel: bool) -> bool:
+    """Whether a conv of `columns` im2col elements (C/group*KH*KW by OH*OW) and `m` outputs
+    runs as a small conv (`SMALL_CONV_COLUMNS`): with threads, only where its product would
+    run whole in the caller anyway (`pool_matmul.POOL_SERIAL_MACS`)."""
+    return 0 < columns <= SMALL_CONV_COLUMNS and (not parallel or columns * m < POOL_SERIAL_MACS)
+
+
 def _declared_kind(
-    kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any], depthwise: bool
+    kn: KernelNode,
+    w_shape: Any,
+    group: int,
+    dt: np.dtype[Any],
+    depthwise: bool,
+    parallel: bool,
 ) -> str | None:
-    """The plan kind the declared shapes will take ("dw", "pw", "small", "shift", "gemm"), as
-    the first run's `plan` decides it; None where the weight's shape is not declared."""
+    """The plan kind the declared shapes will take ("dw", "pw", "small", "numpy", "shift",
+    "gemm"), as the first run's `plan` decides it ("small_pw": a small pointwise conv); None
+    where the weight's shape is not declared."""
     if w_shape is None or not all(isinstance(d, int) for d in w_shape):
         return None
     if depthwise:
         return "dw"
     strides = kn.attr("strides", None) or [1]
-    if (
+    pointwise = (
         all(k == 1 for k in w_shape[2:])
         and all(s == 1 for s in strides)
         and not any(kn.attr("pads", None) or [0])
         and kn.attr("auto_pad", "NOTSET") in ("NOTSET", "VALID")
-    ):
-        return "pw"
+    )
     y = kn.outputs[0]
     spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
     if not spatial or not all(isinstance(d, int) for d in spatial):
-        return "gemm"
-    if 0 < int(np.prod(w_shape[1:])) * int(np.prod(spatial)) <= SMALL_CONV_COLUMNS:
-        return "small"
+        return "pw" if pointwise else "gemm"
+    if _small(int(np.prod(w_shape[1:])) * int(np.prod(spatial)), w_shape[0], parallel):
+        if find_gemm(dt) is None:
+            return "numpy"
+        return "small_pw" if pointwise else "small"
+    if pointwise:
+        return "pw"
     dil_w = int((kn.attr("dilations", None) or [1])[-1])
     if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w):
         return "shift"

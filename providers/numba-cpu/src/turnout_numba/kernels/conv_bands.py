@@ -51,7 +51,7 @@ def _conv_bands(image, w3, y2, scratch, bias, full, offs, cols, lo, hi, geo, ban
 {gather}"""
 
 _GATHER = """\
-        col = scratch[numba.get_thread_id(), : krows * width].reshape((krows, width))
+        col = scratch[{tid}, : krows * width].reshape((krows, width))
         for g in range(group):
             planes = image[g * cg : g * cg + cg]
 {tile}            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
@@ -74,8 +74,14 @@ _EPILOGUE = """\
 """
 
 
-def _source(dtype: np.dtype[Any], act: str, bias: bool, full: bool, gather: bool) -> str:
-    steps = _GATHER.format(tile=tile_lines(12, "range", inline=False)) if gather else _POINTWISE
+def _source(
+    dtype: np.dtype[Any], act: str, bias: bool, full: bool, gather: bool, parallel: bool
+) -> str:
+    # a serial kernel gathers into the scratch's one row: asking numba for the thread id
+    # would start its thread pool, which a 1-thread session never needs
+    tid = "numba.get_thread_id()" if parallel else "0"
+    tile = tile_lines(12, "range", inline=False)
+    steps = _GATHER.format(tile=tile, tid=tid) if gather else _POINTWISE
     text = _HEAD.format(ctor=CTOR[dtype.name], geo=geo_lines(4) if gather else "", gather=steps)
     if bias or full or act not in ("", "Identity"):
         row = "full[j, a:b]" if full else None
@@ -94,9 +100,11 @@ _NO_WINDOW = (
 
 
 class BandKernel:
-    """The compiled band kernel of one (dtype, activation, bias?, residual?, gather?)
-    combination. Without `gather` (a pointwise conv) the product reads the image's band of
-    columns in place, as the unthreaded path does."""
+    """The compiled band kernel of one (dtype, activation, bias?, residual?, gather?,
+    parallel?) combination. Without `gather` (a pointwise conv) the product reads the image's
+    band of columns in place, as the unthreaded path does. Serial (`parallel=False`), the
+    bands run one after another on the caller's thread, gathering into scratch row 0: a
+    small conv's whole run in one call (`conv.SMALL_CONV_COLUMNS`)."""
 
     def __init__(
         self,
@@ -105,9 +113,10 @@ class BandKernel:
         bias: bool,
         full: bool,
         gather: bool = True,
+        parallel: bool = True,
     ) -> None:
         self.activation = activation
-        text = _source(dtype, activation[0], bias, full, gather)
+        text = _source(dtype, activation[0], bias, full, gather, parallel)
         fn = cache.load_source(text, "conv_bands")._conv_bands
         ro1 = numba_array(dtype, 1, readonly=True, layout="C")
         ro2 = numba_array(dtype, 2, readonly=True, layout="C")
@@ -126,7 +135,9 @@ class BandKernel:
             types.float64,
             types.float64,
         )
-        self._kern = cache.jit(fn, [sig], parallel=True, imports=_IMPORTS, contract=contracts(text))
+        self._kern = cache.jit(
+            fn, [sig], parallel=parallel, imports=_IMPORTS, contract=contracts(text)
+        )
         self._none1 = np.zeros(1, dtype)
         self._none2 = np.zeros((1, 1), dtype)
 
