@@ -1075,6 +1075,12 @@ class _BroadcastPlan:
     flat: bool
     """The contiguous kernel is one flat loop and every output has the full shape: inputs
     permuted alike can be computed in their memory order (`_shared_order`)."""
+    direct: tuple[Any, list[tuple[int, ...]]] | None = None
+    """The steady state of a small model's run, when no input is cast, none needs a broadcast
+    view and every output has the full shape: the contiguous kernel (serial or parallel by
+    size) and the inputs' collapsed shapes. A run whose inputs have these shapes and are
+    C-contiguous calls it with no other work (`run`'s first lines: a Relu of 128 elements
+    3.7 -> 1.6 us a call)."""
 
 
 def _wrapper(
@@ -1094,6 +1100,9 @@ def _wrapper(
     (kern, small), (kern_c, small_c) = kernels
     in_cast = [compute_dtype(info[x].dtype) for x in ext]
     in_cast_needed = [info[x].dtype != c for x, c in zip(ext, in_cast)]
+    cast = any(in_cast_needed) or any(
+        info[y].dtype != compute_dtype(info[y].dtype) for y in outputs
+    )
     out_dt = [info[y].dtype for y in outputs]
     out_c = [compute_dtype(d) for d in out_dt]
     out_back = [d != c for d, c in zip(out_dt, out_c)]
@@ -1153,13 +1162,34 @@ def _wrapper(
             and len(spans) == 1
             and all(f == (None, None) for f in finish)
         )
-        return _BroadcastPlan(
-            shapes, full, broadcast, finish, prod(full) >= small_below, contiguous, flat
-        )
+        parallel = prod(full) >= small_below
+        direct = None
+        if contiguous is not None and not cast and all(f == (None, None) for f in finish):
+            direct = (kern_c if parallel else small_c, contiguous[:-1])
+        return _BroadcastPlan(shapes, full, broadcast, finish, parallel, contiguous, flat, direct)
 
     last: list[_BroadcastPlan | None] = [None]  # the plan of the last shapes seen
 
     def run(*args: Any) -> tuple[Any, ...]:
+        p = last[0]
+        direct = p.direct if p is not None else None
+        if direct is not None:
+            assert p is not None
+            for a, s in zip(args, p.shapes):
+                if a.shape != s or not a.flags.c_contiguous:
+                    return general(args)
+            kern, collapsed = direct
+            full = p.full
+            cfull = p.contiguous[-1]  # type: ignore[index]
+            bufs = [empty(full, c) for c in out_c]
+            kern(
+                *[a.reshape(r) for a, r in zip(args, collapsed)], *[b.reshape(cfull) for b in bufs]
+            )
+            return tuple(bufs)
+        return general(args)
+
+    def general(args: Sequence[Any]) -> tuple[Any, ...]:
+        """Any run: inputs cast, broadcast, permuted or of new shapes."""
         xs = [a.astype(c) if need else a for a, c, need in zip(args, in_cast, in_cast_needed)]
         shapes = tuple(x.shape for x in xs)
         p = last[0]
