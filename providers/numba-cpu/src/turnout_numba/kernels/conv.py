@@ -170,8 +170,6 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if gather not in serial:
             bias = present(kn, 2)
             serial[gather] = BandKernel(dt, act, bias, has_z, gather=gather, parallel=False)
-        if gather and im2col[0] is None:
-            im2col[0] = _Im2col(dt, ctx.parallel)
 
     # the bias, residual and activation after the products of the unfused GEMM paths
     epilogue: list[Epilogue | None] = [None]
@@ -438,9 +436,9 @@ def _small_conv(
     row: Any,
     full: Any,
 ) -> None:
-    """A small conv (`SMALL_CONV_COLUMNS`) by the serial band kernel: per image, the padding
-    pass when the plan pads, then one call that gathers, multiplies and finishes the image's
-    bands (`p.band` pixels: the whole image, at these sizes) on the caller's thread."""
+    """A small conv (`SMALL_CONV_COLUMNS`) by the serial band kernel: per image one call that
+    pads the image when the plan pads, then gathers, multiplies and finishes its bands
+    (`p.band` pixels: the whole image, at these sizes) on the caller's thread."""
     gemm = find_gemm(x.dtype)
     assert gemm is not None
     _band_kernel_conv(x, w, y, group, p, im2col, kern, gemm, row, full, p.band, False)
@@ -480,12 +478,12 @@ def _band_kernel_conv(
             scratch = np.empty((threads, w3.shape[2] * band), x.dtype)
     for n in range(n_):
         src = xs[n]
-        if padded is not None:
+        if padded is not None and threaded:  # a serial kernel pads the image itself
             assert im2col is not None and args is not None
             im2col.pad(padded.size, src, padded, *args)
             src = padded
         zn = None if full is None else full[n]
-        bands(src, w3, y[n], scratch, row, zn, args, band, gemm.address, gemm.ilp64)
+        bands(src, w3, y[n], scratch, row, zn, args, band, gemm.address, gemm.ilp64, padded)
     if scratch is not None:
         p.scratch.append(scratch)
     if padded is not None:

@@ -23,7 +23,7 @@ from ..codegen import numba_array
 from ..vecmath import contracts
 from .epilogue import CTOR, band_epilogue_fields
 from .im2col import tile_lines
-from .window import GEO, geo_lines, window_arg_types
+from .window import GEO, copy_lines, geo_lines, window_arg_types
 
 __all__ = ["BandKernel"]
 
@@ -31,13 +31,13 @@ _IMPORTS = "import numba\nfrom turnout_numba.cblas import gemm_call\n"
 
 _HEAD = """\
 def _conv_bands(image, w3, y2, scratch, bias, full, offs, cols, lo, hi, geo, band,
-                address, ilp64, p0, p1):
+                address, ilp64, p0, p1{padded}):
     T = {ctor}
     zero = T(0)
     one = T(1)
     a0 = T(p0)
     a1 = T(p1)
-{geo}    group = w3.shape[0]
+{geo}{pad}    group = w3.shape[0]
     mg = w3.shape[1]
     krows = w3.shape[2]
     cg = image.shape[0] // group
@@ -53,10 +53,22 @@ def _conv_bands(image, w3, y2, scratch, bias, full, offs, cols, lo, hi, geo, ban
 _GATHER = """\
         col = scratch[{tid}, : krows * width].reshape((krows, width))
         for g in range(group):
-            planes = image[g * cg : g * cg + cg]
+            planes = src_image[g * cg : g * cg + cg]
 {tile}            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
                       y2[g * mg :, a:], ldy, 0.0)
 """
+
+_PAD_FIRST = """\
+    if blen > 0:
+        if padded.shape[0] < image.shape[0] or padded.shape[1] < blen:
+            raise ValueError("the padded buffer is smaller than the plan's")
+        for c in range(image.shape[0]):
+            src = image[c]
+            buf = padded[c]
+{copy}    src_image = padded if blen > 0 else image
+"""
+"""A serial kernel's padding pass: the image into the plan's padded buffer, in the same call
+(the separate pad kernel's dispatch was a tenth of a small conv)."""
 
 _POINTWISE = """\
         ldx = image.strides[0] // image.itemsize
@@ -82,7 +94,16 @@ def _source(
     tid = "numba.get_thread_id()" if parallel else "0"
     tile = tile_lines(12, "range", inline=False)
     steps = _GATHER.format(tile=tile, tid=tid) if gather else _POINTWISE
-    text = _HEAD.format(ctor=CTOR[dtype.name], geo=geo_lines(4) if gather else "", gather=steps)
+    pad = "    src_image = image\n"  # the caller padded it (or the plan reads it directly)
+    if gather and not parallel:
+        pad = _PAD_FIRST.format(copy=copy_lines(12))
+    text = _HEAD.format(
+        ctor=CTOR[dtype.name],
+        geo=geo_lines(4) if gather else "",
+        gather=steps,
+        pad=pad if gather else "",
+        padded="" if parallel else ", padded",
+    )
     if bias or full or act not in ("", "Identity"):
         row = "full[j, a:b]" if full else None
         text += _EPILOGUE.format(**band_epilogue_fields(dtype, act, bias, row, (12, 12, 16)))
@@ -103,8 +124,9 @@ class BandKernel:
     """The compiled band kernel of one (dtype, activation, bias?, residual?, gather?,
     parallel?) combination. Without `gather` (a pointwise conv) the product reads the image's
     band of columns in place, as the unthreaded path does. Serial (`parallel=False`), the
-    bands run one after another on the caller's thread, gathering into scratch row 0: a
-    small conv's whole run in one call (`conv.SMALL_CONV_COLUMNS`)."""
+    bands run one after another on the caller's thread, gathering into scratch row 0, and the
+    kernel pads the image itself into the `padded` buffer it is given: a small conv's whole
+    run in one call (`conv.SMALL_CONV_COLUMNS`)."""
 
     def __init__(
         self,
@@ -116,6 +138,7 @@ class BandKernel:
         parallel: bool = True,
     ) -> None:
         self.activation = activation
+        self.parallel = parallel
         text = _source(dtype, activation[0], bias, full, gather, parallel)
         fn = cache.load_source(text, "conv_bands")._conv_bands
         ro1 = numba_array(dtype, 1, readonly=True, layout="C")
@@ -134,6 +157,7 @@ class BandKernel:
             types.boolean,
             types.float64,
             types.float64,
+            *([] if parallel else [numba_array(dtype, 2, readonly=False, layout="C")]),
         )
         self._kern = cache.jit(
             fn, [sig], parallel=parallel, imports=_IMPORTS, contract=contracts(text)
@@ -153,12 +177,16 @@ class BandKernel:
         band: int,
         address: int,
         ilp64: bool,
+        padded: Any = None,
     ) -> None:
         """Convolve one image: `image` (C, L) is the padded planes (or the input, for a direct
         plan or a pointwise conv), `w3` (group, M/group, C/group*KH*KW), `y2` (M, OH*OW) the
         output; `scratch` has a row of at least (C/group*KH*KW) * band elements per numba
-        thread. A pointwise kernel takes None for both `scratch` and `window_args`."""
+        thread. A pointwise kernel takes None for both `scratch` and `window_args`. A serial
+        kernel pads `image` into `padded` (C, blen) first when the plan pads (None: it reads
+        `image` as it is); a parallel kernel ignores it (its caller pads)."""
         _, p0, p1 = self.activation
+        pad = () if self.parallel else (self._none2 if padded is None else padded,)
         self._kern(
             image,
             w3,
@@ -172,4 +200,5 @@ class BandKernel:
             ilp64,
             p0,
             p1,
+            *pad,
         )
