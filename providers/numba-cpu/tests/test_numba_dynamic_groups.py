@@ -113,3 +113,28 @@ def test_declared_unit_dimensions_are_read_at_index_zero() -> None:
         np.testing.assert_array_equal(got, o * c + k)
         (got,) = sess.run(None, {"o": o[:1], "c": c})  # B broadcast: the strided kernel
         np.testing.assert_array_equal(got, o[:1] * c + k)
+
+
+def test_repeated_runs_at_one_shape_then_a_view_then_another_shape() -> None:
+    """The steady state (same shapes, C-contiguous inputs: the kernel called directly) gives
+    what the first run gave; a view or a broadcast at those shapes, and a new shape, still go
+    the general way with their own results."""
+    sess = _silu_add()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 9)).astype(np.float32)
+    z = rng.standard_normal((6, 9)).astype(np.float32)
+    first = sess.run(None, {"x": x, "z": z})[0]
+    for _ in range(3):
+        (again,) = sess.run(None, {"x": x, "z": z})
+        np.testing.assert_array_equal(again, first)
+        assert again is not first
+    np.testing.assert_allclose(first, _want(x, z), rtol=2e-6, atol=1e-6)
+    xt = x.T.copy().T  # same shape, not C-contiguous
+    (got,) = sess.run(None, {"x": xt, "z": z})
+    np.testing.assert_array_equal(got, first)
+    (got,) = sess.run(None, {"x": x, "z": z[:1]})  # a broadcast operand
+    np.testing.assert_allclose(got, _want(x, z[:1]), rtol=2e-6, atol=1e-6)
+    x2 = rng.standard_normal((4, 5)).astype(np.float32)
+    z2 = rng.standard_normal((4, 5)).astype(np.float32)
+    (got,) = sess.run(None, {"x": x2, "z": z2})
+    np.testing.assert_allclose(got, _want(x2, z2), rtol=2e-6, atol=1e-6)
