@@ -6,6 +6,7 @@ control-flow kernel asks its `KernelNode.subgraph(...)` for a runner.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -273,11 +274,9 @@ def _compile_subgraphs(
     out = []
     for state in states:
         handle = state.create()
-        compute = state.compute
-
-        def fn(*args: Any, _compute: Any = compute, _handle: Any = handle) -> Any:
-            return _compute(_handle, *args)
-
+        # compute(handle, *args) with no Python frame of its own: one call less per group
+        # per run
+        fn = functools.partial(state.compute, handle)
         weakref.finalize(fn, state.release, handle)
         out.append(CompiledKernel(state.name, fn, state.inputs, state.outputs))
     return out
