@@ -243,7 +243,7 @@ def conv_runner(node: KernelNode, group: int) -> ConvFn:
         if b is not None:
             if b.shape != m:
                 raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m[0]},)")
-            y += b.astype(ct).reshape(bias_shape)
+            y += b.astype(ct, copy=False).reshape(bias_shape)  # a view: no copy per run
         return y
 
     return run
