@@ -95,7 +95,6 @@ OBJECTS = {
 API_DUNDERS = frozenset({"__dlpack__", "__dlpack_device__"})
 
 _SDK_V2 = "device-centred EP API: belongs to the provider-SDK v2 issue (14)"
-_MS_TOOLS = "com.microsoft weight packing: belongs to the issue for onnxruntime's tools (15)"
 
 # Module-level names turnout does not mirror. A bare name applies wherever it appears
 # (onnxruntime re-exports its native module's names at three places).
@@ -118,13 +117,6 @@ REVIEWED: dict[str, str] = {
     "ModelPackageContext": _SDK_V2 + " (EP-specific model packages)",
     "ModelPackageOptions": _SDK_V2 + " (EP-specific model packages)",
     "ModelPackageWriteMode": _SDK_V2 + " (EP-specific model packages)",
-    "quantize_matmul_2bits": _MS_TOOLS,
-    "quantize_matmul_4bits": _MS_TOOLS,
-    "quantize_matmul_8bits": _MS_TOOLS,
-    "quantize_matmul_bnb4": _MS_TOOLS,
-    "quantize_qdq_matmul_2bits": _MS_TOOLS,
-    "quantize_qdq_matmul_4bits": _MS_TOOLS,
-    "pack_fp4_weights_for_cuda_moe_gemm": _MS_TOOLS + "; CUDA-only packing in any case",
     # object members: "Object.member"
     "SessionOptions.set_ep_context_data_read_func": _SDK_V2 + " (EPContext compilation)",
     "SessionOptions.clear_ep_context_data_read_func": _SDK_V2 + " (EPContext compilation)",

@@ -8,6 +8,7 @@ same classes as `import turnout`.
 
 from __future__ import annotations
 
+import importlib
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -168,6 +169,30 @@ __all__ = [
     "set_global_thread_pool_sizes",
     "set_seed",
 ]
+
+WEIGHT_PACKING = "turnout.tools.quantization.weight_packing"
+"""Where onnxruntime's native weight-packing helpers live in turnout: the quantization tools,
+a layer above this one. They are read on first use by name (`__getattr__`), so the API layer
+imports nothing from the tools and `import turnout` loads no quantization code."""
+_WEIGHT_PACKING_NAMES = frozenset(
+    {
+        "pack_fp4_weights_for_cuda_moe_gemm",
+        "quantize_matmul_2bits",
+        "quantize_matmul_4bits",
+        "quantize_matmul_8bits",
+        "quantize_matmul_bnb4",
+        "quantize_qdq_matmul_2bits",
+        "quantize_qdq_matmul_4bits",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The weight-packing helpers (`quantize_matmul_4bits`, ...), imported on first read."""
+    if name in _WEIGHT_PACKING_NAMES:
+        return getattr(importlib.import_module(WEIGHT_PACKING), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 kNextPowerOfTwo = ArenaExtendStrategy.kNextPowerOfTwo
 kSameAsRequested = ArenaExtendStrategy.kSameAsRequested
