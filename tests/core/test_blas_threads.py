@@ -101,6 +101,21 @@ def test_overlapping_runs_of_two_threads_hold_blas_at_one_until_the_last_ends() 
     assert _blas_counts() == before
 
 
+def test_a_second_provider_of_the_run_leaves_the_first_ones_count() -> None:
+    """The CPU provider behind turnout-numba enters the same run nested: the count and the
+    budget stay the first provider's until the outer exit restores BLAS."""
+    before = _blas_counts()
+    outer = BlasThreads(2).enter()
+    counts = _blas_counts()
+    budget = blas_threads._RUN.threads
+    inner = BlasThreads(1).enter()
+    assert _blas_counts() == counts and blas_threads._RUN.threads == budget
+    BlasThreads.exit(inner)
+    assert blas_threads._RUN.depth == 1
+    BlasThreads.exit(outer)
+    assert blas_threads._RUN.depth == 0 and _blas_counts() == before
+
+
 RNG = np.random.default_rng(3)
 
 # (A shape, B shape): split along columns, along rows, odd sizes (blocks of 16 and a short

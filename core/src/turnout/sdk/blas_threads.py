@@ -262,15 +262,20 @@ class BlasThreads:
         """Limit every BLAS library for the run starting on this Python thread; pass what it
         returns to `exit` at the run's end. BLAS's count is process-wide: while runs of more
         than one Python thread overlap it stays at one (`_Shared`), so no run's products are
-        split by BLAS mid-block because another run set its own count."""
+        split by BLAS mid-block because another run set its own count.
+
+        A second provider of the same run (the CPU provider behind turnout-numba) enters
+        nested and returns at once: the first set the count for the whole run, and the lock
+        and the counts read through ctypes cost ~1 us of every run of a small model."""
         run = _RUN
         run.depth += 1
+        if run.depth > 1:
+            return []
         threads = self.threads
         with _SHARED.lock:
-            if run.depth == 1:
-                if _SHARED.active == 0:
-                    _SHARED.saved = [(set_, get()) for get, set_ in self._controls]
-                _SHARED.active += 1
+            if _SHARED.active == 0:
+                _SHARED.saved = [(set_, get()) for get, set_ in self._controls]
+            _SHARED.active += 1
             want = threads if _SHARED.active == 1 else 1
             for get, set_ in self._controls:
                 if get() != want:
