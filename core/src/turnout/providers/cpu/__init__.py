@@ -14,13 +14,12 @@ __all__ = ["numpy_kernels"]
 
 
 def numpy_kernels() -> KernelRegistry:
-    """The CPU provider's numpy kernels, every kernel module loaded.
+    """The CPU provider's numpy kernels (each kernel module loads on its ops' first lookup).
 
     A host provider that serves CPU requests (turnout-numba) claims through it the nodes it
     does not compile, and a kernel may build one of these for a case it leaves to numpy.
     Loaded on first call: importing this package stays cheap.
     """
-    from turnout.providers.cpu import kernels as _loaded  # noqa: F401 - importing registers every kernel module
     from turnout.providers.cpu.registry import CPU_KERNELS
 
     return CPU_KERNELS

@@ -12,7 +12,6 @@ from typing import Any
 from turnout._version import __version__
 from turnout.graph.contrib import unsupported_reason
 from turnout.graph.model import known_domain
-from turnout.providers.cpu import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from turnout.providers.cpu.expected_failures import EXPECTED_FAILURES
 from turnout.providers.cpu.missing import MISSING_SOURCE, missing_kernel
 from turnout.providers.cpu.reference import reference_kernel, reference_supports
