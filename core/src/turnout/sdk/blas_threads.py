@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import _thread
 import ctypes
+import functools
 import itertools
 import os
 import queue
@@ -238,6 +239,20 @@ def _fast_controls(lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
     return lib.get_num_threads, lib.set_num_threads
 
 
+@functools.cache
+def _blas_controls() -> tuple[tuple[Callable[[], int], Callable[[int], Any]], ...]:
+    """Every loaded BLAS library's count getter and setter, found once per process:
+    threadpoolctl's discovery walks the loaded libraries (5-9 ms, issue 27), which every
+    session's provider paid. A BLAS first loaded after the first session is not seen."""
+    try:
+        import numpy  # noqa: F401 - loads the BLAS that threadpoolctl must find
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return ()
+    libs = ThreadpoolController().select(user_api="blas").lib_controllers
+    return tuple(_fast_controls(lib) for lib in libs)
+
+
 class BlasThreads:
     """Sets BLAS to `threads` in `enter()` and restores the previous counts in `exit()`; in
     between, `blas_matmul` runs products on one BLAS thread and splits the large ones.
@@ -247,15 +262,7 @@ class BlasThreads:
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self._controls: list[tuple[Callable[[], int], Callable[[int], Any]]] = []
-        self._setters: list[Callable[[int], Any]] = []
-        try:
-            import numpy  # noqa: F401 - loads the BLAS that threadpoolctl must find
-            from threadpoolctl import ThreadpoolController
-        except ImportError:
-            return
-        libs = ThreadpoolController().select(user_api="blas").lib_controllers
-        self._controls = [_fast_controls(lib) for lib in libs]
+        self._controls = list(_blas_controls())
         self._setters = [set_ for _, set_ in self._controls]
 
     def enter(self) -> list[tuple[Callable[[int], Any], int]]:
