@@ -28,6 +28,7 @@ from turnout.sdk.semantics import (
     filter_taps,
     nearest_indices,
     resize_attr_error,
+    shape,
     source_coordinates,
 )
 from turnout.tools.testing import cpu_session, provider_session
@@ -245,3 +246,67 @@ def test_resize_is_the_same_on_every_provider(
     for provider in PROVIDERS:
         got = provider_session(model, provider).run(None, {"x": x})[0]
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6, err_msg=provider)
+
+
+# ------------------------------------------------------------------------------ shape (Split)
+
+
+def _split_node(n_out: int, opset: int = 18, **attrs: Any) -> KernelNode:
+    node = h.make_node("Split", ["x"], [f"y{i}" for i in range(n_out)], name="split0", **attrs)
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [h.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(n_out)],
+    )
+    since = max(v for v in (1, 2, 11, 13, 18) if v <= opset)
+    return KernelNode(Graph.from_proto(graph, {"": opset}).nodes[0], opset, since)
+
+
+@pytest.mark.parametrize(
+    "dim,split,n_out,num_outputs,expected",
+    [
+        (5, [2, 3], 2, None, [2, 3]),
+        (5, None, 3, 3, [2, 2, 1]),  # num_outputs: the last chunk smaller
+        (6, None, 3, None, [2, 2, 2]),
+        (0, None, 2, None, [0, 0]),
+    ],
+)
+def test_split_sizes(
+    dim: int, split: list[int] | None, n_out: int, num_outputs: int | None, expected: list[int]
+) -> None:
+    node = _split_node(n_out)
+    assert shape.split_sizes(node, dim, split, n_out, num_outputs) == expected
+
+
+@pytest.mark.parametrize(
+    "dim,split,n_out,num_outputs",
+    [
+        (5, [-1, 6], 2, None),  # a negative size
+        (5, [2, 2], 2, None),  # does not sum to the dim
+        (5, [5], 2, None),  # one size for two outputs
+        (5, None, 2, 3),  # num_outputs is not the output count
+        (5, None, 2, None),  # no even split
+        (1, None, 3, 3),  # more chunks than elements: a negative last chunk
+    ],
+)
+def test_split_sizes_refuse(
+    dim: int, split: list[int] | None, n_out: int, num_outputs: int | None
+) -> None:
+    node = _split_node(n_out)
+    with pytest.raises(InvalidArgument, match=r"^split0: "):
+        shape.split_sizes(node, dim, split, n_out, num_outputs)
+
+
+def test_split_request_reads_attribute_or_input_per_opset() -> None:
+    assert shape.split_request(_split_node(2, 11, split=[1, 2])) == [1, 2]
+    assert shape.split_request(_split_node(2, 11)) is None
+    assert shape.split_request(_split_node(2, 13), np.array([3, 4])) == [3, 4]
+    assert shape.split_request(_split_node(2, 13)) is None
+
+
+@pytest.mark.parametrize("axis,rank", [(2, 2), (-3, 2), (0, 0)])
+def test_norm_axis_never_wraps(axis: int, rank: int) -> None:
+    with pytest.raises(InvalidArgument, match="out of range"):
+        shape.norm_axis(_split_node(1), axis, rank)
+    assert shape.norm_axis(_split_node(1), -1, 3) == 2

@@ -17,6 +17,7 @@ from onnx import helper as h
 from turnout.tools.testing import (
     assert_outputs_close,
     cpu_session,
+    kernel_error,
     one_node_model,
     provider_session,
     run_onnxruntime,
@@ -125,3 +126,24 @@ def test_pad_reflect_longer_than_the_input(size, pads):
     x = np.arange(size, dtype=np.float32)
     node = h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")
     _agree(node, [x, np.array(pads, np.int64)], oracle="cpu")
+
+
+X5 = np.arange(5, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    "ins,n_out,attrs,inputs,opset",
+    [
+        (["x", "s"], 2, {}, [X5, np.array([-1, 6])], 13),  # a negative size
+        (["x"], 2, {"num_outputs": 3}, [X5], 18),  # num_outputs is not the output count
+        (["x"], 2, {}, [X5], 13),  # no even split
+        (["x"], 2, {"split": [2, 2]}, [X5], 11),  # sizes that do not sum to the dim
+        (["x"], 5, {"axis": 1}, [X5], 13),  # axis out of range
+    ],
+)
+def test_split_refuses_as_the_cpu_provider(ins, n_out, attrs, inputs, opset):
+    """Before: OpenCL ran negative sizes and a num_outputs other than the output count."""
+    node = h.make_node("Split", ins, [f"y{i}" for i in range(n_out)], name="split0", **attrs)
+    cpu = kernel_error(cpu_session, node, inputs, opset)
+    ocl = kernel_error(lambda m: provider_session(m, EP), node, inputs, opset)
+    assert type(ocl) is type(cpu) and str(ocl) == str(cpu)

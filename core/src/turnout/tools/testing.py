@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "cpu_session",
     "float_graph_model",
     "iter_node_cases",
+    "kernel_error",
     "named_outputs",
     "normalize_values",
     "one_node_model",
@@ -214,6 +216,32 @@ def cpu_session(model: onnx.ModelProto) -> Any:
     opts = SessionOptions()
     opts.add_session_config_entry(CPU_NUMPY_ONLY_KEY, "1")
     return InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def kernel_error(
+    make_session: Callable[[onnx.ModelProto], Any],
+    node: onnx.NodeProto,
+    inputs: Sequence[Any],
+    opsets: Mapping[str, int] | int = 21,
+) -> Exception:
+    """The error a kernel raises running `node` on `inputs`, in a session `make_session` builds.
+
+    The model's input shapes are left unknown, so that a bad shape or axis reaches the kernel
+    instead of failing the session's shape inference: what a test comparing two providers'
+    errors on the same input needs. A run that succeeds is an AssertionError.
+    """
+    model = one_node_model(node, inputs, opsets)
+    for vi in model.graph.input:
+        vi.type.tensor_type.ClearField("shape")
+    feeds = {n: v for n, v in zip(node.input, positional_inputs(node, inputs)) if n}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # onnx's own deprecation warnings for old opsets
+        sess = make_session(model)
+    try:
+        sess.run(None, feeds)
+    except Exception as e:  # the error itself is the result
+        return e
+    raise AssertionError(f"{node.op_type} ran on inputs it should refuse")
 
 
 def named_outputs(node: onnx.NodeProto, outputs: Sequence[Any]) -> list[Any]:

@@ -14,6 +14,10 @@ from typing import NamedTuple
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelNode
+from turnout.sdk.semantics.shape import norm_axis
+
+index_axis = norm_axis
+"""`axis` counted from 0; one outside [-rank, rank) raises (`shape.norm_axis`)."""
 
 __all__ = [
     "SCATTER_REDUCTIONS",
@@ -32,13 +36,6 @@ SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 def _bad(node: KernelNode, msg: str) -> InvalidArgument:
     return InvalidArgument(f"{node.name}: {msg}")
-
-
-def index_axis(node: KernelNode, axis: int, rank: int) -> int:
-    """`axis` counted from 0; one outside [-rank, rank) raises."""
-    if not -rank <= axis < rank:
-        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
 
 
 def scatter_reduction(node: KernelNode) -> str | None:

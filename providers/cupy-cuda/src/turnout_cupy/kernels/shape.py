@@ -18,6 +18,7 @@ import numpy as np
 from turnout.graph.dtypes import np_dtype
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..backend import Backend
 from .registry import cuda_kernel
@@ -129,30 +130,19 @@ def transpose(kn: KernelNode, be: Backend) -> KernelFn:
 @cuda_kernel("Concat", 4)
 def concat(kn: KernelNode, be: Backend) -> KernelFn:
     axis = int(kn.attr("axis"))
-    return lambda *xs: (be.xp.concatenate(xs, axis=axis % xs[0].ndim),)
+    return lambda *xs: (be.xp.concatenate(xs, axis=shape_sem.norm_axis(kn, axis, xs[0].ndim)),)
 
 
 def _split(kind: str) -> Any:
     def build(kn: KernelNode, be: Backend) -> KernelFn:
         axis = int(kn.attr("axis", 0))
         n_out = len(kn.node.outputs)
-        attr = kn.attr("split")
         num_outputs = kn.attr("num_outputs")
 
         def run(x: Any, split: Any = None) -> tuple[Any, ...]:
-            ax = axis % x.ndim
-            size = x.shape[ax]
-            raw = split if kind == "input" else attr
-            if raw is not None and len(_ints(raw)):
-                sizes = _ints(raw)
-            else:
-                parts = int(num_outputs) if num_outputs is not None else n_out
-                chunk = -(-size // parts)
-                sizes = [min(chunk, max(size - chunk * k, 0)) for k in range(parts)]
-            if sum(sizes) != size:
-                raise InvalidArgument(
-                    f"Split node {kn.name!r}: split sizes {sizes} do not sum to {size}"
-                )
+            ax = shape_sem.norm_axis(kn, axis, x.ndim)
+            asked = shape_sem.split_request(kn, split if kind == "input" else None)
+            sizes = shape_sem.split_sizes(kn, x.shape[ax], asked, n_out, num_outputs)
             bounds = np.cumsum([0, *sizes])
             return tuple(
                 be.xp.ascontiguousarray(

@@ -15,6 +15,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..runtime import CTYPES, HALFS, STORE, Runtime, bcast_strides, buf, c_strides
 from .base import ALL, host_ints, norm_axis, ocl_kernel
@@ -152,29 +153,16 @@ def concat(kn: KernelNode, rt: Runtime) -> KernelFn:
     return run
 
 
-def _split_sizes(kn: KernelNode, dim: int, split: Any, n_out: int) -> list[int]:
-    if split is not None:
-        sizes = host_ints(split)
-        if sum(sizes) != dim or len(sizes) != n_out:
-            raise InvalidArgument(f"{kn.name}: split {sizes} does not fit dimension {dim}")
-        return sizes
-    num = kn.attr("num_outputs", n_out)
-    chunk = -(-dim // num)
-    sizes = [min(chunk, dim - i * chunk) for i in range(num)]
-    if kn.attr("num_outputs") is None and dim % num:
-        raise InvalidArgument(f"{kn.name}: dimension {dim} does not split into {num} equal parts")
-    return sizes
-
-
 def _split(kn: KernelNode, rt: Runtime, from_input: bool) -> KernelFn:
     cp = copier(rt, _dt(kn))
     axis_attr = int(kn.attr("axis", 0))
     n_out = len(kn.node.outputs)
-    split_attr = kn.attr("split")
+    num_outputs = kn.attr("num_outputs")
 
     def run(x: Any, split: Any = None) -> tuple[Any, ...]:
-        axis = norm_axis(axis_attr, len(x.shape))
-        sizes = _split_sizes(kn, x.shape[axis], split if from_input else split_attr, n_out)
+        axis = shape_sem.norm_axis(kn, axis_attr, len(x.shape))
+        asked = shape_sem.split_request(kn, split if from_input else None)
+        sizes = shape_sem.split_sizes(kn, x.shape[axis], asked, n_out, num_outputs)
         st = c_strides(tuple(x.shape))
         outs = []
         off = 0

@@ -28,6 +28,7 @@ from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.indexing import reverse_sequence_axes
 from turnout.sdk.semantics.literal import constant_attr_value
 from turnout.sdk.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
+from turnout.sdk.semantics.shape import norm_axes, norm_axis, split_request, split_sizes
 
 __all__: list[str] = []
 
@@ -43,21 +44,6 @@ def _bad(node: KernelNode, msg: str) -> InvalidArgument:
 def ints(value: Any) -> list[int]:
     """A shape-like tensor (or list, or scalar) as a list of Python ints."""
     return [int(v) for v in np.asarray(value).ravel().tolist()]
-
-
-def norm_axis(node: KernelNode, axis: int, rank: int) -> int:
-    """`axis` in [-rank, rank) mapped to [0, rank); anything else is an InvalidArgument."""
-    if not -rank <= axis < rank:
-        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def norm_axes(node: KernelNode, axes: Sequence[int], rank: int) -> list[int]:
-    """Normalized axes; duplicates are an InvalidArgument."""
-    out = [norm_axis(node, int(a), rank) for a in axes]
-    if len(set(out)) != len(out):
-        raise _bad(node, f"axes {list(axes)} contain duplicates")
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,34 +325,11 @@ def concat(node: KernelNode) -> KernelFn:
     return run
 
 
-def split_sizes(
-    node: KernelNode, dim: int, split: list[int] | None, n_out: int, num_outputs: int | None
-) -> list[int]:
-    """Chunk sizes for Split: explicit, num_outputs (last chunk smaller), or equal parts."""
-    if split is not None:
-        if len(split) != n_out or sum(split) != dim or any(s < 0 for s in split):
-            raise _bad(node, f"split {split} does not divide a dim of {dim} into {n_out} outputs")
-        return split
-    if num_outputs is not None:
-        if num_outputs != n_out or num_outputs < 1:
-            raise _bad(node, f"num_outputs {num_outputs} but node has {n_out} outputs")
-        chunk = -(-dim // num_outputs)
-        last = dim - chunk * (num_outputs - 1)
-        if last < 0:
-            raise _bad(node, f"cannot split a dim of {dim} into {num_outputs} outputs")
-        return [chunk] * (num_outputs - 1) + [last]
-    if dim % n_out:
-        raise _bad(node, f"cannot split a dim of {dim} evenly into {n_out} outputs")
-    return [dim // n_out] * n_out
-
-
 @cpu_kernel("Split", since=1)
 def split(node: KernelNode) -> KernelFn:
     axis = node.attr("axis", 0)
     n_out = len(node.node.outputs)
-    attr_split = node.attr("split")
     num_outputs = node.attr("num_outputs")
-    attr_form = 2 <= node.since_version < 13
     memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, split values, indices)
 
     def run(x: np.ndarray, split_in: np.ndarray | None = None) -> list[np.ndarray]:
@@ -380,10 +343,7 @@ def split(node: KernelNode) -> KernelFn:
 
     def plan(x: np.ndarray, split_in: np.ndarray | None) -> list[tuple[slice, ...]]:
         a = norm_axis(node, axis, x.ndim)
-        sp = attr_split if attr_form or split_in is None else ints(split_in)
-        if sp is not None and not sp and node.since_version < 13:
-            sp = None
-        sizes = split_sizes(node, x.shape[a], None if sp is None else list(sp), n_out, num_outputs)
+        sizes = split_sizes(node, x.shape[a], split_request(node, split_in), n_out, num_outputs)
         ends = np.cumsum(sizes).tolist()
         lead = (slice(None),) * a
         return [(*lead, slice(e - n, e)) for n, e in zip(sizes, ends)]

@@ -1,0 +1,82 @@
+"""Axis normalisation and the shape ops' plans (Split's chunk sizes), once for every provider.
+
+A provider that copies these rules drifts: before this module the CPU provider checked Split's
+negative sizes, `num_outputs` and the even split, OpenCL checked neither of the first two, and
+CuPy wrapped the axis with `axis % ndim`. Every provider computes them here, so the same bad
+node raises the same `InvalidArgument` whichever provider runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from turnout.graph.errors import InvalidArgument
+from turnout.sdk.provider import KernelNode
+
+__all__ = ["norm_axes", "norm_axis", "split_request", "split_sizes"]
+
+
+def _bad(node: KernelNode, msg: str) -> InvalidArgument:
+    return InvalidArgument(f"{node.name}: {msg}")
+
+
+def norm_axis(node: KernelNode, axis: int, rank: int) -> int:
+    """`axis` in [-rank, rank) mapped to [0, rank); anything else is an InvalidArgument
+    (never wrapped with `axis % rank`, which would run a node onnx rejects)."""
+    if not -rank <= axis < rank:
+        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def norm_axes(node: KernelNode, axes: Sequence[int], rank: int) -> list[int]:
+    """Each axis normalised by `norm_axis`; duplicates are an InvalidArgument."""
+    out = [norm_axis(node, int(a), rank) for a in axes]
+    if len(set(out)) != len(out):
+        raise _bad(node, f"axes {list(axes)} contain duplicates")
+    return out
+
+
+def split_request(node: KernelNode, split_in: Any = None) -> list[int] | None:
+    """The explicit chunk sizes a Split node asks for, None for equal parts.
+
+    They come from the `split` attribute at opsets 2-12 and from the `split` input at 1 and
+    13+; an empty list before opset 13 means equal parts, as onnx.reference reads it.
+    """
+    attr_form = 2 <= node.since_version < 13
+    if attr_form or split_in is None:
+        sp = node.attr("split")
+    else:
+        sp = np.asarray(split_in).ravel().tolist()
+    if sp is None or (not len(sp) and node.since_version < 13):
+        return None
+    return [int(s) for s in sp]
+
+
+def split_sizes(
+    node: KernelNode, dim: int, split: Sequence[int] | None, n_out: int, num_outputs: int | None
+) -> list[int]:
+    """Chunk sizes for Split: explicit, `num_outputs` (the last chunk smaller), or equal parts.
+
+    Explicit sizes must be non-negative, one per output, summing to `dim`; `num_outputs` must
+    equal the node's output count; equal parts must divide `dim`.
+    """
+    if split is not None:
+        sizes = [int(s) for s in split]
+        if len(sizes) != n_out or sum(sizes) != dim or any(s < 0 for s in sizes):
+            raise _bad(node, f"split {sizes} does not divide a dim of {dim} into {n_out} outputs")
+        return sizes
+    if num_outputs is not None:
+        num_outputs = int(num_outputs)
+        if num_outputs != n_out or num_outputs < 1:
+            raise _bad(node, f"num_outputs {num_outputs} but node has {n_out} outputs")
+        chunk = -(-dim // num_outputs)
+        last = dim - chunk * (num_outputs - 1)
+        if last < 0:
+            raise _bad(node, f"cannot split a dim of {dim} into {num_outputs} outputs")
+        return [chunk] * (num_outputs - 1) + [last]
+    if dim % n_out:
+        raise _bad(node, f"cannot split a dim of {dim} evenly into {n_out} outputs")
+    return [dim // n_out] * n_out
