@@ -24,6 +24,7 @@ from turnout.sdk.semantics import (
     COORDINATE_MODES,
     attention_shapes,
     conv_geometry,
+    defaults,
     extrapolation_fill,
     filter_taps,
     nearest_indices,
@@ -310,3 +311,33 @@ def test_norm_axis_never_wraps(axis: int, rank: int) -> None:
     with pytest.raises(InvalidArgument, match="out of range"):
         shape.norm_axis(_split_node(1), axis, rank)
     assert shape.norm_axis(_split_node(1), -1, 3) == 2
+
+
+# ------------------------------------------------------------------------------ defaults
+
+
+def _selu_node(domain: str = "", **attrs: Any) -> KernelNode:
+    node = h.make_node("Selu", ["x"], ["y"], name="selu0", domain=domain, **attrs)
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return KernelNode(Graph.from_proto(graph, {"": 21, "x.test": 1}).nodes[0], 21, 6)
+
+
+def test_attr_fills_in_the_schema_default() -> None:
+    schema = onnx.defs.get_schema("Selu").attributes["alpha"].default_value.f
+    assert _selu_node().attr("alpha") == schema == 1.67326319217681884765625
+    assert defaults.op_default("Selu", "alpha") == schema
+
+
+def test_attr_given_value_then_caller_default_win_over_the_schema() -> None:
+    assert _selu_node(alpha=2.0).attr("alpha", 3.0) == 2.0
+    assert _selu_node().attr("alpha", 3.0) == 3.0
+    assert _selu_node().attr("no_such_attribute") is None
+
+
+def test_attr_of_another_domain_has_no_schema_defaults() -> None:
+    assert _selu_node(domain="x.test").attr("alpha") is None

@@ -6,9 +6,11 @@ names resolve.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -323,6 +325,25 @@ def schema_since_version(domain: str, op_type: str, opset: int) -> int | None:
     return s.since_version if s is not None else None
 
 
+_NO_DEFAULTS: Mapping[str, Any] = MappingProxyType({})
+
+
+@functools.lru_cache(maxsize=4096)
+def schema_defaults(domain: str, op_type: str, opset: int) -> Mapping[str, Any]:
+    """The attribute defaults onnx's schema declares for an ai.onnx op at `opset`, decoded: the
+    values onnx.reference's `OpRun` fills in for absent attributes. Empty for other domains
+    (their schemas are turnout's or a plugin's, not onnx's) and for unknown ops."""
+    s = _schema(domain, op_type, opset) if domain in ("", "ai.onnx") else None
+    if s is None:
+        return _NO_DEFAULTS
+    found = {
+        name: decode_attribute(a.default_value, None)
+        for name, a in s.attributes.items()
+        if a.default_value.type != AttributeProto.UNDEFINED
+    }
+    return MappingProxyType(found)
+
+
 @functools.lru_cache(maxsize=4096)
 def schema_type_params(domain: str, op_type: str, opset: int) -> tuple[list[str], list[str]]:
     """Type-parameter names (like "T") of each formal input and output; variadics repeat."""
@@ -336,6 +357,9 @@ def schema_type_params(domain: str, op_type: str, opset: int) -> tuple[list[str]
     if s.outputs and s.outputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
         outs += [outs[-1]] * 64
     return ins, outs
+
+
+_ABSENT = object()
 
 
 class KernelNode:
@@ -390,8 +414,16 @@ class KernelNode:
         return self.node.output_infos
 
     def attr(self, name: str, default: Any = None) -> Any:
-        """The decoded attribute value (int, float, str, list, ndarray, Graph) or `default`."""
-        return self.node.attrs.get(name, default)
+        """The decoded attribute value (int, float, str, list, ndarray, Graph); when the node
+        lacks it, `default` if one is given, else onnx's schema default for an ai.onnx op (as
+        onnx.reference's `OpRun` fills in, so kernels need not repeat it), else None."""
+        value = self.node.attrs.get(name, _ABSENT)
+        if value is not _ABSENT:
+            return value
+        if default is not None:
+            return default
+        value = schema_defaults(self.domain, self.op_type, self.since_version).get(name)
+        return copy.copy(value) if isinstance(value, (list, np.ndarray)) else value
 
     @property
     def subgraph_builder(self) -> Callable[[Graph], Callable[..., list[Any]]] | None:

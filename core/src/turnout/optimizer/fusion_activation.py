@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import onnx
 from onnx import NodeProto, TensorProto, helper
 
+from turnout.graph.ir import schema_defaults
 from turnout.optimizer.base import TURNOUT_DOMAIN, Level, PassContext, graph_pass
 from turnout.optimizer.graph import OptGraph, attr
 from turnout.optimizer.match import Matcher
@@ -14,6 +16,11 @@ __all__ = ["fuse_activation", "fuse_conv_add_activation", "fuse_matmul_add"]
 
 _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16}
 _FUSED_ATTRS = ("activation", "activation_params")
+
+
+def _schema_default(op: str, name: str) -> float:
+    """onnx's schema default of an ai.onnx activation's attribute (the fused kernels' table)."""
+    return float(schema_defaults("", op, onnx.defs.onnx_opset_version())[name])
 
 
 @graph_pass("fuse_matmul_add", Level.EXTENDED)
@@ -61,9 +68,9 @@ def _activation(g: OptGraph, n: NodeProto) -> tuple[str, list[float]] | None:
     if op in ("Relu", "Sigmoid", "Tanh"):
         return op, []
     if op == "LeakyRelu":
-        return op, [float(attr(n, "alpha", 0.01))]
+        return op, [float(attr(n, "alpha", _schema_default(op, "alpha")))]
     if op == "HardSigmoid":
-        return op, [float(attr(n, "alpha", 0.2)), float(attr(n, "beta", 0.5))]
+        return op, [float(attr(n, k, _schema_default(op, k))) for k in ("alpha", "beta")]
     if op == "HardSwish":
         return op, []
     if op == "Gelu":

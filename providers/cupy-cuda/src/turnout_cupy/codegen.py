@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from turnout.sdk.semantics.defaults import op_defaults
+
 __all__ = [
     "BLOCK",
     "CTYPES",
@@ -164,18 +166,20 @@ FUSED_OPS: Mapping[str, Expr] = {
     "Mish": _unary("({0} * tanh(tn_softplus({0})))"),
     "HardSwish": _unary("({0} * tn_clip({0} / T(6) + T(0.5), T(0), T(1)))"),
     "Gelu": _gelu,
-    "LeakyRelu": _with("({x} >= T(0) ? {x} : {x} * {alpha})", alpha=0.01),
-    "Elu": _with("({x} >= T(0) ? {x} : {alpha} * (exp({x}) - T(1)))", alpha=1.0),
+    "LeakyRelu": _with("({x} >= T(0) ? {x} : {x} * {alpha})", **op_defaults("LeakyRelu")),
+    "Elu": _with("({x} >= T(0) ? {x} : {alpha} * (exp({x}) - T(1)))", **op_defaults("Elu")),
     "Celu": _with(
-        "(tn_max({x}, T(0)) + tn_min(T(0), {alpha} * (exp({x} / {alpha}) - T(1))))", alpha=1.0
+        "(tn_max({x}, T(0)) + tn_min(T(0), {alpha} * (exp({x} / {alpha}) - T(1))))",
+        **op_defaults("Celu"),
     ),
     "Selu": _with(
         "({x} > T(0) ? {gamma} * {x} : {gamma} * ({alpha} * exp({x}) - {alpha}))",
-        alpha=1.6732632423543772,
-        gamma=1.0507009873554805,
+        **op_defaults("Selu"),
     ),
-    "HardSigmoid": _with("tn_clip({alpha} * {x} + {beta}, T(0), T(1))", alpha=0.2, beta=0.5),
-    "ThresholdedRelu": _with("({x} > {alpha} ? {x} : T(0))", alpha=1.0),
+    "HardSigmoid": _with(
+        "tn_clip({alpha} * {x} + {beta}, T(0), T(1))", **op_defaults("HardSigmoid")
+    ),
+    "ThresholdedRelu": _with("({x} > {alpha} ? {x} : T(0))", **op_defaults("ThresholdedRelu")),
 }
 """Op type -> expression builder (input expressions, attributes) -> CUDA C expression."""
 

@@ -29,6 +29,7 @@ from numba import types
 
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.ir import Node, ValueInfo
+from turnout.sdk.semantics.defaults import op_default
 
 from . import cache
 from .vecmath import contracts, exp_f32, mlas_logistic_f32, mlas_tanh_f32, sigmoid_f32, tanh_f32
@@ -153,8 +154,11 @@ def _c(x: float, T: str) -> str:
     return f"{T}({x!r})"
 
 
-def _attr(n: Node, name: str, default: float) -> float:
-    return float(n.attrs.get(name, default))
+def _attr(n: Node, name: str, default: float | None = None) -> float:
+    """A float attribute; absent, `default` or else the op's schema default."""
+    if name in n.attrs:
+        return float(n.attrs[name])
+    return float(op_default(n.op_type, name) if default is None else default)
 
 
 def _clip(a: list[str], n: Node, T: str) -> str:
@@ -258,37 +262,35 @@ EW_OPS: dict[str, tuple[frozenset[str], int, Expr]] = {
     "LeakyRelu": (
         _F,
         6,
-        lambda a, n, T: (
-            f"({a[0]} if {a[0]} >= 0 else {T}({a[0]} * {_c(_attr(n, 'alpha', 0.01), T)}))"
-        ),
+        lambda a, n, T: f"({a[0]} if {a[0]} >= 0 else {T}({a[0]} * {_c(_attr(n, 'alpha'), T)}))",
     ),
     "Elu": (
         _F,
         6,
         lambda a, n, T: (
-            f"({a[0]} if {a[0]} >= 0 else {T}({_c(_attr(n, 'alpha', 1.0), T)} * np.expm1({a[0]})))"
+            f"({a[0]} if {a[0]} >= 0 else {T}({_c(_attr(n, 'alpha'), T)} * np.expm1({a[0]})))"
         ),
     ),
     "Selu": (
         _F,
         6,
         lambda a, n, T: (
-            f"{T}({_c(_attr(n, 'gamma', 1.0507009873554805), T)} * ({a[0]} if {a[0]} > 0 else "
-            f"{_c(_attr(n, 'alpha', 1.6732632423543772), T)} * np.expm1({a[0]})))"
+            f"{T}({_c(_attr(n, 'gamma'), T)} * ({a[0]} if {a[0]} > 0 else "
+            f"{_c(_attr(n, 'alpha'), T)} * np.expm1({a[0]})))"
         ),
     ),
     "Celu": (
         _F,
         12,
         lambda a, n, T: (
-            f"({a[0]} if {a[0]} >= 0 else {T}({_attr(n, 'alpha', 1.0)!r} * "
-            f"np.expm1({a[0]} / {_attr(n, 'alpha', 1.0)!r})))"
+            f"({a[0]} if {a[0]} >= 0 else {T}({_attr(n, 'alpha')!r} * "
+            f"np.expm1({a[0]} / {_attr(n, 'alpha')!r})))"
         ),
     ),
     "ThresholdedRelu": (
         _F,
         10,
-        lambda a, n, T: f"({a[0]} if {a[0]} > {_c(_attr(n, 'alpha', 1.0), T)} else {T}(0))",
+        lambda a, n, T: f"({a[0]} if {a[0]} > {_c(_attr(n, 'alpha'), T)} else {T}(0))",
     ),
     "Softplus": (_F, 1, lambda a, n, T: f"{T}({_softplus(a[0])})"),
     "Softsign": (_F, 1, lambda a, n, T: f"{T}({a[0]} / (1 + abs({a[0]})))"),
@@ -296,8 +298,8 @@ EW_OPS: dict[str, tuple[frozenset[str], int, Expr]] = {
         _F,
         6,
         lambda a, n, T: (
-            f"{T}(min(max({_c(_attr(n, 'alpha', 0.2), T)} * {a[0]} + "
-            f"{_c(_attr(n, 'beta', 0.5), T)}, 0.0), 1.0))"
+            f"{T}(min(max({_c(_attr(n, 'alpha'), T)} * {a[0]} + "
+            f"{_c(_attr(n, 'beta'), T)}, 0.0), 1.0))"
         ),
     ),
     "HardSwish": (

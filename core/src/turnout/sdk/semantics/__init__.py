@@ -7,6 +7,7 @@ kernels, so that every provider computes the same output shape and raises the sa
 these too.
 
 - `shape`: axis normalisation and Split's chunk sizes.
+- `defaults`: the ai.onnx ops' attribute defaults, read from onnx's schemas.
 - `geometry`: strides, dilations, pads and output sizes of sliding-window ops (per auto_pad).
 - `resize`: Resize's output sizes, source coordinates, nearest indices and filter taps.
 - `activations`: the fused ops' activation table and numpy reference functions.

@@ -17,6 +17,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelNode
+from turnout.sdk.semantics.defaults import op_default
 from turnout.sdk.semantics.numerics import gelu_erf, sigmoid, tanh, typed_constants
 
 __all__ = ["ACTIVATION_DEFAULTS", "activation", "activation_of", "gelu", "gelu_tanh"]
@@ -37,15 +38,15 @@ def gelu_tanh(x: Array) -> Any:
 
 
 # The fused activations and their (activation_params) defaults: the one list every provider's
-# fused kernels read. An empty name means none.
+# fused kernels read (the op schemas' defaults where the op has them). An empty name means none.
 ACTIVATION_DEFAULTS: dict[str, tuple[float, float]] = {
     "": (0.0, 0.0),
     "Identity": (0.0, 0.0),
     "Relu": (0.0, 0.0),
-    "LeakyRelu": (0.01, 0.0),
+    "LeakyRelu": (op_default("LeakyRelu", "alpha"), 0.0),
     "Sigmoid": (0.0, 0.0),
     "Tanh": (0.0, 0.0),
-    "HardSigmoid": (0.2, 0.5),
+    "HardSigmoid": (op_default("HardSigmoid", "alpha"), op_default("HardSigmoid", "beta")),
     "Clip": (-np.inf, np.inf),
     "Gelu": (0.0, 0.0),
     "GeluTanh": (0.0, 0.0),

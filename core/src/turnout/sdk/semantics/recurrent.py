@@ -15,6 +15,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelNode
+from turnout.sdk.semantics.defaults import op_default
 
 __all__ = [
     "RECURRENT_ACTIVATIONS",
@@ -32,15 +33,16 @@ RECURRENT_ACTIVATIONS: dict[str, tuple[float | None, float | None]] = {
     "tanh": (None, None),
     "sigmoid": (None, None),
     "affine": (1.0, 0.0),
-    "leakyrelu": (0.01, None),
-    "thresholdedrelu": (1.0, None),
-    "scaledtanh": (1.0, 1.0),
-    "hardsigmoid": (0.2, 0.5),
-    "elu": (1.0, None),
+    "leakyrelu": (op_default("LeakyRelu", "alpha"), None),
+    "thresholdedrelu": (op_default("ThresholdedRelu", "alpha"), None),
+    "scaledtanh": (1.0, 1.0),  # no longer an ai.onnx op: no schema to read
+    "hardsigmoid": (op_default("HardSigmoid", "alpha"), op_default("HardSigmoid", "beta")),
+    "elu": (op_default("Elu", "alpha"), None),
     "softsign": (None, None),
     "softplus": (None, None),
 }
-"""Activation name (lower case) -> default (alpha, beta), None where it takes no such value."""
+"""Activation name (lower case) -> default (alpha, beta), None where it takes no such value:
+the op schemas' defaults (`defaults.op_default`) where the activation is an ai.onnx op."""
 
 RECURRENT_OPS: dict[str, tuple[int, tuple[str, ...], bool]] = {
     "RNN": (1, ("Tanh",), False),
@@ -109,7 +111,7 @@ def recurrent_attrs(node: KernelNode, op: str | None = None) -> RecurrentAttrs:
         raise InvalidArgument(f"{name}: unknown direction {direction!r}")
     directions = ("forward", "reverse") if direction == "bidirectional" else (direction,)
     nd, per_dir = len(directions), len(defaults)
-    names = list(node.attr("activations") or list(defaults) * nd)
+    names = list(node.attrs.get("activations") or list(defaults) * nd)
     if len(names) == per_dir and nd == 2:
         names = names * 2
     if len(names) != per_dir * nd:

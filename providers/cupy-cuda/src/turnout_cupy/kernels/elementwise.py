@@ -46,36 +46,37 @@ def _softplus(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
     return lambda x: (xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))).astype(x.dtype)
 
 
-def _attr(kn: KernelNode, name: str, default: float) -> float:
-    """A float attribute: a float32 value in ONNX, its default too (as onnxruntime reads it)."""
-    return float(np.float32(kn.attr(name, default)))
+def _attr(kn: KernelNode, name: str) -> float:
+    """A float attribute, or its schema default: a float32 value in ONNX (as onnxruntime reads
+    it)."""
+    return float(np.float32(kn.attr(name)))
 
 
 def _leaky(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a = _attr(kn, "alpha", 0.01)
+    a = _attr(kn, "alpha")
     return lambda x: be.xp.where(x >= 0, x, x * x.dtype.type(a))
 
 
 def _elu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a = _attr(kn, "alpha", 1.0)
+    a = _attr(kn, "alpha")
     return lambda x: be.xp.where(x >= 0, x, (be.xp.expm1(x) * a).astype(x.dtype))
 
 
 def _selu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a = _attr(kn, "alpha", 1.6732632423543772)
-    g = _attr(kn, "gamma", 1.0507009873554805)
+    a = _attr(kn, "alpha")
+    g = _attr(kn, "gamma")
     xp = be.xp
     return lambda x: xp.where(x > 0, x * g, (xp.exp(x) * a - a) * g).astype(x.dtype)
 
 
 def _celu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a = _attr(kn, "alpha", 1.0)
+    a = _attr(kn, "alpha")
     xp = be.xp
     return lambda x: (xp.maximum(x, 0) + xp.minimum(0, xp.expm1(x / a) * a)).astype(x.dtype)
 
 
 def _hard_sigmoid(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a, b = _attr(kn, "alpha", 0.2), _attr(kn, "beta", 0.5)
+    a, b = _attr(kn, "alpha"), _attr(kn, "beta")
     return lambda x: be.xp.clip(x * a + b, 0, 1).astype(x.dtype)
 
 
@@ -101,12 +102,12 @@ def _gelu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
 
 
 def _thresholded(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a = _attr(kn, "alpha", 1.0)
+    a = _attr(kn, "alpha")
     return lambda x: be.xp.where(x > a, x, x.dtype.type(0))
 
 
 def _shrink(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    lam, bias = _attr(kn, "lambd", 0.5), _attr(kn, "bias", 0.0)
+    lam, bias = _attr(kn, "lambd"), _attr(kn, "bias")
     xp = be.xp
 
     def f(x: Any) -> Any:

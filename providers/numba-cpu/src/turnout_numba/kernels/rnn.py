@@ -31,7 +31,11 @@ from numba import types
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
-from turnout.sdk.semantics.recurrent import recurrent_attrs
+from turnout.sdk.semantics.recurrent import (
+    RECURRENT_ACTIVATIONS,
+    RECURRENT_OPS,
+    recurrent_attrs,
+)
 
 from .. import cache
 from ..codegen import numba_array
@@ -48,28 +52,23 @@ _FAST_SIGMOID = "v = T(0.5) * v\n" + _FAST_TANH + "\nv = T(0.5) + T(0.5) * v"
 
 # ONNX recurrent activations: name (lower case) -> ((alpha, beta) defaults, None where the
 # activation takes no such parameter; statement(s) computing v from v, with A and B the
-# parameters). The defaults are those of turnout's CPU kernel (tests hold the two together).
+# parameters). The defaults are the shared table's (`semantics.recurrent.RECURRENT_ACTIVATIONS`).
+_CODE: dict[str, str] = {
+    "relu": "v = zero if v < zero else v",
+    "tanh": "v = np.tanh(v)",
+    "sigmoid": "e = np.exp(-abs(v))\nv = one / (one + e) if v >= zero else e / (one + e)",
+    "affine": "v = A * v + B",
+    "leakyrelu": "v = v if v >= zero else A * v",
+    "thresholdedrelu": "v = v if v > A else zero",
+    "scaledtanh": "v = A * np.tanh(B * v)",
+    "hardsigmoid": "v = A * v + B\nv = zero if v < zero else v\nv = one if v > one else v",
+    "elu": "v = v if v >= zero else A * np.expm1(v)",
+    "softsign": "v = v / (one + abs(v))",
+    "softplus": "v = (v + np.log1p(np.exp(-v))) if v > zero else np.log1p(np.exp(v))",
+}
+
 ACTIVATIONS: dict[str, tuple[tuple[float | None, float | None], str]] = {
-    "relu": ((None, None), "v = zero if v < zero else v"),
-    "tanh": ((None, None), "v = np.tanh(v)"),
-    "sigmoid": (
-        (None, None),
-        "e = np.exp(-abs(v))\nv = one / (one + e) if v >= zero else e / (one + e)",
-    ),
-    "affine": ((1.0, 0.0), "v = A * v + B"),
-    "leakyrelu": ((0.01, None), "v = v if v >= zero else A * v"),
-    "thresholdedrelu": ((1.0, None), "v = v if v > A else zero"),
-    "scaledtanh": ((1.0, 1.0), "v = A * np.tanh(B * v)"),
-    "hardsigmoid": (
-        (0.2, 0.5),
-        "v = A * v + B\nv = zero if v < zero else v\nv = one if v > one else v",
-    ),
-    "elu": ((1.0, None), "v = v if v >= zero else A * np.expm1(v)"),
-    "softsign": ((None, None), "v = v / (one + abs(v))"),
-    "softplus": (
-        (None, None),
-        "v = (v + np.log1p(np.exp(-v))) if v > zero else np.log1p(np.exp(v))",
-    ),
+    name: (RECURRENT_ACTIVATIONS[name], code) for name, code in _CODE.items()
 }
 
 _FAST = {
@@ -79,11 +78,7 @@ _FAST = {
 }
 
 # op -> (gates, default activations per direction, has a cell state)
-_OPS: dict[str, tuple[int, tuple[str, ...], bool]] = {
-    "RNN": (1, ("Tanh",), False),
-    "GRU": (3, ("Sigmoid", "Tanh"), False),
-    "LSTM": (4, ("Sigmoid", "Tanh", "Tanh"), True),
-}
+_OPS = RECURRENT_OPS
 
 Act = tuple[str, float, float]  # lower-case name, alpha, beta (0.0 where unused)
 

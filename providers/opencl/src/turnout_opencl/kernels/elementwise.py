@@ -23,6 +23,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.defaults import op_defaults
 
 from ..runtime import BF16, CTYPES, F16, HALFS, Runtime, bcast_strides, buf, lit
 from .base import ALL, BOOL, FLOATS, INTS, NUM, SINTS, UINTS, dtype_out, ocl_kernel
@@ -86,20 +87,22 @@ EW_OPS: dict[str, Op] = {
     "Sigmoid": _op(1, F, "({one}/({one}+exp(-{a})))"),
     "Softplus": _op(1, F, "(fmax({a},{zero})+log1p(exp(-fabs({a}))))"),  # no exp overflow
     "Softsign": _op(1, F, "({a}/({one}+fabs({a})))"),
-    "Elu": _op(1, F, "({a}<{zero}?{alpha}*(exp({a})-{one}):{a})", alpha=1.0),
+    "Elu": _op(1, F, "({a}<{zero}?{alpha}*(exp({a})-{one}):{a})", **op_defaults("Elu")),
     "Selu": _op(1, F, "({a}<={zero}?{gamma}*({alpha}*exp({a})-{alpha}):{gamma}*{a})",
-                alpha=1.67326319217681884765625, gamma=1.05070102214813232421875),
-    "LeakyRelu": _op(1, F, "({a}<{zero}?{alpha}*{a}:{a})", alpha=0.01),
-    "HardSigmoid": _op(1, F, "NCLAMP({alpha}*{a}+{beta},{zero},{one})", alpha=0.2, beta=0.5),
+                **op_defaults("Selu")),
+    "LeakyRelu": _op(1, F, "({a}<{zero}?{alpha}*{a}:{a})", **op_defaults("LeakyRelu")),
+    "HardSigmoid": _op(1, F, "NCLAMP({alpha}*{a}+{beta},{zero},{one})",
+                         **op_defaults("HardSigmoid")),
     "HardSwish": _op(1, F, "({a}*NCLAMP({a}/({one}*6)+{one}/2,{zero},{one}))"),
-    "ThresholdedRelu": _op(1, F, "({a}>{alpha}?{a}:{zero})", alpha=1.0),
+    "ThresholdedRelu": _op(1, F, "({a}>{alpha}?{a}:{zero})", **op_defaults("ThresholdedRelu")),
     "Celu": _op(1, F, "(NMAX_F({a},{zero})+NMIN_F({alpha}*(exp({a}/{alpha})-{one}),{zero}))",
-                alpha=1.0),
+                **op_defaults("Celu")),
     "Mish": _op(1, F, "({a}*tanh(log1p(exp({a}))))"),
     "Gelu": _op(1, F, "GELU", approximate="none"),
     "Shrink": _op(1, N, "({a}<-{lambd}?{a}+{bias}:({a}>{lambd}?{a}-{bias}:{zero}))",
-                  "({a}<-{lambd}?{a}+{bias}:({a}>{lambd}?{a}-{bias}:{zero}))", bias=0.0, lambd=0.5),
-    "Swish": _op(1, F, "({a}/({one}+exp(-{alpha}*{a})))", alpha=1.0),
+                  "({a}<-{lambd}?{a}+{bias}:({a}>{lambd}?{a}-{bias}:{zero}))",
+                  **op_defaults("Shrink")),
+    "Swish": _op(1, F, "({a}/({one}+exp(-{alpha}*{a})))", **op_defaults("Swish")),
     "IsNaN": _op(1, F, "isnan({a})"),
     "IsInf": _op(1, F, "ISINF", detect_negative=1, detect_positive=1),
     "Not": _op(1, BOOL, b="(!{a})"),

@@ -59,7 +59,7 @@ def relu(node: KernelNode) -> KernelFn:
 
 @_act("LeakyRelu", 1)
 def leaky_relu(node: KernelNode) -> Callable[[Array], Array]:
-    consts = typed_constants(0, node.attr("alpha", 0.01))
+    consts = typed_constants(0, node.attr("alpha"))
 
     def f(x: Array) -> Any:
         zero, alpha = consts(x.dtype)
@@ -70,14 +70,14 @@ def leaky_relu(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Elu", 1)
 def elu(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha", 1.0)
+    alpha = node.attr("alpha")
     return lambda x: np.where(x < x.dtype.type(0), x.dtype.type(alpha) * np.expm1(x), x)
 
 
 @_act("Selu", 1)
 def selu(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha", 1.67326319217681884765625)
-    gamma = node.attr("gamma", 1.05070102214813232421875)
+    alpha = node.attr("alpha")
+    gamma = node.attr("gamma")
 
     def f(x: Array) -> Any:
         t = x.dtype.type
@@ -88,7 +88,7 @@ def selu(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Celu", 12)
 def celu(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha", 1.0)
+    alpha = node.attr("alpha")
 
     def f(x: Array) -> Any:
         a = x.dtype.type(alpha)
@@ -105,7 +105,7 @@ def sigmoid(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("HardSigmoid", 1)
 def hard_sigmoid(node: KernelNode) -> Callable[[Array], Array]:
-    consts = typed_constants(node.attr("alpha", 0.2), node.attr("beta", 0.5))
+    consts = typed_constants(node.attr("alpha"), node.attr("beta"))
 
     def f(x: Array) -> Any:
         alpha, beta = consts(x.dtype)
@@ -174,13 +174,13 @@ def mish(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("ThresholdedRelu", 10)
 def thresholded_relu(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha", 1.0)
+    alpha = node.attr("alpha")
     return lambda x: np.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
 
 
 @_act("Swish", 24)
 def swish(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha", 1.0)
+    alpha = node.attr("alpha")
     if alpha == 1.0:
         return lambda x: x * _sigmoid(x)
     return lambda x: x * _sigmoid(x * x.dtype.type(alpha))
@@ -188,7 +188,7 @@ def swish(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Shrink", 9)
 def shrink(node: KernelNode) -> Callable[[Array], Array]:
-    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
+    lambd, bias = node.attr("lambd"), node.attr("bias")
 
     def f(x: Array) -> Any:
         t = x.dtype.type
