@@ -116,6 +116,17 @@ def decode_attribute(a: AttributeProto, graph: Graph | None) -> Any:
     raise InvalidGraph(f"attribute {a.name!r} has unknown type {t}")
 
 
+def attr_text(value: Any, default: str = "") -> str:
+    """A string attribute's value as str, `default` when absent (None).
+
+    `decode_attribute` leaves bytes only where a string is not UTF-8; those are decoded here
+    (raising, as before), so kernels compare against str names alone, with this one helper.
+    """
+    if value is None:
+        return default
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _decode_str(b: bytes) -> str | bytes:
     try:
         return b.decode("utf-8")

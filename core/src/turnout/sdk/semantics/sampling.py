@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.sdk.provider import KernelNode
 from turnout.sdk.semantics.resize import cubic_weights
 
@@ -49,17 +50,11 @@ class Tap(NamedTuple):
     inside: Any
 
 
-def _str(v: Any, default: str) -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def grid_sample_attrs(node: KernelNode) -> GridSampleAttrs:
     """GridSample's mode, padding_mode and align_corners, checked."""
-    mode = _str(node.attr("mode", None), "bilinear" if node.since_version < 20 else "linear")
+    mode = attr_text(node.attr("mode", None), "bilinear" if node.since_version < 20 else "linear")
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    padding = _str(node.attr("padding_mode", None), "zeros")
+    padding = attr_text(node.attr("padding_mode", None), "zeros")
     if mode not in ("linear", "nearest", "cubic") or padding not in (
         "zeros",
         "border",
@@ -184,10 +179,10 @@ class RoiAxisSamples(NamedTuple):
 
 
 def roi_align_attrs(node: KernelNode) -> RoiAlignAttrs:
-    mode = _str(node.attr("mode", None), "avg")
+    mode = attr_text(node.attr("mode", None), "avg")
     if mode not in ("avg", "max"):
         raise InvalidArgument(f"{node.name}: unknown RoiAlign mode {mode!r}")
-    ctm = _str(
+    ctm = attr_text(
         node.attr("coordinate_transformation_mode", None),
         "half_pixel" if node.since_version >= 16 else "output_half_pixel",
     )

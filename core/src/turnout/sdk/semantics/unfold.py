@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.sdk.provider import KernelNode
 from turnout.sdk.semantics.geometry import pool_kernel_shape, spatial_attrs
 
@@ -57,8 +58,7 @@ class TapPlacement(NamedTuple):
 
 
 def _auto_pad(node: KernelNode) -> str:
-    v = node.attr("auto_pad", "NOTSET")
-    return v.decode() if isinstance(v, bytes) else str(v)
+    return attr_text(node.attr("auto_pad"), "NOTSET")
 
 
 def conv_transpose_geometry(

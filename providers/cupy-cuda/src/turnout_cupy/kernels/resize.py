@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from turnout.graph.ir import attr_text
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics import (
     extrapolation_fill,
@@ -29,19 +30,16 @@ from .registry import cuda_kernel, numeric_only
 __all__: list[str] = []
 
 
-def _str(v: Any, default: str) -> str:
-    v = default if v is None else v
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _attrs(kn: KernelNode) -> tuple[str, str, str, str]:
     legacy = kn.op_type == "Upsample" or kn.since_version < 11
-    mode = _str(kn.attr("mode"), "nearest")
+    mode = attr_text(kn.attr("mode"), "nearest")
     coord = (
-        "asymmetric" if legacy else _str(kn.attr("coordinate_transformation_mode"), "half_pixel")
+        "asymmetric"
+        if legacy
+        else attr_text(kn.attr("coordinate_transformation_mode"), "half_pixel")
     )
-    nearest = "simple" if legacy else _str(kn.attr("nearest_mode"), "round_prefer_floor")
-    policy = _str(kn.attr("keep_aspect_ratio_policy"), "stretch")
+    nearest = "simple" if legacy else attr_text(kn.attr("nearest_mode"), "round_prefer_floor")
+    policy = attr_text(kn.attr("keep_aspect_ratio_policy"), "stretch")
     return mode, coord, nearest, policy
 
 

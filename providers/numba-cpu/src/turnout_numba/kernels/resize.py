@@ -27,6 +27,7 @@ import numpy as np
 from numba import prange, types
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.sdk import semantics
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.resize import (
@@ -102,19 +103,13 @@ def _linear2d(x: Any, iy: Any, wy: Any, ix: Any, wx: Any, out: Any) -> None:  # 
 # ---------------------------------------------------------------------------- the node
 
 
-def _str(v: Any, default: str) -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _applies(kn: KernelNode) -> str | None:
     info = kn.inputs[0]
     if info is None or info.elem_type is None or info.dtype is None:
         return "input type unknown at session creation"
-    mode = _str(kn.attr("mode"), "nearest")
-    coord = _str(kn.attr("coordinate_transformation_mode"), "half_pixel")
-    nearest = _str(kn.attr("nearest_mode"), "round_prefer_floor")
+    mode = attr_text(kn.attr("mode"), "nearest")
+    coord = attr_text(kn.attr("coordinate_transformation_mode"), "half_pixel")
+    nearest = attr_text(kn.attr("nearest_mode"), "round_prefer_floor")
     dt = info.dtype
     if mode not in ("nearest", "linear"):
         return f"Resize mode {mode!r} is not compiled by numba"
@@ -147,11 +142,11 @@ class _Resize:
 
     def __init__(self, kn: KernelNode, ctx: BuildContext) -> None:
         self.name = kn.name
-        self.linear = _str(kn.attr("mode"), "nearest") == "linear"
-        self.coord = _str(kn.attr("coordinate_transformation_mode"), "half_pixel")
-        self.nearest = _str(kn.attr("nearest_mode"), "round_prefer_floor")
+        self.linear = attr_text(kn.attr("mode"), "nearest") == "linear"
+        self.coord = attr_text(kn.attr("coordinate_transformation_mode"), "half_pixel")
+        self.nearest = attr_text(kn.attr("nearest_mode"), "round_prefer_floor")
         self.exclude = bool(kn.attr("exclude_outside", 0))
-        self.policy = _str(kn.attr("keep_aspect_ratio_policy"), "stretch")
+        self.policy = attr_text(kn.attr("keep_aspect_ratio_policy"), "stretch")
         axes = kn.attr("axes", None)
         self.axes = None if axes is None else [int(a) for a in axes]
         dt = self.dt = np.dtype(kn.inputs[0].dtype)

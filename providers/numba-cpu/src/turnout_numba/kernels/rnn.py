@@ -30,6 +30,7 @@ import numpy as np
 from numba import types
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.recurrent import (
     RECURRENT_ACTIVATIONS,
@@ -83,12 +84,8 @@ _OPS = RECURRENT_OPS
 Act = tuple[str, float, float]  # lower-case name, alpha, beta (0.0 where unused)
 
 
-def _decode(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _direction(kn: KernelNode) -> str:
-    return _decode(kn.attr("direction", "forward"))
+    return attr_text(kn.attr("direction", "forward"))
 
 
 def _activations(kn: KernelNode) -> list[list[Act]]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.resize import (
     extrapolation_fill,
@@ -67,12 +68,6 @@ __kernel void resize(long n, int rank, __global const long* m, __global {T}* out
 """
 
 
-def _s(v: Any, default: str) -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class _Tables:
     """Per-axis tap tables for one (shape, scales/sizes, roi), uploaded once and cached."""
 
@@ -82,7 +77,7 @@ class _Tables:
         self.cubic_a = float(kn.attr("cubic_coeff_a", -0.75))
         self.exclude_outside = bool(kn.attr("exclude_outside", 0))
         self.antialias = bool(kn.attr("antialias", 0))
-        self.policy = _s(kn.attr("keep_aspect_ratio_policy"), "stretch")
+        self.policy = attr_text(kn.attr("keep_aspect_ratio_policy"), "stretch")
         axes = kn.attr("axes")
         self.axes = None if axes is None else [int(a) for a in axes]
         self.cache: dict[Any, Any] = {}
@@ -217,20 +212,22 @@ def _supports(kn: KernelNode, rt: Runtime) -> str | None:
     x = kn.inputs[0]
     if x is not None and x.shape is not None and len(x.shape) > _MAX_RANK:
         return f"{kn.op_type}: the OpenCL kernel takes rank <= {_MAX_RANK}, not {len(x.shape)}"
-    mode = _s(kn.attr("mode"), "nearest")
+    mode = attr_text(kn.attr("mode"), "nearest")
     if kn.op_type == "Upsample" and mode == "bilinear":
         mode = "linear"
     coord, nearest = "asymmetric", "simple"  # Upsample's and Resize-10's
     if kn.since_version >= 11 and kn.op_type == "Resize":
-        coord = _s(kn.attr("coordinate_transformation_mode"), "half_pixel")
-        nearest = _s(kn.attr("nearest_mode"), "round_prefer_floor")
-    policy = _s(kn.attr("keep_aspect_ratio_policy"), "stretch")
+        coord = attr_text(kn.attr("coordinate_transformation_mode"), "half_pixel")
+        nearest = attr_text(kn.attr("nearest_mode"), "round_prefer_floor")
+    policy = attr_text(kn.attr("keep_aspect_ratio_policy"), "stretch")
     return resize_attr_error(mode, coord, nearest, policy)
 
 
 @ocl_kernel("Resize", 10, until=10, dtypes=NUM, supports=_supports, host_inputs=(1,))
 def resize10(kn: KernelNode, rt: Runtime) -> KernelFn:
-    apply = _build(kn, rt, _Tables(kn, _s(kn.attr("mode"), "nearest"), "asymmetric", "simple"))
+    apply = _build(
+        kn, rt, _Tables(kn, attr_text(kn.attr("mode"), "nearest"), "asymmetric", "simple")
+    )
     return lambda x, scales: apply(x, None, scales, None)
 
 
@@ -238,9 +235,9 @@ def resize10(kn: KernelNode, rt: Runtime) -> KernelFn:
 def resize(kn: KernelNode, rt: Runtime) -> KernelFn:
     tables = _Tables(
         kn,
-        _s(kn.attr("mode"), "nearest"),
-        _s(kn.attr("coordinate_transformation_mode"), "half_pixel"),
-        _s(kn.attr("nearest_mode"), "round_prefer_floor"),
+        attr_text(kn.attr("mode"), "nearest"),
+        attr_text(kn.attr("coordinate_transformation_mode"), "half_pixel"),
+        attr_text(kn.attr("nearest_mode"), "round_prefer_floor"),
     )
     apply = _build(kn, rt, tables)
 
@@ -252,7 +249,7 @@ def resize(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 @ocl_kernel("Upsample", 7, dtypes=NUM, supports=_supports, host_inputs=(1,))
 def upsample(kn: KernelNode, rt: Runtime) -> KernelFn:
-    mode = _s(kn.attr("mode"), "nearest")
+    mode = attr_text(kn.attr("mode"), "nearest")
     apply = _build(
         kn, rt, _Tables(kn, "linear" if mode == "bilinear" else mode, "asymmetric", "simple")
     )

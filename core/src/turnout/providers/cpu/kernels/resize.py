@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.providers.cpu.kernels.conv import compute_dtype
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
@@ -144,15 +145,9 @@ class _Resampler:
         return y
 
 
-def _str(v: Any, default: str) -> str:
-    if v is None:
-        return default
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 @cpu_kernel("Resize", since=10)
 def resize(node: KernelNode) -> KernelFn:
-    mode = _str(node.attr("mode"), "nearest")
+    mode = attr_text(node.attr("mode"), "nearest")
     if node.since_version < 11:
         rs = _Resampler(node, mode, "asymmetric", "simple")
 
@@ -160,8 +155,8 @@ def resize(node: KernelNode) -> KernelFn:
             return (rs(x, None, scales, None),)
 
         return run10
-    coord = _str(node.attr("coordinate_transformation_mode"), "half_pixel")
-    rs = _Resampler(node, mode, coord, _str(node.attr("nearest_mode"), "round_prefer_floor"))
+    coord = attr_text(node.attr("coordinate_transformation_mode"), "half_pixel")
+    rs = _Resampler(node, mode, coord, attr_text(node.attr("nearest_mode"), "round_prefer_floor"))
 
     def run(
         x: np.ndarray,
@@ -176,7 +171,7 @@ def resize(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("Upsample", since=7)
 def upsample(node: KernelNode) -> KernelFn:
-    mode = _str(node.attr("mode"), "nearest")
+    mode = attr_text(node.attr("mode"), "nearest")
     if mode == "bilinear":
         mode = "linear"
     rs = _Resampler(node, mode, "asymmetric", "simple")
