@@ -42,3 +42,28 @@ def test_split_raises_as_the_cpu_provider(
     gpu = kernel_error(lambda m: provider_session(m, emulated), node, inputs, opset)
     assert isinstance(cpu, InvalidArgument), repr(cpu)
     assert type(gpu) is type(cpu) and str(gpu) == str(cpu)
+
+
+def _i64(*v: int) -> np.ndarray:
+    return np.array(v, dtype=np.int64)
+
+
+X23 = np.zeros((2, 3), np.float32)
+SLICE_CASES = [
+    pytest.param([X23, _i64(0), _i64(1), _i64(0), _i64(0)], id="zero-step"),
+    pytest.param([X23, _i64(0), _i64(1), _i64(2)], id="axis-out-of-range"),
+    pytest.param([X23, _i64(0, 0), _i64(1, 1), _i64(1, -1)], id="repeated-axis"),
+    pytest.param([X23, _i64(0, 0), _i64(1)], id="lengths-differ"),
+]
+
+
+@pytest.mark.parametrize("inputs", SLICE_CASES)
+def test_slice_raises_as_the_cpu_provider(inputs: list[np.ndarray], emulated: str) -> None:
+    """Before: CuPy wrapped the axis (axis % ndim), let a repeated axis overwrite the first,
+    and zipped starts and ends of different lengths."""
+    names = ["x", "starts", "ends", "axes", "steps"][: len(inputs)]
+    node = h.make_node("Slice", names, ["y"], name="slice0")
+    cpu = kernel_error(cpu_session, node, inputs, 13)
+    gpu = kernel_error(lambda m: provider_session(m, emulated), node, inputs, 13)
+    assert isinstance(cpu, InvalidArgument), repr(cpu)
+    assert type(gpu) is type(cpu) and str(gpu) == str(cpu)

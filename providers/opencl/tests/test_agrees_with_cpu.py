@@ -147,3 +147,20 @@ def test_split_refuses_as_the_cpu_provider(ins, n_out, attrs, inputs, opset):
     cpu = kernel_error(cpu_session, node, inputs, opset)
     ocl = kernel_error(lambda m: provider_session(m, EP), node, inputs, opset)
     assert type(ocl) is type(cpu) and str(ocl) == str(cpu)
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        [X, np.array([0]), np.array([1]), np.array([0]), np.array([0])],  # a zero step
+        [X, np.array([0]), np.array([1]), np.array([4])],  # axis out of range
+        [X, np.array([0, 0]), np.array([1, 1]), np.array([2, -2])],  # a repeated axis
+        [X, np.array([0, 0]), np.array([1])],  # lengths differ
+    ],
+)
+def test_slice_refuses_as_the_cpu_provider(inputs):
+    """Before: OpenCL let a repeated axis overwrite the first and zipped unequal lengths."""
+    node = h.make_node("Slice", ["x", "starts", "ends", "axes", "steps"][: len(inputs)], ["y"])
+    cpu = kernel_error(cpu_session, node, inputs, 13)
+    ocl = kernel_error(lambda m: provider_session(m, EP), node, inputs, 13)
+    assert type(ocl) is type(cpu) and str(ocl) == str(cpu)

@@ -1,4 +1,5 @@
-"""Axis normalisation and the shape ops' plans (Split's chunk sizes), once for every provider.
+"""Axis normalisation and the shape ops' plans (Split's chunk sizes, Slice's index), once for
+every provider.
 
 A provider that copies these rules drifts: before this module the CPU provider checked Split's
 negative sizes, `num_outputs` and the even split, OpenCL checked neither of the first two, and
@@ -16,7 +17,7 @@ import numpy as np
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelNode
 
-__all__ = ["norm_axes", "norm_axis", "split_request", "split_sizes"]
+__all__ = ["norm_axes", "norm_axis", "slice_index", "split_request", "split_sizes"]
 
 
 def _bad(node: KernelNode, msg: str) -> InvalidArgument:
@@ -80,3 +81,41 @@ def split_sizes(
     if dim % n_out:
         raise _bad(node, f"cannot split a dim of {dim} evenly into {n_out} outputs")
     return [dim // n_out] * n_out
+
+
+def slice_index(
+    node: KernelNode,
+    shape: tuple[int, ...],
+    starts: list[int],
+    ends: list[int],
+    axes: list[int] | None,
+    steps: list[int] | None,
+) -> tuple[slice, ...]:
+    """ONNX Slice's parameters as one Python slice per axis of `shape`: negative starts and
+    ends wrap once, then clamp per the step's sign; lengths that differ, a zero step, an axis
+    out of range or repeated are InvalidArgument."""
+    n = len(starts)
+    if (
+        len(ends) != n
+        or (axes is not None and len(axes) != n)
+        or (steps is not None and len(steps) != n)
+    ):
+        raise _bad(node, "starts, ends, axes and steps must have the same length")
+    ax = norm_axes(node, axes if axes is not None else range(n), len(shape))
+    idx = [slice(None)] * len(shape)
+    for i, a in enumerate(ax):
+        dim = shape[a]
+        step = 1 if steps is None else steps[i]
+        if step == 0:
+            raise _bad(node, "slice step is zero")
+        s, e = starts[i], ends[i]
+        if s < 0:
+            s += dim
+        if e < 0:
+            e += dim
+        if step > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+        idx[a] = slice(s, e if e >= 0 else None, step)
+    return tuple(idx)

@@ -163,15 +163,11 @@ cuda_kernel("Split", 13, host_inputs=(1,))(_split("input"))
 @cuda_kernel("Slice", 10, host_inputs=(1, 2, 3, 4))
 def slice_(kn: KernelNode, be: Backend) -> KernelFn:
     def run(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
-        s, e = _ints(starts), _ints(ends)
-        ax = _ints(axes) if axes is not None else list(range(len(s)))
-        st = _ints(steps) if steps is not None else [1] * len(s)
-        index = [slice(None)] * x.ndim
-        for a, b, c, d in zip(ax, s, e, st):
-            if d == 0:
-                raise InvalidArgument(f"Slice node {kn.name!r}: a step of 0")
-            index[a % x.ndim] = slice(*slice(b, c, d).indices(x.shape[a % x.ndim]))
-        return (be.xp.ascontiguousarray(x[tuple(index)]),)
+        ax = _ints(axes) if axes is not None else None
+        st = _ints(steps) if steps is not None else None
+        shape = tuple(x.shape)
+        index = shape_sem.slice_index(kn, shape, _ints(starts), _ints(ends), ax, st)
+        return (be.xp.ascontiguousarray(x[index]),)
 
     return run
 

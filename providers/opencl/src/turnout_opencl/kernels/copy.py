@@ -190,26 +190,19 @@ def split_input(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 # ---------------------------------------------------------------------------- Slice
 def _slice_params(
+    kn: KernelNode,
     shape: tuple[int, ...],
     starts: list[int],
     ends: list[int],
     axes: list[int] | None,
     steps: list[int] | None,
-    name: str,
 ) -> tuple[list[int], list[int], list[int]]:
-    r = len(shape)
-    axes = list(range(len(starts))) if axes is None else [norm_axis(a, r) for a in axes]
-    steps = [1] * len(starts) if steps is None else steps
-    begin = [0] * r
-    size = list(shape)
-    step = [1] * r
-    for a, s, e, k in zip(axes, starts, ends, steps):
-        if k == 0:
-            raise InvalidArgument(f"{name}: slice step must not be 0")
-        sl = slice(s, e, k).indices(shape[a])
-        rng = range(*sl)
-        begin[a], size[a], step[a] = (rng.start, len(rng), k)
-    return begin, size, step
+    """Per axis: the first index, the element count and the step (`shape.slice_index`)."""
+    ranges = [
+        range(*sl.indices(d))
+        for sl, d in zip(shape_sem.slice_index(kn, shape, starts, ends, axes, steps), shape)
+    ]
+    return [r.start for r in ranges], [len(r) for r in ranges], [r.step for r in ranges]
 
 
 def _slice(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
@@ -227,7 +220,7 @@ def _slice(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
             st_, en_ = host_ints(starts), host_ints(ends)
             ax_ = host_ints(axes) if axes is not None else None
             sp_ = host_ints(steps) if steps is not None else None
-        begin, size, step = _slice_params(shape, st_, en_, ax_, sp_, kn.name)
+        begin, size, step = _slice_params(kn, shape, st_, en_, ax_, sp_)
         xs = c_strides(shape)
         out = rt.empty(tuple(size), x.dtype)
         soff = sum(b * s for b, s in zip(begin, xs))

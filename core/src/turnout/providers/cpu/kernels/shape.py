@@ -28,7 +28,13 @@ from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.indexing import reverse_sequence_axes
 from turnout.sdk.semantics.literal import constant_attr_value
 from turnout.sdk.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
-from turnout.sdk.semantics.shape import norm_axes, norm_axis, split_request, split_sizes
+from turnout.sdk.semantics.shape import (
+    norm_axes,
+    norm_axis,
+    slice_index,
+    split_request,
+    split_sizes,
+)
 
 __all__: list[str] = []
 
@@ -351,42 +357,6 @@ def split(node: KernelNode) -> KernelFn:
     return run
 
 
-def _slice_index(
-    node: KernelNode,
-    shape: tuple[int, ...],
-    starts: list[int],
-    ends: list[int],
-    axes: list[int] | None,
-    steps: list[int] | None,
-) -> tuple[slice, ...]:
-    """ONNX Slice semantics (negative wrap, clamping per step sign) as Python slices."""
-    n = len(starts)
-    if (
-        len(ends) != n
-        or (axes is not None and len(axes) != n)
-        or (steps is not None and len(steps) != n)
-    ):
-        raise _bad(node, "starts, ends, axes and steps must have the same length")
-    ax = norm_axes(node, axes if axes is not None else range(n), len(shape))
-    idx = [slice(None)] * len(shape)
-    for i, a in enumerate(ax):
-        dim = shape[a]
-        step = 1 if steps is None else steps[i]
-        if step == 0:
-            raise _bad(node, "slice step is zero")
-        s, e = starts[i], ends[i]
-        if s < 0:
-            s += dim
-        if e < 0:
-            e += dim
-        if step > 0:
-            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
-        else:
-            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
-        idx[a] = slice(s, e if e >= 0 else None, step)
-    return tuple(idx)
-
-
 @cpu_kernel("Slice", since=1)
 def slice_(node: KernelNode) -> KernelFn:
     memo: tuple[Any, Any, Any] = (None, None, None)  # (input shape, parameter values, index)
@@ -397,7 +367,7 @@ def slice_(node: KernelNode) -> KernelFn:
             nonlocal memo
             seen_x, _, idx = memo
             if x.shape != seen_x:
-                idx = _slice_index(node, x.shape, st, en, ax, None)
+                idx = slice_index(node, x.shape, st, en, ax, None)
                 memo = (x.shape, None, idx)
             return (x[idx],)
 
@@ -419,7 +389,7 @@ def slice_(node: KernelNode) -> KernelFn:
         )
         seen_x, seen, idx = memo
         if x.shape != seen_x or want != seen:
-            idx = _slice_index(
+            idx = slice_index(
                 node,
                 x.shape,
                 ints(starts),
