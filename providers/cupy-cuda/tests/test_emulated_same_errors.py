@@ -67,3 +67,20 @@ def test_slice_raises_as_the_cpu_provider(inputs: list[np.ndarray], emulated: st
     gpu = kernel_error(lambda m: provider_session(m, emulated), node, inputs, 13)
     assert isinstance(cpu, InvalidArgument), repr(cpu)
     assert type(gpu) is type(cpu) and str(gpu) == str(cpu)
+
+
+@pytest.mark.parametrize(
+    ("op", "x"),
+    [
+        ("DepthToSpace", np.zeros((1, 6, 2, 2), np.float32)),  # C not divisible by 4
+        ("SpaceToDepth", np.zeros((1, 1, 3, 2), np.float32)),  # H not divisible by 2
+        ("DepthToSpace", np.zeros((4, 2, 2), np.float32)),  # not NCHW
+    ],
+)
+def test_depth_space_raise_as_the_cpu_provider(op: str, x: np.ndarray, emulated: str) -> None:
+    """Before: CuPy reshaped without a check, so the error was numpy's ValueError, or none."""
+    node = h.make_node(op, ["x"], ["y"], name="d2s0", blocksize=2)
+    cpu = kernel_error(cpu_session, node, [x], 13)
+    gpu = kernel_error(lambda m: provider_session(m, emulated), node, [x], 13)
+    assert isinstance(cpu, InvalidArgument), repr(cpu)
+    assert type(gpu) is type(cpu) and str(gpu) == str(cpu)

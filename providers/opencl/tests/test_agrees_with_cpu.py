@@ -164,3 +164,19 @@ def test_slice_refuses_as_the_cpu_provider(inputs):
     cpu = kernel_error(cpu_session, node, inputs, 13)
     ocl = kernel_error(lambda m: provider_session(m, EP), node, inputs, 13)
     assert type(ocl) is type(cpu) and str(ocl) == str(cpu)
+
+
+@pytest.mark.parametrize(
+    "op,x",
+    [
+        ("DepthToSpace", np.zeros((1, 6, 2, 2), np.float32)),  # C not divisible by 4
+        ("SpaceToDepth", np.zeros((1, 1, 3, 2), np.float32)),  # H not divisible by 2
+        ("DepthToSpace", np.zeros((4, 2, 2), np.float32)),  # not NCHW
+    ],
+)
+def test_depth_space_refuse_as_the_cpu_provider(op, x):
+    """Before: a tensor that is not 4-d failed OpenCL's unpacking with a ValueError."""
+    node = h.make_node(op, ["x"], ["y"], blocksize=2)
+    cpu = kernel_error(cpu_session, node, [x], 13)
+    ocl = kernel_error(lambda m: provider_session(m, EP), node, [x], 13)
+    assert type(ocl) is type(cpu) and str(ocl) == str(cpu)

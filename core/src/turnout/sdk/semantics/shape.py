@@ -10,14 +10,24 @@ node raises the same `InvalidArgument` whichever provider runs it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import attr_text
 from turnout.sdk.provider import KernelNode
 
-__all__ = ["norm_axes", "norm_axis", "slice_index", "split_request", "split_sizes"]
+__all__ = [
+    "BlockPlan",
+    "depth_to_space_plan",
+    "norm_axes",
+    "norm_axis",
+    "slice_index",
+    "space_to_depth_plan",
+    "split_request",
+    "split_sizes",
+]
 
 
 def _bad(node: KernelNode, msg: str) -> InvalidArgument:
@@ -119,3 +129,38 @@ def slice_index(
             s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
         idx[a] = slice(s, e if e >= 0 else None, step)
     return tuple(idx)
+
+
+class BlockPlan(NamedTuple):
+    """DepthToSpace or SpaceToDepth as view, transpose, view: the input viewed as `split`
+    (6-d), its axes permuted by `perm`, the result viewed as `out`."""
+
+    split: tuple[int, ...]
+    perm: tuple[int, ...]
+    out: tuple[int, ...]
+
+
+def depth_to_space_plan(node: KernelNode, shape: Sequence[int]) -> BlockPlan:
+    """DepthToSpace of an NCHW `shape` in the node's mode (DCR or CRD)."""
+    bs = int(node.attr("blocksize"))
+    if len(shape) != 4 or shape[1] % (bs * bs):
+        raise _bad(node, f"input shape {tuple(shape)} is not NCHW with C divisible by {bs * bs}")
+    b, c, h, w = (int(d) for d in shape)
+    cc = c // (bs * bs)
+    out = (b, cc, h * bs, w * bs)
+    if attr_text(node.attr("mode"), "DCR") == "DCR":
+        return BlockPlan((b, bs, bs, cc, h, w), (0, 3, 4, 1, 5, 2), out)
+    return BlockPlan((b, cc, bs, bs, h, w), (0, 1, 4, 2, 5, 3), out)
+
+
+def space_to_depth_plan(node: KernelNode, shape: Sequence[int]) -> BlockPlan:
+    """SpaceToDepth of an NCHW `shape` in the node's mode (DCR, or CRD where the opset has
+    the attribute)."""
+    bs = int(node.attr("blocksize"))
+    if len(shape) != 4 or shape[2] % bs or shape[3] % bs:
+        raise _bad(node, f"input shape {tuple(shape)} is not NCHW with H, W divisible by {bs}")
+    b, c, h, w = (int(d) for d in shape)
+    split = (b, c, h // bs, bs, w // bs, bs)
+    crd = attr_text(node.attr("mode"), "DCR") == "CRD"
+    perm = (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)
+    return BlockPlan(split, perm, (b, c * bs * bs, h // bs, w // bs))

@@ -272,21 +272,13 @@ def eye_like(kn: KernelNode, be: Backend) -> KernelFn:
 
 
 def _depth_space(to_space: bool) -> Any:
-    def build(kn: KernelNode, be: Backend) -> KernelFn:
-        b = int(kn.attr("blocksize"))
-        crd = kn.attr("mode", "DCR") == "CRD"
+    plan = shape_sem.depth_to_space_plan if to_space else shape_sem.space_to_depth_plan
 
+    def build(kn: KernelNode, be: Backend) -> KernelFn:
         def run(x: Any) -> tuple[Any]:
-            n, c, h, w = x.shape
-            if to_space:
-                if crd:
-                    y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
-                else:
-                    y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
-                return (be.xp.ascontiguousarray(y).reshape(n, c // (b * b), h * b, w * b),)
-            y = x.reshape(n, c, h // b, b, w // b, b)
-            y = y.transpose(0, 1, 3, 5, 2, 4) if crd else y.transpose(0, 3, 5, 1, 2, 4)
-            return (be.xp.ascontiguousarray(y).reshape(n, c * b * b, h // b, w // b),)
+            p = plan(kn, tuple(x.shape))
+            y = x.reshape(p.split).transpose(p.perm)
+            return (be.xp.ascontiguousarray(y).reshape(p.out),)
 
         return run
 

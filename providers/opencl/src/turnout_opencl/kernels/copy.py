@@ -295,44 +295,24 @@ def tile(kn: KernelNode, rt: Runtime) -> KernelFn:
 # ---------------------------------------------------------------------------- DepthToSpace
 @ocl_kernel("DepthToSpace", 1, dtypes=ALL, half="bits")
 def depth_to_space(kn: KernelNode, rt: Runtime) -> KernelFn:
-    cp = copier(rt, _dt(kn))
-    b = int(kn.attr("blocksize"))
-    crd = kn.attr("mode", "DCR") == "CRD"
-
-    def run(x: Any) -> tuple[Any]:
-        n, c, h, w = x.shape
-        if c % (b * b):
-            raise InvalidArgument(f"{kn.name}: channels {c} not divisible by blocksize^2")
-        oc = c // (b * b)
-        if crd:
-            tmp_shape, perm = (n, oc, b, b, h, w), (0, 1, 4, 2, 5, 3)
-        else:
-            tmp_shape, perm = (n, b, b, oc, h, w), (0, 3, 4, 1, 5, 2)
-        st = c_strides(tmp_shape)
-        shape = tuple(tmp_shape[p] for p in perm)
-        out = rt.empty((n, oc, h * b, w * b), x.dtype)
-        cp(out, 0, c_strides(shape), x, 0, tuple(st[p] for p in perm), shape)
-        return (out,)
-
-    return run
+    return _block_copy(kn, rt, shape_sem.depth_to_space_plan)
 
 
 @ocl_kernel("SpaceToDepth", 1, dtypes=ALL, half="bits")
 def space_to_depth(kn: KernelNode, rt: Runtime) -> KernelFn:
+    return _block_copy(kn, rt, shape_sem.space_to_depth_plan)
+
+
+def _block_copy(kn: KernelNode, rt: Runtime, plan: Any) -> KernelFn:
+    """One strided copy of the permuted view the plan describes (`shape.BlockPlan`)."""
     cp = copier(rt, _dt(kn))
-    b = int(kn.attr("blocksize"))
-    crd = kn.attr("mode", "DCR") == "CRD"
 
     def run(x: Any) -> tuple[Any]:
-        n, c, h, w = x.shape
-        if h % b or w % b:
-            raise InvalidArgument(f"{kn.name}: spatial dims not divisible by blocksize")
-        tmp_shape = (n, c, h // b, b, w // b, b)
-        perm = (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)
-        st = c_strides(tmp_shape)
-        shape = tuple(tmp_shape[p] for p in perm)
-        out = rt.empty((n, c * b * b, h // b, w // b), x.dtype)
-        cp(out, 0, c_strides(shape), x, 0, tuple(st[p] for p in perm), shape)
+        p = plan(kn, tuple(x.shape))
+        st = c_strides(p.split)
+        shape = tuple(p.split[i] for i in p.perm)
+        out = rt.empty(p.out, x.dtype)
+        cp(out, 0, c_strides(shape), x, 0, tuple(st[i] for i in p.perm), shape)
         return (out,)
 
     return run

@@ -29,9 +29,11 @@ from turnout.sdk.semantics.indexing import reverse_sequence_axes
 from turnout.sdk.semantics.literal import constant_attr_value
 from turnout.sdk.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
 from turnout.sdk.semantics.shape import (
+    depth_to_space_plan,
     norm_axes,
     norm_axis,
     slice_index,
+    space_to_depth_plan,
     split_request,
     split_sizes,
 )
@@ -666,35 +668,18 @@ def reverse_sequence(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("DepthToSpace", since=1)
 def depth_to_space(node: KernelNode) -> KernelFn:
-    bs = node.attr("blocksize")
-    mode = node.attr("mode", "DCR")
-
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        if x.ndim != 4 or x.shape[1] % (bs * bs):
-            raise _bad(node, f"input shape {x.shape} is not NCHW with C divisible by {bs * bs}")
-        b, c, h, w = x.shape
-        cc = c // (bs * bs)
-        if mode == "DCR":
-            y = x.reshape(b, bs, bs, cc, h, w).transpose(0, 3, 4, 1, 5, 2)
-        else:
-            y = x.reshape(b, cc, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
-        return (y.reshape(b, cc, h * bs, w * bs),)
+        p = depth_to_space_plan(node, x.shape)
+        return (x.reshape(p.split).transpose(p.perm).reshape(p.out),)
 
     return run
 
 
 @cpu_kernel("SpaceToDepth", since=1)
 def space_to_depth(node: KernelNode) -> KernelFn:
-    bs = node.attr("blocksize")
-    # DCR: channel = (by * bs + bx) * C + c; CRD (opset 28): channel = c * bs * bs + by * bs + bx
-    perm = (0, 3, 5, 1, 2, 4) if node.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
-
     def run(x: np.ndarray) -> tuple[np.ndarray]:
-        if x.ndim != 4 or x.shape[2] % bs or x.shape[3] % bs:
-            raise _bad(node, f"input shape {x.shape} is not NCHW with H, W divisible by {bs}")
-        b, c, h, w = x.shape
-        y = x.reshape(b, c, h // bs, bs, w // bs, bs).transpose(perm)
-        return (y.reshape(b, c * bs * bs, h // bs, w // bs),)
+        p = space_to_depth_plan(node, x.shape)
+        return (x.reshape(p.split).transpose(p.perm).reshape(p.out),)
 
     return run
 
