@@ -84,3 +84,23 @@ def test_depth_space_raise_as_the_cpu_provider(op: str, x: np.ndarray, emulated:
     gpu = kernel_error(lambda m: provider_session(m, emulated), node, [x], 13)
     assert isinstance(cpu, InvalidArgument), repr(cpu)
     assert type(gpu) is type(cpu) and str(gpu) == str(cpu)
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs"),
+    [
+        ("TopK", [np.zeros((2, 3), np.float32), _i64(1)], {"axis": 2}),
+        ("ArgMax", [np.zeros((2, 3), np.float32)], {"axis": -3}),
+        ("GatherElements", [np.zeros((2, 3), np.float32), np.zeros((2, 3), np.int64)], {"axis": 2}),
+    ],
+)
+def test_axis_out_of_range_raises_as_the_cpu_provider(
+    op: str, inputs: list[np.ndarray], attrs: dict[str, Any], emulated: str
+) -> None:
+    names = ["x", "k"][: len(inputs)] if op == "TopK" else ["x", "i"][: len(inputs)]
+    outs = ["y", "idx"] if op == "TopK" else ["y"]
+    node = h.make_node(op, names, outs, name="ax0", **attrs)
+    cpu = kernel_error(cpu_session, node, inputs, 13)
+    gpu = kernel_error(lambda m: provider_session(m, emulated), node, inputs, 13)
+    assert isinstance(cpu, InvalidArgument), repr(cpu)
+    assert type(gpu) is type(cpu), (cpu, gpu)

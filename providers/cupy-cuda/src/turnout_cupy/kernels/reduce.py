@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only
@@ -97,7 +98,7 @@ def _arg(pick: str) -> Any:
         f = getattr(xp, pick)
 
         def run(x: Any) -> tuple[Any]:
-            ax = axis % x.ndim
+            ax = shape_sem.norm_axis(kn, axis, x.ndim)
             if last:
                 n = x.shape[ax]
                 y = (n - 1) - f(xp.flip(x, axis=ax), axis=ax)

@@ -18,6 +18,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..backend import Backend
 from .registry import cuda_kernel
@@ -25,12 +26,7 @@ from .registry import cuda_kernel
 __all__: list[str] = []
 
 
-def _axis(kn: KernelNode, axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise InvalidArgument(
-            f"{kn.op_type} node {kn.name!r}: axis {axis} is out of range for rank {rank}"
-        )
-    return axis % rank
+_axis = shape_sem.norm_axis  # the CPU provider's check and message
 
 
 def _topk(k_attr: bool) -> Any:

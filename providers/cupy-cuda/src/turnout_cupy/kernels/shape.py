@@ -235,7 +235,7 @@ def _indexed(take: str) -> Any:
         f = getattr(be.xp, take)
 
         def run(x: Any, idx: Any) -> tuple[Any]:
-            ax = axis % x.ndim
+            ax = shape_sem.norm_axis(kn, axis, x.ndim)
             i = checked_indices(be, kn, idx.astype(np.int64), x.shape[ax], ax)
             return (f(x, i, axis=ax),)
 

@@ -12,6 +12,7 @@ import numpy as np
 from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__: list[str] = []
 
@@ -84,9 +85,7 @@ def split_to_sequence(node: KernelNode) -> KernelFn:
     keepdims = bool(node.attr("keepdims", 1))
 
     def run(x: np.ndarray, split: np.ndarray | None = None) -> tuple[list[np.ndarray]]:
-        if not -x.ndim <= axis < x.ndim:
-            raise _bad(node, f"axis {axis} is out of range for rank {x.ndim}")
-        a = axis % x.ndim
+        a = norm_axis(node, axis, x.ndim)
         dim = x.shape[a]
         if split is None:
             parts = np.split(x, dim, axis=a) if dim else []
@@ -116,10 +115,9 @@ def concat_from_sequence(node: KernelNode) -> KernelFn:
         if not seq:
             raise _bad(node, "cannot concatenate an empty sequence")
         rank = seq[0].ndim + (1 if new_axis else 0)
-        if not -rank <= axis < rank:
-            raise _bad(node, f"axis {axis} is out of range for rank {rank}")
+        a = norm_axis(node, axis, rank)
         try:
-            return ((np.stack if new_axis else np.concatenate)(seq, axis=axis),)
+            return ((np.stack if new_axis else np.concatenate)(seq, axis=a),)
         except ValueError as e:
             raise _bad(node, f"sequence elements do not fit together: {e}") from None
 
