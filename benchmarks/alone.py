@@ -32,10 +32,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.startup import geomean, model_files
+from benchmarks.startup import geomean, model_files, run_child
 
 RUNTIMES = ("onnxruntime", "turnout")
-TIMEOUT_S = 900
 WARMUP_RUNS = 5
 
 _CHILD = r"""
@@ -87,18 +86,7 @@ def busy_neighbour(on: bool) -> Iterator[None]:
 
 
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=TIMEOUT_S,
-    )
-    if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_child(_CHILD, spec, dict(os.environ))
 
 
 def measure(

@@ -162,11 +162,13 @@ print(json.dumps({"import": t_import, "session": t_session, "first": t_first,
 """
 
 
-def _child(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+def run_child(source: str, spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """Run `source` in a fresh interpreter with `spec` as its JSON argument and this repository
+    on its path; its last stdout line, as JSON, or {"error": its last stderr line}."""
     root = str(Path(__file__).resolve().parent.parent)
     env = {**env, "PYTHONPATH": os.pathsep.join([root, env.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(spec)],
+        [sys.executable, "-c", source, json.dumps(spec)],
         capture_output=True,
         text=True,
         env=env,
@@ -176,6 +178,10 @@ def _child(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": tail}
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _child(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    return run_child(_CHILD, spec, env)
 
 
 MODES = ("onnxruntime", "turnout_warm", "turnout_empty")
