@@ -21,7 +21,6 @@ Models: the zoo's and the real models of installed applications (`startup.REAL_M
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -32,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from benchmarks.startup import geomean, model_files, run_child
+from benchmarks.startup import emit, geomean, model_files, run_child
 
 RUNTIMES = ("onnxruntime", "turnout")
 WARMUP_RUNS = 5
@@ -181,10 +180,5 @@ def main(argv: list[str]) -> int:
             for threads in settings:
                 results[name][threads] = measure(name, path, feeds, threads, args)
                 print(f"  {name} {_label(threads)} done", file=sys.stderr, flush=True)
-    table = markdown(results, args.busy)
-    print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    emit(markdown(results, args.busy), results, args.markdown, args.json)
     return 0

@@ -295,6 +295,17 @@ def model_files(models: str | None, tmp: Path) -> list[tuple[str, Path, str]]:
     return out
 
 
+def emit(
+    table: str, results: dict[str, Any], markdown_path: str | None, json_path: str | None
+) -> None:
+    """Print the table; write it and every sample where the options ask."""
+    print(table)
+    if markdown_path:
+        Path(markdown_path).write_text(table + "\n")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1))
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks startup", description=__doc__)
     p.add_argument("--models", help="comma-separated zoo or real model names (default: all)")
@@ -311,10 +322,5 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="turnout-startup-models-") as tmp:
         for name, path, feeds in model_files(args.models, Path(tmp)):
             results[name] = measure(name, path, feeds, args.threads, max(1, args.rounds), say)
-    table = markdown(results)
-    print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    emit(markdown(results), results, args.markdown, args.json)
     return 0

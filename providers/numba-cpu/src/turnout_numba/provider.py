@@ -169,7 +169,7 @@ class NumbaExecutionProvider(ExecutionProvider):
             if saved != self.threads:  # restored in on_run_end; unchanged: nothing to restore
                 numba.set_num_threads(self.threads)
                 st.saved = saved
-        st.blas = self._blas.enter() if self._blas is not None else None
+        st.blas = self._blas.enter()
 
     def on_run_end(self) -> None:
         st = self._run_state

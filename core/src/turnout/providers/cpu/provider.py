@@ -43,7 +43,7 @@ class CPUExecutionProvider(ExecutionProvider):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
         self.kernels = CPU_KERNELS
-        self._blas: BlasThreads | None = None
+        self._blas: BlasThreads  # set by set_dynamic_option below, at the session's count
         self.set_dynamic_option("intra_op_num_threads", self.options.get("intra_op_num_threads", 0))
         self._run_state = threading.local()
 
@@ -58,8 +58,7 @@ class CPUExecutionProvider(ExecutionProvider):
         self._blas = BlasThreads(threads if threads > 0 else default_thread_count())
 
     def on_run_start(self) -> None:
-        if self._blas is not None:
-            self._run_state.blas = self._blas.enter()
+        self._run_state.blas = self._blas.enter()
 
     def on_run_end(self) -> None:
         changed = getattr(self._run_state, "blas", None)
