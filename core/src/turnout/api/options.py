@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from turnout.engine.options import EngineOptions
+from turnout.engine.placement import BUDGET_KEY, PLACEMENT_KEY, budget_seconds, policy_name
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.limits import LIMIT_KEYS, ResourceLimits, positive_int
 from turnout.graph.model import SuppliedData
@@ -115,12 +116,27 @@ class SessionOptions:
         self._fallback = value
         self._config.pop("session.fallback", None)
 
+    @property
+    def placement(self) -> str:
+        """How nodes go to providers: "priority" (the default: the first provider that claims
+        a node runs it) or "measured" (where the plan's measured time, copies included, is
+        lowest); the session config entry `session.turnout.placement`."""
+        return policy_name(self._config)
+
+    @placement.setter
+    def placement(self, value: str) -> None:
+        self.add_session_config_entry(PLACEMENT_KEY, value)
+
     def add_session_config_entry(self, key: str, value: str) -> None:
         key, value = _config_entry(key, value)
         if key == "session.fallback" and value not in FALLBACK_POLICIES:
             raise InvalidArgument(f"session.fallback must be one of {FALLBACK_POLICIES}")
         if key in LIMIT_KEYS:
             positive_int(key, value)
+        if key == PLACEMENT_KEY:
+            policy_name({key: value})
+        if key == BUDGET_KEY:
+            budget_seconds({key: value})
         self._config[key] = value
 
     def get_session_config_entry(self, key: str) -> str:

@@ -7,7 +7,7 @@ claims (single nodes or fused groups) and declines with reasons. The CPU provide
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,50 +53,91 @@ class GraphPartition:
     claims: list[tuple[ExecutionProvider, Capability]]
     assignments: dict[str, Assignment]
     declines: dict[str, list[Decline]]
+    placement: dict[str, Any] | None = None
+    """How measured placement chose (`turnout.engine.placement`): per node its candidates,
+    their times, the copies and the reason; None under the priority rule."""
 
 
-def partition_graph(graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
-    """Assign every node of `graph` (not its subgraphs) to a provider, or raise naming the node."""
+def partition_graph(
+    graph: Graph,
+    providers: Sequence[ExecutionProvider],
+    chosen: Mapping[str, str] | None = None,
+) -> GraphPartition:
+    """Assign every node of `graph` (not its subgraphs) to a provider, or raise naming the node.
+
+    `chosen` (node -> provider name, from a placement policy) hides from each provider the
+    nodes chosen for another, so each claims (and fuses) only its own; a node its chosen
+    provider then declines goes by priority in a second round."""
     assigned: dict[str, str] = {}
     claims: list[tuple[ExecutionProvider, Capability]] = []
     assignments: dict[str, Assignment] = {}
     declines: dict[str, list[Decline]] = {}
     nodes = {n.name: n for n in graph.nodes}
-    for provider in providers:
-        view = GraphView(graph, assigned)
-        got, declined = provider.get_capability(view)
-        declines[provider.name] = list(declined)
-        for cap in got:
-            taken = [n for n in cap.nodes if n in assigned or n not in nodes]
-            if taken:
-                raise InvalidGraph(
-                    f"{provider.name} claimed node(s) {taken} that are unknown or already assigned"
-                )
-            group = cap.name or (f"{provider.name}_fused_{len(claims)}" if cap.fused else None)
-            source = "fused" if cap.fused else cap.source
-            for n in cap.nodes:
-                assigned[n] = provider.name
-                node = nodes[n]
-                assignments[n] = Assignment(
-                    n, node.op_type, provider.name, source, group, node.name_in_model
-                )
-            claims.append((provider, cap))
+    rounds = [chosen, None] if chosen else [None]
+    for mask in rounds:
+        for provider in providers:
+            if mask is None and len(assigned) == len(nodes):
+                break
+            _claim(graph, provider, assigned, mask, claims, assignments, declines)
     missing = [node for node in graph.nodes if node.name not in assigned]
     if missing:
-        lines = []
-        for node in missing[:10]:
-            why = "; ".join(
-                f"{p}: {d.reason}" for p, ds in declines.items() for d in ds if d.node == node.name
-            )
-            kind = f"{node.domain or 'ai.onnx'}::{node.op_type}"
-            lines.append(f"  {node.name} ({kind}): {why or 'no claim'}")
-        more = f"\n  ... and {len(missing) - 10} more" if len(missing) > 10 else ""
-        raise errors.NotImplemented(
-            f"graph {graph.name!r}: no provider can run {len(missing)} node(s):\n"
-            + "\n".join(lines)
-            + more
-        )
+        _refuse(graph, missing, declines)
     return GraphPartition(graph, claims, assignments, declines)
+
+
+def _claim(
+    graph: Graph,
+    provider: ExecutionProvider,
+    assigned: dict[str, str],
+    mask: Mapping[str, str] | None,
+    claims: list[tuple[ExecutionProvider, Capability]],
+    assignments: dict[str, Assignment],
+    declines: dict[str, list[Decline]],
+) -> None:
+    """One provider's turn: it sees the nodes nobody claimed (and, with `mask`, only those
+    chosen for it) and claims some of them."""
+    nodes = {n.name: n for n in graph.nodes}
+    hidden = assigned
+    if mask is not None:
+        hidden = {**{n: p for n, p in mask.items() if p != provider.name}, **assigned}
+    got, declined = provider.get_capability(GraphView(graph, hidden))
+    kept = declines.setdefault(provider.name, [])
+    seen = set(kept)  # a second round (after `chosen`) repeats the first round's declines
+    kept.extend(d for d in declined if d not in seen)
+    for cap in got:
+        if mask is not None and any(n in hidden and n not in assigned for n in cap.nodes):
+            continue  # a claim over nodes chosen for another provider: not this provider's
+        taken = [n for n in cap.nodes if n in assigned or n not in nodes]
+        if taken:
+            raise InvalidGraph(
+                f"{provider.name} claimed node(s) {taken} that are unknown or already assigned"
+            )
+        group = cap.name or (f"{provider.name}_fused_{len(claims)}" if cap.fused else None)
+        source = "fused" if cap.fused else cap.source
+        for n in cap.nodes:
+            assigned[n] = provider.name
+            node = nodes[n]
+            assignments[n] = Assignment(
+                n, node.op_type, provider.name, source, group, node.name_in_model
+            )
+        claims.append((provider, cap))
+
+
+def _refuse(graph: Graph, missing: list[Any], declines: dict[str, list[Decline]]) -> None:
+    """Raise `NotImplemented` naming the nodes no provider claimed, with the declines."""
+    lines = []
+    for node in missing[:10]:
+        why = "; ".join(
+            f"{p}: {d.reason}" for p, ds in declines.items() for d in ds if d.node == node.name
+        )
+        kind = f"{node.domain or 'ai.onnx'}::{node.op_type}"
+        lines.append(f"  {node.name} ({kind}): {why or 'no claim'}")
+    more = f"\n  ... and {len(missing) - 10} more" if len(missing) > 10 else ""
+    raise errors.NotImplemented(
+        f"graph {graph.name!r}: no provider can run {len(missing)} node(s):\n"
+        + "\n".join(lines)
+        + more
+    )
 
 
 @dataclass
@@ -119,6 +160,9 @@ class PartitionReport:
     tier: TierState | None = None
     """Which kernels the session runs on (numpy, or the host providers' compiled ones) and
     since which run; None where there is one tier only (no host provider serves the CPU)."""
+    placement: dict[str, Any] | None = None
+    """Measured placement's record (`GraphPartition.placement`): per node the candidates,
+    their kernel times, the copies each causes and why the winner won; None under priority."""
 
     def mark_hosts(self, hosts: Sequence[str]) -> None:
         """Record the host providers, in this report and its nested graphs'."""
@@ -137,6 +181,7 @@ class PartitionReport:
             assignments=[part.assignments[n] for n in order],
             declines={p: [asdict(d) for d in ds] for p, ds in part.declines.items() if ds},
             subgraphs=subgraphs,
+            placement=part.placement,
         )
 
     def counts(self) -> dict[str, int]:
@@ -151,13 +196,18 @@ class PartitionReport:
     def fallbacks(self, fallback_provider: str) -> list[tuple[str, str, str]]:
         """(node, op, reasons) for nodes that landed on `fallback_provider` (or a host provider
         serving it) although other providers were asked first; nested graphs included (their
-        nodes as `outer/inner`)."""
+        nodes as `outer/inner`). A node that measured placement put on the host although
+        another provider claimed it is no fallback."""
         out: list[tuple[str, str, str]] = []
         fallback = {fallback_provider, *self.hosts}
         if self.providers and self.providers[0] not in fallback:
+            measured = (self.placement or {}).get("nodes", {})
             for a in self.assignments:
                 if a.provider not in fallback:
                     continue
+                rows = measured.get(a.node, {}).get("candidates", ())
+                if any(r["provider"] not in fallback for r in rows):
+                    continue  # measured placement chose the host over another claim
                 reasons = [
                     f"{p}: {d['reason']}"
                     for p, ds in self.declines.items()
@@ -182,6 +232,7 @@ class PartitionReport:
             "peak_bytes": self.peak_bytes,
             "unsized_values": self.unsized,
             "tier": self.tier.to_dict() if self.tier is not None else None,
+            "placement": self.placement,
             "subgraphs": {k: v.to_dict() for k, v in self.subgraphs.items()},
         }
 
@@ -201,6 +252,8 @@ class PartitionReport:
         return to_html(self)
 
     def to_text(self, indent: str = "") -> str:
+        from turnout.engine.report_render import placement_lines, placement_summary
+
         serving = f" ({', '.join(self.hosts)} serving CPUExecutionProvider)" if self.hosts else ""
         lines = [
             f"{indent}graph {self.graph!r}: "
@@ -211,6 +264,9 @@ class PartitionReport:
             how = a.source if a.group is None else f"{a.source} {a.group}"
             lines.append(
                 f"{indent}  {a.node:<32} {a.op_type:<24} {a.provider} ({how}){a.suffix_note()}"
+            )
+            lines.extend(
+                f"{indent}      {line}" for line in placement_lines(self.placement, a.node)
             )
             for key, sub in self.subgraphs.items():
                 if key.split("/", 1)[0] == a.node:
@@ -234,4 +290,6 @@ class PartitionReport:
             lines.append(f"{indent}  planned peak of intermediate values: {peaks}{unsized}")
         if self.tier is not None:
             lines.append(f"{indent}  kernels: {self.tier.describe()}")
+        if self.placement:
+            lines.append(f"{indent}  {placement_summary(self.placement)}")
         return "\n".join(lines)

@@ -31,7 +31,8 @@ from turnout.engine.evaluate import evaluate_model
 from turnout.engine.executor.build import PreparedGraph, compile_partition
 from turnout.engine.executor.plan import Plan
 from turnout.engine.options import EngineOptions
-from turnout.engine.partition import GraphPartition, PartitionReport, partition_graph
+from turnout.engine.partition import GraphPartition, PartitionReport
+from turnout.engine.placement import PlacementPolicy, PriorityPlacement, policy_name
 from turnout.graph.errors import GraphPassError, OptimizationSkippedWarning
 from turnout.graph.ir import Graph, schema_since_version
 from turnout.graph.logs import logger
@@ -120,7 +121,9 @@ def optimize(
         optimized, report = run_passes(
             model,
             options.optimization_level,
-            supports=_fused_op_support(providers, model),
+            supports=_fused_op_support(
+                providers, model, any_provider=policy_name(options.config) == "measured"
+            ),
             extra_passes=graph_passes(),
             keep_initializers=options.overrides,
             limits=options.limits,
@@ -182,10 +185,15 @@ def full_model(model: onnx.ModelProto, graph: Graph) -> onnx.ModelProto:
     return full
 
 
-def partition(graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
-    """Each node to the first provider (in priority order) that claims it, with the declines'
-    reasons; a node nobody claims is a `NotImplemented` naming it."""
-    return partition_graph(graph, providers)
+def partition(
+    graph: Graph,
+    providers: Sequence[ExecutionProvider],
+    policy: PlacementPolicy | None = None,
+) -> GraphPartition:
+    """Each node to a provider that claims it, by `policy` (`turnout.engine.placement`): the
+    first in priority order (the default), or where the measured plan is fastest; with the
+    declines' reasons. A node nobody claims is a `NotImplemented` naming it."""
+    return (policy or PriorityPlacement()).place(graph, providers)
 
 
 def compile(
@@ -250,10 +258,12 @@ def _override_free_dims(model: onnx.ModelProto, options: EngineOptions) -> None:
 
 
 def _fused_op_support(
-    providers: Sequence[ExecutionProvider], model: onnx.ModelProto
+    providers: Sequence[ExecutionProvider], model: onnx.ModelProto, any_provider: bool = False
 ) -> Callable[[str, str, tuple[str, ...]], bool]:
     """Whether a fusion may fire: the first provider (in priority order) that would take the
-    fused op or the ops it replaces must run the fused op (`supports_fused_op`)."""
+    fused op or the ops it replaces must run the fused op (`supports_fused_op`). With
+    `any_provider` (measured placement, which places the fused node among the providers
+    that claim it), any provider that runs the fused op will do."""
     from turnout.optimizer.layout import channels_last_ops
 
     opsets = _opsets(model)
@@ -265,6 +275,8 @@ def _fused_op_support(
             nhwc = channels_last_ops(p)  # Conv run as NhwcConv counts as Conv
             if p.supports_fused_op(domain, op_type, since) or (domain, op_type) in nhwc:
                 return True
+            if any_provider:
+                continue
             ops = set(p.kernels.ops()) | nhwc
             if any(("", r) in ops for r in replaced):
                 return False

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from turnout.engine.partition import Assignment, PartitionReport
     from turnout.graph.ir import Graph
 
-__all__ = ["to_dot", "to_html"]
+__all__ = ["placement_lines", "placement_summary", "to_dot", "to_html"]
 
 _PALETTE = ("#8ecae6", "#ffb703", "#90be6d", "#f28482", "#b8b8ff", "#f4a261", "#cdb4db")
 
@@ -99,5 +99,72 @@ def to_html(report: PartitionReport) -> str:
         "<h2>Copies</h2><table><tr><th>value</th><th>from</th><th>to</th><th>consumers</th></tr>"
         f"{copies}</table>"
         "<h2>Declines</h2><table><tr><th>provider</th><th>node</th><th>reason</th></tr>"
-        f"{declines}</table>{subs}</body></html>"
+        f"{declines}</table>{_placement_html(report.placement)}{subs}</body></html>"
+    )
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None:
+        return "not timed"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def _candidate(row: dict[str, Any]) -> str:
+    """One candidate as the reports show it: kernel time (a group's, with its size), the
+    copies choosing it causes, and why it was not timed."""
+    kernel = _time(row["kernel_s"])
+    if row["group_size"] > 1:
+        kernel += f" for its group of {row['group_size']}"
+    note = f" ({row['note']})" if row["note"] and row["kernel_s"] is None else ""
+    return f"{row['provider']} {kernel}{note} + copies {_time(row['copy_s'])}"
+
+
+def placement_lines(placement: dict[str, Any] | None, node: str) -> list[str]:
+    """Measured placement's line for one node (none for a node one provider claims)."""
+    entry = (placement or {}).get("nodes", {}).get(node)
+    if entry is None or len(entry["candidates"]) < 2:
+        return []
+    cands = "; ".join(_candidate(r) for r in entry["candidates"])
+    return [f"measured: {cands} -> {entry['winner']}: {entry['reason']}"]
+
+
+def placement_summary(placement: dict[str, Any] | None) -> str:
+    """One line: the policy, what was timed or read from the cache, and the plans' costs."""
+    if not placement:
+        return ""
+    plans = placement.get("plans", {})
+    compared = ", ".join(
+        f"{k} {_time(v)}" for k, v in plans.items() if isinstance(v, float) and k != "measured"
+    )
+    source = (
+        "times from the placement cache"
+        if placement["from_cache"]
+        else f"{placement['timed']} kernels timed in {placement['timing_s']:.2f} s "
+        f"(budget {placement['budget_s']:g} s)"
+    )
+    return (
+        f"placement: measured, {source}; planned kernels {_time(placement['kernel_s'])} + "
+        f"copies {_time(placement['copy_s'])} (plans compared: {compared})"
+    )
+
+
+def _placement_html(placement: dict[str, Any] | None) -> str:
+    if not placement:
+        return ""
+    esc = html.escape
+    rows = []
+    for node, entry in placement["nodes"].items():
+        if len(entry["candidates"]) < 2:
+            continue
+        cands = "<br>".join(esc(_candidate(r)) for r in entry["candidates"])
+        rows.append(
+            f"<tr><td>{esc(node)}</td><td>{cands}</td><td>{esc(entry['winner'])}</td>"
+            f"<td>{esc(entry['reason'])}</td></tr>"
+        )
+    return (
+        f"<h2>Measured placement</h2><p>{esc(placement_summary(placement))}</p>"
+        "<table><tr><th>node</th><th>candidates (kernel + copies)</th><th>winner</th>"
+        f"<th>why</th></tr>{''.join(rows)}</table>"
     )

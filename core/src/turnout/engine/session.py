@@ -31,6 +31,7 @@ from turnout.engine.executor.plan import (
 from turnout.engine.options import EngineOptions
 from turnout.engine.outputs import owned_outputs
 from turnout.engine.partition import PartitionReport
+from turnout.engine.placement import placement_policy
 from turnout.engine.profiling import Profiler
 from turnout.engine.provider_selection import (
     CPU_PROVIDER,
@@ -184,7 +185,8 @@ class EngineSession:
         reports: dict[str, PartitionReport] = {}
         if checkpoint is not None:
             checkpoint()
-        part = pipeline.partition(optimized.graph, instances)
+        policy = placement_policy(self.options, optimized.model)
+        part = pipeline.partition(optimized.graph, instances, policy)
         prepared = pipeline.compile(part, instances, reports, overrides, checkpoint)
         reports[""].mark_hosts(chosen.hosts)
         plan = pipeline.plan(prepared, self.options)

@@ -1,0 +1,263 @@
+"""Placement policies: which provider runs each node of a graph.
+
+`priority` (the default) is onnxruntime's rule: providers in the session's order each claim
+the nodes nobody claimed before them. `measured` asks every provider what it would claim of
+the whole graph, times the candidates' real kernels and the copies at the session's shapes
+(`timing`), and places each node or fused group where the whole plan costs least (`cost`);
+priority still breaks ties and orders fusion, and a provider never gets a node it did not
+claim. The times are cached (`cache`), so a second session of the same model places at once.
+
+Session config entries (the engine reads them from `EngineOptions.config`):
+`session.turnout.placement` = "priority" | "measured", and
+`session.turnout.placement_budget_s`, the timing pass's budget in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import onnx
+
+from turnout.engine.options import EngineOptions
+from turnout.engine.partition import GraphPartition, partition_graph
+from turnout.engine.placement import cache
+from turnout.engine.placement.cost import CostModel
+from turnout.engine.placement.timing import (
+    Candidate,
+    Clock,
+    CopyTimes,
+    static_shape,
+    time_candidates,
+    time_copies,
+)
+from turnout.graph.errors import InvalidArgument
+from turnout.graph.ir import Graph, GraphView
+from turnout.graph.logs import logger
+from turnout.sdk.provider import CPU, ExecutionProvider
+
+__all__ = [
+    "BUDGET_KEY",
+    "DEFAULT_BUDGET_S",
+    "PLACEMENT_KEY",
+    "POLICIES",
+    "MeasuredPlacement",
+    "PlacementPolicy",
+    "PriorityPlacement",
+    "budget_seconds",
+    "placement_policy",
+    "policy_name",
+]
+
+PLACEMENT_KEY = "session.turnout.placement"
+BUDGET_KEY = "session.turnout.placement_budget_s"
+POLICIES = ("priority", "measured")
+DEFAULT_BUDGET_S = 30.0
+"""The timing pass's default budget: enough for every candidate of the benchmark zoo's models
+on a 2-core machine; a node left untimed when it runs out stays where priority puts it."""
+
+
+class PlacementPolicy(Protocol):
+    """Places a graph's nodes on providers (in the session's priority order)."""
+
+    name: str
+
+    def place(self, graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+        """Every node of `graph` assigned; raises naming a node nobody claims."""
+        ...
+
+
+class PriorityPlacement:
+    """Each node to the first provider that claims it (onnxruntime's rule)."""
+
+    name = "priority"
+
+    def place(self, graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+        return partition_graph(graph, providers)
+
+
+class MeasuredPlacement:
+    """Each node or fused group where the whole plan's measured time is lowest.
+
+    `model` is the digest of the graph being placed (`cache.model_digest`), None to keep the
+    times out of the cache; `timed` counts the kernels this policy timed (0 when every time
+    came from the cache)."""
+
+    name = "measured"
+
+    def __init__(self, budget_s: float, model: str | None) -> None:
+        self.budget_s = budget_s
+        self.model = model
+        self.timed = 0
+
+    def place(self, graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+        started = time.perf_counter()
+        by_name = {p.name: p for p in providers}
+        candidates = gather_candidates(graph, providers)
+        shapes = {i.name: static_shape(graph, i.name) for i in graph.inputs}
+        key = cache.placement_key(self.model, providers, shapes) if self.model else None
+        stored = cache.load(key) if key else None
+        clock = Clock(self.budget_s)
+        if stored is not None:
+            copies = CopyTimes(dict(stored.get("copies", {})))
+            _restore(candidates, stored.get("kernels", {}))
+        else:
+            copies = time_copies(providers, _crossing_sizes(graph, candidates, by_name), clock)
+            unique, shared = _contested(candidates)
+            time_candidates(graph, by_name, unique, clock)
+            for dup, timed in shared:
+                dup.seconds, dup.runs = timed.seconds, timed.runs
+                dup.note = timed.note or f"the same kernel as {timed.provider}'s"
+        self.timed = clock.timed
+        model = CostModel(graph, providers, candidates, copies)
+        plan, totals = model.best_plan()
+        part = partition_graph(graph, providers, plan)
+        written = None
+        if key and stored is None:
+            written = cache.store(key, _stored(candidates, copies))
+        kernels, copy_s = model.cost(plan)
+        part.placement = {
+            "policy": self.name,
+            "from_cache": stored is not None,
+            "cache_file": str(cache.path_for(key)) if key else None,
+            "cache_written": written is not None,
+            "timed": clock.timed,
+            "timing_s": round(clock.spent(), 6) if stored is None else 0.0,
+            "place_s": round(time.perf_counter() - started, 6),
+            "budget_s": self.budget_s,
+            "plans": {k: v for k, v in totals.items()},
+            "kernel_s": kernels,
+            "copy_s": copy_s,
+            "nodes": model.explain(plan),
+        }
+        logger.info(
+            "measured placement: %d kernels timed in %.2fs (cache %s), plan %.3f ms",
+            clock.timed,
+            clock.spent(),
+            "hit" if stored is not None else "miss",
+            (kernels + copy_s) * 1e3,
+        )
+        return part
+
+
+def policy_name(config: Mapping[str, str]) -> str:
+    """The placement policy a session's config entries ask for ("priority" by default).
+
+    :raises InvalidArgument: the entry names no policy.
+    """
+    name = config.get(PLACEMENT_KEY, "priority").strip().lower()
+    if name not in POLICIES:
+        raise InvalidArgument(f"{PLACEMENT_KEY} must be one of {POLICIES}, not {name!r}")
+    return name
+
+
+def placement_policy(options: EngineOptions, model: onnx.ModelProto | None) -> PlacementPolicy:
+    """The policy the options ask for (`session.turnout.placement`), for the optimized
+    `model` (its digest keys the placement cache)."""
+    if policy_name(options.config) == "priority":
+        return PriorityPlacement()
+    return MeasuredPlacement(
+        budget_seconds(options.config), cache.model_digest(model) if model else None
+    )
+
+
+def budget_seconds(config: Mapping[str, str]) -> float:
+    """The timing budget from the config entry (seconds, > 0), or the default."""
+    raw = config.get(BUDGET_KEY)
+    if raw is None:
+        return DEFAULT_BUDGET_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InvalidArgument(f"{BUDGET_KEY} must be a number of seconds above 0, not {raw!r}")
+    return value
+
+
+def gather_candidates(
+    graph: Graph, providers: Sequence[ExecutionProvider]
+) -> dict[str, list[Candidate]]:
+    """Per node, in priority order, each provider's claim on it when it sees the whole graph
+    (one node, or the fused group it would put the node in)."""
+    out: dict[str, list[Candidate]] = {n.name: [] for n in graph.nodes}
+    for provider in providers:
+        claims, _ = provider.get_capability(GraphView(graph, {}))
+        for cap in claims:
+            group = cap.name if cap.fused else None
+            cand = Candidate(provider.name, tuple(cap.nodes), group, cap)
+            for n in cap.nodes:
+                if n in out:
+                    out[n].append(cand)
+    return out
+
+
+def _contested(
+    candidates: Mapping[str, list[Candidate]],
+) -> tuple[list[Candidate], list[tuple[Candidate, Candidate]]]:
+    """The candidates worth timing: those of nodes more than one provider claims, each once;
+    and (candidate, the one timed for it) pairs: a kernel two providers on one device share
+    (turnout-numba's numpy kernels are the CPU provider's) is timed once."""
+    seen: set[int] = set()
+    first: dict[tuple[Any, ...], Candidate] = {}
+    unique: list[Candidate] = []
+    shared: list[tuple[Candidate, Candidate]] = []
+    for cands in candidates.values():
+        if len(cands) < 2:
+            continue
+        for c in cands:
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            kernel = c.cap.kernel
+            key = (id(kernel.factory), c.nodes) if kernel is not None else (id(c),)
+            if key in first:
+                shared.append((c, first[key]))
+                continue
+            first[key] = c
+            unique.append(c)
+    return unique, shared
+
+
+def _restore(candidates: Mapping[str, list[Candidate]], kernels: Mapping[str, Any]) -> None:
+    for cands in candidates.values():
+        for c in cands:
+            got = kernels.get(c.key)
+            if got is not None:
+                c.seconds, c.runs, c.note = (
+                    got.get("seconds"),
+                    got.get("runs", 0),
+                    got.get("note", ""),
+                )
+
+
+def _stored(candidates: Mapping[str, list[Candidate]], copies: CopyTimes) -> dict[str, Any]:
+    kernels = {
+        c.key: {"seconds": c.seconds, "runs": c.runs, "note": c.note}
+        for cands in candidates.values()
+        for c in cands
+    }
+    return {"kernels": kernels, "copies": copies.seconds}
+
+
+def _crossing_sizes(
+    graph: Graph,
+    candidates: Mapping[str, list[Candidate]],
+    providers: Mapping[str, ExecutionProvider],
+) -> set[int]:
+    """The byte counts of values that may cross a device boundary: those read or written by a
+    node some provider off the host claims."""
+    sizes: set[int] = set()
+    by_name = {n.name: n for n in graph.nodes}
+    for n, cands in candidates.items():
+        if not any(providers[c.provider].device != CPU for c in cands):
+            continue
+        for x in (*by_name[n].inputs, *by_name[n].outputs):
+            known = static_shape(graph, x) if x else None
+            if known is not None:
+                count = 1
+                for d in known[0]:
+                    count *= d
+                sizes.add(count * known[1].itemsize)
+    return sizes
