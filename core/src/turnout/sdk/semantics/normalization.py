@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelNode
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__ = ["MVN_EPSILON", "LrnWindow", "lp_norm_attrs", "lrn_window", "mvn_axes"]
 
@@ -24,18 +25,13 @@ def lp_norm_attrs(node: KernelNode, rank: int) -> tuple[int, int]:
     p = int(node.attr("p", 2))
     if p not in (1, 2):
         raise InvalidArgument(f"{node.name}: p must be 1 or 2, got {p}")
-    axis = int(node.attr("axis", -1))
-    if not -rank <= axis < max(rank, 1):
-        raise InvalidArgument(f"{node.name}: axis {axis} out of range for rank {rank}")
-    return p, axis % rank if rank else 0
+    return p, norm_axis(node, int(node.attr("axis", -1)), rank, scalar=True)
 
 
 def mvn_axes(node: KernelNode, rank: int) -> tuple[int, ...]:
     """MeanVarianceNormalization's axes (default N, H, W), checked against the rank."""
     axes: Sequence[int] = node.attr("axes", None) or (0, 2, 3)
-    if any(not -rank <= a < rank for a in axes):
-        raise InvalidArgument(f"{node.name}: axes {tuple(axes)} out of range for rank {rank}")
-    return tuple(int(a) % rank for a in axes)
+    return tuple(norm_axis(node, int(a), rank) for a in axes)
 
 
 class LrnWindow(NamedTuple):

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
+from turnout.sdk.semantics.shape import norm_axes
 
 __all__ = ["PAD_MODES", "CropPad", "PadPlan", "center_crop_pad_plan", "pad_plan"]
 
@@ -38,17 +39,6 @@ class CropPad(NamedTuple):
     dst: tuple[slice, ...]
 
 
-def _axes(name: str, axes: Sequence[int], rank: int) -> list[int]:
-    out = []
-    for a in axes:
-        if not -rank <= int(a) < rank:
-            raise InvalidArgument(f"{name}: axis {a} is out of range for rank {rank}")
-        out.append(int(a) % rank)
-    if len(set(out)) != len(out):
-        raise InvalidArgument(f"{name}: axes {list(axes)} contain duplicates")
-    return out
-
-
 def pad_plan(
     name: str, shape: tuple[int, ...], pads: list[int], mode: str, axes: list[int] | None
 ) -> PadPlan:
@@ -61,7 +51,7 @@ def pad_plan(
     if mode not in PAD_MODES:
         raise InvalidArgument(f"{name}: unknown pad mode {mode!r}")
     rank = len(shape)
-    ax = list(range(rank)) if axes is None else _axes(name, axes, rank)
+    ax = list(range(rank)) if axes is None else norm_axes(name, axes, rank)
     if len(pads) != 2 * len(ax):
         raise InvalidArgument(f"{name}: pads has {len(pads)} entries, expected {2 * len(ax)}")
     before, after = [0] * rank, [0] * rank
@@ -101,7 +91,7 @@ def center_crop_pad_plan(
     """CenterCropPad node `name` on an input of `shape`: each axis cropped or zero-padded to
     its target about the centre (an odd remainder goes to the end)."""
     rank = len(shape)
-    ax = list(range(rank)) if axes is None else _axes(name, axes, rank)
+    ax = list(range(rank)) if axes is None else norm_axes(name, axes, rank)
     if len(target) != len(ax):
         raise InvalidArgument(f"{name}: shape {target} does not match {len(ax)} axes")
     src = [slice(None)] * rank

@@ -17,6 +17,7 @@ import numpy as np
 
 from turnout.graph.dtypes import np_dtype
 from turnout.graph.errors import InvalidArgument
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__ = [
     "attr_dtype",
@@ -95,9 +96,7 @@ def expand_param(
     if p.ndim == 0 or (p.size == 1 and p.ndim == 1 and block_size <= 0):
         return p.reshape(())
     rank = len(shape)
-    if not -rank <= axis < rank:
-        raise InvalidArgument(f"{name}: axis {axis} is out of range for rank {rank}")
-    axis %= rank
+    axis = norm_axis(name, axis, rank)
     if block_size <= 0:
         if p.ndim != 1 or p.shape[0] != shape[axis]:
             raise InvalidArgument(

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
+from turnout.sdk.semantics.shape import norm_axes
 
 __all__ = [
     "COORDINATE_MODES",
@@ -185,9 +186,7 @@ def resize_targets(
         if axes_attr is None:
             axes = list(range(rank))
         else:
-            axes = [a + rank if a < 0 else a for a in axes_attr]
-            if any(not 0 <= a < rank for a in axes) or len(set(axes)) != len(axes):
-                raise InvalidArgument(f"{name}: axes {list(axes_attr)} invalid for rank {rank}")
+            axes = norm_axes(name, axes_attr, rank)
         if n != len(axes):
             raise InvalidArgument(f"{name}: scales/sizes have {n} entries, expected {len(axes)}")
         return axes

@@ -1,5 +1,5 @@
-"""Axis normalisation and the shape ops' plans (Split's chunk sizes, Slice's index), once for
-every provider.
+"""Axis normalisation and the shape ops' plans (Split's chunk sizes, Slice's index, Squeeze's
+and Unsqueeze's shapes), once for every provider.
 
 A provider that copies these rules drifts: before this module the CPU provider checked Split's
 negative sizes, `num_outputs` and the even split, OpenCL checked neither of the first two, and
@@ -20,34 +20,82 @@ from turnout.sdk.provider import KernelNode
 
 __all__ = [
     "BlockPlan",
+    "cut_axis",
     "depth_to_space_plan",
     "norm_axes",
     "norm_axis",
+    "reduce_axes",
     "slice_index",
     "space_to_depth_plan",
     "split_request",
     "split_sizes",
+    "squeezed_shape",
+    "unsqueezed_shape",
 ]
 
 
-def _bad(node: KernelNode, msg: str) -> InvalidArgument:
-    return InvalidArgument(f"{node.name}: {msg}")
+def _bad(node: KernelNode | str, msg: str) -> InvalidArgument:
+    return InvalidArgument(f"{node if isinstance(node, str) else node.name}: {msg}")
 
 
-def norm_axis(node: KernelNode, axis: int, rank: int) -> int:
-    """`axis` in [-rank, rank) mapped to [0, rank); anything else is an InvalidArgument
-    (never wrapped with `axis % rank`, which would run a node onnx rejects)."""
-    if not -rank <= axis < rank:
+def norm_axis(node: KernelNode | str, axis: int, rank: int, *, scalar: bool = False) -> int:
+    """`axis` in [-rank, rank) mapped to [0, rank); anything else is an InvalidArgument naming
+    the node (or the name given) (never wrapped with `axis % rank`, which would run a node
+    onnx rejects).
+
+    `scalar`: a rank-0 input takes axis 0 as its one axis (the reductions, ArgMax, the
+    normalisations: what the CPU provider and onnxruntime accept)."""
+    if not -rank <= axis < (max(rank, 1) if scalar else rank):
         raise _bad(node, f"axis {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
-def norm_axes(node: KernelNode, axes: Sequence[int], rank: int) -> list[int]:
+def norm_axes(
+    node: KernelNode | str, axes: Sequence[int], rank: int, *, scalar: bool = False
+) -> list[int]:
     """Each axis normalised by `norm_axis`; duplicates are an InvalidArgument."""
-    out = [norm_axis(node, int(a), rank) for a in axes]
+    out = [norm_axis(node, int(a), rank, scalar=scalar) for a in axes]
     if len(set(out)) != len(out):
         raise _bad(node, f"axes {list(axes)} contain duplicates")
     return out
+
+
+def reduce_axes(node: KernelNode | str, axes: Sequence[int], rank: int) -> tuple[int, ...]:
+    """A reduction's `axes`, normalised and sorted; a scalar's one axis is 0, and reducing it
+    reduces nothing (an empty tuple)."""
+    out = norm_axes(node, axes, rank, scalar=True)
+    return tuple(sorted(out)) if rank else ()
+
+
+def cut_axis(node: KernelNode | str, axis: int, rank: int) -> int:
+    """Where an axis cuts a shape in two, `axis` in [-rank, rank] mapped to [0, rank]: Flatten's
+    axis and the opset < 13 Softmax family's (the input coerced to 2-D at it)."""
+    if not -rank <= axis <= rank:
+        raise _bad(node, f"axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def squeezed_shape(
+    node: KernelNode, shape: tuple[int, ...], axes: Sequence[int] | None
+) -> tuple[int, ...]:
+    """Squeeze's output shape: `axes` (each of size 1) dropped, or every 1 where None."""
+    if axes is None:
+        return tuple(d for d in shape if d != 1)
+    ax = norm_axes(node, axes, len(shape))
+    for a in ax:
+        if shape[a] != 1:
+            raise _bad(node, f"cannot squeeze axis {a} of size {shape[a]} (shape {shape})")
+    return tuple(d for i, d in enumerate(shape) if i not in ax)
+
+
+def unsqueezed_shape(
+    node: KernelNode, shape: tuple[int, ...], axes: Sequence[int]
+) -> tuple[int, ...]:
+    """Unsqueeze's output shape: a 1 at each of `axes`, counted in the output's rank."""
+    rank = len(shape) + len(axes)
+    ax = set(norm_axes(node, axes, rank))
+    dims = iter(shape)
+    return tuple(1 if i in ax else next(dims) for i in range(rank))
 
 
 def split_request(node: KernelNode, split_in: Any = None) -> list[int] | None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 from turnout.sdk.semantics.batch_norm import batch_norm_training
 
 from ..backend import Backend
@@ -30,8 +31,7 @@ def layer_norm(kn: KernelNode, be: Backend) -> KernelFn:
     n_out = len(kn.node.outputs)  # Mean and InvStdDev are optional
 
     def run(x: Any, scale: Any, bias: Any = None) -> tuple[Any, ...]:
-        ax = axis % x.ndim
-        axes = tuple(range(ax, x.ndim))
+        axes = tuple(range(shape_sem.norm_axis(kn, axis, x.ndim), x.ndim))
         xs = _stash(x)
         mean = xp.mean(xs, axis=axes, keepdims=True)
         d = xs - mean
@@ -50,7 +50,7 @@ def rms_norm(kn: KernelNode, be: Backend) -> KernelFn:
     axis, eps = int(kn.attr("axis", -1)), float(kn.attr("epsilon", 1e-5))
 
     def run(x: Any, scale: Any) -> tuple[Any]:
-        axes = tuple(range(axis % x.ndim, x.ndim))
+        axes = tuple(range(shape_sem.norm_axis(kn, axis, x.ndim), x.ndim))
         xs = _stash(x)
         inv = 1 / xp.sqrt(xp.mean(xs * xs, axis=axes, keepdims=True) + eps)
         return ((xs * inv * scale).astype(x.dtype),)

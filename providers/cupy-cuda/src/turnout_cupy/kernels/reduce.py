@@ -68,7 +68,7 @@ def _reduce_builder(fn: Reduce, identity: float, from_input: bool) -> Any:
             given = [] if raw is None else [int(a) for a in np.asarray(raw).ravel()]
             if not given and noop:
                 return (x,)
-            axes = tuple(sorted({a % x.ndim for a in given})) if given else tuple(range(x.ndim))
+            axes = shape_sem.reduce_axes(kn, given, x.ndim) if given else tuple(range(x.ndim))
             if any(x.shape[a] == 0 for a in axes):
                 shape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
                 fill = _identity(identity, x.dtype)
@@ -142,9 +142,10 @@ def _softmax_builder(kind: str, coerce_2d: bool) -> Any:
         axis = int(kn.attr("axis", default))
 
         def run(x: Any) -> tuple[Any]:
+            cut = shape_sem.cut_axis if coerce_2d else shape_sem.norm_axis
+            ax = cut(kn, axis, x.ndim)
             if x.size == 0:
                 return (x.copy(),)
-            ax = axis % max(x.ndim, 1)
             if coerce_2d:  # opset < 13: the input as a 2-D matrix [prod(:axis), prod(axis:)]
                 rows = int(np.prod(x.shape[:ax], dtype=np.int64))
                 return (f(x.reshape(rows, -1), 1).reshape(x.shape),)
@@ -170,7 +171,7 @@ def _cumulative(kind: str) -> Any:
         scan, identity = (xp.cumsum, 0) if kind == "CumSum" else (xp.cumprod, 1)
 
         def run(x: Any, axis_in: Any) -> tuple[Any]:
-            ax = int(np.asarray(axis_in).ravel()[0]) % x.ndim
+            ax = shape_sem.norm_axis(kn, int(np.asarray(axis_in).ravel()[0]), x.ndim)
             y = xp.flip(x, axis=ax) if reverse else x
             c = scan(y, axis=ax, dtype=x.dtype)
             if exclusive and x.shape[ax]:

@@ -69,7 +69,7 @@ def flatten(kn: KernelNode, be: Backend) -> KernelFn:
     axis = int(kn.attr("axis", 1))
 
     def run(x: Any) -> tuple[Any]:
-        ax = axis + x.ndim if axis < 0 else axis
+        ax = shape_sem.cut_axis(kn, axis, x.ndim)
         rows = int(np.prod(x.shape[:ax], dtype=np.int64))
         return (x.reshape(rows, int(np.prod(x.shape[ax:], dtype=np.int64))),)
 
@@ -82,10 +82,8 @@ def _squeeze(from_input: bool) -> Any:
 
         def run(x: Any, axes: Any = None) -> tuple[Any]:
             raw = axes if from_input else attr
-            if raw is None:
-                return (x.reshape([d for d in x.shape if d != 1]),)
-            drop = {a % x.ndim for a in _ints(raw)}
-            return (x.reshape([d for i, d in enumerate(x.shape) if i not in drop]),)
+            given = None if raw is None else _ints(raw)
+            return (x.reshape(shape_sem.squeezed_shape(kn, x.shape, given)),)
 
         return run
 
@@ -98,12 +96,7 @@ def _unsqueeze(from_input: bool) -> Any:
 
         def run(x: Any, axes: Any = None) -> tuple[Any]:
             raw = _ints(axes if from_input else attr)
-            rank = x.ndim + len(raw)
-            add = sorted(a % rank for a in raw)
-            shape = list(x.shape)
-            for a in add:
-                shape.insert(a, 1)
-            return (x.reshape(shape),)
+            return (x.reshape(shape_sem.unsqueezed_shape(kn, x.shape, raw)),)
 
         return run
 

@@ -18,6 +18,7 @@ import numpy as np
 from numba import types
 
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import norm_axis
 
 from .. import cache
 from ..registry import BuildContext, numba_kernel, numpy_kernel
@@ -73,12 +74,12 @@ def _build(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     def plan(xs: tuple[Any, ...]) -> Any:
         """(output shape, outer, output row width, per piece (row width, offset in the row,
         compiled?, its slice of the output)), or None where numpy's kernel should decide
-        (including every error)."""
+        (every error but an axis out of range, refused here as there)."""
         if not xs or any(x.dtype != dtype for x in xs):
             return None
         rank = xs[0].ndim
-        axis = axis0 + rank if axis0 < 0 else axis0
-        if not 0 <= axis < rank or any(x.ndim != rank for x in xs):
+        axis = norm_axis(kn, axis0, rank)  # the numpy kernel's check and message
+        if any(x.ndim != rank for x in xs):
             return None
         first = xs[0].shape
         for x in xs[1:]:

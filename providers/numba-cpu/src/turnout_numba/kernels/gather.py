@@ -26,6 +26,7 @@ from numba import prange, types
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import norm_axis
 
 from ..registry import BuildContext, numba_kernel
 
@@ -131,9 +132,7 @@ def _build_gather(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         shape = data.shape
         planned = memo
         if shape != planned[0] or not shape:
-            axis = axis0 + len(shape) if axis0 < 0 else axis0
-            if not 0 <= axis < len(shape):
-                raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {len(shape)}")
+            axis = norm_axis(kn, axis0, len(shape))
             planned = (shape, axis, shape[axis], prod(shape[:axis]), prod(shape[axis + 1 :]))
             memo = planned
         _, axis, n, pre, post = planned
@@ -165,11 +164,9 @@ def _build_gather_elements(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
     def run(data: Any, indices: Any) -> tuple[Any, ...]:
         nd = data.ndim
-        axis = axis0 + nd if axis0 < 0 else axis0
-        if not 0 <= axis < nd or indices.ndim != nd:
-            raise InvalidArgument(
-                f"{name}: axis {axis0} / index rank {indices.ndim} invalid for data rank {nd}"
-            )
+        axis = norm_axis(name, axis0, nd)
+        if indices.ndim != nd:
+            raise InvalidArgument(f"{name}: indices of rank {indices.ndim} for data of rank {nd}")
         ishape = indices.shape
         if data.shape[:axis] != ishape[:axis] or data.shape[axis + 1 :] != ishape[axis + 1 :]:
             for d in range(nd):

@@ -16,6 +16,7 @@ from numba import prange, types
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import cut_axis, norm_axis
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array
@@ -208,9 +209,7 @@ def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
     def plan(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int, bool]:
         nd = len(shape)
-        axis = axis0 + nd if axis0 < 0 else axis0
-        if not 0 <= axis < max(nd, 1):
-            raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {nd}")
+        axis = cut_axis(name, axis0, nd) if flatten else norm_axis(name, axis0, nd, scalar=True)
         pre = math.prod(shape[:axis])
         if flatten:
             n, post = math.prod(shape[axis:]), 1
@@ -301,9 +300,7 @@ def _build_layer_norm(kn: KernelNode, ctx: BuildContext) -> KernelFn:
 
     def run(x: Any, scale: Any, bias: Any = None) -> tuple[Any, ...]:
         nd = x.ndim
-        axis = axis0 + nd if axis0 < 0 else axis0
-        if not 0 <= axis < max(nd, 1):
-            raise InvalidArgument(f"{name}: axis {axis0} out of range for rank {nd}")
+        axis = norm_axis(name, axis0, nd, scalar=True)
         norm_shape = x.shape[axis:]
         try:
             s = np.broadcast_to(scale, norm_shape)

@@ -37,6 +37,7 @@ from numba import prange, types
 from turnout.graph.contrib import DOMAIN
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import cut_axis
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
@@ -256,7 +257,7 @@ def _softmax_applies(kn: KernelNode) -> str | None:
     if shape is None:
         return "input rank unknown at session creation"
     axis = int(kn.attr("axis", -1))
-    if len(shape) == 0 or axis % len(shape) != len(shape) - 1:
+    if len(shape) == 0 or axis not in (-1, len(shape) - 1):
         return f"QLinearSoftmax over axis {axis} of rank {len(shape)}: numba runs the last axis"
     return None
 
@@ -285,7 +286,7 @@ def _build_softmax(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         zy = _scalar(name, "y_zero_point", y_zp, dt)
         # e for each code difference d = row max - x: exp(-d * x_scale)
         table = np.exp(-(steps * sx)).astype(np.float32)
-        n = math.prod(x.shape[axis % x.ndim :]) if coerced else x.shape[-1]
+        n = math.prod(x.shape[cut_axis(kn, axis, x.ndim) :]) if coerced else x.shape[-1]
         x2 = np.ascontiguousarray(x).reshape(-1, n) if x.size else x.reshape(0, 1)
         y = np.empty(x2.shape, dt)
         if y.size:

@@ -22,6 +22,7 @@ from numba import prange, types
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.quant import dynamic_quant_params
+from turnout.sdk.semantics.shape import norm_axis
 
 from ..codegen import numba_array
 from ..registry import BuildContext, numba_kernel
@@ -115,13 +116,12 @@ def _axis_view(name: str, shape: tuple[int, ...], p: Array, axis: int) -> tuple[
     size = math.prod(shape)
     if p.size == 1:
         return 1, 1, size
-    rank = len(shape)
-    if p.ndim != 1 or not -rank <= axis < rank or p.shape[0] != shape[axis % rank]:
+    a = norm_axis(name, axis, len(shape))
+    if p.ndim != 1 or p.shape[0] != shape[a]:
         raise InvalidArgument(
             f"{name}: per-axis scale/zero point of shape {p.shape} does not match "
             f"axis {axis} of input {shape}"
         )
-    a = axis % rank
     return math.prod(shape[:a]), shape[a], math.prod(shape[a + 1 :])
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from numba import types
 
-from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import reduce_axes
 
 from .. import cache
 from ..codegen import compute_dtype, numba_array
@@ -237,12 +237,7 @@ class _Plan:
 
 def _plan(shape: tuple[int, ...], ax: list[int], keepdims: bool, name: str) -> _Plan:
     nd = len(shape)
-    try:
-        axes = sorted({int(a) + nd if int(a) < 0 else int(a) for a in ax})
-    except (TypeError, ValueError):
-        raise InvalidArgument(f"{name}: bad axes {ax!r}") from None
-    if any(a < 0 or a >= nd for a in axes):
-        raise InvalidArgument(f"{name}: axes {ax} out of range for rank {nd}")
+    axes = list(reduce_axes(name, ax, nd))
     perm = None
     tshape = shape
     lo, hi = (axes[0], axes[-1] + 1) if axes else (0, 0)

@@ -218,14 +218,6 @@ def dtype_out(kn: KernelNode, j: int = 0) -> np.dtype[Any]:
     return dt
 
 
-def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
-    from turnout.graph.errors import InvalidArgument
-
-    if not -rank <= axis < max(rank, 1):
-        raise InvalidArgument(f"{what} {axis} is out of range for rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
 def host_ints(x: Any) -> list[int]:
     """A host tensor of ints (a shape-like input) as a list."""
     return [int(v) for v in np.asarray(x).reshape(-1)]

@@ -18,7 +18,7 @@ from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics import shape as shape_sem
 
 from ..runtime import CTYPES, HALFS, STORE, Runtime, bcast_strides, buf, c_strides
-from .base import ALL, host_ints, norm_axis, ocl_kernel
+from .base import ALL, host_ints, ocl_kernel
 
 __all__ = ["Copier", "copier"]
 
@@ -131,7 +131,7 @@ def concat(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(*xs: Any) -> tuple[Any]:
         r = len(xs[0].shape)
-        axis = norm_axis(axis_attr, r)
+        axis = shape_sem.norm_axis(kn, axis_attr, r)
         for x in xs:
             if len(x.shape) != r or any(
                 x.shape[d] != xs[0].shape[d] for d in range(r) if d != axis
@@ -365,7 +365,7 @@ def gather(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, idx: Any) -> tuple[Any]:
         r = len(x.shape)
-        axis = norm_axis(axis_attr, r)
+        axis = shape_sem.norm_axis(kn, axis_attr, r)
         shape = tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1 :])
         out = rt.empty(shape, x.dtype)
         inner = math.prod(x.shape[axis + 1 :])
@@ -396,7 +396,7 @@ def gather_elements(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, idx: Any) -> tuple[Any]:
         r = len(x.shape)
-        axis = norm_axis(axis_attr, r)
+        axis = shape_sem.norm_axis(kn, axis_attr, r)
         if len(idx.shape) != r:
             raise InvalidArgument(f"{kn.name}: indices rank {len(idx.shape)} != data rank {r}")
         shape = tuple(idx.shape)
@@ -496,7 +496,7 @@ def _pad(kn: KernelNode, rt: Runtime, attrs: bool) -> KernelFn:
                 else 0
             )
         if axes is not None:
-            ax = [norm_axis(a, r) for a in host_ints(axes)]
+            ax = shape_sem.norm_axes(kn, host_ints(axes), r)
             if len(p) != 2 * len(ax):
                 raise InvalidArgument(
                     f"{kn.name}: pads has {len(p)} entries, expected {2 * len(ax)}"

@@ -20,9 +20,10 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..runtime import CTYPES, Runtime, bcast_strides, buf, lit
-from .base import FLOATS, norm_axis, ocl_kernel
+from .base import FLOATS, ocl_kernel
 
 __all__: list[str] = []
 
@@ -140,7 +141,7 @@ def _norm_supports(kn: KernelNode, rt: Runtime) -> str | None:
     if not -rank <= axis < rank:
         return None  # the run raises InvalidArgument, as the CPU provider does
     # an unknown dim of x counts as > 1: the form only gets simpler if it turns out to be 1
-    tail = tuple(d if isinstance(d, int) else 2 for d in x.shape[axis % rank :])
+    tail = tuple(d if isinstance(d, int) else 2 for d in x.shape[axis:])
     for i, what in ((1, "scale"), (2, "bias")):
         info = kn.inputs[i] if i < len(kn.inputs) else None
         if info is None or info.shape is None or not all(isinstance(d, int) for d in info.shape):
@@ -149,7 +150,7 @@ def _norm_supports(kn: KernelNode, rt: Runtime) -> str | None:
         if _fits(shape, tail) and _index_form(shape, tail) is None:
             return (
                 f"{kn.op_type}: a {what} of shape {shape} broadcast over the normalized dims "
-                f"{tuple(x.shape[axis % rank :])} is not supported by the OpenCL kernel"
+                f"{tuple(x.shape[axis:])} is not supported by the OpenCL kernel"
             )
     return None
 
@@ -225,7 +226,7 @@ def rms_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, scale: Any) -> tuple[Any]:
         shape = tuple(x.shape)
-        axis = norm_axis(axis_attr, len(shape))
+        axis = shape_sem.norm_axis(kn, axis_attr, len(shape), scalar=True)
         tail = shape[axis:]
         s0, s1, split = _row_index(kn, "scale", tuple(scale.shape), tail)
         y = rt.empty(shape, dt)
@@ -260,7 +261,7 @@ def layer_norm(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any, scale: Any, bias: Any = None) -> tuple[Any, ...]:
         shape = tuple(x.shape)
-        axis = norm_axis(axis_attr, len(shape))
+        axis = shape_sem.norm_axis(kn, axis_attr, len(shape), scalar=True)
         tail = shape[axis:]
         length = math.prod(tail)
         rows = math.prod(shape[:axis])

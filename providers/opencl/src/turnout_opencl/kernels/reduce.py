@@ -15,9 +15,10 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..runtime import CTYPES, Runtime, buf, c_strides
-from .base import FLOATS, INDEX, NUM, dtype_out, host_ints, norm_axis, ocl_kernel
+from .base import FLOATS, INDEX, NUM, dtype_out, host_ints, ocl_kernel
 
 __all__: list[str] = []
 
@@ -90,8 +91,7 @@ def _axes_of(kn: KernelNode, from_input: bool, axes: Any, rank: int) -> list[int
         if kn.attr("noop_with_empty_axes", 0):
             return []
         return list(range(rank))
-    out = sorted({norm_axis(a, rank, "axes") for a in ax})
-    return out
+    return list(shape_sem.reduce_axes(kn, ax, rank))
 
 
 def _plan(shape: tuple[int, ...], axes: list[int], keep: bool) -> tuple[tuple[int, ...], Any, int]:
@@ -196,7 +196,7 @@ def _argred(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any) -> tuple[Any]:
         shape = tuple(x.shape)
-        axis = norm_axis(axis_attr, len(shape))
+        axis = shape_sem.norm_axis(kn, axis_attr, len(shape), scalar=True)
         if shape[axis] == 0:
             raise InvalidArgument(f"{kn.name}: cannot take {kn.op_type} over an empty axis")
         out_shape = shape[:axis] + ((1,) if keep else ()) + shape[axis + 1 :]
@@ -247,7 +247,8 @@ def _rowwise(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any) -> tuple[Any]:
         shape = tuple(x.shape)
-        axis = norm_axis(axis_attr, len(shape))
+        cut = shape_sem.norm_axis if new else shape_sem.cut_axis
+        axis = cut(kn, axis_attr, len(shape))
         if new:
             length, inner = shape[axis], math.prod(shape[axis + 1 :])
         else:
@@ -295,7 +296,7 @@ def _cumulative(kn: KernelNode, rt: Runtime) -> KernelFn:
         if a.size != 1:
             raise InvalidArgument(f"{kn.name}: axis must be a scalar, got shape {a.shape}")
         shape = tuple(x.shape)
-        ax = norm_axis(int(a.reshape(())), len(shape))
+        ax = shape_sem.norm_axis(kn, int(a.reshape(())), len(shape))
         out = rt.empty(shape, dt)
         length, inner = shape[ax], math.prod(shape[ax + 1 :])
         if out.size:

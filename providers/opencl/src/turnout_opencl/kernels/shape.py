@@ -16,9 +16,10 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics import shape as shape_sem
 
 from ..runtime import CTYPES, HALFS, STORE, Runtime, buf, lit
-from .base import ALL, NUM, dtype_out, host_ints, norm_axis, ocl_kernel
+from .base import ALL, NUM, dtype_out, host_ints, ocl_kernel
 
 __all__: list[str] = []
 
@@ -69,9 +70,7 @@ def flatten(kn: KernelNode, rt: Runtime) -> KernelFn:
 
     def run(x: Any) -> tuple[Any]:
         r = len(x.shape)
-        axis = axis_attr + r if axis_attr < 0 else axis_attr
-        if not 0 <= axis <= r:
-            raise InvalidArgument(f"{kn.name}: axis {axis_attr} out of range for rank {r}")
+        axis = shape_sem.cut_axis(kn, axis_attr, r)
         return (_view(x, (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))),)
 
     return run
@@ -79,16 +78,8 @@ def flatten(kn: KernelNode, rt: Runtime) -> KernelFn:
 
 def _squeeze(kn: KernelNode, from_input: bool) -> KernelFn:
     def run(x: Any, axes: Any = None) -> tuple[Any]:
-        r = len(x.shape)
         ax = host_ints(axes) if from_input and axes is not None else kn.attr("axes")
-        if ax is None:
-            shape = tuple(d for d in x.shape if d != 1)
-        else:
-            drop = {norm_axis(a, r) for a in ax}
-            if any(x.shape[a] != 1 for a in drop):
-                raise InvalidArgument(f"{kn.name}: cannot squeeze axes {ax} of shape {x.shape}")
-            shape = tuple(d for i, d in enumerate(x.shape) if i not in drop)
-        return (_view(x, shape),)
+        return (_view(x, shape_sem.squeezed_shape(kn, tuple(x.shape), ax)),)
 
     return run
 
@@ -96,14 +87,7 @@ def _squeeze(kn: KernelNode, from_input: bool) -> KernelFn:
 def _unsqueeze(kn: KernelNode, from_input: bool) -> KernelFn:
     def run(x: Any, axes: Any = None) -> tuple[Any]:
         ax = host_ints(axes) if from_input else list(kn.attr("axes"))
-        r = len(x.shape) + len(ax)
-        pos = sorted(norm_axis(a, r) for a in ax)
-        if len(set(pos)) != len(pos):
-            raise InvalidArgument(f"{kn.name}: repeated axes {ax}")
-        shape = list(x.shape)
-        for p in pos:
-            shape.insert(p, 1)
-        return (_view(x, tuple(shape)),)
+        return (_view(x, shape_sem.unsqueezed_shape(kn, tuple(x.shape), ax)),)
 
     return run
 

@@ -18,6 +18,7 @@ from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu.kernels.norm import layer_normalization
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__: list[str] = []
 
@@ -112,9 +113,7 @@ def simplified_layer_normalization(node: KernelNode) -> KernelFn:
     n_out = len(node.node.outputs)
 
     def run(x: Array, scale: Array) -> tuple[Any, ...]:
-        axis = axis_attr + x.ndim if axis_attr < 0 else axis_attr
-        if not 0 <= axis < x.ndim:
-            raise InvalidArgument(f"{node.name}: axis {axis_attr} is out of range for {x.shape}")
+        axis = norm_axis(node, axis_attr, x.ndim)
         if np.broadcast_shapes(x.shape[axis:], scale.shape) != x.shape[axis:]:
             raise InvalidArgument(
                 f"{node.name}: scale {scale.shape} does not fit the normalized shape "

@@ -22,6 +22,7 @@ from turnout.providers.cpu.kernels.quant import dequantize, quantize
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.numerics import logistic
+from turnout.sdk.semantics.shape import cut_axis
 
 __all__: list[str] = []
 
@@ -213,7 +214,7 @@ def qlinear_softmax(node: KernelNode) -> KernelFn:
     ) -> tuple[Array]:
         xf = dequantize(x, x_scale, x_zp)
         if coerced:
-            lead = x.shape[: axis % x.ndim] if x.ndim else ()
+            lead = x.shape[: cut_axis(node, axis, x.ndim)] if x.ndim else ()
             xf = xf.reshape(int(np.prod(lead)), -1)
         e = np.exp(xf - xf.max(axis=-1 if coerced else axis, keepdims=True))
         y = e / e.sum(axis=-1 if coerced else axis, keepdims=True)

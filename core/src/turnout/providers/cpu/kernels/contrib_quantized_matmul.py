@@ -23,6 +23,7 @@ from turnout.providers.cpu.kernels.quant import dynamic_quantize_linear, quantiz
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__ = ["unpack_bits"]
 
@@ -238,8 +239,8 @@ def gather_block_quantized(node: KernelNode) -> KernelFn:
 
     def run(data: Array, indices: Array, scales: Array, zp: Array | None = None) -> tuple[Array]:
         rank = data.ndim
-        g_axis = int(node.attr("gather_axis", 0)) % rank
-        q_axis = int(node.attr("quantize_axis", 1)) % rank
+        g_axis = norm_axis(node, int(node.attr("gather_axis", 0)), rank)
+        q_axis = norm_axis(node, int(node.attr("quantize_axis", 1)), rank)
         packed = data.dtype == np.uint8 and bits < 8
         if packed and g_axis == rank - 1:
             raise InvalidArgument(f"{name}: packed uint8 data cannot be gathered on its last axis")

@@ -18,6 +18,7 @@ from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.numerics import erf, tanh
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__: list[str] = []
 
@@ -144,7 +145,7 @@ def _legacy(
             return fn
 
         def run(a: Array, b: Array) -> Any:
-            ax = axis + a.ndim if axis < 0 else axis
+            ax = norm_axis(node, axis, a.ndim)
             trail = a.ndim - ax - b.ndim
             if trail < 0:
                 raise ValueError(

@@ -17,6 +17,7 @@ from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.batch_norm import batch_norm_training
 from turnout.sdk.semantics.normalization import MVN_EPSILON, lp_norm_attrs, lrn_window, mvn_axes
+from turnout.sdk.semantics.shape import norm_axis
 
 __all__: list[str] = []
 
@@ -93,10 +94,7 @@ def _moments(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarr
 
 
 def _axis(node: KernelNode, x: np.ndarray, default: int = -1) -> int:
-    axis = int(node.attr("axis", default))
-    if not -x.ndim <= axis < max(x.ndim, 1):
-        raise InvalidArgument(f"{node.name}: axis {axis} out of range for rank {x.ndim}")
-    return axis % x.ndim if x.ndim else 0
+    return norm_axis(node, int(node.attr("axis", default)), x.ndim, scalar=True)
 
 
 @cpu_kernel("LayerNormalization", since=17)

@@ -22,6 +22,7 @@ import numpy as np
 from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.shape import cut_axis, norm_axis, reduce_axes
 
 __all__: list[str] = []
 
@@ -33,18 +34,6 @@ _ADD: Callable[..., Any] = np.add.reduce
 _MUL: Callable[..., Any] = np.multiply.reduce
 _MAX: Callable[..., Any] = np.maximum.reduce
 _MIN: Callable[..., Any] = np.minimum.reduce
-
-
-def _norm_axes(name: str, axes: Sequence[int], ndim: int) -> tuple[int, ...]:
-    out = []
-    for a in axes:
-        a = int(a)
-        if not -ndim <= a < max(ndim, 1):
-            raise InvalidArgument(f"{name}: axis {a} out of range for rank {ndim}")
-        out.append(a + ndim if a < 0 else a)
-    if len(set(out)) != len(out):
-        raise InvalidArgument(f"{name}: repeated axis in {list(axes)}")
-    return tuple(out) if ndim else ()
 
 
 def _wide(x: Array) -> Any:
@@ -142,7 +131,6 @@ def _reduce_factory(
     op: str, fn: Callable[[Array, Axes, bool], Array], axes_input: bool
 ) -> Callable[[KernelNode], KernelFn]:
     def factory(node: KernelNode) -> KernelFn:
-        name = node.name
         keep = bool(node.attr("keepdims", 1))
         noop = bool(node.attr("noop_with_empty_axes", 0)) and axes_input
         attr_axes = node.attr("axes")
@@ -165,7 +153,7 @@ def _reduce_factory(
             if not ax:
                 # no-op: a reduction over no axes (each element alone), not a pass-through
                 return () if noop else None
-            return _norm_axes(name, ax, x.ndim)
+            return reduce_axes(node, ax, x.ndim)
 
         return run
 
@@ -206,7 +194,7 @@ def _arg_factory(op: str, fn: Callable[..., Array]) -> Callable[[KernelNode], Ke
         last = bool(node.attr("select_last_index", 0))
 
         def run(x: Array) -> tuple[Array]:
-            a = _norm_axes(name, (axis,), x.ndim)[0] if x.ndim else None
+            a = norm_axis(node, axis, x.ndim) if x.ndim else None
             if a is None:
                 return (np.zeros((), np.int64),)
             n = x.shape[a]
@@ -278,16 +266,14 @@ def _softmax_factory(
             if x.ndim == 0:
                 raise InvalidArgument(f"{name}: {op} needs an input of rank >= 1")
             if flatten:
-                if not -x.ndim <= axis <= x.ndim:
-                    raise InvalidArgument(f"{name}: axis {axis} out of range for rank {x.ndim}")
-                a = axis + x.ndim if axis < 0 else axis
+                a = cut_axis(node, axis, x.ndim)
                 rows = int(np.prod(x.shape[:a], dtype=np.int64))
                 x2 = x.reshape(rows, -1) if x.size else x.reshape(rows, int(np.prod(x.shape[a:])))
                 if x2.size == 0:
                     return (x.copy(),)
                 memo = (x.shape, x2.shape)
                 return (fn(x2, 1).reshape(x.shape),)
-            a = _norm_axes(name, (axis,), x.ndim)[0]
+            a = norm_axis(node, axis, x.ndim)
             if x.size == 0:
                 return (x.copy(),)
             memo = (x.ndim, a)
@@ -319,7 +305,7 @@ def cumsum(node: KernelNode) -> KernelFn:
             raise InvalidArgument(
                 f"{name}: CumSum axis must be a scalar, got shape {np.shape(axis)}"
             )
-        a = _norm_axes(name, (int(np.reshape(axis, -1)[0]),), x.ndim)[0]
+        a = norm_axis(node, int(np.reshape(axis, -1)[0]), x.ndim)
         w = _wide(x)
         if reverse:
             w = np.flip(w, a)
@@ -356,7 +342,7 @@ def _topk_factory(k_attr: bool) -> Callable[[KernelNode], KernelFn]:
                 if k_in is None or np.size(k_in) != 1:
                     raise InvalidArgument(f"{name}: TopK K must be a 1-element tensor")
                 k = int(np.reshape(k_in, -1)[0])
-            a = _norm_axes(name, (axis,), x.ndim)[0]
+            a = norm_axis(node, axis, x.ndim)
             n = x.shape[a]
             if not 0 <= k <= n:
                 raise InvalidArgument(f"{name}: TopK k={k} out of range for axis of size {n}")

@@ -29,13 +29,15 @@ from turnout.sdk.semantics.indexing import reverse_sequence_axes
 from turnout.sdk.semantics.literal import constant_attr_value
 from turnout.sdk.semantics.pad import PAD_MODES, center_crop_pad_plan, pad_plan
 from turnout.sdk.semantics.shape import (
+    cut_axis,
     depth_to_space_plan,
-    norm_axes,
     norm_axis,
     slice_index,
     space_to_depth_plan,
     split_request,
     split_sizes,
+    squeezed_shape,
+    unsqueezed_shape,
 )
 
 __all__: list[str] = []
@@ -128,23 +130,6 @@ def transpose(node: KernelNode) -> KernelFn:
     return run
 
 
-def _squeezed(node: KernelNode, shape: tuple[int, ...], axes: list[int] | None) -> tuple[int, ...]:
-    if axes is None:
-        return tuple(d for d in shape if d != 1)
-    ax = norm_axes(node, axes, len(shape))
-    for a in ax:
-        if shape[a] != 1:
-            raise _bad(node, f"cannot squeeze axis {a} of size {shape[a]} (shape {shape})")
-    return tuple(d for i, d in enumerate(shape) if i not in ax)
-
-
-def _unsqueezed(node: KernelNode, shape: tuple[int, ...], axes: list[int]) -> tuple[int, ...]:
-    rank = len(shape) + len(axes)
-    ax = set(norm_axes(node, axes, rank))
-    dims = iter(shape)
-    return tuple(1 if i in ax else next(dims) for i in range(rank))
-
-
 def _axes_reshape(
     node: KernelNode,
     target: Callable[[KernelNode, tuple[int, ...], Any], tuple[int, ...]],
@@ -170,15 +155,15 @@ def _axes_reshape(
 @cpu_kernel("Squeeze", since=1)
 def squeeze(node: KernelNode) -> KernelFn:
     if node.since_version < 13:
-        return _axes_reshape(node, _squeezed, node.attr("axes"), from_input=False)
-    return _axes_reshape(node, _squeezed, None, from_input=True)
+        return _axes_reshape(node, squeezed_shape, node.attr("axes"), from_input=False)
+    return _axes_reshape(node, squeezed_shape, None, from_input=True)
 
 
 @cpu_kernel("Unsqueeze", since=1)
 def unsqueeze(node: KernelNode) -> KernelFn:
     if node.since_version < 13:
-        return _axes_reshape(node, _unsqueezed, list(node.attr("axes", [])), from_input=False)
-    return _axes_reshape(node, _unsqueezed, None, from_input=True)
+        return _axes_reshape(node, unsqueezed_shape, list(node.attr("axes", [])), from_input=False)
+    return _axes_reshape(node, unsqueezed_shape, None, from_input=True)
 
 
 @cpu_kernel("Flatten", since=1)
@@ -190,9 +175,7 @@ def flatten(node: KernelNode) -> KernelFn:
         nonlocal memo
         seen, out = memo
         if x.shape != seen:
-            a = axis + x.ndim if axis < 0 else axis
-            if not 0 <= a <= x.ndim:
-                raise _bad(node, f"axis {axis} is out of range for rank {x.ndim}")
+            a = cut_axis(node, axis, x.ndim)
             out = (math.prod(x.shape[:a]), math.prod(x.shape[a:]))
             memo = (x.shape, out)
         return (x.reshape(out),)
