@@ -1,7 +1,8 @@
 """`python -m benchmarks [--models a,b] [--threads 1,2] [--repeat N] [--json F] [--markdown F]`;
 `python -m benchmarks startup ...` times fresh processes instead (benchmarks/startup.py);
 `python -m benchmarks alone ...` times each runtime alone, quiet and beside a busy process
-(benchmarks/alone.py).
+(benchmarks/alone.py); `python -m benchmarks placement ...` compares measured placement with
+priority and the CPU path (benchmarks/placement.py, issue 33).
 
 `--import-torch` is handled here, before the runner (numpy, numba, turnout) is imported; so is
 the child processes' equivalent (their spec's `import_torch`).
@@ -37,6 +38,10 @@ if __name__ == "__main__":
         from benchmarks.alone import main as alone
 
         sys.exit(alone(sys.argv[2:]))
+    if sys.argv[1:2] == ["placement"]:
+        from benchmarks.placement import main as placement
+
+        sys.exit(placement(sys.argv[2:]))
     from benchmarks.runner import main
 
     sys.exit(main())

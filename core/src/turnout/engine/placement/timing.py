@@ -6,7 +6,9 @@ random data of the value's dtype, except values the graph holds (initializers: s
 indices, weights), which are the graph's own. One untimed call warms the kernel (a compiler's
 first call, a device program's upload); then timed calls until five are done or the
 candidate's share of the budget is spent; the median counts. A device provider's stream is
-synchronized after each call, so its time is the work's, not the enqueueing's.
+synchronized after each call, so its time is the work's, not the enqueueing's. Host
+candidates are timed first; a device candidate whose warm-up alone is `HOPELESS` times slower
+than the host's best is not repeated.
 
 Copies: each device provider's data transfer moves, both ways, each distinct number of bytes
 that a value crossing its device boundary has (three calls, the median).
@@ -32,6 +34,9 @@ __all__ = ["Candidate", "Clock", "CopyTimes", "static_shape", "time_candidates",
 REPEATS = 5
 """Timed calls per candidate at most (after the warm-up call)."""
 COPY_REPEATS = 3
+HOPELESS = 3
+"""A device candidate whose warm-up call takes this many times the best host time of its
+nodes is timed by that call alone: it cannot win, and repeating it only spends the budget."""
 
 
 @dataclass
@@ -120,10 +125,14 @@ def time_candidates(
     clock: Clock,
     seed: int = 0,
 ) -> None:
-    """Time each candidate in place (its `seconds`, `runs`, `note`), within `clock`'s budget."""
-    todo = list(candidates)
+    """Time each candidate in place (its `seconds`, `runs`, `note`), within `clock`'s budget.
+
+    Host candidates go first: a device candidate whose warm-up call alone takes `HOPELESS`
+    times the best host time of its nodes is not repeated (its warm-up is its time)."""
+    todo = sorted(candidates, key=lambda c: providers[c.provider].device != CPU)
     by_name = {n.name: n for n in graph.nodes}
     every = {n.name: Assignment(n.name, n.op_type, "", "kernel", None, None) for n in graph.nodes}
+    best: dict[str, float] = {}  # node -> the fastest time per node so far
     rng = np.random.default_rng(seed)
     for k, cand in enumerate(todo):
         why = _runnable(graph, [by_name[n] for n in cand.nodes])
@@ -135,6 +144,8 @@ def time_candidates(
             cand.note = "budget spent"
             continue
         provider = providers[cand.provider]
+        known = [best[n] for n in cand.nodes if n in best]
+        hopeless = HOPELESS * sum(known) if len(known) == len(cand.nodes) else None
         try:
             part = GraphPartition(graph, [(provider, cand.cap)], every, {})
             prepared = compile_partition(part, [provider], {})
@@ -151,13 +162,17 @@ def time_candidates(
                 )
                 for i, x in enumerate(step.inputs)
             ]
-            share = left / (len(todo) - k)
-            times = _time(step.fn, args, provider, share)
+            times = _time(step.fn, args, provider, left / (len(todo) - k), hopeless)
         except Exception as e:  # a kernel that refuses sample data keeps its node by priority
             cand.note = f"not timed: {type(e).__name__}: {e}"[:200]
             continue
         cand.seconds = statistics.median(times)
         cand.runs = len(times)
+        if hopeless is not None and cand.seconds > hopeless:
+            cand.note = f"warm-up call only: over {HOPELESS}x the fastest"
+        per_node = cand.seconds / len(cand.nodes)
+        for n in cand.nodes:
+            best[n] = min(best.get(n, per_node), per_node)
         clock.timed += 1
 
 
@@ -184,15 +199,23 @@ def _argument(
 
 
 def _time(
-    fn: Callable[..., Any], args: Sequence[Any], provider: ExecutionProvider, share: float
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    provider: ExecutionProvider,
+    share: float,
+    hopeless: float | None,
 ) -> list[float]:
     """One warm-up call, then timed calls (at least one, at most `REPEATS`, while the time
-    spent stays under `share`), each waited for on the provider's stream."""
+    spent stays under `share`), each waited for on the provider's stream. A warm-up slower
+    than `hopeless` is the only time taken."""
     provider.on_run_start()
     try:
         begin = time.perf_counter()
         fn(*args)
         _synchronize(provider)
+        warm = time.perf_counter() - begin
+        if hopeless is not None and warm > hopeless:
+            return [warm]
         times: list[float] = []
         while len(times) < REPEATS and (not times or time.perf_counter() - begin < share):
             t0 = time.perf_counter()
