@@ -276,3 +276,45 @@ def test_reports_say_why(slow_relu_fast_add: LabFactory) -> None:
     data = json.loads(report.to_json())
     assert data["placement"]["nodes"]["relu"]["winner"] == CPU
     _check_runs(_session(_chain(), "measured"))
+
+
+def test_profile_names_the_candidates(slow_relu_fast_add: LabFactory, tmp_path: Any) -> None:
+    so = turnout.SessionOptions()
+    so.placement = "measured"
+    so.fallback = "allow"
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    sess = turnout.InferenceSession(_chain().SerializeToString(), so, providers=[LAB, CPU])
+    _check_runs(sess)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)["traceEvents"]
+    relu = next(e for e in events if e["name"] == "relu_kernel_time")
+    assert relu["args"]["placement"]["winner"] == CPU
+    providers = {r["provider"] for r in relu["args"]["placement"]["candidates"]}
+    assert providers == {LAB, CPU}
+
+
+def test_explain_cli_shows_the_measured_choice(
+    slow_relu_fast_add: LabFactory, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from turnout.tools.cli import main
+
+    path = tmp_path / "chain.onnx"
+    onnx.save(_chain(), path)
+    argv = [
+        "explain",
+        str(path),
+        "--providers",
+        f"{LAB},{CPU}",
+        "--placement",
+        "measured",
+        "--budget",
+        "20",
+    ]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "measured: LabExecutionProvider" in text and "-> CPUExecutionProvider" in text
+    assert main([*argv, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["placement"]["from_cache"]  # the first explain filled the cache
+    assert data["placement"]["nodes"]["add"]["winner"] == LAB

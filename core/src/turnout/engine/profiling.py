@@ -16,7 +16,7 @@ from turnout.engine.executor.plan import Step
 from turnout.graph.dtypes import ELEM_TYPE_NAMES, elem_type_of
 from turnout.graph.errors import InvalidArgument
 
-__all__ = ["Profiler"]
+__all__ = ["Profiler", "placement_by_step"]
 
 
 def _elem_name(dtype: np.dtype[Any]) -> str:
@@ -37,6 +37,22 @@ def _type_shape(values: Sequence[Any]) -> list[dict[str, list[int]]]:
     return out
 
 
+def placement_by_step(report: Any) -> dict[str, Any]:
+    """Measured placement's record (`PartitionReport.placement`) per step name: a node's
+    step by its name, a fused group's by the group's name (a list, one entry per member)."""
+    nodes = (report.placement or {}).get("nodes", {})
+    out: dict[str, Any] = {}
+    for a in report.assignments:
+        entry = nodes.get(a.node)
+        if entry is None:
+            continue
+        if a.group is None:
+            out[a.node] = entry
+        else:
+            out.setdefault(a.group, []).append({"node": a.node, **entry})
+    return out
+
+
 class Profiler:
     """Collects trace events for one session; `end()` writes them and returns the file name."""
 
@@ -47,6 +63,9 @@ class Profiler:
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.pid = os.getpid()
+        self.placement: dict[str, Any] = {}
+        """Per step name, how measured placement chose its node(s) (`placement_by_step`);
+        empty under priority placement."""
 
     def _us(self, t_ns: int) -> float:
         return (t_ns - self.start_ns) / 1000.0
@@ -68,18 +87,16 @@ class Profiler:
     def record_step(
         self, step: Step, start_ns: int, dur_ns: int, ins: list[Any], outs: Sequence[Any]
     ) -> None:
-        self.event(
-            "Node",
-            f"{step.name}_kernel_time",
-            start_ns,
-            dur_ns,
-            {
-                "op_name": step.op_type,
-                "provider": step.provider,
-                "input_type_shape": _type_shape(ins),
-                "output_type_shape": _type_shape(outs),
-            },
-        )
+        args = {
+            "op_name": step.op_type,
+            "provider": step.provider,
+            "input_type_shape": _type_shape(ins),
+            "output_type_shape": _type_shape(outs),
+        }
+        chosen = self.placement.get(step.name)
+        if chosen is not None:
+            args["placement"] = chosen
+        self.event("Node", f"{step.name}_kernel_time", start_ns, dur_ns, args)
 
     def end(self) -> str:
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")

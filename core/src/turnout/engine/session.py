@@ -32,7 +32,7 @@ from turnout.engine.options import EngineOptions
 from turnout.engine.outputs import owned_outputs
 from turnout.engine.partition import PartitionReport
 from turnout.engine.placement import placement_policy
-from turnout.engine.profiling import Profiler
+from turnout.engine.profiling import Profiler, placement_by_step
 from turnout.engine.provider_selection import (
     CPU_PROVIDER,
     ProviderSelection,
@@ -207,6 +207,8 @@ class EngineSession:
         report = self.reports[""]
         sizes, report.unsized = static_sizes(self.plan.steps, self.graph.value_infos)
         report.peak_bytes = self.peak(self.plan, sizes)
+        if self.profiler is not None:
+            self.profiler.placement = placement_by_step(report)
         self.device_plans: dict[frozenset[str], Plan] = {}
 
     def full_model(self) -> onnx.ModelProto:
