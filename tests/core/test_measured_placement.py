@@ -318,3 +318,16 @@ def test_explain_cli_shows_the_measured_choice(
     data = json.loads(capsys.readouterr().out)
     assert data["placement"]["from_cache"]  # the first explain filled the cache
     assert data["placement"]["nodes"]["add"]["winner"] == LAB
+
+
+def test_conformance_reports_wins_and_losses_per_op(slow_relu_fast_add: LabFactory) -> None:
+    cases_mod = pytest.importorskip("turnout_conformance.cases")
+    from turnout_conformance.placement import placement_times, to_text
+
+    cases = cases_mod.collect_cases(cases_mod.parse_kinds("node"), "^test_(relu|add)$")
+    table = placement_times(cases, [LAB], budget_s=10)
+    ops = table[LAB]
+    assert ops["Relu"].losses == 1 and ops["Relu"].wins == 0  # 20 ms against numpy's µs
+    assert len(ops["Add"].ratios) == 1  # timed (microseconds both: either may win)
+    text = to_text(table)
+    assert "LabExecutionProvider against the CPU host path" in text and "Relu" in text

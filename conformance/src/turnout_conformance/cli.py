@@ -56,6 +56,12 @@ def run_conformance(args: argparse.Namespace) -> int:
     if not cases:
         print(f"turnout conformance: no case matches -k {args.k!r}", file=sys.stderr)
         return 2
+    if getattr(args, "placement_times", False):
+        from .placement import placement_times, to_text
+
+        timed = [f.name for f in factories if f.name != CPU]
+        print(to_text(placement_times(cases, timed, args.placement_budget)))
+        return 0
     tasks = [(f.name, args.mode, i) for f in factories for i in range(len(cases))]
     expected = {f.name: ExpectedFailures(f.expected_failures()) for f in factories}
     # in fallback mode, failures in nodes the CPU provider ran fall under its reviewed list

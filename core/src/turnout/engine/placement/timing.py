@@ -37,6 +37,8 @@ COPY_REPEATS = 3
 HOPELESS = 3
 """A device candidate whose warm-up call takes this many times the best host time of its
 nodes is timed by that call alone: it cannot win, and repeating it only spends the budget."""
+HOPELESS_MIN_S = 1e-3
+"""...when that call takes at least this long (a first call of microseconds is noise)."""
 
 
 @dataclass
@@ -168,7 +170,7 @@ def time_candidates(
             continue
         cand.seconds = statistics.median(times)
         cand.runs = len(times)
-        if hopeless is not None and cand.seconds > hopeless:
+        if cand.runs == 1 and hopeless is not None and cand.seconds > max(hopeless, HOPELESS_MIN_S):
             cand.note = f"warm-up call only: over {HOPELESS}x the fastest"
         per_node = cand.seconds / len(cand.nodes)
         for n in cand.nodes:
@@ -214,7 +216,7 @@ def _time(
         fn(*args)
         _synchronize(provider)
         warm = time.perf_counter() - begin
-        if hopeless is not None and warm > hopeless:
+        if hopeless is not None and warm > max(hopeless, HOPELESS_MIN_S):
             return [warm]
         times: list[float] = []
         while len(times) < REPEATS and (not times or time.perf_counter() - begin < share):

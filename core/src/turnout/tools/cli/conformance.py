@@ -55,4 +55,16 @@ def register(sub: Any) -> None:
     p.add_argument("--markdown", metavar="FILE", help="write the report as Markdown")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one testsuite per provider)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.add_argument(
+        "--placement-times",
+        action="store_true",
+        help="instead of checking results: per op, where each provider's kernels win and lose "
+        "against the CPU host path, timed by measured placement (node cases)",
+    )
+    p.add_argument(
+        "--placement-budget",
+        type=float,
+        default=10.0,
+        help="with --placement-times: each case's timing budget in seconds (default 10)",
+    )
     p.set_defaults(func=_cmd)
