@@ -49,8 +49,9 @@ def model_digest(model: onnx.ModelProto) -> str:
         h.update(node.SerializeToString())
     for vi in (*g.input, *g.output, *g.value_info):
         h.update(vi.SerializeToString())
-    for t in g.initializer:
-        h.update(f"{t.name}:{t.data_type}:{list(t.dims)}".encode())
+    # sorted: the optimizer may list the initializers it writes in another order each process
+    for entry in sorted(f"{t.name}:{t.data_type}:{list(t.dims)}" for t in g.initializer):
+        h.update(entry.encode())
     for o in model.opset_import:
         h.update(f"{o.domain}:{o.version}".encode())
     return h.hexdigest()

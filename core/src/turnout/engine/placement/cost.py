@@ -9,7 +9,8 @@ group costs its share of the group's time.
 The search starts from three plans (priority's, the host's: every node on the first provider
 on the CPU that claims it, and the fastest kernel for each node) and moves claims (a node, or
 a whole fused group) to another provider while that lowers the plan's cost by more than
-`TIE`; the cheapest result wins, and priority wins ties, between plans as between claims.
+`TIE` (`SAME_DEVICE_TIE` between two providers on one device); the cheapest result wins,
+and priority wins ties, between plans as between claims.
 A node whose candidates are not all timed stays where priority puts it.
 """
 
@@ -28,6 +29,11 @@ __all__ = ["TIE", "CostModel"]
 TIE = 0.03
 """A move must save more than this share of what it touches (and a plan must beat priority's
 by as much) to count: closer than that, priority decides."""
+SAME_DEVICE_TIE = 0.25
+"""Between two providers on one device (the numba and numpy kernels on the host), a move must
+save this share: a kernel timed alone on hot data gains little that survives in the plan
+(caches, a fused group kept whole, threads), and a small gain is within the timing noise of
+a busy machine."""
 MIN_GAIN_S = 1e-6
 MAX_SWEEPS = 20
 HOST = str(CPU)
@@ -155,15 +161,25 @@ class CostModel:
         return plan
 
     def fastest_plan(self) -> dict[str, str]:
-        """Each node on its fastest kernel (the first in priority order within `TIE` of it)."""
+        """Each node on its fastest kernel: a candidate replaces the one before it in priority
+        order when it is faster by more than the tie (`TIE`, `SAME_DEVICE_TIE`)."""
         plan = self.priority_plan()
         for n in self.order:
             if n in self.frozen:
                 continue
             options = self.options(n)
-            best = min(c.per_node() or 0.0 for c in options)
-            plan[n] = next(c for c in options if (c.per_node() or 0.0) <= best * (1 + TIE)).provider
+            best = options[0]
+            for c in options[1:]:
+                if (c.per_node() or 0.0) < (best.per_node() or 0.0) * (1 - self._tie(best, c)):
+                    best = c
+            plan[n] = best.provider
         return plan
+
+    def _tie(self, a: Candidate | str, b: Candidate | str) -> float:
+        """The share a move from `a`'s provider to `b`'s must save."""
+        pa = a if isinstance(a, str) else a.provider
+        pb = b if isinstance(b, str) else b.provider
+        return SAME_DEVICE_TIE if self.device[pa] == self.device[pb] else TIE
 
     def improve(self, plan: dict[str, str]) -> dict[str, str]:
         """Move claims while a move lowers the cost by more than `TIE` of what it touches."""
@@ -185,7 +201,8 @@ class CostModel:
                 before = self._local(members, plan)
                 trial = {**plan, **{n: provider for n in members}}
                 after = self._local(members, trial)
-                if before - after > max(MIN_GAIN_S, TIE * before):
+                tie = min(self._tie(plan[n], provider) for n in members)
+                if before - after > max(MIN_GAIN_S, tie * before):
                     plan = trial
                     moved = True
             if not moved:
