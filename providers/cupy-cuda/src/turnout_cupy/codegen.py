@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from turnout.sdk.semantics.defaults import op_defaults
+from turnout.sdk.semantics.defaults import op_default, op_defaults
 
 __all__ = [
     "BLOCK",
@@ -116,7 +116,7 @@ def _clip(a: Sequence[str], attrs: Mapping[str, Any]) -> str:
 
 def _gelu(a: Sequence[str], attrs: Mapping[str, Any]) -> str:
     x = a[0]
-    if attrs.get("approximate", "none") == "tanh":
+    if attrs.get("approximate", op_default("Gelu", "approximate")) == "tanh":
         inner = f"T(0.7978845608028654) * ({x} + T(0.044715) * {x} * {x} * {x})"
         return f"(T(0.5) * {x} * (T(1) + tanh({inner})))"
     return f"(T(0.5) * {x} * (T(1) + erf({x} * T(0.7071067811865476))))"

@@ -95,7 +95,7 @@ def _mish(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
 
 def _gelu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
     xp = be.xp
-    if kn.attr("approximate", "none") == "tanh":
+    if kn.attr("approximate") == "tanh":
         c = float(np.sqrt(2 / np.pi))
         return lambda x: (0.5 * x * (1 + xp.tanh(c * (x + 0.044715 * x**3)))).astype(x.dtype)
     return lambda x: (0.5 * x * (1 + be.erf(x * float(np.sqrt(0.5))))).astype(x.dtype)
@@ -133,7 +133,7 @@ def _reciprocal(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
 
 
 def _is_inf(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    pos, neg = int(kn.attr("detect_positive", 1)), int(kn.attr("detect_negative", 1))
+    pos, neg = int(kn.attr("detect_positive")), int(kn.attr("detect_negative"))
     xp = be.xp
     return lambda x: xp.isinf(x) & (((x > 0) & bool(pos)) | ((x < 0) & bool(neg)))
 
@@ -262,7 +262,7 @@ for _op, (_since, _bfn) in BINARY.items():
 def mod(kn: KernelNode, be: Backend) -> KernelFn:
     """fmod=1: C's fmod (sign of the dividend); fmod=0: the divisor's sign (integers only)."""
     xp = be.xp
-    if int(kn.attr("fmod", 0)):
+    if int(kn.attr("fmod")):
         return lambda a, b: (xp.fmod(a, b),)
     return lambda a, b: (xp.remainder(a, b),)
 

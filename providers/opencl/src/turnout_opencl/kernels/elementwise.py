@@ -98,13 +98,13 @@ EW_OPS: dict[str, Op] = {
     "Celu": _op(1, F, "(NMAX_F({a},{zero})+NMIN_F({alpha}*(exp({a}/{alpha})-{one}),{zero}))",
                 **op_defaults("Celu")),
     "Mish": _op(1, F, "({a}*tanh(log1p(exp({a}))))"),
-    "Gelu": _op(1, F, "GELU", approximate="none"),
+    "Gelu": _op(1, F, "GELU", **op_defaults("Gelu")),
     "Shrink": _op(1, N, "({a}<-{lambd}?{a}+{bias}:({a}>{lambd}?{a}-{bias}:{zero}))",
                   "({a}<-{lambd}?{a}+{bias}:({a}>{lambd}?{a}-{bias}:{zero}))",
                   **op_defaults("Shrink")),
     "Swish": _op(1, F, "({a}/({one}+exp(-{alpha}*{a})))", **op_defaults("Swish")),
     "IsNaN": _op(1, F, "isnan({a})"),
-    "IsInf": _op(1, F, "ISINF", detect_negative=1, detect_positive=1),
+    "IsInf": _op(1, F, "ISINF", **op_defaults("IsInf")),
     "Not": _op(1, BOOL, b="(!{a})"),
     "BitwiseNot": _op(1, INTS, None, "(~{a})"),
     # binary and variadic, with broadcasting
@@ -113,7 +113,7 @@ EW_OPS: dict[str, Op] = {
     "Mul": _op(2, N, "({a}*{b})", "({a}*{b})"),
     "Div": _op(2, N, "({a}/{b})", "({b}==0?{zero}:{a}/{b})"),
     "Pow": _op(2, N, "POW", "POW"),
-    "Mod": _op(2, N, "MOD", "MOD", fmod=0),
+    "Mod": _op(2, N, "MOD", "MOD", **op_defaults("Mod")),
     "PRelu": _op(2, N, "({a}<{zero}?{a}*{b}:{a})", "({a}<{zero}?{a}*{b}:{a})", "{a}"),
     "BitShift": _op(2, INTS, None, "SHIFT", "SHIFT", direction="LEFT"),
     "BitwiseAnd": _op(2, INTS, None, "({a}&{b})"), "BitwiseOr": _op(2, INTS, None, "({a}|{b})"),
@@ -180,8 +180,9 @@ def _render(st: EwStep, rt: Runtime) -> str:
     if st.op in ("Cast", "CastLike"):
         ct = T
     vals: dict[str, Any] = {"T": ct, "zero": lit(0, ct), "one": lit(1, ct)}
-    for name, default in op.attrs.items():
-        v = st.attrs.get(name, default)
+    given = {**op.attrs, **st.attrs}  # the table's defaults are the schema's (op_defaults)
+    for name in op.attrs:
+        v = given[name]
         vals[name] = lit(v, ct) if isinstance(v, (int, float)) else v
     a = st.args
     vals.update(a=a[0] if a else "", b=a[1] if len(a) > 1 else "", c=a[2] if len(a) > 2 else "")
@@ -196,7 +197,7 @@ def _render(st: EwStep, rt: Runtime) -> str:
             expr = tmpl.format(**{**vals, "a": expr, "b": x})
         return expr
     if tmpl == "GELU":
-        if st.attrs.get("approximate", "none") == "tanh":
+        if given["approximate"] == "tanh":
             k = lit(math.sqrt(2 / math.pi), ct)
             return (
                 f"({lit(0.5, ct)}*{a[0]}*({vals['one']}+tanh({k}*({a[0]}+{lit(0.044715, ct)}"
@@ -204,7 +205,7 @@ def _render(st: EwStep, rt: Runtime) -> str:
             )
         return f"({lit(0.5, ct)}*{a[0]}*({vals['one']}+erf({a[0]}*{lit(math.sqrt(0.5), ct)})))"
     if tmpl == "ISINF":
-        neg, pos = int(st.attrs.get("detect_negative", 1)), int(st.attrs.get("detect_positive", 1))
+        neg, pos = int(given["detect_negative"]), int(given["detect_positive"])
         parts = ([f"({a[0]}==-INFINITY)"] if neg else []) + ([f"({a[0]}==INFINITY)"] if pos else [])
         return "(" + ("||".join(parts) or "0") + ")"
     if tmpl == "POW":
@@ -212,8 +213,8 @@ def _render(st: EwStep, rt: Runtime) -> str:
         return f"(({ct})pow(({cty}){a[0]},({cty}){a[1]}))"
     if tmpl == "MOD":
         if kind == "f":
-            return f"fmod({a[0]},{a[1]})" if st.attrs.get("fmod", 0) else f"PYMOD_F({a[0]},{a[1]})"
-        if kind == "u" or st.attrs.get("fmod", 0):
+            return f"fmod({a[0]},{a[1]})" if given["fmod"] else f"PYMOD_F({a[0]},{a[1]})"
+        if kind == "u" or given["fmod"]:
             return f"({a[1]}==0?{vals['zero']}:{a[0]}%{a[1]})"
         return f"PYMOD_I({a[0]},{a[1]})"
     if tmpl == "SHIFT":  # out-of-range shifts as the reference: 0 (or -1 for negative >>)

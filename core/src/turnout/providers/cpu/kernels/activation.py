@@ -157,7 +157,7 @@ def softsign(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Gelu", 20)
 def gelu(node: KernelNode) -> Callable[[Array], Array]:
-    approximate = node.attr("approximate", "none")
+    approximate = node.attr("approximate")
     if approximate == "tanh":
         return gelu_tanh
     if approximate != "none":

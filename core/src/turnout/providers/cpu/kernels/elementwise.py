@@ -77,7 +77,7 @@ for _op, (_since, _fn) in _UNARY.items():
 
 @cpu_kernel("IsInf", since=10)
 def is_inf(node: KernelNode) -> KernelFn:
-    neg, pos = node.attr("detect_negative", 1), node.attr("detect_positive", 1)
+    neg, pos = node.attr("detect_negative"), node.attr("detect_positive")
     if neg and pos:
         return lambda x: (np.asarray(np.isinf(x)),)
     if pos:
@@ -200,7 +200,7 @@ for _op, (_since, _bfn, _legacy_since) in _BINARY.items():
 @cpu_kernel("Mod", since=10)
 def mod(node: KernelNode) -> KernelFn:
     # fmod=0: result takes the divisor's sign (Python/numpy `%`); fmod=1: C fmod (dividend's sign)
-    return _binary_factory("Mod", np.fmod if node.attr("fmod", 0) else np.mod)(node)
+    return _binary_factory("Mod", np.fmod if node.attr("fmod") else np.mod)(node)
 
 
 @cpu_kernel("BitShift", since=11)
