@@ -352,6 +352,7 @@ class InferenceSession:
         self._engine.at_run_boundary()  # the compiled tier takes over between runs
         adapters = run_options._adapters if run_options is not None else None
         args = self._prepare_feeds(input_feed, adapters)
+        self._engine.place_for_shapes(args)  # measured placement waiting for shapes
         prune = run_options is not None and run_options.only_execute_path_to_fetches
         plan, pick = self._engine.select_plan(output_names, prune, device_outputs)
         outs = self._engine.execute(plan, args, pick, run_options)

@@ -31,7 +31,14 @@ from turnout.engine.executor.plan import (
 from turnout.engine.options import EngineOptions
 from turnout.engine.outputs import owned_outputs
 from turnout.engine.partition import PartitionReport
-from turnout.engine.placement import placement_policy
+from turnout.engine.placement import (
+    MeasuredPlacement,
+    at_shapes,
+    budget_seconds,
+    placement_policy,
+    unknown_shapes,
+)
+from turnout.engine.placement.cache import model_digest
 from turnout.engine.profiling import Profiler, placement_by_step
 from turnout.engine.provider_selection import (
     CPU_PROVIDER,
@@ -66,6 +73,10 @@ class _Placement:
     reports: dict[str, PartitionReport]
     prepared: PreparedGraph
     plan: Plan
+
+
+_ShapePlacement = tuple[dict[str, PartitionReport], PreparedGraph, Plan]
+"""What placing again for input shapes builds: the reports, the kernels and the plan."""
 
 
 class RunControl(Protocol):
@@ -139,6 +150,11 @@ class EngineSession:
         self.reports[""].tier = self.tier
         self._release_source()
         logger.info("%s: placed nodes %s", self.label, self.reports[""].counts())
+        # measured placement without static shapes: placed again at the first run, with its
+        # shapes, and at each run whose input shapes were not placed for yet
+        self._by_shapes: dict[tuple[Any, ...], _ShapePlacement] = {}
+        self._shapes_placed: tuple[Any, ...] | None = None
+        self._replace_for_shapes = unknown_shapes(self.reports[""].placement)
 
     def _waits_for_hosts(self) -> bool:
         return self.options.switch(WAIT_KEY, WAIT_ENV)
@@ -214,6 +230,46 @@ class EngineSession:
     def full_model(self) -> onnx.ModelProto:
         """The optimized model with its weights (`model` holds none: the IR's arrays do)."""
         return pipeline.full_model(self.model, self.graph)
+
+    def place_for_shapes(self, args: Sequence[Any]) -> None:
+        """At a run boundary: when measured placement waits for shapes and these inputs' shapes
+        are new, place the main graph again at them (their times cached like the others'); a
+        placement made for shapes seen before is taken back at once."""
+        if not self._replace_for_shapes or self._tier_build is not None:
+            return
+        key = tuple(tuple(a.shape) if hasattr(a, "shape") else None for a in args)
+        if key == self._shapes_placed:
+            return
+        with self.lock:
+            placed = self._by_shapes.get(key)
+            if placed is None:
+                placed = self._place_at(key)
+                self._by_shapes[key] = placed
+            reports, prepared, plan = placed
+            self.reports, self.prepared, self.plan = reports, prepared, plan
+            self.device_plans.clear()
+            self._shapes_placed = key
+        logger.info("%s: placed again for input shapes %s", self.label, key)
+
+    def _place_at(self, key: tuple[Any, ...]) -> _ShapePlacement:
+        names = [*self.plan.input_names, *self.plan.outer_names]
+        inputs = {n: shape for n, shape in zip(names, key) if shape is not None}
+        timed = at_shapes(
+            self.model, self.graph, inputs, self.options.limits.shape_data_max_elements
+        )
+        policy = MeasuredPlacement(
+            budget_seconds(self.options.config), model_digest(self.model), timed
+        )
+        reports: dict[str, PartitionReport] = {}
+        part = pipeline.partition(self.graph, self.providers, policy)
+        prepared = pipeline.compile(part, self.providers, reports, self.overrides)
+        reports[""].mark_hosts(self.selection.hosts)
+        reports[""].tier = self.tier
+        plan = pipeline.plan(prepared, self.options)
+        report = reports[""]
+        sizes, report.unsized = static_sizes(plan.steps, self.graph.value_infos)
+        report.peak_bytes = self.peak(plan, sizes)
+        return reports, prepared, plan
 
     # ------------------------------------------------------------------ tiers
     def _start_tier_build(

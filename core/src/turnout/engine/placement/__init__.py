@@ -25,6 +25,7 @@ from turnout.engine.partition import GraphPartition, partition_graph
 from turnout.engine.placement import cache
 from turnout.engine.placement.cost import CostModel
 from turnout.engine.placement.timing import (
+    SHAPE_UNKNOWN,
     Candidate,
     Clock,
     CopyTimes,
@@ -35,6 +36,7 @@ from turnout.engine.placement.timing import (
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.ir import Graph, GraphView
 from turnout.graph.logs import logger
+from turnout.graph.model import infer_shapes
 from turnout.sdk.provider import CPU, ExecutionProvider
 
 __all__ = [
@@ -43,11 +45,13 @@ __all__ = [
     "PLACEMENT_KEY",
     "POLICIES",
     "MeasuredPlacement",
+    "at_shapes",
     "PlacementPolicy",
     "PriorityPlacement",
     "budget_seconds",
     "placement_policy",
     "policy_name",
+    "unknown_shapes",
 ]
 
 PLACEMENT_KEY = "session.turnout.placement"
@@ -86,16 +90,21 @@ class MeasuredPlacement:
 
     name = "measured"
 
-    def __init__(self, budget_s: float, model: str | None) -> None:
+    def __init__(self, budget_s: float, model: str | None, at_shapes: Graph | None = None) -> None:
+        """`at_shapes`: the graph with every shape a run's inputs give it (dynamic shapes):
+        the candidates are timed there, and the graph being placed gets the choice."""
         self.budget_s = budget_s
         self.model = model
+        self.at_shapes = at_shapes
         self.timed = 0
 
-    def place(self, graph: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
+    def place(self, placed: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
         started = time.perf_counter()
+        graph = self.at_shapes or placed
         by_name = {p.name: p for p in providers}
         candidates = gather_candidates(graph, providers)
-        shapes = {i.name: static_shape(graph, i.name) for i in graph.inputs}
+        known = {i.name: static_shape(graph, i.name) for i in graph.inputs}
+        shapes = {k: list(v[0]) if v is not None else None for k, v in known.items()}
         key = cache.placement_key(self.model, providers, shapes) if self.model else None
         stored = cache.load(key) if key else None
         clock = Clock(self.budget_s)
@@ -112,7 +121,7 @@ class MeasuredPlacement:
         self.timed = clock.timed
         model = CostModel(graph, providers, candidates, copies)
         plan, totals = model.best_plan()
-        part = partition_graph(graph, providers, plan)
+        part = partition_graph(placed, providers, plan)
         written = None
         if key and stored is None:
             written = cache.store(key, _stored(candidates, copies))
@@ -126,6 +135,7 @@ class MeasuredPlacement:
             "timing_s": round(clock.spent(), 6) if stored is None else 0.0,
             "place_s": round(time.perf_counter() - started, 6),
             "budget_s": self.budget_s,
+            "shapes": {k: v for k, v in shapes.items() if v is not None},
             "plans": {k: v for k, v in totals.items()},
             "kernel_s": kernels,
             "copy_s": copy_s,
@@ -160,6 +170,32 @@ def placement_policy(options: EngineOptions, model: onnx.ModelProto | None) -> P
     return MeasuredPlacement(
         budget_seconds(options.config), cache.model_digest(model) if model else None
     )
+
+
+def unknown_shapes(placement: Mapping[str, Any] | None) -> bool:
+    """Whether a measured placement left nodes untimed for want of static shapes (then the
+    session places again at its first run, with that run's shapes)."""
+    nodes = (placement or {}).get("nodes", {})
+    return any(r["note"] == SHAPE_UNKNOWN for entry in nodes.values() for r in entry["candidates"])
+
+
+def at_shapes(
+    model: onnx.ModelProto, graph: Graph, inputs: Mapping[str, tuple[int, ...]], max_elements: int
+) -> Graph:
+    """`graph` (the IR of the optimized `model`) with the shapes these input shapes give every
+    value: the model's inputs fixed to them, shapes inferred again (onnx's inference)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        shape = inputs.get(vi.name)
+        if shape is None or not vi.type.HasField("tensor_type"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        del dims[:]
+        for d in shape:
+            dims.add().dim_value = int(d)
+    inferred = infer_shapes(fixed, max_elements)
+    return Graph.from_proto(inferred.graph, graph.opsets, values=dict(graph.initializers))
 
 
 def budget_seconds(config: Mapping[str, str]) -> float:

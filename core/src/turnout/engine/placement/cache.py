@@ -68,7 +68,7 @@ def placement_key(
         version = getattr(factory, "version", "") if factory is not None else ""
         options = sorted((str(k), str(v)) for k, v in p.requested_options.items())
         parts.append([p.name, str(version), str(p.device), options])
-    parts.append(sorted((k, list(v)) for k, v in shapes.items()))
+    parts.append(sorted(shapes.items()))
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 

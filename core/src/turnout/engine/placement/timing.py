@@ -29,11 +29,20 @@ from turnout.engine.partition import Assignment, GraphPartition
 from turnout.graph.ir import Graph, Node
 from turnout.sdk.provider import CPU, Capability, ExecutionProvider
 
-__all__ = ["Candidate", "Clock", "CopyTimes", "static_shape", "time_candidates", "time_copies"]
+__all__ = [
+    "SHAPE_UNKNOWN",
+    "Candidate",
+    "Clock",
+    "CopyTimes",
+    "static_shape",
+    "time_candidates",
+    "time_copies",
+]
 
 REPEATS = 5
 """Timed calls per candidate at most (after the warm-up call)."""
 COPY_REPEATS = 3
+SHAPE_UNKNOWN = "shape unknown at creation"
 HOPELESS = 3
 """A device candidate whose warm-up call takes this many times the best host time of its
 nodes is timed by that call alone: it cannot win, and repeating it only spends the budget."""
@@ -116,7 +125,7 @@ def _runnable(graph: Graph, nodes: Sequence[Node]) -> str:
             return "control flow (not timed)"
         for x in (*node.inputs, *node.outputs):
             if x and x not in graph.initializers and static_shape(graph, x) is None:
-                return "shape unknown at creation"
+                return SHAPE_UNKNOWN
     return ""
 
 
