@@ -33,6 +33,7 @@ class SubgraphProvider(ExecutionProvider):
     """Claims Add -> Relu as one group and runs it with numpy; `broken` miscounts states."""
 
     name = NAME
+    compiles = True
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

@@ -76,9 +76,9 @@ def _session(**options: Any) -> turnout.InferenceSession:
 
 
 def test_a_contract_1_provider_compiles_through_the_adapter() -> None:
-    with pytest.warns(DeprecationWarning, match="implement compile_subgraphs"):
+    with pytest.warns(DeprecationWarning, match="implement fused_groups and compile_subgraphs"):
         sess = _session()
-    assert not V1Provider({}).uses_compile_subgraphs()
+    assert not V1Provider({}).compiles
     (y,) = sess.run(None, {"x": np.array([-2, 0, 3], np.float32)})
     np.testing.assert_array_equal(y, [4, 0, 9])
 

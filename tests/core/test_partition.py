@@ -278,6 +278,9 @@ def _good_plugin() -> types.ModuleType:
     class GoodFactory(ProviderFactory):
         name = "GoodExecutionProvider"
 
+        def _create(self, options: dict[str, Any]) -> Any:
+            raise AssertionError("not created in this test")
+
     @turnout.hookimpl
     def turnout_providers() -> list[ProviderFactory]:
         return [GoodFactory()]
@@ -317,6 +320,9 @@ def test_probe_failure_is_a_reason_not_a_crash() -> None:
 
         def _probe(self) -> Any:
             raise OSError("driver version 470 is older than the required 525")
+
+        def _create(self, options: dict[str, Any]) -> Any:
+            raise AssertionError("never created: its probe fails")
 
     availability = Flaky().probe()
     assert not availability.ok

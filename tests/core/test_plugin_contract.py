@@ -23,12 +23,15 @@ class _EntryPoint:
         return self._load()
 
 
+def _no_provider(self: ProviderFactory, options: dict[str, Any]) -> Any:
+    raise AssertionError("not created in these tests")
+
+
 def _plugin(provider: str, contract: int, hook: str = "turnout_providers") -> Any:
     def load() -> types.ModuleType:
         mod = types.ModuleType(f"{provider}_plugin")
-        factory_cls = type(
-            "Factory", (ProviderFactory,), {"name": provider, "contract_version": contract}
-        )
+        body = {"name": provider, "contract_version": contract, "_create": _no_provider}
+        factory_cls = type("Factory", (ProviderFactory,), body)
 
         @turnout.hookimpl(specname=None)
         def impl() -> list[ProviderFactory]:
@@ -83,7 +86,8 @@ def test_a_misspelt_hook_fails_loudly_naming_it(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_registering_an_unsupported_contract_in_process_is_refused() -> None:
-    factory = type("F", (ProviderFactory,), {"name": "NewExecutionProvider", "contract_version": 0})
+    body = {"name": "NewExecutionProvider", "contract_version": 0, "_create": _no_provider}
+    factory = type("F", (ProviderFactory,), body)
     with pytest.raises(InvalidArgument, match="implements provider contract 0"):
         turnout.register_provider(factory())
     assert turnout.sdk.plugins.registry.find("NewExecutionProvider") is None

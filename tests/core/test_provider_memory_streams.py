@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.errors import EPFail, NotImplemented
 from turnout.sdk import devices, plugins
 from turnout.sdk.provider import (
@@ -29,6 +30,7 @@ from turnout.sdk.provider import (
 from turnout.tools.testing import float_graph_model
 from turnout_testbed.fake_device import (
     SENTINEL,
+    FakeAllocator,
     FakeDataTransfer,
     FakeDeviceArray,
     FakeDeviceProviderFactory,
@@ -260,16 +262,22 @@ def _off_factory(version: int) -> ProviderFactory:
         def _create(self, options: dict[str, Any]) -> ExecutionProvider:
             return _OffDevice(options)
 
+        def create_allocator(self, device: Device) -> Allocator:
+            return FakeAllocator(device)
+
+        def create_data_transfer(self, device: Device) -> DataTransfer:
+            return FakeDataTransfer(device)
+
     return Factory()
 
 
 def test_a_contract_2_provider_on_another_device_than_its_factory_is_refused() -> None:
     with pytest.raises(EPFail, match="OffDeviceExecutionProvider: its provider is on elsewhere:0"):
-        _off_factory(CONTRACT_VERSION).create({})
+        create_provider(_off_factory(CONTRACT_VERSION))
 
 
 def test_a_contract_1_provider_keeps_its_own_declarations() -> None:
-    provider = _off_factory(1).create({})
+    provider = create_provider(_off_factory(1))
     assert provider.device == Device("elsewhere", 0)
     assert provider.allocator.device == provider.data_transfer.device == provider.device
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import turnout
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider_options import ProviderOption, parse_bool
 from turnout.tools.models import shipped_model
@@ -61,7 +62,7 @@ def test_bad_values_name_provider_option_and_type(
 
 def test_create_fills_defaults_and_parses() -> None:
     cpu = turnout.sdk.plugins.registry.resolve("CPUExecutionProvider")
-    provider = cpu.create({"intra_op_num_threads": "2", "use_arena": "0"})
+    provider = create_provider(cpu, {"intra_op_num_threads": "2", "use_arena": "0"})
     assert provider.options == {
         "intra_op_num_threads": 2,
         "arena_extend_strategy": "knextpoweroftwo",

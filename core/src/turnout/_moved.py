@@ -40,6 +40,9 @@ MOVED: dict[str, str] = {
 # registries, so it left the graph layer for the tools
 MOVED["turnout.contrib.table"] = "turnout.tools.contrib_table"
 
+# not an old name: the provider contract's short public name (`import turnout.ep as ep`)
+MOVED["turnout.ep"] = "turnout.sdk.ep"
+
 OUTSIDE: dict[str, str] = {
     "turnout.models.zoo": "turnout_testbed.zoo",
     "turnout.models.apps": "turnout_testbed.apps",

@@ -5,7 +5,8 @@ is the one the factory declares (`ExampleFactory.device_type`): turnout passes i
 allocator does not name a device of its own. A real accelerator allocates device memory in
 `_empty` and returns its own array type; turnout calls `empty` for kernels' outputs
 (`KernelContext.allocate`) and copy destinations, and `free` on each of them once the plan says
-it is dead, so an allocator that keeps a pool takes buffers back in `_free`.
+it is dead, so an allocator that keeps a pool declares `pools = True` and takes buffers back in
+`_free`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from turnout.sdk.provider import Allocator
+from turnout.sdk.ep import Allocator
 
 __all__ = ["ExampleAllocator"]
 

@@ -5,10 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.sdk.provider import CONTRACT_VERSION, Availability, DeviceEntry, ProviderFactory
-from turnout.sdk.provider_options import ProviderOption
+from turnout.sdk.ep import (
+    CONTRACT_VERSION,
+    Allocator,
+    Availability,
+    DataTransfer,
+    Device,
+    DeviceEntry,
+    ProviderFactory,
+    ProviderOption,
+)
 
 from . import ALIAS, PROVIDER_NAME, __version__
+from .allocator import ExampleAllocator
+from .data_transfer import ExampleDataTransfer
 from .expected_failures import EXPECTED_FAILURES
 from .provider import ExampleProvider
 
@@ -38,9 +48,17 @@ class ExampleFactory(ProviderFactory):
         return Availability(True, (entry,), version=__version__)
 
     def _create(self, options: dict[str, Any]) -> ExampleProvider:
-        # The provider takes its name and device from this factory (and passes the device on
-        # to its allocator and transfer), so neither is declared twice.
+        # The provider takes its name, device, allocator and transfer from this factory, so
+        # none of them is declared twice.
         return ExampleProvider(options, self)
+
+    def create_allocator(self, device: Device) -> Allocator:
+        # Per device, independent of any session (onnxruntime's plugin factories do the
+        # same); required when device_type is not "cpu".
+        return ExampleAllocator(device)
+
+    def create_data_transfer(self, device: Device) -> DataTransfer:
+        return ExampleDataTransfer(device)
 
     def expected_failures(self) -> Mapping[str, str]:
         """The reviewed list of conformance cases this provider is known to fail."""

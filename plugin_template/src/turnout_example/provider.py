@@ -1,10 +1,11 @@
 """ExampleProvider: which nodes this provider runs, and how it compiles fused groups.
 
-The base class's `_get_capability` claims, one node at a time, every node the kernel registry
-matches (op type, opset version, dtypes) and declines the rest with the registry's reason. This
-provider then merges groups of claimed elementwise nodes (found by `turnout.sdk.fusion`; option
-`fuse`), which turnout hands back to `compile_subgraphs` at session creation as subgraphs with
-their typed boundary. Note that the graph a provider sees is the optimized one: MatMul + Add
+The base class claims, one node at a time, every node its kernel table (`kernels`) matches (op
+type, opset version, dtypes) and declines the rest with the table's reason. Because this
+provider declares `compiles = True`, turnout then asks `fused_groups` for groups of claimed
+elementwise nodes (found by `turnout.sdk.fusion`; option `fuse`), merges them over the single-
+node claims, and hands each group back to `compile_subgraphs` at session creation as a subgraph
+with its typed boundary. Note that the graph a provider sees is the optimized one: MatMul + Add
 arrives as Gemm, Conv + Relu as a fused Conv, unless the session's optimization level is lower.
 """
 
@@ -14,18 +15,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from turnout.graph.ir import GraphView
-from turnout.sdk.provider import (
+from turnout.sdk.ep import (
     Capability,
     CompiledState,
-    Decline,
     ExecutionProvider,
     FusedSubgraph,
     ProviderFactory,
 )
 
 from . import ALIAS
-from .allocator import ExampleAllocator
-from .data_transfer import ExampleDataTransfer
 from .kernels import KERNELS
 from .kernels.fused import compile_group, find_fused_groups
 
@@ -33,24 +31,21 @@ __all__ = ["ExampleProvider"]
 
 
 class ExampleProvider(ExecutionProvider):
+    kernels = KERNELS  # the module-level kernel table (`kernels/__init__.py`)
+    compiles = True  # it fuses groups (`fused_groups`) and compiles them (`compile_subgraphs`)
+
     def __init__(self, options: Mapping[str, Any] | None, factory: ProviderFactory) -> None:
-        super().__init__(options, factory)  # name and device: the factory's
-        self.kernels = KERNELS
-        self.allocator = ExampleAllocator(self.device)
-        self.data_transfer = ExampleDataTransfer(self.device)
+        # name, device, allocator and transfer: the factory's (`ExampleFactory`)
+        super().__init__(options, factory)
         self.fuse = bool(self.options.get("fuse", True))
 
-    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
-        claims, declines = super()._get_capability(graph)
+    def fused_groups(
+        self, graph: GraphView, claims: Sequence[Capability]
+    ) -> dict[str, Sequence[str]]:
         if not self.fuse:
-            return claims, declines
+            return {}
         groups = find_fused_groups(graph, {c.nodes[0] for c in claims})
-        grouped = {n for g in groups for n in g}
-        merged = [c for c in claims if c.nodes[0] not in grouped]
-        for group in groups:
-            name = f"{ALIAS}_fused_{group[0]}"
-            merged.append(Capability(tuple(group), kernel=None, name=name))
-        return merged, declines
+        return {f"{ALIAS}_fused_{group[0]}": group for group in groups}
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
         return [compile_group(subgraph, KERNELS) for subgraph in subgraphs]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.errors import FallbackError, InvalidArgument
 from turnout.tools.testing import (
     NodeCase,
@@ -23,7 +24,7 @@ from turnout.tools.testing import (
 )
 from turnout_cupy.emulated import EMULATED_FAILURES, EmulatedFactory
 
-OPS = frozenset(op for _, op in EmulatedFactory().create({}).kernels.ops())
+OPS = frozenset(op for _, op in create_provider(EmulatedFactory()).kernels.ops())
 CASES = list(iter_node_cases(OPS))
 
 

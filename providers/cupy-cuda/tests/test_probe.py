@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.errors import EPFail, FallbackError, InvalidArgument
 from turnout.sdk.plugins import registry
 from turnout_cupy import probe
@@ -189,7 +190,7 @@ def test_unavailable_here_everywhere_it_is_asked() -> None:
         f"CUDAExecutionProvider is not available here: {reason} (fallback policy 'error')"
     )
     with pytest.raises(EPFail, match="cannot run here: " + reason[:30]):
-        CuPyProviderFactory().create({})
+        create_provider(CuPyProviderFactory())
 
 
 def test_unavailable_provider_with_default_fallback_warns_with_the_reason() -> None:
@@ -209,4 +210,4 @@ def test_options_are_typed() -> None:
     with pytest.raises(InvalidArgument, match="option 'device_id' must be int >= 0, not -1"):
         f.option("device_id").parse(f.name, -1)  # type: ignore[union-attr]
     with pytest.raises(InvalidArgument, match="unknown provider option"):
-        f.create({"gpu_mem_limit": 1})
+        create_provider(f, {"gpu_mem_limit": 1})

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.dtypes import elem_type_of
 from turnout.graph.errors import FallbackError, InvalidArgument
 from turnout.tools.testing import (
@@ -29,9 +30,9 @@ from turnout_numba import cache
 from turnout_numba import kernels as _kernels  # noqa: F401 - importing registers them
 from turnout_numba.factory import NumbaProviderFactory
 from turnout_numba.fusion import GraphIndex, find_groups
-from turnout_numba.registry import NUMBA_KERNELS
+from turnout_numba.registry import TABLE
 
-NUMBA_OPS = {op for (domain, op) in NUMBA_KERNELS if not domain}
+NUMBA_OPS = {op for (domain, op) in TABLE.ops() if not domain}
 assert NUMBA_OPS, "no numba kernels registered: the official-case test would be empty"
 EXPECTED = NumbaProviderFactory().expected_failures()
 CASES = [c for c in iter_node_cases(NUMBA_OPS) if c.name not in EXPECTED]
@@ -257,18 +258,18 @@ def test_probe_and_options() -> None:
     avail = f.probe()
     assert avail.ok and avail.devices[0].metadata["numba"]
     with pytest.raises(InvalidArgument, match="intra_op_num_threads"):
-        f.create({"intra_op_num_threads": -2})
+        create_provider(f, {"intra_op_num_threads": -2})
     with pytest.raises(InvalidArgument, match="fuse"):
-        f.create({"fuse": "maybe"})
+        create_provider(f, {"fuse": "maybe"})
     with pytest.raises(InvalidArgument, match="unknown provider option"):
-        f.create({"threads": 2})
+        create_provider(f, {"threads": 2})
     assert turnout.sdk.plugins.registry.find("numba") is not None
 
 
 def test_thread_count_is_set_per_run_and_restored() -> None:
     import numba
 
-    p = NumbaProviderFactory().create({"intra_op_num_threads": 2})
+    p = create_provider(NumbaProviderFactory(), {"intra_op_num_threads": 2})
     assert p.ctx.parallel is True
     before = numba.get_num_threads()
     p.on_run_start()
@@ -295,7 +296,7 @@ print("pool started:", parallel._is_initialized)
 def test_one_thread_session_is_serial_and_starts_no_numba_threads() -> None:
     """intra_op_num_threads=1: serial kernels, and numba's thread pool is never started (it
     used to start in the first run, which cost that run 10 ms)."""
-    p = NumbaProviderFactory().create({"intra_op_num_threads": 1})
+    p = create_provider(NumbaProviderFactory(), {"intra_op_num_threads": 1})
     assert p.ctx.parallel is False  # kernels compiled without parallel loops
     out = subprocess.run(
         [sys.executable, "-c", _ONE_THREAD_SCRIPT], capture_output=True, text=True, check=True

@@ -139,17 +139,20 @@ def test_declined_runs_on_numpy(
     """The claim check names what numba does not compile; the numpy kernel then runs it."""
     import dataclasses
 
-    from turnout_numba.registry import NUMBA_KERNELS
+    from turnout_numba.registry import TABLE
 
     reasons: list[str | None] = []
-    (registered,) = NUMBA_KERNELS[("com.microsoft", "MatMulNBits")]
+    key = ("com.microsoft", "MatMulNBits")
+    (registered,) = TABLE._defs[key]  # the table's own entry, spied on below
+    supports = registered.supports
+    assert supports is not None
 
-    def spy(kn: Any) -> str | None:
-        reasons.append(registered.applies(kn))
+    def spy(kn: Any, ctx: Any) -> str | None:
+        reasons.append(supports(kn, ctx))
         return reasons[-1]
 
-    spied = dataclasses.replace(registered, applies=spy)
-    monkeypatch.setitem(NUMBA_KERNELS, ("com.microsoft", "MatMulNBits"), [spied])
+    spied = dataclasses.replace(registered, supports=spy)
+    monkeypatch.setitem(TABLE._defs, key, [spied])
     rng = np.random.default_rng(0)
     n, k = 16, 1024
     block = attrs.pop("block", 32)

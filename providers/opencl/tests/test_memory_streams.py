@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
+from turnout.engine.provider_creation import create_provider
 from turnout_opencl.factory import OpenCLProviderFactory
 from turnout_opencl.runtime import OpenCLStream
 
@@ -86,7 +87,7 @@ def test_the_queue_is_the_stream_and_copies_to_the_host_wait_on_an_event() -> No
 
 
 def test_copy_tensors_on_the_stream_lands_after_the_event() -> None:
-    provider = OpenCLProviderFactory().create({})
+    provider = create_provider(OpenCLProviderFactory())
     stream, transfer = provider.stream, provider.data_transfer
     hosts = [np.arange(6, dtype=np.float32).reshape(2, 3) * k for k in (1, 2)]
     devs = [provider.allocator.empty(h.shape, h.dtype) for h in hosts]
@@ -112,7 +113,7 @@ def test_capi_copy_tensors_uses_the_opencl_sync_stream() -> None:
 
 def test_the_device_is_declared_once_by_the_factory() -> None:
     factory = OpenCLProviderFactory()
-    provider = factory.create({})
+    provider = create_provider(factory)
     assert provider.name == factory.name
     assert provider.device == factory.device(0) == AVAIL.devices[0].device
     assert provider.allocator.device == provider.data_transfer.device == provider.device

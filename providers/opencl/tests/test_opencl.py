@@ -14,6 +14,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 
 import turnout
+from turnout.engine.provider_creation import create_provider
 from turnout.graph import errors
 from turnout.tools.testing import assert_outputs_close, iter_node_cases, run_reference
 from turnout_opencl.factory import OpenCLProviderFactory
@@ -62,7 +63,7 @@ def test_probe_lists_devices_with_metadata():
 )
 def test_bad_options_are_rejected(opts, match):
     with pytest.raises(errors.InvalidArgument, match=match):
-        FACTORY.create(opts)
+        create_provider(FACTORY, opts)
 
 
 def test_entry_point_and_alias():
@@ -257,7 +258,7 @@ def test_programs_are_built_at_creation_not_in_run(tmp_path, monkeypatch):
 
 
 def test_fp64_declined_with_reason_when_device_lacks_it():
-    prov = FACTORY.create({})
+    prov = create_provider(FACTORY)
     prov.rt.fp64 = False
     assert "cl_khr_fp64" in (prov.rt.type_problem(TP.DOUBLE) or "")
     # 16-bit floats are storage (vload_half / ushort bits) computed in float: no extension
@@ -404,7 +405,7 @@ def test_unknown_input_type_is_declined():
         [_vi("z", TP.FLOAT, None)],
     )
     m.graph.input[0].type.tensor_type.elem_type = 0
-    prov = FACTORY.create({})
+    prov = create_provider(FACTORY)
     from turnout.graph.ir import Graph, GraphView
 
     g = Graph.from_proto(m.graph, {"": 18})
@@ -424,7 +425,7 @@ def test_bad_input_raises_invalid_argument():
 
 
 def test_work_group_size_comes_from_the_device():
-    prov = FACTORY.create({})
+    prov = create_provider(FACTORY)
     (k,) = prov.rt.build("__kernel void f(long n, __global float* x) { }", "f")
     ls = prov.rt.local_size(k)
     assert 1 <= ls <= prov.rt.max_wg

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from turnout.graph.errors import InvalidArgument
-from turnout.sdk.provider import (
+from turnout.sdk.ep import (
     CONTRACT_VERSION,
     Allocator,
     Availability,
@@ -27,8 +27,9 @@ from turnout.sdk.provider import (
     ExecutionProvider,
     KernelFn,
     KernelNode,
-    KernelRegistry,
+    KernelTable,
     ProviderFactory,
+    ProviderOption,
     Stream,
 )
 
@@ -104,6 +105,8 @@ SENTINEL = -12345.0
 class FakeAllocator(Allocator):
     """Fake-device buffers, counted: `empties` made, `frees` handed back by the plan."""
 
+    pools = True
+
     def __init__(self, device: Device) -> None:
         super().__init__(device)
         self.empties = 0
@@ -119,6 +122,8 @@ class FakeAllocator(Allocator):
 
 
 class FakeDataTransfer(DataTransfer):
+    batched = True
+
     def __init__(self, device: Device) -> None:
         super().__init__(device)
         self.to_device_count = 0
@@ -195,7 +200,7 @@ class FakeDeviceProvider(ExecutionProvider):
         factory: FakeDeviceProviderFactory,
     ) -> None:
         super().__init__(options, factory)
-        self.kernels = KernelRegistry(self.name)
+        self.kernels = KernelTable(self.name)
         self.allocator = FakeAllocator(self.device)
         self.data_transfer = FakeDataTransfer(self.device)
         self.stream = FakeStream(self.device) if factory.streams else None
@@ -226,7 +231,7 @@ class FakeDeviceProviderFactory(ProviderFactory):
     name = "FakeDeviceExecutionProvider"
     aliases = ("fake",)
     default_priority = 10
-    option_names = frozenset({"note"})
+    options = (ProviderOption("note", (str,), "", "Free text, for option plumbing tests."),)
     device_type = "fake"
     version = "test"
     contract_version = CONTRACT_VERSION
@@ -242,6 +247,7 @@ class FakeDeviceProviderFactory(ProviderFactory):
         self.hardware_type = hardware_type  # what get_ep_devices() reports it as
         self.calls: Counter[str] = Counter()
         self.last: FakeDeviceProvider | None = None
+        self._sync_stream: Stream | None = None
 
     def _probe(self) -> Availability:
         entry = DeviceEntry(
@@ -253,14 +259,13 @@ class FakeDeviceProviderFactory(ProviderFactory):
         self.last = FakeDeviceProvider(options, self.ops, self.calls, self)
         return self.last
 
-    def _outside(self) -> FakeDeviceProvider:
-        """The provider OrtValues and `copy_tensors` use outside a session (not `last`)."""
-        if not hasattr(self, "_outside_provider"):
-            self._outside_provider = FakeDeviceProvider({}, self.ops, self.calls, self)
-        return self._outside_provider
+    def create_allocator(self, device: Device) -> Allocator:
+        return FakeAllocator(device)
 
-    def data_transfer(self) -> DataTransfer:
-        return self._outside().data_transfer
+    def create_data_transfer(self, device: Device) -> DataTransfer:
+        return FakeDataTransfer(device)
 
     def sync_stream(self) -> Stream | None:
-        return self._outside().stream
+        if self.streams and self._sync_stream is None:
+            self._sync_stream = FakeStream(self.device())
+        return self._sync_stream

@@ -16,6 +16,7 @@ from turnout.engine.executor.build import compile_partition
 from turnout.engine.executor.plan import NO_TERMINATE, ignore_fp_errors, restore_fp_errors
 from turnout.engine.outputs import owned_outputs
 from turnout.engine.partition import partition_graph
+from turnout.engine.provider_creation import create_provider
 from turnout.engine.provider_selection import CPU_PROVIDER
 from turnout.graph.ir import Graph
 from turnout.graph.limits import ResourceLimits
@@ -30,7 +31,7 @@ def evaluate_model(model: onnx.ModelProto) -> list[Any]:
     the engine's partition, compile and plan stages (not optimized: folding runs inside the
     optimizer)."""
     # the numpy CPU provider alone: a host provider (numba) would compile kernels for one run
-    provider = registry.resolve(CPU_PROVIDER).create({})
+    provider = create_provider(registry.resolve(CPU_PROVIDER))
     inferred = infer_shapes(model, ResourceLimits().shape_data_max_elements)
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in inferred.opset_import}
     graph = Graph.from_proto(inferred.graph, opsets)

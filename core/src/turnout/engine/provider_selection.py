@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.engine.options import EngineOptions
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.errors import FallbackError, InvalidArgument
 from turnout.graph.logs import logger
 from turnout.sdk.plugins import registry
@@ -114,20 +115,21 @@ def select_providers(
         factory = _available_factory(name, opts, label)
         if factory is None or factory.name in seen:
             continue
-        instances.append(factory.create({**_session_threads(factory, opts), **popts}))
+        instances.append(create_provider(factory, {**_session_threads(factory, opts), **popts}))
         requested.append(factory.name)
         seen.add(factory.name)
     cpu_at = requested.index(CPU_PROVIDER) if CPU_PROVIDER in seen else len(instances)
     if CPU_PROVIDER not in seen:
         cpu = registry.resolve(CPU_PROVIDER)
-        instances.append(cpu.create(_session_threads(cpu, opts)))
+        instances.append(create_provider(cpu, _session_threads(cpu, opts)))
         requested.append(CPU_PROVIDER)
     hosts: list[str] = []
     if not numpy_only and not cpu_numpy_only(opts):
         for factory in registry.host_providers():
             if factory.name in seen:
                 continue
-            instances.insert(cpu_at + len(hosts), factory.create(_session_threads(factory, opts)))
+            provider = create_provider(factory, _session_threads(factory, opts))
+            instances.insert(cpu_at + len(hosts), provider)
             hosts.append(factory.name)
     return ProviderSelection(instances, requested, hosts)
 

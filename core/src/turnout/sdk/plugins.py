@@ -162,7 +162,7 @@ registry = ProviderRegistry()
 def contract_refusal(factory: ProviderFactory) -> str | None:
     """Why `factory` cannot load here (a provider contract this turnout does not implement),
     or None."""
-    version = getattr(factory, "contract_version", 1)
+    version = factory.contract_version
     if version in SUPPORTED_CONTRACTS:
         return None
     supported = ", ".join(str(v) for v in sorted(SUPPORTED_CONTRACTS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from turnout.engine.provider_creation import create_provider
 from turnout.graph.contrib import DOCUMENTED_OPS, DOMAIN, ORT_CPU_KERNELS, spec_of, specs
 from turnout.graph.model import known_domain
 from turnout.sdk.plugins import registry
@@ -44,7 +45,7 @@ def installed_kernels() -> dict[str, KernelRegistry]:
     out: dict[str, KernelRegistry] = {}
     for factory in registry.available():
         try:
-            provider = factory.create({})
+            provider = create_provider(factory)
         except Exception:  # a provider that cannot start here lists no kernels
             continue
         out[factory.name] = provider.kernels

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from turnout.sdk.provider import KernelRegistry
+from turnout.sdk.ep import KernelTable
 
 from .. import PROVIDER_NAME
 
 __all__ = ["CALLS", "KERNELS"]
 
-KERNELS = KernelRegistry(PROVIDER_NAME)
+KERNELS = KernelTable(PROVIDER_NAME)
 CALLS: Counter[str] = Counter()
 
 from . import elementwise  # noqa: E402, F401 - importing registers the kernels

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
-from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.ep import KernelFn, KernelNode
 
 from . import CALLS, KERNELS
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from turnout.graph.errors import EPFail
-from turnout.sdk.fusion import GraphIndex, find_groups
 from turnout.graph.ir import GraphView
-from turnout.sdk.provider import CompiledState, FusedSubgraph, KernelRegistry
+from turnout.sdk.ep import CompiledState, FusedSubgraph, KernelTable
+from turnout.sdk.fusion import GraphIndex, find_groups
 
 from .elementwise import FUSABLE
 
@@ -32,7 +32,7 @@ def find_fused_groups(graph: GraphView, claimed: Collection[str]) -> list[list[s
     return find_groups(GraphIndex.of(graph), fusible)
 
 
-def compile_group(subgraph: FusedSubgraph, registry: KernelRegistry) -> CompiledState:
+def compile_group(subgraph: FusedSubgraph, registry: KernelTable) -> CompiledState:
     """One state over the subgraph's boundary: its inputs in, its outputs out."""
     inputs = tuple(v.name for v in subgraph.inputs)
     outputs = tuple(v.name for v in subgraph.outputs)

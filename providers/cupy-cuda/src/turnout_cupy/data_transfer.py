@@ -27,6 +27,8 @@ DLPACK_CUDA = 2
 
 
 class CuPyDataTransfer(DataTransfer):
+    batched = True
+
     def __init__(self, device: Device, stream: Any) -> None:
         import cupy
 

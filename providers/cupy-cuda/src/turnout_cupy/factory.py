@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from turnout.graph.errors import EPFail, InvalidArgument
-from turnout.sdk.provider import (
+from turnout.sdk.ep import (
     CONTRACT_VERSION,
+    Allocator,
     Availability,
     DataTransfer,
+    Device,
     ExecutionProvider,
     ProviderFactory,
     Stream,
@@ -47,6 +49,9 @@ class CuPyProviderFactory(ProviderFactory):
     contract_version = CONTRACT_VERSION
     device_type = "cuda"
 
+    def __init__(self) -> None:
+        self._streams: dict[int, Any] = {}
+
     def _probe(self) -> Availability:
         return probe.decide(probe.gather(), __version__)
 
@@ -66,19 +71,34 @@ class CuPyProviderFactory(ProviderFactory):
         stream = make_stream(device_id, int(options["stream"]))
         return CuPyExecutionProvider(options, self, cupy_backend(self.device(device_id), stream))
 
-    def data_transfer(self) -> DataTransfer:
-        if not hasattr(self, "_transfer"):
-            self._transfer = self.create({}).data_transfer
-        return self._transfer
+    def create_allocator(self, device: Device) -> Allocator:
+        """Device memory from CuPy's pool on `device` (sessions use the same type)."""
+        from .allocator import CuPyAllocator
+
+        return CuPyAllocator(device)
+
+    def create_data_transfer(self, device: Device) -> DataTransfer:
+        """Copies to and from `device` outside a session, enqueued on that device's stream
+        (a session's transfer uses the session's stream instead)."""
+        from .data_transfer import CuPyDataTransfer
+
+        return CuPyDataTransfer(device, self._stream(device.id))
 
     def sync_stream(self) -> Stream | None:
         """A stream of device 0 for copies outside a session (`create_sync_stream()`)."""
         if not hasattr(self, "_sync_stream"):
-            from .provider import make_stream
             from .stream import CuPyStream
 
-            self._sync_stream = CuPyStream(make_stream(0, 0), self.device(0))
+            self._sync_stream = CuPyStream(self._stream(0), self.device(0))
         return self._sync_stream
+
+    def _stream(self, device_id: int) -> Any:
+        """The stream that copies outside a session enqueue on, one per device."""
+        if device_id not in self._streams:
+            from .provider import make_stream
+
+            self._streams[device_id] = make_stream(device_id, 0)
+        return self._streams[device_id]
 
     def expected_failures(self) -> Mapping[str, str]:
         from .expected_failures import EXPECTED_FAILURES

@@ -23,19 +23,16 @@ from turnout.graph.ir import GraphView
 from turnout.sdk.provider import (
     Capability,
     CompiledState,
-    Decline,
     ExecutionProvider,
     FusedSubgraph,
-    KernelFn,
-    KernelNode,
     ProviderFactory,
 )
 
-from . import __version__
+from . import __version__, fusion
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .backend import Backend
-from .fusion import Generated, compile_group, fused_groups
-from .kernels.registry import SPECS, KernelSpec
+from .fusion import Generated, compile_group
+from .kernels.registry import TABLE
 from .norm_fusion import SOFTMAX_OPS, compile_norm_group, norm_groups
 
 __all__ = ["CuPyExecutionProvider", "make_stream"]
@@ -52,6 +49,8 @@ def make_stream(device_id: int, handle: int) -> Any:
 
 
 class CuPyExecutionProvider(ExecutionProvider):
+    compiles = True
+
     def __init__(
         self,
         options: Mapping[str, Any] | None,
@@ -74,42 +73,24 @@ class CuPyExecutionProvider(ExecutionProvider):
             self.stream = CuPyStream(backend.stream, self.device)
             self.allocator = CuPyAllocator(self.device)
             self.data_transfer = CuPyDataTransfer(self.device, backend.stream)
-        for spec in SPECS:
-            self._register(spec)
+        self.kernels = TABLE.bind(backend, self.name)
 
-    def _register(self, spec: KernelSpec) -> None:
-        be = self.backend
-
-        def factory(kn: KernelNode) -> KernelFn:
-            return spec.build(kn, be)
-
-        self.kernels.register(
-            spec.op_type,
-            spec.since,
-            domain=spec.domain,
-            until=spec.until,
-            supports=spec.applies,
-            host_inputs=spec.host_inputs,
-            host_outputs=spec.host_outputs,
-        )(factory)
-
-    # ------------------------------------------------------------------ partitioning
-    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
-        claims, declines = super()._get_capability(graph)
+    def fused_groups(
+        self, graph: GraphView, claims: Sequence[Capability]
+    ) -> dict[str, Sequence[str]]:
+        """Row-wise normalisation groups first, then connected elementwise chains among the
+        nodes they left."""
         if not self.fuse:
-            return claims, declines
+            return {}
         claimed = [c.nodes[0] for c in claims]
         norms = norm_groups(graph, claimed)
         taken = {n for g in norms for n in g}
-        groups = fused_groups(graph, [n for n in claimed if n not in taken])
-        taken |= {n for g in groups for n in g}
-        claims = [c for c in claims if c.nodes[0] not in taken]
-        for k, members in enumerate(norms):
-            name = f"cupy_row_{k}_{members[0]}"
-            claims.append(Capability(tuple(members), None, name=name))
-        for k, members in enumerate(groups):
-            claims.append(Capability(tuple(members), None, name=f"cupy_fused_{k}_{members[0]}"))
-        return claims, declines
+        groups = fusion.fused_groups(graph, [n for n in claimed if n not in taken])
+        named: dict[str, Sequence[str]] = {
+            f"cupy_row_{k}_{members[0]}": members for k, members in enumerate(norms)
+        }
+        named.update({f"cupy_fused_{k}_{m[0]}": m for k, m in enumerate(groups)})
+        return named
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
         out = []

@@ -33,8 +33,6 @@ from turnout.sdk.provider import (
     Decline,
     ExecutionProvider,
     FusedSubgraph,
-    KernelDef,
-    KernelNode,
     ProviderFactory,
 )
 
@@ -43,7 +41,7 @@ from . import kernels as _kernels  # noqa: F401 - importing registers every kern
 from .cache import NUMBA_CONFIG
 from .codegen import EW_OPS, compile_group
 from .fusion import GraphIndex, find_groups
-from .registry import BuildContext, lookup, serves_op
+from .registry import TABLE, BuildContext, serves_op
 from .threading_layer import choose_layer, run_lock
 
 __all__ = ["NUMBA_SOURCE", "NUMPY_SOURCE", "NumbaExecutionProvider"]
@@ -53,6 +51,8 @@ NUMPY_SOURCE = "numpy"
 
 
 class NumbaExecutionProvider(ExecutionProvider):
+    compiles = True
+
     def __init__(
         self, options: Mapping[str, Any] | None = None, factory: ProviderFactory | None = None
     ) -> None:
@@ -61,12 +61,13 @@ class NumbaExecutionProvider(ExecutionProvider):
         threads = int(self.options.get("intra_op_num_threads", 0) or 0) or default_thread_count()
         self.threads = min(threads, NUMBA_CONFIG.NUMBA_NUM_THREADS)
         self.fuse = bool(self.options.get("fuse", True))
+        # the generated modules this session's kernels come from: its compiled model's blobs
         self.ctx = BuildContext(parallel=self.threads != 1)
+        self._modules = self.ctx.modules
+        self.kernels = TABLE.bind(self.ctx, self.name)
         self._run_state = threading.local()  # saved thread counts of the run on this thread
         # BLAS gets the same budget while this session runs: no oversubscription
         self._blas = BlasThreads(self.threads)
-        # the generated modules this session's kernels come from: its compiled model's blobs
-        self._modules: set[str] = set()
 
     # ------------------------------------------------------------------ partitioning
     def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
@@ -75,54 +76,35 @@ class NumbaExecutionProvider(ExecutionProvider):
             _start_numba_runtime(self.ctx.parallel)
         claims: list[Capability] = []
         declines: list[Decline] = []
-        fusible: set[str] = set()
         for node in graph.unassigned_nodes():
             kn = graph.kernel_node(node)
-            nk = lookup(kn.domain, kn.op_type, kn.since_version)
-            why = nk.applies(kn) if nk is not None else "no numba kernel"
-            if nk is not None and why is None:
-                kdef = self._kernel_def(kn, nk)
+            kdef, why = self.kernels.match(kn)
+            if kdef is not None:
                 claims.append(Capability((node.name,), kdef, source=NUMBA_SOURCE))
-                if node.op_type in EW_OPS and not _narrow_float(node):
-                    fusible.add(node.name)
                 continue
             d, reason = numpy_kernels().match(kn)
             if d is not None:
                 claims.append(Capability((node.name,), d, source=NUMPY_SOURCE))
             else:
-                declines.append(Decline(node.name, f"{why}; numpy: {reason}"))
-        if self.fuse and len(fusible) > 1:
-            claims = self._fuse(graph, claims, fusible)
+                declines.append(Decline(node.name, f"numba: {why}; numpy: {reason}"))
         return claims, declines
 
-    def _kernel_def(self, kn: KernelNode, nk: Any) -> KernelDef:
-        ctx = self.ctx
-        build = nk.build
-
-        modules = self._modules
-
-        def factory(k: KernelNode) -> Any:
-            with cache.recording(modules):
-                return build(k, ctx)
-
-        return KernelDef(kn.op_type, kn.domain, nk.since, factory)
-
-    def _fuse(
-        self, graph: GraphView, claims: list[Capability], fusible: set[str]
-    ) -> list[Capability]:
-        idx = GraphIndex.of(graph)
-        groups = find_groups(idx, fusible)
-        if not groups:
-            return claims
-        grouped = {n for g in groups for n in g}
-        out = [c for c in claims if c.nodes[0] not in grouped]
-        for k, members in enumerate(groups):
-            out.append(
-                Capability(
-                    tuple(members), None, name=f"numba_fused_{k}_{members[0]}", source="numba"
-                )
-            )
-        return out
+    def fused_groups(
+        self, graph: GraphView, claims: Sequence[Capability]
+    ) -> dict[str, Sequence[str]]:
+        """Connected elementwise nodes that run numba kernels (not 16-bit floats), as groups."""
+        if not self.fuse:
+            return {}
+        numba_claims = {c.nodes[0] for c in claims if c.source == NUMBA_SOURCE}
+        fusible = {
+            n.name
+            for n in graph.nodes
+            if n.name in numba_claims and n.op_type in EW_OPS and not _narrow_float(n)
+        }
+        if len(fusible) < 2:
+            return {}
+        groups = find_groups(GraphIndex.of(graph), fusible)
+        return {f"numba_fused_{k}_{members[0]}": members for k, members in enumerate(groups)}
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
         """One generated kernel per group, compiled now (or loaded from numba's cache)."""

@@ -13,24 +13,22 @@ the partition report says which (source "numba" or "numpy").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu import numpy_kernels
-from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.ep import KernelFn, KernelNode, KernelTable
 
 from . import cache
 from .codegen import SERIAL_WORK, compute_dtype
 
 __all__ = [
-    "NUMBA_KERNELS",
+    "TABLE",
     "SERIAL_WORK",
     "BuildContext",
-    "NumbaKernel",
     "SizedKernel",
     "float_inputs_applies",
-    "lookup",
     "numba_kernel",
     "numpy_kernel",
     "serves_op",
@@ -62,9 +60,12 @@ class SizedKernel:
 
 @dataclass(frozen=True)
 class BuildContext:
-    """Per-session settings a kernel builder needs: whether to compile parallel loops."""
+    """Per-session settings a kernel builder needs: whether to compile parallel loops, and
+    the set that collects the generated modules the session's kernels come from (its
+    compiled model's blobs)."""
 
     parallel: bool = True
+    modules: set[str] = field(default_factory=set, compare=False)
 
     def jit(
         self, pyfunc: Callable[..., Any], sigs: Sequence[Any], *, contract: bool = False
@@ -78,17 +79,8 @@ Applies = Callable[[KernelNode], "str | None"]
 Builder = Callable[[KernelNode, BuildContext], KernelFn]
 
 
-@dataclass(frozen=True)
-class NumbaKernel:
-    op_type: str
-    domain: str
-    since: int
-    until: int | None
-    applies: Applies
-    build: Builder
-
-
-NUMBA_KERNELS: dict[tuple[str, str], list[NumbaKernel]] = {}
+TABLE = KernelTable("NumbaExecutionProvider", runtime=True)
+"""Every numba kernel; a session binds it to its `BuildContext`."""
 
 
 def numba_kernel(
@@ -100,13 +92,17 @@ def numba_kernel(
     applies: Applies | None = None,
 ) -> Callable[[Builder], Builder]:
     """Decorator: register a numba kernel builder for `op_type` from opset `since`."""
+    check = applies or _always
 
     def deco(build: Builder) -> Builder:
-        defs = NUMBA_KERNELS.setdefault((domain, op_type), [])
-        if any(d.since == since for d in defs):
-            raise ValueError(f"numba kernel {op_type} since {since} registered twice")
-        defs.append(NumbaKernel(op_type, domain, since, until, applies or _always, build))
-        defs.sort(key=lambda d: d.since)
+        def supports(kn: KernelNode, ctx: BuildContext) -> str | None:
+            return check(kn)  # whether numba compiles a node does not depend on the session
+
+        def factory(kn: KernelNode, ctx: BuildContext) -> KernelFn:
+            with cache.recording(ctx.modules):
+                return build(kn, ctx)
+
+        TABLE.register(op_type, since, domain=domain, until=until, supports=supports)(factory)
         return build
 
     return deco
@@ -142,15 +138,6 @@ def numpy_kernel(kn: KernelNode) -> KernelFn:
 def serves_op(domain: str, op_type: str, since_version: int) -> bool:
     """Whether the numba provider runs `domain::op_type` at all: with a numba kernel, or with
     the numpy kernel it claims where it has none (what the optimizer asks before a fusion)."""
-    if lookup(domain, op_type, since_version) is not None:
+    if TABLE.lookup(domain, op_type, since_version) is not None:
         return True
     return numpy_kernels().lookup(domain, op_type, since_version) is not None
-
-
-def lookup(domain: str, op_type: str, since_version: int) -> NumbaKernel | None:
-    """The kernel whose since is the highest not above the node's schema version."""
-    best = None
-    for d in NUMBA_KERNELS.get((domain, op_type), ()):
-        if d.since <= since_version and (d.until is None or since_version <= d.until):
-            best = d
-    return best

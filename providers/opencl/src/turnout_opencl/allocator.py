@@ -26,6 +26,8 @@ __all__ = ["OpenCLAllocator"]
 
 
 class OpenCLAllocator(Allocator):
+    pools = True  # buffers go back to pyopencl's memory pool (`_free`)
+
     def __init__(self, queue: cl.CommandQueue, device: Device, storable: Any = None) -> None:
         super().__init__(device)
         self.queue = queue

@@ -24,6 +24,8 @@ __all__ = ["OpenCLDataTransfer"]
 
 
 class OpenCLDataTransfer(DataTransfer):
+    batched = True
+
     def __init__(self, allocator: OpenCLAllocator) -> None:
         super().__init__(allocator.device)
         self.allocator = allocator

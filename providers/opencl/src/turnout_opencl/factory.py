@@ -4,13 +4,15 @@ and create (validated `platform`, `device_type`, `device_id` options)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import (
     CONTRACT_VERSION,
+    Allocator,
     Availability,
     DataTransfer,
+    Device,
     DeviceEntry,
     ExecutionProvider,
     ProviderFactory,
@@ -19,6 +21,9 @@ from turnout.sdk.provider import (
 from turnout.sdk.provider_options import ProviderOption
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 __all__ = ["DEVICE_TYPES", "OpenCLProviderFactory", "select_device"]
 
@@ -124,6 +129,9 @@ class OpenCLProviderFactory(ProviderFactory):
     contract_version = CONTRACT_VERSION
     device_type = "opencl"
 
+    def __init__(self) -> None:
+        self._runtimes: dict[int, Runtime] = {}
+
     def _probe(self) -> Availability:
         try:
             cl = _cl()
@@ -166,17 +174,34 @@ class OpenCLProviderFactory(ProviderFactory):
 
         return OpenCLExecutionProvider(options, device, index, self)
 
-    def _outside(self) -> ExecutionProvider:
-        """The provider that OrtValues and `copy_tensors` use outside a session (made once)."""
-        if not hasattr(self, "_provider"):
-            self._provider = self.create({})
-        return self._provider
+    def create_allocator(self, device: Device) -> Allocator:
+        """Buffers of `device` outside a session (OrtValues); a session allocates from its
+        own context's pool."""
+        return self._outside(device).allocator
 
-    def data_transfer(self) -> DataTransfer:
-        return self._outside().data_transfer
+    def create_data_transfer(self, device: Device) -> DataTransfer:
+        """Copies to and from `device` outside a session, on that device's own context and
+        queue (a session copies on its own queue)."""
+        from .data_transfer import OpenCLDataTransfer
+
+        return OpenCLDataTransfer(self._outside(device).allocator)
 
     def sync_stream(self) -> Stream | None:
-        return self._outside().stream
+        return self._outside(self.device()).stream
+
+    def _outside(self, device: Device) -> Runtime:
+        """The context and queue of `device` (a probe entry's index) outside sessions."""
+        if device.id not in self._runtimes:
+            entries = self.probe().devices
+            if device.id >= len(entries):
+                raise InvalidArgument(
+                    f"{self.name}: no OpenCL device {device} ({len(entries)} present)"
+                )
+            cl_device, index = select_device(dict(entries[device.id].default_options))
+            from .runtime import Runtime
+
+            self._runtimes[device.id] = Runtime(cl_device, index, device)
+        return self._runtimes[device.id]
 
     def expected_failures(self) -> Mapping[str, str]:
         from .expected_failures import EXPECTED_FAILURES

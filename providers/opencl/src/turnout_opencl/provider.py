@@ -29,24 +29,24 @@ from turnout.graph.ir import GraphView
 from turnout.sdk.provider import (
     Capability,
     CompiledState,
-    Decline,
     ExecutionProvider,
     FusedSubgraph,
     KernelFn,
-    KernelNode,
     ProviderFactory,
 )
 
 from . import kernels as _kernels  # noqa: F401 - importing registers every kernel module
 from .data_transfer import OpenCLDataTransfer
 from .fusion import compile_group, find_groups
-from .kernels.base import SPECS, KernelSpec
+from .kernels.base import TABLE
 from .runtime import Runtime
 
 __all__ = ["OpenCLExecutionProvider"]
 
 
 class OpenCLExecutionProvider(ExecutionProvider):
+    compiles = True
+
     def __init__(
         self,
         options: Mapping[str, Any] | None,
@@ -60,41 +60,16 @@ class OpenCLExecutionProvider(ExecutionProvider):
         self.data_transfer = OpenCLDataTransfer(self.rt.allocator)
         self.stream = self.rt.stream
         self.fuse = True
-        for spec in SPECS:
-            self._register(spec)
+        self.kernels = TABLE.bind(self.rt, self.name)
 
-    def _register(self, spec: KernelSpec) -> None:
-        rt = self.rt
-
-        def factory(kn: KernelNode) -> KernelFn:
-            return spec.factory(kn, rt)
-
-        def supports(kn: KernelNode) -> str | None:
-            return spec.applies(kn, rt)
-
-        self.kernels.register(
-            spec.op_type,
-            spec.since,
-            domain=spec.domain,
-            until=spec.until,
-            supports=supports,
-            host_inputs=spec.host_inputs,
-            host_outputs=spec.host_outputs,
-        )(factory)
-
-    # ------------------------------------------------------------------ partitioning
-    def _get_capability(self, graph: GraphView) -> tuple[list[Capability], list[Decline]]:
-        claims, declines = super()._get_capability(graph)
-        if self.fuse:
-            groups = find_groups(graph, [c.nodes[0] for c in claims])
-            if groups:
-                grouped = {n for g in groups for n in g}
-                claims = [c for c in claims if c.nodes[0] not in grouped]
-                for k, members in enumerate(groups):
-                    claims.append(
-                        Capability(tuple(members), None, name=f"opencl_fused_{k}_{members[0]}")
-                    )
-        return claims, declines
+    def fused_groups(
+        self, graph: GraphView, claims: Sequence[Capability]
+    ) -> dict[str, Sequence[str]]:
+        """Connected elementwise nodes among the claims, each group one generated kernel."""
+        if not self.fuse:
+            return {}
+        groups = find_groups(graph, [c.nodes[0] for c in claims])
+        return {f"opencl_fused_{k}_{members[0]}": members for k, members in enumerate(groups)}
 
     def compile_subgraphs(self, subgraphs: Sequence[FusedSubgraph]) -> list[CompiledState]:
         """One generated kernel per group, its program built now (or read from the program

@@ -80,9 +80,13 @@ def prepare_graph(
     reports: dict[str, PartitionReport],
     report_key: str = "",
     constants_override: dict[str, Any] | None = None,
+    policy: Any = None,
 ) -> PreparedGraph:
-    """Partition `graph` and build its kernels (nested graphs are prepared on demand)."""
-    part = partition_graph(graph, providers)
+    """Partition `graph` (by `policy`, a `turnout.engine.placement` policy; priority when
+    None) and build its kernels (nested graphs are prepared on demand)."""
+    part = (
+        policy.place(graph, providers) if policy is not None else partition_graph(graph, providers)
+    )
     return compile_partition(part, providers, reports, report_key, constants_override)
 
 
@@ -139,9 +143,10 @@ def build_plan(
     reports: dict[str, PartitionReport],
     report_key: str = "",
     constants_override: dict[str, Any] | None = None,
+    policy: Any = None,
 ) -> Plan:
     """Partition `graph`, build its kernels, insert copies, and return the runnable plan."""
-    return prepare_graph(graph, providers, reports, report_key, constants_override).plan()
+    return prepare_graph(graph, providers, reports, report_key, constants_override, policy).plan()
 
 
 def _steps(
@@ -166,9 +171,11 @@ def _steps(
         opset = graph.opsets.get(node.domain, 0)
         since = schema_since_version(node.domain, node.op_type, opset) or opset
 
-        def builder(g: Graph, _node: str = node.name) -> SubgraphRunner:
+        def builder(g: Graph, _node: str = node.name, _on: Any = provider.device) -> SubgraphRunner:
             key = f"{_node}/{g.name}"
-            plan = build_plan(g, providers, sub_reports, key)
+            # a body is placed by the policy that placed its node (`GraphPartition.policy`)
+            body = part.policy.for_body(_on, key) if part.policy is not None else None
+            plan = build_plan(g, providers, sub_reports, key, policy=body)
             return _runner(plan)
 
         kn = KernelNode(node, opset, since, builder, contexts[provider.name])

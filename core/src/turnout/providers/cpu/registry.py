@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from turnout.sdk.provider import KernelDef, KernelFactory, KernelRegistry
+from turnout.sdk.ep.kernels import AnyFactory, KernelDef, KernelRegistry
 
 __all__ = ["CPU_KERNELS", "LazyKernelRegistry", "cpu_kernel"]
 
@@ -38,7 +38,7 @@ class LazyKernelRegistry(KernelRegistry):
 
     def register(
         self, op_type: str, since: int = 1, *, domain: str = "", **kw: Any
-    ) -> Callable[[KernelFactory], KernelFactory]:
+    ) -> Callable[[AnyFactory], AnyFactory]:
         """`KernelRegistry.register`, noting the module that registers (the caller's: a module
         may register a factory defined in another, as contrib_normalization does)."""
         caller = sys._getframe(1).f_globals.get("__name__", "")

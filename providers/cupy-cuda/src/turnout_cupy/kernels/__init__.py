@@ -1,4 +1,4 @@
-"""Importing this package registers every kernel module's kernels in `registry.SPECS`."""
+"""Importing this package registers every kernel module's kernels in `registry.TABLE`."""
 
 from __future__ import annotations
 

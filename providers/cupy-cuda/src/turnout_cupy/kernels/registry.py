@@ -12,19 +12,17 @@ the reason to decline a node (a dtype CuPy has no type for, an attribute the ker
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.ep import KernelFn, KernelNode, KernelTable
 
 from ..backend import Backend
 
 __all__ = [
-    "SPECS",
+    "TABLE",
     "Applies",
     "Builder",
-    "KernelSpec",
     "cuda_kernel",
     "float_only",
     "numeric_only",
@@ -63,19 +61,8 @@ def float_only(kn: KernelNode) -> str | None:
     return why
 
 
-@dataclass(frozen=True)
-class KernelSpec:
-    op_type: str
-    domain: str
-    since: int
-    until: int | None
-    build: Builder
-    applies: Applies
-    host_inputs: tuple[int, ...]
-    host_outputs: tuple[int, ...]
-
-
-SPECS: list[KernelSpec] = []
+TABLE = KernelTable("CuPyExecutionProvider", runtime=True)
+"""Every CuPy kernel; a session binds it to its `Backend` (CuPy on a device, or numpy)."""
 
 
 def cuda_kernel(
@@ -92,9 +79,18 @@ def cuda_kernel(
     `host_inputs` (shape-like: Reshape's shape, Slice's starts) stay in host memory."""
 
     def deco(build: Builder) -> Builder:
-        SPECS.append(
-            KernelSpec(op_type, domain, since, until, build, applies, host_inputs, host_outputs)
-        )
+        def supports(kn: KernelNode, backend: Backend) -> str | None:
+            return applies(kn)  # what a kernel applies to does not depend on the device
+
+        TABLE.register(
+            op_type,
+            since,
+            domain=domain,
+            until=until,
+            supports=supports,
+            host_inputs=host_inputs,
+            host_outputs=host_outputs,
+        )(build)
         return build
 
     return deco

@@ -1,4 +1,4 @@
-"""OpenCL C kernels, one module per op family; importing registers them all (`base.SPECS`)."""
+"""OpenCL C kernels, one module per op family; importing registers them all (`base.TABLE`)."""
 
 from __future__ import annotations
 

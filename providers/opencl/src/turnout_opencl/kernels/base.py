@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.ep import KernelFn, KernelNode, KernelTable
 
 from ..runtime import BF16, HALFS, Runtime
 
@@ -25,7 +25,7 @@ __all__ = [
     "FLOATS",
     "INTS",
     "NUM",
-    "SPECS",
+    "TABLE",
     "KernelSpec",
     "dtype_in",
     "dtype_out",
@@ -165,7 +165,8 @@ class _FloatView(KernelNode):
         return self._outs
 
 
-SPECS: list[KernelSpec] = []
+TABLE = KernelTable("OpenCLExecutionProvider", runtime=True)
+"""Every OpenCL kernel; a session binds it to its `Runtime` (device, context, queue)."""
 
 
 def ocl_kernel(
@@ -184,21 +185,28 @@ def ocl_kernel(
     """Register an OpenCL kernel builder for `op_type` from schema version `since`."""
 
     def deco(build: Builder) -> Builder:
-        SPECS.append(
-            KernelSpec(
-                op_type,
-                domain,
-                since,
-                until,
-                build,
-                frozenset(dtypes),
-                supports,
-                host_inputs,
-                host_outputs,
-                dtype_of,
-                half,
-            )
+        spec = KernelSpec(
+            op_type,
+            domain,
+            since,
+            until,
+            build,
+            frozenset(dtypes),
+            supports,
+            host_inputs,
+            host_outputs,
+            dtype_of,
+            half,
         )
+        TABLE.register(
+            op_type,
+            since,
+            domain=domain,
+            until=until,
+            supports=spec.applies,
+            host_inputs=host_inputs,
+            host_outputs=host_outputs,
+        )(spec.factory)
         return build
 
     return deco
