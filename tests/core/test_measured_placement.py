@@ -354,3 +354,40 @@ def test_dynamic_shapes_are_placed_at_the_first_run(slow_relu_fast_add: LabFacto
     small = np.ones(8, np.float32)
     np.testing.assert_allclose(sess.run(None, {"x0": small})[0], -2 * small)
     assert sess.partition_report().placement["shapes"] == {"x0": [8]}
+
+
+def test_nested_graphs_are_placed_by_the_policy_too(slow_relu_fast_add: LabFactory) -> None:
+    vec = [SIZE]
+    out = helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, vec)
+
+    def branch(op: str, name: str) -> onnx.GraphProto:
+        node = helper.make_node(op, ["x0"], ["b"], name=op.lower())
+        return helper.make_graph([node], name, [], [out])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x0"], ["s"], name="sum", keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+            helper.make_node(
+                "If", ["c"], ["y"], name="if", then_branch=branch("Relu", "then"),
+                else_branch=branch("Neg", "else"),
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x0", onnx.TensorProto.FLOAT, vec)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, vec)],
+        [onnx.numpy_helper.from_array(np.array(-1e9, np.float32), "zero")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def body(sess: Any) -> dict[str, str]:
+        x = np.ones(SIZE, np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x0": x})[0], x)  # built at the first run
+        sub = sess.partition_report().subgraphs
+        return {a.node: a.provider for key, r in sub.items() for a in r.assignments}
+
+    assert body(_session(model, "priority"))["relu"] == LAB
+    sess = _session(model, "measured")
+    assert body(sess)["relu"] == CPU  # the lab's Relu is 20 ms
+    then = next(r for k, r in sess.partition_report().subgraphs.items() if "then" in k)
+    assert then.placement is not None and then.placement["nodes"]["relu"]["winner"] == CPU

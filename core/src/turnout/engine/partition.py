@@ -56,6 +56,9 @@ class GraphPartition:
     placement: dict[str, Any] | None = None
     """How measured placement chose (`turnout.engine.placement`): per node its candidates,
     their times, the copies and the reason; None under the priority rule."""
+    policy: Any = None
+    """The placement policy that made it, when not priority's: nested graphs (If, Loop, Scan
+    bodies) are placed by `policy.for_body(device, key)`, device the control-flow node's."""
 
 
 def partition_graph(

@@ -20,6 +20,7 @@ from turnout.engine.partition import GraphPartition, PartitionReport, partition_
 from turnout.graph.errors import EPFail, InvalidGraph, TurnoutError
 from turnout.graph.ir import Graph, GraphView, schema_since_version
 from turnout.graph.sparse import SparseTensor
+from turnout.sdk.ep.legacy import compile_v1
 from turnout.sdk.fusion import GraphIndex, group_inputs, group_outputs
 from turnout.sdk.provider import (
     Capability,
@@ -211,8 +212,8 @@ def _steps(
         checkpoint()
         compiled = (
             _compile_subgraphs(provider, groups)
-            if provider.uses_compile_subgraphs()
-            else provider.compile(groups)
+            if provider.compiles
+            else compile_v1(provider, groups)
         )
         _check_group_outputs(graph, groups, compiled, provider.name)
         for ck in compiled:

@@ -90,13 +90,28 @@ class MeasuredPlacement:
 
     name = "measured"
 
-    def __init__(self, budget_s: float, model: str | None, at_shapes: Graph | None = None) -> None:
+    def __init__(
+        self,
+        budget_s: float,
+        model: str | None,
+        at_shapes: Graph | None = None,
+        prefer: str | None = None,
+    ) -> None:
         """`at_shapes`: the graph with every shape a run's inputs give it (dynamic shapes):
-        the candidates are timed there, and the graph being placed gets the choice."""
+        the candidates are timed there, and the graph being placed gets the choice. `prefer`:
+        the device a node that cannot be timed goes to (a body's: its control-flow node's),
+        when a provider there claims it; else priority decides."""
         self.budget_s = budget_s
         self.model = model
         self.at_shapes = at_shapes
+        self.prefer = prefer
         self.timed = 0
+
+    def for_body(self, device: Any, key: str) -> MeasuredPlacement:
+        """The policy for a nested graph (`key`: its node and graph name) of a node placed
+        on `device`: measured too, its untimed nodes kept on that device where they can be."""
+        model = f"{self.model}/{key}" if self.model else None
+        return MeasuredPlacement(self.budget_s, model, prefer=str(device))
 
     def place(self, placed: Graph, providers: Sequence[ExecutionProvider]) -> GraphPartition:
         started = time.perf_counter()
@@ -119,9 +134,10 @@ class MeasuredPlacement:
                 dup.seconds, dup.runs = timed.seconds, timed.runs
                 dup.note = timed.note or f"the same kernel as {timed.provider}'s"
         self.timed = clock.timed
-        model = CostModel(graph, providers, candidates, copies)
+        model = CostModel(graph, providers, candidates, copies, self.prefer)
         plan, totals = model.best_plan()
         part = partition_graph(placed, providers, plan)
+        part.policy = self
         written = None
         if key and stored is None:
             written = cache.store(key, _stored(candidates, copies))

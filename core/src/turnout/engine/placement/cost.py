@@ -58,7 +58,9 @@ class CostModel:
         providers: Sequence[ExecutionProvider],
         candidates: Mapping[str, list[Candidate]],
         copies: CopyTimes,
+        prefer: str | None = None,
     ) -> None:
+        self.prefer = prefer  # the device of untimed nodes, where a provider there claims them
         self.order = [n.name for n in graph.nodes]
         self.position = {n: i for i, n in enumerate(self.order)}
         self.device = {p.name: str(p.device) for p in providers}
@@ -145,8 +147,15 @@ class CostModel:
     # ------------------------------------------------------------------ seeds and search
     def priority_plan(self) -> dict[str, str]:
         """Each node on its first candidate (a priority candidate that could not run sample
-        data gives way to the next one timed)."""
-        return {n: self.options(n)[0].provider for n in self.order}
+        data gives way to the next one timed; an untimed node goes to the first candidate on
+        the preferred device, when there is one)."""
+        plan = {n: self.options(n)[0].provider for n in self.order}
+        if self.prefer is not None:
+            for n in self.frozen:
+                there = [c for c in self.candidates[n] if self.device[c.provider] == self.prefer]
+                if there:
+                    plan[n] = there[0].provider
+        return plan
 
     def host_plan(self) -> dict[str, str]:
         """Each node on the first provider on the host that may take it (else priority's)."""
@@ -255,7 +264,8 @@ class CostModel:
             return "the only provider that claims it"
         if node in self.frozen:
             notes = "; ".join(f"{r['provider']}: {r['note']}" for r in rows if r["note"])
-            return f"kept by priority: not every candidate was timed ({notes})"
+            rule = "priority" if self.prefer is None else f"priority on {self.prefer}"
+            return f"kept by {rule}: not every candidate was timed ({notes})"
         winner = next(r for r in rows if r["provider"] == plan[node])
         timed = [r for r in rows if r["kernel_s"] is not None]
         share = {r["provider"]: r["kernel_s"] / r["group_size"] for r in timed}
