@@ -42,8 +42,6 @@ class ExampleProvider(ExecutionProvider):
     def fused_groups(
         self, graph: GraphView, claims: Sequence[Capability]
     ) -> dict[str, Sequence[str]]:
-        if not self.fuse:
-            return {}
         groups = find_fused_groups(graph, {c.nodes[0] for c in claims})
         return {f"{ALIAS}_fused_{group[0]}": group for group in groups}
 

@@ -80,8 +80,6 @@ class CuPyExecutionProvider(ExecutionProvider):
     ) -> dict[str, Sequence[str]]:
         """Row-wise normalisation groups first, then connected elementwise chains among the
         nodes they left."""
-        if not self.fuse:
-            return {}
         claimed = [c.nodes[0] for c in claims]
         norms = norm_groups(graph, claimed)
         taken = {n for g in norms for n in g}

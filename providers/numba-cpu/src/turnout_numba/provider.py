@@ -33,6 +33,7 @@ from turnout.sdk.provider import (
     Decline,
     ExecutionProvider,
     FusedSubgraph,
+    KernelNode,
     ProviderFactory,
 )
 
@@ -52,6 +53,7 @@ NUMPY_SOURCE = "numpy"
 
 class NumbaExecutionProvider(ExecutionProvider):
     compiles = True
+    kernel_source = NUMBA_SOURCE
 
     def __init__(
         self, options: Mapping[str, Any] | None = None, factory: ProviderFactory | None = None
@@ -74,27 +76,19 @@ class NumbaExecutionProvider(ExecutionProvider):
         # here, not at creation: a compiled model's blobs are imported in between
         with cache.recording(self._modules):
             _start_numba_runtime(self.ctx.parallel)
-        claims: list[Capability] = []
-        declines: list[Decline] = []
-        for node in graph.unassigned_nodes():
-            kn = graph.kernel_node(node)
-            kdef, why = self.kernels.match(kn)
-            if kdef is not None:
-                claims.append(Capability((node.name,), kdef, source=NUMBA_SOURCE))
-                continue
-            d, reason = numpy_kernels().match(kn)
-            if d is not None:
-                claims.append(Capability((node.name,), d, source=NUMPY_SOURCE))
-            else:
-                declines.append(Decline(node.name, f"numba: {why}; numpy: {reason}"))
-        return claims, declines
+        return super()._get_capability(graph)
+
+    def _claim_unmatched(self, node: KernelNode, reason: str) -> Capability | str:
+        """turnout's numpy kernel where numba has none (or declines the node)."""
+        d, numpy_reason = numpy_kernels().match(node)
+        if d is None:
+            return f"numba: {reason}; numpy: {numpy_reason}"
+        return Capability((node.name,), d, source=NUMPY_SOURCE)
 
     def fused_groups(
         self, graph: GraphView, claims: Sequence[Capability]
     ) -> dict[str, Sequence[str]]:
         """Connected elementwise nodes that run numba kernels (not 16-bit floats), as groups."""
-        if not self.fuse:
-            return {}
         numba_claims = {c.nodes[0] for c in claims if c.source == NUMBA_SOURCE}
         fusible = {
             n.name

@@ -59,15 +59,12 @@ class OpenCLExecutionProvider(ExecutionProvider):
         self.allocator = self.rt.allocator
         self.data_transfer = OpenCLDataTransfer(self.rt.allocator)
         self.stream = self.rt.stream
-        self.fuse = True
         self.kernels = TABLE.bind(self.rt, self.name)
 
     def fused_groups(
         self, graph: GraphView, claims: Sequence[Capability]
     ) -> dict[str, Sequence[str]]:
         """Connected elementwise nodes among the claims, each group one generated kernel."""
-        if not self.fuse:
-            return {}
         groups = find_groups(graph, [c.nodes[0] for c in claims])
         return {f"opencl_fused_{k}_{members[0]}": members for k, members in enumerate(groups)}
 

@@ -53,6 +53,11 @@ class ExecutionProvider:
     compiles: bool = False
     """True for a provider that compiles fused groups: it implements `compile_subgraphs`, and
     names its groups in `fused_groups` (or claims them itself in `_get_capability`)."""
+    fuse: bool = True
+    """Whether `fused_groups` is asked (a provider sets it from an option such as `fuse`)."""
+    kernel_source: str = "kernel"
+    """What the partition report says ran a node claimed from `kernels` (turnout-numba:
+    "numba", beside the "numpy" kernels it claims in `_claim_unmatched`)."""
     preferred_layout: str = "NCHW"
     """The data layout this provider's Conv-like kernels want: "NCHW" (ONNX's, the default) or
     "NHWC". With "NHWC", each layout-sensitive node that this provider would run, and whose
@@ -175,7 +180,7 @@ class ExecutionProvider:
         merged over the single-node claims.
         """
         claims, declines = self._get_capability(graph)
-        if not self.compiles:
+        if not (self.compiles and self.fuse):
             return claims, declines  # a contract-1 provider's own fused claims stay as made
         singles = [c for c in claims if not c.fused]
         try:
@@ -191,7 +196,7 @@ class ExecutionProvider:
             kn = graph.kernel_node(node)
             d, reason = self.kernels.match(kn)
             if d is not None:
-                claims.append(Capability((node.name,), d))
+                claims.append(Capability((node.name,), d, source=self.kernel_source))
                 continue
             fallback = self._claim_unmatched(kn, reason or "declined")
             if isinstance(fallback, Capability):
