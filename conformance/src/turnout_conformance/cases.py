@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from turnout.tools.testing import normalize_values
+from turnout.tools.testing import assert_outputs_close, normalize_values
 
 __all__ = ["ALL_KINDS", "Case", "DataSet", "collect_cases", "parse_kinds"]
 
-ALL_KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator", "light")
+ALL_KINDS = ("node", "simple", "pytorch-converted", "pytorch-operator", "light", "turnout")
 DIR_KINDS = ("simple", "pytorch-converted", "pytorch-operator")
 
 DataSet = tuple[list[Any], list[Any]]
@@ -44,6 +44,9 @@ class Case:
     data_sets: tuple[tuple[Sequence[Any], Sequence[Any]], ...] = ()
     data_dir: str | None = None
     expected_path: str | None = None
+    exact: bool = False
+    """Outputs must equal the expected ones bit for bit (turnout's own cases), not within
+    rtol/atol."""
 
     def load_model(self) -> onnx.ModelProto | str:
         if self.model is not None:
@@ -66,6 +69,25 @@ class Case:
         if not out:
             raise AssertionError(f"{self.name}: no data sets shipped in {self.data_dir}")
         return out
+
+    def check(self, expected: Sequence[Any], got: Sequence[Any]) -> None:
+        """AssertionError unless `got` matches `expected`: within rtol/atol as onnx's backend
+        runner compares, or, for an exact case, bit for bit (-0.0 is not 0.0)."""
+        if not self.exact:
+            assert_outputs_close(expected, got, self.rtol, self.atol)
+            return
+        if len(expected) != len(got):
+            raise AssertionError(f"expected {len(expected)} outputs, got {len(got)}")
+        for i, (e, g) in enumerate(zip(expected, got)):
+            e, g = np.asarray(e), np.asarray(g)
+            same = e.dtype == g.dtype and e.shape == g.shape
+            if not same or not np.array_equal(e.view(np.uint8), g.view(np.uint8)):
+                bad = np.flatnonzero(e.view(np.uint8) != g.view(np.uint8)) if same else []
+                raise AssertionError(
+                    f"output {i} is not bit for bit the expected one: expected {e.dtype}"
+                    f"{e.shape}, got {g.dtype}{g.shape}; first bytes differing at {bad[:8]}; "
+                    f"expected {e.ravel()[:8]!r}..., got {g.ravel()[:8]!r}..."
+                )
 
 
 def _tensor(path: str) -> np.ndarray:
@@ -96,6 +118,10 @@ def collect_cases(kinds: Sequence[str] = ALL_KINDS, pattern: str | None = None) 
             out.extend(_node_cases())
         elif kind == "light":
             out.extend(_light_cases())
+        elif kind == "turnout":
+            from .own_cases import own_cases
+
+            out.extend(own_cases())
         else:
             out.extend(_dir_cases(kind))
     if rx is not None:

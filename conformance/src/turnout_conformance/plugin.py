@@ -37,7 +37,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--turnout-kinds",
         default=None,
         metavar="KINDS",
-        help="comma-separated case kinds (node,simple,pytorch-converted,pytorch-operator,light)",
+        help="comma-separated case kinds "
+        "(node,simple,pytorch-converted,pytorch-operator,light,turnout)",
     )
 
 

@@ -95,7 +95,6 @@ def execute_case(
     from turnout import InferenceSession, SessionOptions
     from turnout.graph import errors
     from turnout.sdk.provider_options import CPU_NUMPY_ONLY_KEY
-    from turnout.tools.testing import assert_outputs_close
 
     so = SessionOptions()
     # the CPU provider behind the one under test is the numpy reference, never a host provider
@@ -140,7 +139,7 @@ def execute_case(
                 step = f"data set {i}"
                 feeds = _feeds(sess, inputs)
                 got = sess.run(None, feeds)
-                assert_outputs_close(expected, got, case.rtol, case.atol)
+                case.check(expected, got)
         except AssertionError as e:
             message = _clip(f"wrong outputs ({step}): {str(e).strip()}")
             if report is None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from turnout.sdk.semantics.activations import selu_scales
 from turnout.sdk.semantics.defaults import op_default, op_defaults
 
 __all__ = [
@@ -122,6 +123,13 @@ def _gelu(a: Sequence[str], attrs: Mapping[str, Any]) -> str:
     return f"(T(0.5) * {x} * (T(1) + erf({x} * T(0.7071067811865476))))"
 
 
+def _selu(a: Sequence[str], attrs: Mapping[str, Any]) -> str:
+    given = {**op_defaults("Selu"), **attrs}
+    g, ga = selu_scales(np.float32(given["alpha"]), np.float32(given["gamma"]))
+    e = f"T(expm1((double){a[0]}))"  # expm1 in double, rounded once: numerics.expm1
+    return f"({a[0]} > T(0) ? {_lit(g)} * {a[0]} : {_lit(ga)} * {e})"
+
+
 def _with(fmt: str, **defaults: float) -> Expr:
     """An activation with float attributes: `fmt` names them ({alpha}) and its input ({x})."""
 
@@ -172,10 +180,7 @@ FUSED_OPS: Mapping[str, Expr] = {
         "(tn_max({x}, T(0)) + tn_min(T(0), {alpha} * (exp({x} / {alpha}) - T(1))))",
         **op_defaults("Celu"),
     ),
-    "Selu": _with(
-        "({x} > T(0) ? {gamma} * {x} : {gamma} * ({alpha} * exp({x}) - {alpha}))",
-        **op_defaults("Selu"),
-    ),
+    "Selu": _selu,
     "HardSigmoid": _with(
         "tn_clip({alpha} * {x} + {beta}, T(0), T(1))", **op_defaults("HardSigmoid")
     ),

@@ -29,6 +29,7 @@ from numba import types
 
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.ir import Node, ValueInfo
+from turnout.sdk.semantics.activations import selu_scales
 from turnout.sdk.semantics.defaults import op_default
 
 from . import cache
@@ -189,6 +190,13 @@ def _gelu(a: list[str], n: Node, T: str) -> str:
     return f"{T}(0.5 * {x} * (1.0 + math.erf({x} * {1 / math.sqrt(2.0)!r})))"
 
 
+def _selu(a: list[str], n: Node, T: str) -> str:
+    g, ga = selu_scales(_attr(n, "alpha"), _attr(n, "gamma"))  # the CPU provider's order
+    x = a[0]
+    e = f"{T}(np.expm1(np.float64({x})))"  # expm1 in double, rounded once: numerics.expm1
+    return f"({T}({_c(g, T)} * {x}) if {x} > 0 else {T}({_c(ga, T)} * {e}))"
+
+
 def _softplus(x: str) -> str:
     return f"(({x} + np.log1p(np.exp(-{x}))) if {x} > 0 else np.log1p(np.exp({x})))"
 
@@ -275,14 +283,7 @@ EW_OPS: dict[str, tuple[frozenset[str], int, Expr]] = {
             f"({a[0]} if {a[0]} >= 0 else {T}({_c(_attr(n, 'alpha'), T)} * np.expm1({a[0]})))"
         ),
     ),
-    "Selu": (
-        _F,
-        6,
-        lambda a, n, T: (
-            f"{T}({_c(_attr(n, 'gamma'), T)} * ({a[0]} if {a[0]} > 0 else "
-            f"{_c(_attr(n, 'alpha'), T)} * np.expm1({a[0]})))"
-        ),
-    ),
+    "Selu": (_F, 6, _selu),
     "Celu": (
         _F,
         12,

@@ -20,7 +20,14 @@ from turnout.sdk.provider import KernelNode
 from turnout.sdk.semantics.defaults import op_default
 from turnout.sdk.semantics.numerics import gelu_erf, sigmoid, tanh, typed_constants
 
-__all__ = ["ACTIVATION_DEFAULTS", "activation", "activation_of", "gelu", "gelu_tanh"]
+__all__ = [
+    "ACTIVATION_DEFAULTS",
+    "activation",
+    "activation_of",
+    "gelu",
+    "gelu_tanh",
+    "selu_scales",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -28,6 +35,17 @@ Array = np.ndarray[Any, Any]
 def gelu(x: Array) -> Any:
     """Gelu, exact: x * Phi(x) with the normal CDF (`numerics.gelu_erf`)."""
     return gelu_erf(x)
+
+
+def selu_scales(alpha: float, gamma: float) -> tuple[float, float]:
+    """Selu's two scales, (gamma, gamma * alpha), the product taken in float64.
+
+    Every provider computes Selu as `gamma * x` for x > 0, else `(gamma * alpha) * expm1(x)`,
+    each scale rounded once to the compute type and expm1 taken in double and rounded once
+    (`numerics.expm1`): so their float32 results agree bit for bit (the conformance case
+    `turnout_selu_default_alpha_gamma`), where `gamma * (alpha * exp(x) - alpha)`, `gamma *
+    (alpha * expm1(x))` or a float32 expm1 round differently."""
+    return float(gamma), float(gamma) * float(alpha)
 
 
 def gelu_tanh(x: Array) -> Any:

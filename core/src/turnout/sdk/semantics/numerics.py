@@ -24,6 +24,7 @@ __all__ = [
     "MLAS_TANH",
     "MlasRational",
     "erf",
+    "expm1",
     "gelu_erf",
     "logistic",
     "mlas_logistic",
@@ -92,6 +93,16 @@ def _erf64(x: Array) -> Array:
 def erf(x: Array) -> Array:
     """Element-wise erf keeping `x`'s dtype (used by Erf and Gelu)."""
     return np.asarray(_erf64(x.astype(np.float64)).astype(x.dtype, copy=False))
+
+
+def expm1(x: Array) -> Array:
+    """exp(x) - 1 keeping `x`'s dtype, the same on every machine: narrower floats computed in
+    float64 and rounded once. numpy's own float32 expm1 is SVML's on AVX-512 machines (1 ulp
+    off at -3.0) and libm's elsewhere; providers computing in double agree with this bit for
+    bit (Selu, `activations.selu_scales`)."""
+    if x.dtype == np.float64:
+        return np.expm1(x)
+    return np.asarray(np.expm1(x.astype(np.float64)).astype(x.dtype, copy=False))
 
 
 # erfc(z), z >= 0, as t * exp(P(t) - z^2) with t = 1 / (1 + z / 2): one formula over the whole

@@ -18,6 +18,7 @@ import numpy as np
 from turnout.graph.dtypes import np_dtype
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import selu_scales
 
 from ..backend import Backend
 from .registry import cuda_kernel, float_only, numeric_only
@@ -63,10 +64,15 @@ def _elu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
 
 
 def _selu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:
-    a = _attr(kn, "alpha")
-    g = _attr(kn, "gamma")
+    g, ga = selu_scales(_attr(kn, "alpha"), _attr(kn, "gamma"))  # the CPU provider's order
     xp = be.xp
-    return lambda x: xp.where(x > 0, x * g, (xp.exp(x) * a - a) * g).astype(x.dtype)
+
+    def run(x: Any) -> Any:
+        t = x.dtype.type
+        e = xp.expm1(x.astype(np.float64)).astype(x.dtype)  # as semantics.numerics.expm1
+        return xp.where(x > 0, x * t(g), e * t(ga)).astype(x.dtype)
+
+    return run
 
 
 def _celu(be: Backend, kn: KernelNode) -> Callable[[Any], Any]:

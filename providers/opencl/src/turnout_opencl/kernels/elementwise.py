@@ -23,6 +23,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.activations import selu_scales
 from turnout.sdk.semantics.defaults import op_defaults
 
 from ..runtime import BF16, CTYPES, F16, HALFS, Runtime, bcast_strides, buf, lit
@@ -88,8 +89,7 @@ EW_OPS: dict[str, Op] = {
     "Softplus": _op(1, F, "(fmax({a},{zero})+log1p(exp(-fabs({a}))))"),  # no exp overflow
     "Softsign": _op(1, F, "({a}/({one}+fabs({a})))"),
     "Elu": _op(1, F, "({a}<{zero}?{alpha}*(exp({a})-{one}):{a})", **op_defaults("Elu")),
-    "Selu": _op(1, F, "({a}<={zero}?{gamma}*({alpha}*exp({a})-{alpha}):{gamma}*{a})",
-                **op_defaults("Selu")),
+    "Selu": _op(1, F, "SELU", **op_defaults("Selu")),
     "LeakyRelu": _op(1, F, "({a}<{zero}?{alpha}*{a}:{a})", **op_defaults("LeakyRelu")),
     "HardSigmoid": _op(1, F, "NCLAMP({alpha}*{a}+{beta},{zero},{one})",
                          **op_defaults("HardSigmoid")),
@@ -204,6 +204,11 @@ def _render(st: EwStep, rt: Runtime) -> str:
                 f"*{a[0]}*{a[0]}*{a[0]}))))"
             )
         return f"({lit(0.5, ct)}*{a[0]}*({vals['one']}+erf({a[0]}*{lit(math.sqrt(0.5), ct)})))"
+    if tmpl == "SELU":  # the CPU provider's order and scales (semantics.selu_scales)
+        g, ga = selu_scales(given["alpha"], given["gamma"])
+        # expm1 in double where the device has it, rounded once (semantics.numerics.expm1)
+        e = f"(({ct})expm1((double){a[0]}))" if rt.fp64 else f"expm1({a[0]})"
+        return f"({a[0]}>{vals['zero']}?{lit(g, ct)}*{a[0]}:{lit(ga, ct)}*{e})"
     if tmpl == "ISINF":
         neg, pos = int(given["detect_negative"]), int(given["detect_positive"])
         parts = ([f"({a[0]}==-INFINITY)"] if neg else []) + ([f"({a[0]}==INFINITY)"] if pos else [])

@@ -14,8 +14,8 @@ import numpy as np
 from turnout.graph.errors import InvalidArgument
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
-from turnout.sdk.semantics.activations import gelu_tanh
-from turnout.sdk.semantics.numerics import gelu_erf, typed_constants
+from turnout.sdk.semantics.activations import gelu_tanh, selu_scales
+from turnout.sdk.semantics.numerics import expm1, gelu_erf, typed_constants
 from turnout.sdk.semantics.numerics import sigmoid as _sigmoid
 
 __all__: list[str] = []
@@ -76,12 +76,11 @@ def elu(node: KernelNode) -> Callable[[Array], Array]:
 
 @_act("Selu", 1)
 def selu(node: KernelNode) -> Callable[[Array], Array]:
-    alpha = node.attr("alpha")
-    gamma = node.attr("gamma")
+    gamma, gamma_alpha = selu_scales(node.attr("alpha"), node.attr("gamma"))
 
     def f(x: Array) -> Any:
         t = x.dtype.type
-        return np.where(x > t(0), t(gamma) * x, t(gamma * alpha) * np.expm1(x))
+        return np.where(x > t(0), t(gamma) * x, t(gamma_alpha) * expm1(x))
 
     return f
 
