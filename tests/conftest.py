@@ -15,7 +15,7 @@ These fixtures serve `tests/` only; what providers' tests share belongs in `turn
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,3 +136,30 @@ def check(request: pytest.FixtureRequest) -> KernelCheck:
     """A `KernelCheck` taking its defaults from the test's `kernel_check` mark, if any."""
     mark = request.node.get_closest_marker("kernel_check")
     return KernelCheck(**mark.kwargs) if mark else KernelCheck()
+
+
+@pytest.fixture
+def provider_on(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The provider named by the test's indirect parameter (CPU, numba, OpenCL, or CuPy's
+    kernels on the emulated numpy backend, for tests that run one case on each provider),
+    ready to run: skipped with the reason where it cannot run here; the emulated CuPy
+    provider registered for the test."""
+    name: str = request.param
+    if name == "NumbaExecutionProvider":
+        pytest.importorskip("turnout_numba", reason="turnout-numba is not installed")
+    if name == "OpenCLExecutionProvider":
+        factory = pytest.importorskip("turnout_opencl.factory", reason="no turnout-opencl")
+        avail = factory.OpenCLProviderFactory().probe()
+        if not avail.ok:
+            pytest.skip(f"no OpenCL device: {avail.reason}")
+    if name != "CuPyEmulatedExecutionProvider":
+        yield name
+        return
+    from turnout.sdk.plugins import registry
+
+    emulated = pytest.importorskip("turnout_cupy.emulated", reason="turnout-cupy not installed")
+    registry.register(emulated.EmulatedFactory())
+    try:
+        yield name
+    finally:
+        registry.unregister(name)

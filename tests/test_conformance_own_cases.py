@@ -9,12 +9,10 @@ Before: Selu's default alpha was 1.67326319217681884765625 in the CPU and OpenCL
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-from turnout.sdk.plugins import registry
 from turnout.sdk.semantics.numerics import expm1
 from turnout.tools.testing import run_reference
 from turnout_conformance.cases import Case, collect_cases
@@ -32,25 +30,10 @@ def cases() -> list[Case]:
     return collect_cases(["turnout"])
 
 
-@pytest.fixture(scope="module", params=[CPU, NUMBA, OPENCL, CUPY_EMULATED])
-def provider(request: pytest.FixtureRequest) -> Iterator[str]:
-    name: str = request.param
-    if name == NUMBA:
-        pytest.importorskip("turnout_numba", reason="turnout-numba is not installed")
-    if name == OPENCL:
-        factory = pytest.importorskip("turnout_opencl.factory", reason="no turnout-opencl")
-        avail = factory.OpenCLProviderFactory().probe()
-        if not avail.ok:
-            pytest.skip(f"no OpenCL device: {avail.reason}")
-    if name != CUPY_EMULATED:
-        yield name
-        return
-    emulated = pytest.importorskip("turnout_cupy.emulated", reason="turnout-cupy not installed")
-    registry.register(emulated.EmulatedFactory())
-    try:
-        yield name
-    finally:
-        registry.unregister(name)
+PROVIDERS = pytest.mark.parametrize(
+    "provider_on", [CPU, NUMBA, OPENCL, CUPY_EMULATED], indirect=True
+)
+"""Each case on each provider, the provider alone (see `provider_on` in conftest)."""
 
 
 def test_own_cases_are_exact_and_named(cases: list[Case]) -> None:
@@ -70,10 +53,11 @@ def test_selu_case_is_the_schema_selu(cases: list[Case]) -> None:
     np.testing.assert_allclose(expected[0], ref, rtol=3e-7, atol=0)
 
 
-def test_selu_default_alpha_bit_for_bit(cases: list[Case], provider: str) -> None:
+@PROVIDERS
+def test_selu_default_alpha_bit_for_bit(cases: list[Case], provider_on: str) -> None:
     (case,) = cases
-    out = execute_case(case, provider, "isolated")  # the provider alone: no CPU behind it
-    assert out.status == "passed", f"{provider}: {out.status}: {out.message}"
+    out = execute_case(case, provider_on, "isolated")  # the provider_on alone: no CPU behind it
+    assert out.status == "passed", f"{provider_on}: {out.status}: {out.message}"
 
 
 def test_exact_check_tells_negative_zero_and_one_ulp(cases: list[Case]) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ import pytest
 from onnx import helper as h
 
 from turnout.graph import errors
-from turnout.sdk.plugins import registry
 from turnout.sdk.semantics.defaults import op_defaults
 from turnout.tools.testing import cpu_session, one_node_model, provider_session
 
@@ -148,25 +146,10 @@ CUPY_EMULATED = "CuPyEmulatedExecutionProvider"
 CPU = "CPUExecutionProvider"
 
 
-@pytest.fixture(scope="module", params=[CPU, NUMBA, OPENCL, CUPY_EMULATED])
-def provider(request: pytest.FixtureRequest) -> Iterator[str]:
-    name: str = request.param
-    if name == NUMBA:
-        pytest.importorskip("turnout_numba", reason="turnout-numba is not installed")
-    if name == OPENCL:
-        factory = pytest.importorskip("turnout_opencl.factory", reason="no turnout-opencl")
-        avail = factory.OpenCLProviderFactory().probe()
-        if not avail.ok:
-            pytest.skip(f"no OpenCL device: {avail.reason}")
-    if name != CUPY_EMULATED:
-        yield name
-        return
-    emulated = pytest.importorskip("turnout_cupy.emulated", reason="turnout-cupy not installed")
-    registry.register(emulated.EmulatedFactory())
-    try:
-        yield name
-    finally:
-        registry.unregister(name)
+PROVIDERS = pytest.mark.parametrize(
+    "provider_on", [CPU, NUMBA, OPENCL, CUPY_EMULATED], indirect=True
+)
+"""Each case on each provider, the provider alone (see `provider_on` in conftest)."""
 
 
 X = np.array(
@@ -194,24 +177,25 @@ def _explicit(op: str, opset: int) -> dict[str, Any]:
     return out
 
 
+@PROVIDERS
 @pytest.mark.parametrize(("op", "opset"), OPS, ids=[op for op, _ in OPS])
-def test_no_attributes_means_the_schema_defaults(provider: str, op: str, opset: int) -> None:
+def test_no_attributes_means_the_schema_defaults(provider_on: str, op: str, opset: int) -> None:
     ran = []
     for dtype in (np.float64, np.float32):
         x = X.astype(dtype)
         try:
-            bare = _run(op, opset, {}, x, provider)
+            bare = _run(op, opset, {}, x, provider_on)
         except (errors.FallbackError, errors.InvalidGraph):
-            continue  # the op's schema or the provider does not take this dtype: the next one
-        given = _run(op, opset, _explicit(op, opset), x, provider)
+            continue  # the op's schema or the provider_on does not take this dtype: the next one
+        given = _run(op, opset, _explicit(op, opset), x, provider_on)
         assert bare.dtype == given.dtype
         assert np.array_equal(bare.view(np.uint8), given.view(np.uint8)), (
-            f"{op} {np.dtype(dtype).name} on {provider}: no attributes gives\n{bare}\n"
+            f"{op} {np.dtype(dtype).name} on {provider_on}: no attributes gives\n{bare}\n"
             f"the schema's defaults give\n{given}"
         )
         ran.append(np.dtype(dtype).name)
     if not ran:
-        pytest.skip(f"{provider} runs {op} in neither float64 nor float32")
+        pytest.skip(f"{provider_on} runs {op} in neither float64 nor float32")
 
 
 def test_the_values_check_sees_a_float64_default() -> None:

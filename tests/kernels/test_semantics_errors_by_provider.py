@@ -13,7 +13,7 @@ kernels of CuPy and the CPU provider wrote their own axis checks (one wrapped as
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,6 @@ import pytest
 from onnx import helper as h
 
 from turnout.graph import errors
-from turnout.sdk.plugins import registry
 from turnout.tools.testing import cpu_session, one_node_model, positional_inputs, provider_session
 
 NUMBA = "NumbaExecutionProvider"
@@ -30,32 +29,8 @@ OPENCL = "OpenCLExecutionProvider"
 CUPY_EMULATED = "CuPyEmulatedExecutionProvider"
 
 
-def _opencl_reason() -> str | None:
-    try:
-        from turnout_opencl.factory import OpenCLProviderFactory
-    except ImportError as e:
-        return f"turnout-opencl is not installed: {e}"
-    avail = OpenCLProviderFactory().probe()
-    return None if avail.ok else f"no OpenCL device: {avail.reason}"
-
-
-@pytest.fixture(scope="module", params=[NUMBA, OPENCL, CUPY_EMULATED])
-def provider(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each provider other than the CPU's, ready to run (the emulated CuPy one registered)."""
-    name: str = request.param
-    if name == NUMBA:
-        pytest.importorskip("turnout_numba", reason="turnout-numba is not installed")
-    if name == OPENCL and (reason := _opencl_reason()):
-        pytest.skip(reason)
-    if name != CUPY_EMULATED:
-        yield name
-        return
-    emulated = pytest.importorskip("turnout_cupy.emulated", reason="turnout-cupy not installed")
-    registry.register(emulated.EmulatedFactory())
-    try:
-        yield name
-    finally:
-        registry.unregister(name)
+PROVIDERS = pytest.mark.parametrize("provider_on", [NUMBA, OPENCL, CUPY_EMULATED], indirect=True)
+"""Each case on each provider, the provider alone (see `provider_on` in conftest)."""
 
 
 def _error(
@@ -116,9 +91,10 @@ SPLIT = [
 ]
 
 
+@PROVIDERS
 @pytest.mark.parametrize(("ins", "n_out", "attrs", "inputs", "opset"), SPLIT)
 def test_split_refuses_as_the_cpu_provider(
-    provider: str,
+    provider_on: str,
     ins: list[str],
     n_out: int,
     attrs: dict[str, Any],
@@ -126,7 +102,7 @@ def test_split_refuses_as_the_cpu_provider(
     opset: int,
 ) -> None:
     node = h.make_node("Split", ins, [f"y{i}" for i in range(n_out)], name="split0", **attrs)
-    _check(provider, node, inputs, opset)
+    _check(provider_on, node, inputs, opset)
 
 
 SLICE = [
@@ -138,12 +114,14 @@ SLICE = [
 ]
 
 
+@PROVIDERS
 @pytest.mark.parametrize("inputs", SLICE)
-def test_slice_refuses_as_the_cpu_provider(provider: str, inputs: list[np.ndarray]) -> None:
+def test_slice_refuses_as_the_cpu_provider(provider_on: str, inputs: list[np.ndarray]) -> None:
     names = ["x", "starts", "ends", "axes", "steps"][: len(inputs)]
-    _check(provider, h.make_node("Slice", names, ["y"], name="slice0"), inputs, 13)
+    _check(provider_on, h.make_node("Slice", names, ["y"], name="slice0"), inputs, 13)
 
 
+@PROVIDERS
 @pytest.mark.parametrize(
     ("op", "shape"),
     [
@@ -153,10 +131,10 @@ def test_slice_refuses_as_the_cpu_provider(provider: str, inputs: list[np.ndarra
     ],
 )
 def test_depth_space_refuse_as_the_cpu_provider(
-    provider: str, op: str, shape: tuple[int, ...]
+    provider_on: str, op: str, shape: tuple[int, ...]
 ) -> None:
     node = h.make_node(op, ["x"], ["y"], name="d2s0", blocksize=2)
-    _check(provider, node, [np.zeros(shape, np.float32)], 13)
+    _check(provider_on, node, [np.zeros(shape, np.float32)], 13)
 
 
 X234 = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
@@ -188,9 +166,10 @@ AXIS = [
 ]
 
 
+@PROVIDERS
 @pytest.mark.parametrize(("op", "ins", "inputs", "attrs", "opset"), AXIS)
 def test_axis_out_of_range_refused_as_the_cpu_provider(
-    provider: str,
+    provider_on: str,
     op: str,
     ins: list[str],
     inputs: list[np.ndarray],
@@ -198,4 +177,4 @@ def test_axis_out_of_range_refused_as_the_cpu_provider(
     opset: int,
 ) -> None:
     node = h.make_node(op, ins, ["y"], name="axis0", **attrs)
-    _check(provider, node, inputs, opset)
+    _check(provider_on, node, inputs, opset)
