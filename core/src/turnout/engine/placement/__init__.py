@@ -210,6 +210,10 @@ def at_shapes(
         del dims[:]
         for d in shape:
             dims.add().dim_value = int(d)
+    del fixed.graph.value_info[:]  # inferred again: symbolic dims would stay otherwise
+    for vi in fixed.graph.output:
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
     inferred = infer_shapes(fixed, max_elements)
     return Graph.from_proto(inferred.graph, graph.opsets, values=dict(graph.initializers))
 

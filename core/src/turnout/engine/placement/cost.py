@@ -11,7 +11,9 @@ on the CPU that claims it, and the fastest kernel for each node) and moves claim
 a whole fused group) to another provider while that lowers the plan's cost by more than
 `TIE` (`SAME_DEVICE_TIE` between two providers on one device); the cheapest result wins,
 and priority wins ties, between plans as between claims.
-A node whose candidates are not all timed stays where priority puts it.
+A node whose candidates are not all timed goes to the first provider that claims it on the
+device its input was made on (a nested graph's: its control-flow node's device), else where
+priority puts it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class CostModel:
         prefer: str | None = None,
     ) -> None:
         self.prefer = prefer  # the device of untimed nodes, where a provider there claims them
+        self.followed: dict[str, str] = {}  # untimed node -> the device of its input
         self.order = [n.name for n in graph.nodes]
         self.position = {n: i for i, n in enumerate(self.order)}
         self.device = {p.name: str(p.device) for p in providers}
@@ -233,8 +236,31 @@ class CostModel:
             total = sum(self.cost(plan))
             if total < best_total * (1 - TIE) or (name == "priority" and total < best_total):
                 best_name, best, best_total = name, plan, total
+        if self.prefer is None:
+            best = self._follow_inputs(best)
+            best_total = sum(self.cost(best))
         totals["measured"] = best_total
         return best, {**totals, "seed": best_name}  # type: ignore[dict-item]
+
+    def _follow_inputs(self, plan: dict[str, str]) -> dict[str, str]:
+        """Each node that could not be timed goes, in graph order, to the first provider that
+        claims it on the device its first computed input was made on (the host for graph
+        inputs): its copies are the one thing known about it."""
+        plan = dict(plan)
+        for n in self.order:
+            if n not in self.frozen:
+                continue
+            device = HOST
+            for v in self.touching[n]:
+                value = self.values[v]
+                if value.producer is not None and value.producer != n:
+                    device = self.device[plan[value.producer]]
+                    break
+            there = [c for c in self.candidates[n] if self.device[c.provider] == device]
+            if there:
+                plan[n] = there[0].provider
+                self.followed[n] = device
+        return plan
 
     # ------------------------------------------------------------------ reporting
     def explain(self, plan: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -264,7 +290,10 @@ class CostModel:
             return "the only provider that claims it"
         if node in self.frozen:
             notes = "; ".join(f"{r['provider']}: {r['note']}" for r in rows if r["note"])
-            rule = "priority" if self.prefer is None else f"priority on {self.prefer}"
+            on = self.prefer or self.followed.get(node)
+            rule = "priority" if on is None else f"priority on {on}, its inputs' device"
+            if self.prefer is not None:
+                rule = f"priority on {on}, its control-flow node's device"
             return f"kept by {rule}: not every candidate was timed ({notes})"
         winner = next(r for r in rows if r["provider"] == plan[node])
         timed = [r for r in rows if r["kernel_s"] is not None]
