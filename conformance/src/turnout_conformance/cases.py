@@ -80,13 +80,16 @@ class Case:
             raise AssertionError(f"expected {len(expected)} outputs, got {len(got)}")
         for i, (e, g) in enumerate(zip(expected, got)):
             e, g = np.asarray(e), np.asarray(g)
-            same = e.dtype == g.dtype and e.shape == g.shape
-            if not same or not np.array_equal(e.view(np.uint8), g.view(np.uint8)):
-                bad = np.flatnonzero(e.view(np.uint8) != g.view(np.uint8)) if same else []
+            if e.dtype != g.dtype or e.shape != g.shape:
                 raise AssertionError(
-                    f"output {i} is not bit for bit the expected one: expected {e.dtype}"
-                    f"{e.shape}, got {g.dtype}{g.shape}; first bytes differing at {bad[:8]}; "
-                    f"expected {e.ravel()[:8]!r}..., got {g.ravel()[:8]!r}..."
+                    f"output {i}: expected {e.dtype}{e.shape}, got {g.dtype}{g.shape}"
+                )
+            eb, gb = (np.ascontiguousarray(v).reshape(-1).view(np.uint8) for v in (e, g))
+            if not np.array_equal(eb, gb):
+                at = np.flatnonzero((eb != gb).reshape(e.size, -1).any(axis=1))[:8]
+                raise AssertionError(
+                    f"output {i} is not bit for bit the expected one at flat index {at}: "
+                    f"expected {e.ravel()[at]!r}, got {g.ravel()[at]!r}"
                 )
 
 
