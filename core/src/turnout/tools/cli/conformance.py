@@ -8,7 +8,7 @@ import importlib
 import sys
 from typing import Any
 
-KINDS = "node,simple,pytorch-converted,pytorch-operator,light"
+KINDS = "node,simple,pytorch-converted,pytorch-operator,light,turnout"
 ADVICE = "pip install ./conformance  (from a turnout checkout: the turnout-conformance package)"
 
 
