@@ -9,7 +9,8 @@ Issue 33's comparison, one fresh process per model: three sessions of the model,
 - `priority`: the `--providers` list, each node on the first provider that claims it;
 - `measured`: the same list with `session.turnout.placement = measured`, its placement cache
   warmed first (a cold session, whose timing pass is reported, in a cache folder of its own);
-then creation times (priority and measured with a warm placement cache, alternated, 3 each)
+then creation times (priority, measured with a warm placement cache, and priority with the
+list less its device providers, alternated, 3 each)
 and steady runs of the three sessions, interleaved, each for `--seconds` per round (at least
 one run after one warm-up). Reported: the median run of each, measured / min(priority, cpu),
 and the creation times.
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.startup import emit, geomean, run_child
+
+DEVICE_PROVIDERS = ["opencl", "OpenCLExecutionProvider", "cupy", "CuPyExecutionProvider"]
+"""Names in `--providers` left out of the host list (the kernels measured placement builds)."""
 
 _CHILD = r"""
 import json, os, statistics, sys, time
@@ -50,12 +54,21 @@ cpu, _ = session("priority", ["CPUExecutionProvider"])
 cold, cold_s = session("measured", listed)
 record = cold.partition_report().placement
 del cold
-create = {"priority": [], "measured": []}
+create = {"priority": [], "measured": [], "host": []}
+host = [p for p in listed if p not in spec["devices"]]
 sessions = {"cpu": cpu}
+places = []
 for r in range(3):
-    for name in ("priority", "measured") if r % 2 == 0 else ("measured", "priority"):
-        sessions[name], took = session(name, listed)
+    order = ("priority", "measured", "host") if r % 2 == 0 else ("host", "measured", "priority")
+    for name in order:
+        policy, chosen = ("priority", host) if name == "host" else (name, listed)
+        made, took = session(policy, chosen)
         create[name].append(took)
+        if name == "host":
+            continue
+        sessions[name] = made
+        if name == "measured":
+            places.append(made.partition_report().placement["place_s"])
 warm = sessions["measured"].partition_report().placement
 times = {k: [] for k in sessions}
 for sess in sessions.values():
@@ -77,6 +90,7 @@ out = {
     "timed": record["timed"],
     "timing_s": record["timing_s"],
     "warm_timed": warm["timed"],
+    "warm_place_s": statistics.median(places),
     "counts": {k: s.partition_report().counts() for k, s in sessions.items()},
 }
 print(json.dumps(out))
@@ -85,7 +99,8 @@ print(json.dumps(out))
 
 def measure(name: str, args: argparse.Namespace, cache: str) -> dict[str, Any]:
     spec = {"zoo": name, "providers": args.providers.split(","), "budget": args.budget,
-            "seconds": args.seconds, "rounds": args.rounds}  # fmt: skip
+            "seconds": args.seconds, "rounds": args.rounds,
+            "devices": DEVICE_PROVIDERS}  # fmt: skip
     env = {**os.environ, "TURNOUT_CACHE_DIR": cache}
     return run_child(_CHILD, spec, env)
 
@@ -101,9 +116,14 @@ def _share_kernel_cache(root: Path) -> None:
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
+    """Steady runs (ms) and measured / the better of priority and the CPU path; creation (s)
+    of priority and of measured with a warm placement cache, measured / priority, the warm
+    placement step alone and the same list without its device providers (the kernels measured
+    placement builds here), and the cold timing pass."""
     head = (
-        "| model | cpu ms | priority ms | measured ms | measured / best of the two | "
-        "create priority s | create measured (warm cache) s | ratio | cold timing pass s |"
+        "| model | cpu ms | priority ms | measured ms | measured / best | "
+        "create priority s | create measured, warm cache s | ratio | of which placing s | "
+        "create host list s | cold timing pass s |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     ratios: list[float] = []
@@ -116,16 +136,19 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
         best = min(run["cpu"], run["priority"])
         ratios.append(run["measured"] / best)
         creates.append(create["measured"] / create["priority"])
+        host = create.get("host")
         lines.append(
             f"| {name} | {run['cpu'] * 1e3:.2f} | {run['priority'] * 1e3:.2f} | "
             f"{run['measured'] * 1e3:.2f} | {run['measured'] / best:.2f} | "
             f"{create['priority']:.3f} | {create['measured']:.3f} | "
-            f"{create['measured'] / create['priority']:.2f} | {res['timing_s']:.1f} |"
+            f"{create['measured'] / create['priority']:.2f} | "
+            f"{res.get('warm_place_s', float('nan')):.3f} | "
+            f"{host if host is None else f'{host:.3f}'} | {res['timing_s']:.1f} |"
         )
     if ratios:
         lines.append(
             f"| **geomean** | | | | **{geomean(ratios):.2f}** (max {max(ratios):.2f}) | | | "
-            f"**{geomean(creates):.2f}** (max {max(creates):.2f}) | |"
+            f"**{geomean(creates):.2f}** (max {max(creates):.2f}) | | | |"
         )
     return "\n".join(lines)
 
