@@ -94,33 +94,9 @@ OBJECTS = {
 # Dunder members that are API (protocols users call through), compared like public names.
 API_DUNDERS = frozenset({"__dlpack__", "__dlpack_device__"})
 
-_SDK_V2 = "device-centred EP API: belongs to the provider-SDK v2 issue (14)"
-
 # Module-level names turnout does not mirror. A bare name applies wherever it appears
 # (onnxruntime re-exports its native module's names at three places).
-REVIEWED: dict[str, str] = {
-    "get_hardware_devices": _SDK_V2,
-    "get_hardware_device_ep_incompatibility_details": _SDK_V2,
-    "get_model_compatibility_for_ep_devices": _SDK_V2,
-    "get_compatibility_info_from_model": _SDK_V2,
-    "get_compatibility_info_from_model_bytes": _SDK_V2,
-    "get_registered_ep_kernel_defs": _SDK_V2,
-    "OrtDeviceEpIncompatibilityReason": _SDK_V2,
-    "OrtCompiledModelCompatibility": _SDK_V2,
-    "OrtEpContextData": _SDK_V2 + " (EPContext compilation)",
-    "OrtEpContextDataBuffer": _SDK_V2 + " (EPContext compilation)",
-    "ModelRequiresCompilation": _SDK_V2 + " (EPContext compilation)",
-    "OrtExternalInitializerInfo": _SDK_V2 + " (EPContext compilation: initializer locations)",
-    "make_get_initializer_location_func_wrapper": _SDK_V2 + " (EPContext compilation)",
-    "ModelPackage": _SDK_V2 + " (EP-specific model packages)",
-    "ModelPackageComponentContext": _SDK_V2 + " (EP-specific model packages)",
-    "ModelPackageContext": _SDK_V2 + " (EP-specific model packages)",
-    "ModelPackageOptions": _SDK_V2 + " (EP-specific model packages)",
-    "ModelPackageWriteMode": _SDK_V2 + " (EP-specific model packages)",
-    # object members: "Object.member"
-    "SessionOptions.set_ep_context_data_read_func": _SDK_V2 + " (EPContext compilation)",
-    "SessionOptions.clear_ep_context_data_read_func": _SDK_V2 + " (EPContext compilation)",
-}
+REVIEWED: dict[str, str] = {}
 
 # Names that work in progress is adding (kept apart from REVIEWED so it is emptied): none now.
 PENDING_MEMBERS: dict[str, str] = {}

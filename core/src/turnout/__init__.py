@@ -42,6 +42,11 @@ if TYPE_CHECKING:  # the names as type checkers and readers see them; _LAZY must
         set_seed,
     )
     from turnout.api.ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+    from turnout.api.ep_context import (
+        OrtEpContextData,
+        OrtEpContextDataBuffer,
+        OrtExternalInitializerInfo,
+    )
     from turnout.api.ep_devices import (
         OrtEpDevice,
         OrtExecutionProviderDevicePolicy,
@@ -55,6 +60,13 @@ if TYPE_CHECKING:  # the names as type checkers and readers see them; _LAZY must
     )
     from turnout.api.io_binding import IOBinding, SessionIOBinding
     from turnout.api.lora import AdapterFormat, LoraAdapter
+    from turnout.api.model_package import (
+        ModelPackage,
+        ModelPackageComponentContext,
+        ModelPackageContext,
+        ModelPackageOptions,
+        ModelPackageWriteMode,
+    )
     from turnout.api.options import (
         ExecutionMode,
         ExecutionOrder,
@@ -117,6 +129,9 @@ _NAMES_IN: dict[str, str] = {
         "set_default_logger_callback set_global_thread_pool_sizes set_seed"
     ),
     "turnout.api.ep_assignment": "OrtEpAssignedNode OrtEpAssignedSubgraph",
+    "turnout.api.ep_context": (
+        "OrtEpContextData OrtEpContextDataBuffer OrtExternalInitializerInfo"
+    ),
     "turnout.api.ep_devices": (
         "OrtEpDevice OrtExecutionProviderDevicePolicy OrtHardwareDevice "
         "OrtHardwareDeviceType get_ep_devices"
@@ -126,6 +141,10 @@ _NAMES_IN: dict[str, str] = {
     ),
     "turnout.api.io_binding": "IOBinding SessionIOBinding",
     "turnout.api.lora": "AdapterFormat LoraAdapter",
+    "turnout.api.model_package": (
+        "ModelPackage ModelPackageComponentContext ModelPackageContext ModelPackageOptions "
+        "ModelPackageWriteMode"
+    ),
     "turnout.api.options": (
         "ExecutionMode ExecutionOrder GraphOptimizationLevel RunOptions SessionOptions"
     ),
@@ -186,6 +205,11 @@ __all__ = [
     "LoraAdapter",
     "ModelCompiler",
     "ModelLoaded",
+    "ModelPackage",
+    "ModelPackageComponentContext",
+    "ModelPackageContext",
+    "ModelPackageOptions",
+    "ModelPackageWriteMode",
     "ModelMetadata",
     "NoModel",
     "NoSuchFile",
@@ -199,8 +223,11 @@ __all__ = [
     "OrtDeviceVendorId",
     "OrtEpAssignedNode",
     "OrtEpAssignedSubgraph",
+    "OrtEpContextData",
+    "OrtEpContextDataBuffer",
     "OrtEpDevice",
     "OrtExecutionProviderDevicePolicy",
+    "OrtExternalInitializerInfo",
     "OrtHardwareDevice",
     "OrtHardwareDeviceType",
     "OrtMemType",

@@ -7,6 +7,7 @@ nothing).
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 from collections.abc import Callable
@@ -14,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+from onnx import numpy_helper
+from onnx.external_data_helper import set_external_data
 
+from turnout.api.ep_context import (
+    DISABLE_MODEL_COMPILE_KEY,
+    OrtEpContextData,
+    OrtExternalInitializerInfo,
+    make_get_initializer_location_func_wrapper,
+    write_with,
+)
 from turnout.engine.artifact import (
     ARTIFACT_KEY,
     CompiledArtifact,
@@ -56,11 +66,17 @@ class ModelCompiler:
         graph_optimization_level: Any = None,
         get_initializer_location_func: Callable[..., Any] | None = None,
     ) -> None:
-        if get_initializer_location_func is not None:
-            raise InvalidArgument(
-                "ModelCompiler: get_initializer_location_func is not supported by turnout; "
-                "use external_initializers_file_path"
+        if get_initializer_location_func is not None and external_initializers_file_path:
+            raise ValueError(
+                "Cannot initialize ModelCompiler with both `external_initializers_file_path` "
+                "and `get_initializer_location_func`"
             )
+        self._locate = (
+            None
+            if get_initializer_location_func is None
+            else make_get_initializer_location_func_wrapper(get_initializer_location_func)
+        )
+        self._write_data: Callable[[str, bytes], None] | None = None
         self._options = sess_options
         self._source = input_model_path_or_bytes
         self._embed = bool(embed_compiled_data_into_model)
@@ -79,7 +95,11 @@ class ModelCompiler:
         side = {} if self._embed else blobs
         describe_artifact(model, blobs, compat, embed=self._embed, stem=path.name)
         for provider, archive in side.items():
-            (path.parent / side_file_name(path.name, provider)).write_bytes(archive)
+            name = side_file_name(path.name, provider)
+            if self._write_data is not None:
+                self._write_data(name, archive)
+            else:
+                (path.parent / name).write_bytes(archive)
         if self._external:
             onnx.save(
                 model,
@@ -103,6 +123,19 @@ class ModelCompiler:
     def compile_to_stream(self, write_function: Callable[[bytes], Any]) -> None:
         write_function(self.compile_to_bytes())
 
+    def set_ep_context_data_write_func(
+        self, write_func: Callable[[str, OrtEpContextData], Any]
+    ) -> None:
+        """Hand each side file to `write_func(name, data)` instead of writing it next to the
+        model (`turnout.api.ep_context`); a session reads them back through
+        `SessionOptions.set_ep_context_data_read_func`."""
+        if not callable(write_func):
+            raise InvalidArgument("set_ep_context_data_write_func: write_func must be callable")
+        self._write_data = write_with(write_func)
+
+    def clear_ep_context_data_write_func(self) -> None:
+        self._write_data = None
+
     def _default_output(self) -> Path:
         if isinstance(self._source, (bytes, bytearray)):
             raise InvalidArgument(
@@ -117,7 +150,9 @@ class ModelCompiler:
         from turnout.api.options import GraphOptimizationLevel, SessionOptions
         from turnout.api.session import InferenceSession
 
-        opts = self._options if self._options is not None else SessionOptions()
+        opts = copy.copy(self._options) if self._options is not None else SessionOptions()
+        # compiling is what the compiler is for, whatever the options say about sessions
+        opts._config = {k: v for k, v in opts._config.items() if k != DISABLE_MODEL_COMPILE_KEY}
         if self._level is not None:
             opts.graph_optimization_level = GraphOptimizationLevel(int(self._level))
         source = self._source if isinstance(self._source, bytes) else os.fspath(self._source)
@@ -135,4 +170,38 @@ class ModelCompiler:
             )
         model = session._engine.full_model()  # a copy, with the weights
         compat = {p.name: p.compatibility_info() for p in session._engine.providers}
+        if self._locate is not None:
+            self._place_initializers(model)
         return model, blobs, compat
+
+    def _place_initializers(self, model: onnx.ModelProto) -> None:
+        """Ask the application's location function about each initializer: None keeps it in
+        the model; an `OrtExternalInitializerInfo` makes the model refer to that file range
+        (the application wrote the data there). `external_info` is where the input model kept
+        it, for a model read from a file with external data."""
+        assert self._locate is not None
+        before = self._external_locations()
+        for tensor in model.graph.initializer:
+            value = numpy_helper.to_array(tensor)
+            where = self._locate(tensor.name, value, before.get(tensor.name))
+            if where is None:
+                continue
+            tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+            set_external_data(tensor, where.filepath, where.file_offset, where.byte_size)
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+
+    def _external_locations(self) -> dict[str, OrtExternalInitializerInfo]:
+        if isinstance(self._source, (bytes, bytearray)):
+            return {}
+        source = onnx.load(os.fspath(self._source), load_external_data=False)
+        out = {}
+        for tensor in source.graph.initializer:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                info = {e.key: e.value for e in tensor.external_data}
+                out[tensor.name] = OrtExternalInitializerInfo(
+                    info.get("location", ""),
+                    int(info.get("offset", 0)),
+                    int(info.get("length", 0)),
+                )
+        return out

@@ -265,6 +265,17 @@ class SessionOptions:
         """Whether a policy or delegate chooses providers for sessions given none."""
         return self._ep_policy is not None or self._ep_delegate is not None
 
+    def set_ep_context_data_read_func(self, read_func: Any, max_data_size: int) -> None:
+        """Let `read_func(name, buffer)` supply a compiled model's side files (at most
+        `max_data_size` bytes each) instead of the model's folder (`turnout.api.ep_context`)."""
+        if not callable(read_func):
+            raise InvalidArgument("set_ep_context_data_read_func: read_func must be callable")
+        self._ep_context_read: tuple[Any, int] | None = (read_func, int(max_data_size))
+
+    def clear_ep_context_data_read_func(self) -> None:
+        """Read compiled models' side files from their folder again."""
+        self._ep_context_read = None
+
     def set_load_cancellation_flag(self, value: bool) -> None:
         """Ask a session being created with these options (on another thread, or later) to stop
         loading: it raises ModelLoadCanceled at the next stage boundary."""

@@ -21,6 +21,7 @@ import onnx
 from turnout._version import __version__
 from turnout.api.environment import global_thread_pool_sizes
 from turnout.api.ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
+from turnout.api.ep_context import check_compiled, with_reader
 from turnout.api.ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
 from turnout.api.feeds import InputSpec
 from turnout.api.model_config import load_config_from_model, options_from_model
@@ -165,7 +166,7 @@ class InferenceSession:
         self._sparse_outputs = sparse_constant_outputs(model)
         self._check_canceled()
         base_dir = Path(self._model_path).resolve().parent if self._model_path else None
-        artifact = read_artifact(model, base_dir)  # a compiled model, or None
+        artifact = with_reader(read_artifact(model, base_dir), self._sess_options)
         label = self._label
 
         def reload() -> onnx.ModelProto:  # to place again after the engine let go of it
@@ -215,6 +216,9 @@ class InferenceSession:
         providers: Sequence[ProviderSpec] | None,
         provider_options: Sequence[dict[str, Any]] | None,
     ) -> None:
+        compiled = self._engine.artifact is not None
+        config = self._sess_options._config
+        check_compiled(config, compiled, providers, provider_options, self._label)
         self._engine.place(providers, provider_options)
         self._init_io()
 

@@ -3,7 +3,9 @@
 A compiled model is the optimized graph (for the providers it was compiled for) with, in its
 metadata, one entry per provider: its name, its compatibility string (provider version,
 device, the options that shape its code) and its compiled blobs, embedded (base64) or in a
-side file next to the model (`<model>.<provider>.ctx`, a zip). A session that loads it checks
+side file next to the model (`<model>.<provider>.ctx`, a zip). The compatibility strings are
+also written under onnxruntime's keys (`ep_compatibility_info.<provider>`), where its
+`get_compatibility_info_from_model` looks for them. A session that loads it checks
 each compatibility string against the provider it created: any difference is a `Fail` that
 names the provider and both strings, so a stale artifact never runs wrong. It then hands the
 blobs to the provider (`ExecutionProvider.import_compiled`) and skips the graph optimizer (the
@@ -18,7 +20,7 @@ import io
 import json
 import warnings
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from turnout.sdk.provider import ExecutionProvider
 __all__ = [
     "ARTIFACT_KEY",
     "BLOB_KEY",
+    "EP_COMPAT_KEY",
     "FORMAT",
     "CompiledArtifact",
     "CompiledEntry",
@@ -42,6 +45,7 @@ __all__ = [
 
 ARTIFACT_KEY = "turnout.compiled"
 BLOB_KEY = "turnout.compiled.blobs."  # + provider name: base64 zip, when embedded
+EP_COMPAT_KEY = "ep_compatibility_info."  # + provider name: onnxruntime's key
 FORMAT = 1
 
 
@@ -63,6 +67,9 @@ class CompiledArtifact:
     turnout_version: str
     model: onnx.ModelProto
     base_dir: Path | None
+    read_data: Callable[[str], bytes] | None = None
+    """Where side files come from when given (the application's EPContext data read
+    callback, called with the side file's name) instead of the model's folder."""
 
     def install(self, providers: Sequence[ExecutionProvider], label: str) -> None:
         """Check every entry against the session's providers and hand each its blobs. A
@@ -94,6 +101,8 @@ class CompiledArtifact:
             raw = _embedded(self.model, entry.provider)
             if raw is None:
                 raise Fail(f"{label}: the embedded compiled data of {entry.provider} is missing")
+        elif self.read_data is not None:
+            raw = self.read_data(entry.side_file)
         else:
             if self.base_dir is None:
                 raise Fail(
@@ -150,9 +159,13 @@ def describe_artifact(
                 "side_file": None if embed else side_file_name(stem, provider),
             }
         )
-    kept = {p.key: p.value for p in model.metadata_props if not p.key.startswith(ARTIFACT_KEY)}
+    ours = (ARTIFACT_KEY, EP_COMPAT_KEY)
+    kept = {p.key: p.value for p in model.metadata_props if not p.key.startswith(ours)}
     meta = {"format": FORMAT, "turnout": __version__, "providers": entries}
     kept[ARTIFACT_KEY] = json.dumps(meta, sort_keys=True)
+    for provider, info in compat.items():
+        if info:
+            kept[EP_COMPAT_KEY + provider] = info
     if embed:
         for provider, archive in blobs.items():
             kept[BLOB_KEY + provider] = base64.b64encode(archive).decode("ascii")

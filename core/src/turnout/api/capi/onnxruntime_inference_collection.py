@@ -10,6 +10,10 @@ from typing import Any
 from turnout.api.capi import _pybind_state as C
 from turnout.api.capi.onnxruntime_pybind11_state import copy_tensors
 from turnout.api.compiler import ModelCompiler
+from turnout.api.ep_context import (
+    GetInitializerLocationFunc,
+    make_get_initializer_location_func_wrapper,
+)
 from turnout.api.io_binding import IOBinding
 from turnout.api.lora import AdapterFormat
 from turnout.api.options import RunOptions, SessionOptions
@@ -20,6 +24,7 @@ from turnout.api.values import OrtDevice, OrtValue, SparseTensor
 __all__ = [
     "AdapterFormat",
     "C",
+    "GetInitializerLocationFunc",
     "IOBinding",
     "InferenceSession",
     "ModelCompiler",
@@ -35,6 +40,7 @@ __all__ = [
     "copy_tensors",
     "get_ort_device_type",
     "get_vendor_id_for_device_type",
+    "make_get_initializer_location_func_wrapper",
 ]
 
 Session = InferenceSession  # onnxruntime's base class of InferenceSession; one class here

@@ -28,6 +28,22 @@ from turnout.api.environment import (
     set_seed,
 )
 from turnout.api.ep_assignment import OrtEpAssignedNode, OrtEpAssignedSubgraph
+from turnout.api.ep_compatibility import (
+    OrtCompiledModelCompatibility,
+    OrtDeviceEpIncompatibilityReason,
+    get_compatibility_info_from_model,
+    get_compatibility_info_from_model_bytes,
+    get_hardware_device_ep_incompatibility_details,
+    get_hardware_devices,
+    get_model_compatibility_for_ep_devices,
+    provider_for,
+)
+from turnout.api.ep_context import (
+    ModelRequiresCompilation,
+    OrtEpContextData,
+    OrtEpContextDataBuffer,
+    OrtExternalInitializerInfo,
+)
 from turnout.api.ep_devices import (
     OrtEpDevice,
     OrtExecutionProviderDevicePolicy,
@@ -41,6 +57,13 @@ from turnout.api.ep_library import (
 )
 from turnout.api.io_binding import SessionIOBinding
 from turnout.api.lora import AdapterFormat, LoraAdapter
+from turnout.api.model_package import (
+    ModelPackage,
+    ModelPackageComponentContext,
+    ModelPackageContext,
+    ModelPackageOptions,
+    ModelPackageWriteMode,
+)
 from turnout.api.options import (
     ExecutionMode,
     ExecutionOrder,
@@ -89,10 +112,28 @@ from turnout.graph.errors import (
     NotImplemented,
     RuntimeException,
 )
+from turnout.sdk.ep import KernelTable
 
 __all__ = [
     "AdapterFormat",
     "ModelCompiler",
+    "ModelPackage",
+    "ModelPackageComponentContext",
+    "ModelPackageContext",
+    "ModelPackageOptions",
+    "ModelPackageWriteMode",
+    "ModelRequiresCompilation",
+    "OrtCompiledModelCompatibility",
+    "OrtDeviceEpIncompatibilityReason",
+    "OrtEpContextData",
+    "OrtEpContextDataBuffer",
+    "OrtExternalInitializerInfo",
+    "get_compatibility_info_from_model",
+    "get_compatibility_info_from_model_bytes",
+    "get_hardware_device_ep_incompatibility_details",
+    "get_hardware_devices",
+    "get_model_compatibility_for_ep_devices",
+    "get_registered_ep_kernel_defs",
     "OrtCompileApiFlags",
     "OrtEpAssignedNode",
     "OrtEpAssignedSubgraph",
@@ -246,14 +287,31 @@ _OPEN_END = 2**31 - 1  # onnxruntime's "no upper opset bound"
 
 def get_all_opkernel_def() -> list[KernelDef]:
     """The CPU provider's own kernels (ops it runs through onnx.reference have none)."""
-    from turnout.graph.dtypes import type_string
     from turnout.providers.cpu.registry import CPU_KERNELS
 
+    return _kernel_defs(CPU_KERNELS)
+
+
+def get_registered_ep_kernel_defs(ep_name: str) -> list[KernelDef]:
+    """The kernels provider `ep_name` registers in its `KernelTable`, one per opset range (its
+    fused groups and compiled subgraphs have none). The provider must be available here."""
+    from turnout.sdk.plugins import registry
+
+    factory = registry.resolve(ep_name)
+    avail = registry.probe(factory)
+    if not avail.ok:
+        raise InvalidArgument(f"{factory.name} is not available here: {avail.reason}")
+    return _kernel_defs(provider_for(factory, {}).kernels)
+
+
+def _kernel_defs(table: KernelTable) -> list[KernelDef]:
+    from turnout.graph.dtypes import type_string
+
     out = []
-    for domain, op in CPU_KERNELS.ops():
+    for domain, op in table.ops():
         seen: list[Any] = []
         for version in range(1, onnx.defs.onnx_opset_version() + 1):
-            d = CPU_KERNELS.lookup(domain, op, version)
+            d = table.lookup(domain, op, version)
             if d is not None and all(d is not s for s in seen):
                 seen.append(d)
         for i, d in enumerate(seen):
@@ -261,7 +319,7 @@ def get_all_opkernel_def() -> list[KernelDef]:
             if d.until is None and i + 1 < len(seen):
                 end = seen[i + 1].since - 1
             types_ = {k: sorted(type_string(t) for t in v) for k, v in (d.dtypes or {}).items()}
-            out.append(KernelDef(op, domain, CPU_KERNELS.provider_name, (d.since, end), types_))
+            out.append(KernelDef(op, domain, table.provider_name, (d.since, end), types_))
     return out
 
 
