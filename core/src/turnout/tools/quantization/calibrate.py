@@ -174,7 +174,30 @@ class _Entropy(_Histogram):
         return self.clipped(best * self.top / bins)
 
 
+class _Distribution:
+    """The standard deviation of all values seen (running sums in float64), as the symmetric
+    range (-std, std): float8 scales come from the spread, not the extremes."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.squares = 0.0
+
+    def update(self, values: np.ndarray) -> None:
+        v = values.astype(np.float64)
+        self.n += v.size
+        self.total += float(v.sum())
+        self.squares += float(np.square(v).sum())
+
+    def range(self) -> tuple[float, float]:
+        mean = self.total / max(self.n, 1)
+        std = float(np.sqrt(max(self.squares / max(self.n, 1) - mean * mean, 0.0)))
+        return (-std, std)
+
+
 def _collector(method: CalibrationMethod, options: Mapping[str, Any]) -> _Collector:
+    if method is CalibrationMethod.Distribution:
+        return _Distribution()
     if method is CalibrationMethod.MinMax:
         return _MinMax(options["CalibMovingAverage"], options["CalibMovingAverageConstant"])
     if method is CalibrationMethod.Percentile:

@@ -15,6 +15,7 @@ and dequantizes them (DequantizeLinear), as onnxruntime does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +24,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from turnout.graph import errors
 from turnout.tools.quantization.graph import GraphEditor, ModelInput, load_model, save_model
 from turnout.tools.quantization.params import quantize_weight
 from turnout.tools.quantization.selection import check_extra_options, nothing_done, selected_nodes
 from turnout.tools.quantization.types import QuantType
 
 __all__ = ["quantize_dynamic"]
+
+_log = logging.getLogger("turnout.tools.quantization")
 
 DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Gather")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -153,10 +157,18 @@ class _DynamicQuantizer:
             b = self.ed.constant(node.input[2])
             if b is None:
                 return "its bias B is not an initializer"
-            bias = self.ed.add_initializer(
-                b.reshape(-1, *[1] * (w.ndim - 2)), f"{node.input[2]}_reshaped"
+            # a Reshape node to [1, M, 1, ...], as onnxruntime writes it (same node counts)
+            shape = np.array([1, -1, *[1] * (w.ndim - 2)], np.int64)
+            base = node.output[0]
+            bias = self.ed.fresh(f"{base}_bias_reshape_output")
+            out.append(
+                helper.make_node(
+                    "Reshape",
+                    [node.input[2], self.ed.add_initializer(shape, f"{base}_bias_reshape_shape")],
+                    [bias],
+                    self.ed.fresh(f"{base}_bias_reshape"),
+                )
             )
-            self.replaced.add(node.input[2])
         channels = (w.shape[0], *[1] * (w.ndim - 2))
         x_q, x_scale, x_zp = self.activation(node.input[0], out)
         w_q, w_zp, w_scale = self.weight(node.input[1], w, 0, channels, one_zero_point=True)
@@ -278,10 +290,16 @@ def quantize_dynamic(
     `model_input` and `model_output` are paths or ModelProtos (the output ModelProto is filled
     in place; None writes nothing); the quantized model is returned. `weight_type` QInt8
     weights are symmetric, QUInt8 asymmetric (extra_options `WeightSymmetric` overrides);
-    `per_channel` gives each output channel its own scale. Raises NothingToQuantize when no
-    node could be quantized, with the reason for each candidate.
+    `per_channel` gives each output channel its own scale. Where no node can be quantized the
+    model is written unchanged, as onnxruntime does, and the reason for each candidate is
+    logged.
     """
     wtype = QuantType.of(weight_type, "weight_type")
+    if wtype not in (QuantType.QInt8, QuantType.QUInt8):
+        raise errors.NotImplemented(
+            f"weight_type={wtype}: dynamic quantization writes 8-bit weights (QInt8, QUInt8), "
+            "as DynamicQuantizeLinear and MatMulInteger take"
+        )
     options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     symmetric = options["WeightSymmetric"]
     settings = _Settings(
@@ -324,8 +342,8 @@ def quantize_dynamic(
         else:
             reasons.append(f"{node.op_type} {node.name or node.output[0]!r}: {why}")
             nodes.append(node)
-    if done == 0:
-        raise nothing_done(reasons, model.graph)
+    if done == 0:  # onnxruntime writes the model unchanged; the reasons go to the log
+        _log.warning("%s; the model is written unchanged", nothing_done(reasons, model.graph))
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     editor.drop_unused_initializers(quantizer.replaced)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-__all__ = ["STATIC_ROLES", "weight_axis"]
+__all__ = ["QOPERATOR_ROLES", "STATIC_ROLES", "weight_axis"]
 
 STATIC_ROLES: dict[str, str] = {
     **dict.fromkeys(("Conv", "MatMul", "Gemm"), "weighted"),
@@ -45,6 +45,15 @@ STATIC_ROLES: dict[str, str] = {
     **dict.fromkeys(
         ("BatchNormalization", "LayerNormalization", "InstanceNormalization"), "normalization"
     ),
+}
+
+
+# QOperator format quantizes only the ops that have a QLinear* form (or run on 8 bits directly),
+# as onnxruntime's QLinearOps registry: Slice and the normalizations stay float there
+QOPERATOR_ROLES: dict[str, str] = {
+    op: role
+    for op, role in STATIC_ROLES.items()
+    if op not in ("Slice", "BatchNormalization", "LayerNormalization", "InstanceNormalization")
 }
 
 

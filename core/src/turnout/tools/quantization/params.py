@@ -32,10 +32,18 @@ def params_for_range(
     qtype: QuantType,
     symmetric: bool,
     reduce_range: bool = False,
+    min_real_range: float | None = None,
 ) -> QuantParams:
-    """Scale and zero point mapping [rmin, rmax] (widened to hold 0) onto `qtype`."""
+    """Scale and zero point mapping [rmin, rmax] (widened to hold 0, and to at least
+    `min_real_range` wide) onto `qtype`. For float8 the range is read as (-std, std), the
+    values' spread (CalibrationMethod.Distribution), and the zero point is 0."""
+    if qtype.is_float8:
+        std = np.maximum(-np.asarray(rmin, np.float64), np.asarray(rmax, np.float64))
+        return _float8_params(std)
     lo = np.minimum(np.asarray(rmin, np.float64), 0.0)
     hi = np.maximum(np.asarray(rmax, np.float64), 0.0)
+    if min_real_range is not None:
+        hi = np.maximum(hi, lo + min_real_range)
     qmin, qmax = quant_range(qtype, symmetric, reduce_range)
     if symmetric:
         hi = np.maximum(-lo, hi)
@@ -51,14 +59,34 @@ def params_for_range(
     return QuantParams(scale.astype(np.float32), zero.astype(qtype.dtype))
 
 
+def _float8_std() -> float:
+    """The standard deviation of every finite float8 E4M3FN value: a tensor's scale is its
+    own std over this, so that its spread fills float8's (onnxruntime's rule)."""
+    from ml_dtypes import float8_e4m3fn
+
+    values = np.arange(256, dtype=np.uint8).view(float8_e4m3fn).astype(np.float32)
+    return float(np.std(values[np.isfinite(values)]))
+
+
+def _float8_params(std: np.ndarray) -> QuantParams:
+    from ml_dtypes import float8_e4m3fn
+
+    scale = np.where(std > 0, std / _float8_std(), 1.0).astype(np.float32)
+    return QuantParams(scale, np.zeros(scale.shape, float8_e4m3fn))
+
+
 def quantize_array(values: np.ndarray, params: QuantParams) -> np.ndarray:
     """round(values / scale) + zero point, saturated to the integer type: QuantizeLinear's
-    arithmetic (float32, ties to even), so offline weights equal what the op would give."""
-    scale, zero = params.scale, params.zero_point.astype(np.int64)
+    arithmetic (float32, ties to even), so offline weights equal what the op would give.
+    float8 values are cast (saturating, as QuantizeLinear's default)."""
+    scale, zero = params.scale, params.zero_point.astype(np.float64)
     if params.axis is not None:
         shape = [1] * values.ndim
         shape[params.axis] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
+    if params.zero_point.dtype.kind == "V" or params.zero_point.dtype.name.startswith("float8"):
+        x = values.astype(np.float32) / scale.astype(np.float32)
+        return np.clip(x, -448.0, 448.0).astype(params.zero_point.dtype)
     q = np.rint(values.astype(np.float32) / scale.astype(np.float32)) + zero  # float32, as ORT
     limits = np.iinfo(params.zero_point.dtype)
     return np.clip(q, limits.min, limits.max).astype(params.zero_point.dtype)
@@ -72,6 +100,12 @@ def quantize_weight(
     reduce_range: bool = False,
 ) -> tuple[np.ndarray, QuantParams]:
     """`weight` quantized per tensor, or per channel along `axis` (one scale per slice)."""
+    if qtype.is_float8:
+        others = None if axis is None else tuple(i for i in range(weight.ndim) if i != axis)
+        params = _float8_params(np.asarray(np.std(weight.astype(np.float64), axis=others)))
+        if axis is not None:
+            params = QuantParams(params.scale, params.zero_point, axis % weight.ndim)
+        return quantize_array(weight, params), params
     if axis is None:
         params = params_for_range(weight.min(), weight.max(), qtype, symmetric, reduce_range)
     else:

@@ -3,6 +3,7 @@ quantizer supports, so a typo or an unsupported op is an error instead of a sile
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -13,10 +14,13 @@ from turnout.graph.errors import InvalidArgument
 
 __all__ = ["NothingToQuantize", "check_extra_options", "nothing_done", "selected_nodes"]
 
+_log = logging.getLogger("turnout.tools.quantization")
+
 
 class NothingToQuantize(InvalidArgument):
-    """No node of the model can be quantized with the given options: writing an unchanged
-    copy would look like success, so the quantizer says why each candidate was left float."""
+    """No node of the model can be quantized with the given options. onnxruntime then writes
+    the model unchanged, and so do the quantizers (they log `nothing_done`'s reasons); the
+    class stays for code that catches it."""
 
 
 def selected_nodes(
@@ -29,20 +33,21 @@ def selected_nodes(
 ) -> list[onnx.NodeProto]:
     """The nodes of `graph` whose op type is asked for (by default `default_ops`), restricted
     to `nodes_to_quantize` when given, without `nodes_to_exclude`."""
-    wanted = set(default_ops if op_types is None else op_types)
+    wanted = set(op_types or default_ops)  # None or [] mean the default set, as in ORT
     unsupported = sorted(wanted - set(supported_ops))
-    if unsupported:
-        raise errors.NotImplemented(
-            f"op_types_to_quantize: turnout.tools.quantization cannot quantize {unsupported}; "
-            f"it quantizes {sorted(supported_ops)}"
+    if unsupported:  # onnxruntime leaves such ops float too
+        _log.warning(
+            "op_types_to_quantize: turnout.tools.quantization leaves %s float; it quantizes %s",
+            unsupported,
+            sorted(supported_ops),
         )
     names = {n.name for n in graph.node}
-    include = None if nodes_to_quantize is None else set(nodes_to_quantize)
+    include = set(nodes_to_quantize) if nodes_to_quantize else None  # [] means all, as in ORT
     exclude = set(nodes_to_exclude or ())
     for what, given in (("nodes_to_quantize", include or set()), ("nodes_to_exclude", exclude)):
         missing = sorted(given - names)
-        if missing:
-            raise InvalidArgument(f"{what} names nodes the graph does not have: {missing}")
+        if missing:  # onnxruntime ignores them; say so in the log
+            _log.warning("%s names nodes the graph does not have (ignored): %s", what, missing)
     return [
         n
         for n in graph.node
@@ -60,7 +65,7 @@ def check_extra_options(
 ) -> dict[str, Any]:
     """`extra_options` over the defaults in `known`. `fixed` holds onnxruntime options whose
     only supported value is turnout's behaviour: passing that value is accepted, another is an
-    error; so is a key turnout does not know (onnxruntime would ignore a misspelt key)."""
+    error. A key turnout does not read is logged and ignored, as onnxruntime ignores it."""
     options = dict(known)
     for key, value in (extra_options or {}).items():
         if fixed is not None and key in fixed:
@@ -70,12 +75,9 @@ def check_extra_options(
                     f"{fixed[key]!r}"
                 )
             continue
-        if key not in known:
-            supported = sorted([*known, *(fixed or {})])
-            raise errors.NotImplemented(
-                f"extra_options[{key!r}] is not supported by turnout.tools.quantization; "
-                f"supported keys: {supported}"
-            )
+        if key not in known:  # onnxruntime ignores keys it does not read; so does turnout
+            _log.warning("extra_options[%r] is not used by turnout.tools.quantization", key)
+            continue
         options[key] = value
     return options
 

@@ -9,18 +9,19 @@ calibrates the activations on the unchanged float model; `_write` inserts the Q/
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, shape_inference
 
-from turnout.graph import errors
+from turnout.graph.errors import InvalidArgument
 from turnout.tools.quantization.calibrate import collect_ranges
 from turnout.tools.quantization.graph import GraphEditor, ModelInput, load_model, save_model
-from turnout.tools.quantization.ops import STATIC_ROLES, weight_axis
+from turnout.tools.quantization.ops import QOPERATOR_ROLES, STATIC_ROLES, weight_axis
 from turnout.tools.quantization.params import (
     QuantParams,
     params_for_range,
@@ -28,10 +29,13 @@ from turnout.tools.quantization.params import (
     quantize_bias,
     quantize_weight,
 )
+from turnout.tools.quantization.qoperator import to_qoperator
 from turnout.tools.quantization.selection import check_extra_options, nothing_done, selected_nodes
 from turnout.tools.quantization.types import CalibrationMethod, QuantFormat, QuantType, check_enum
 
 __all__ = ["quantize_static"]
+
+_log = logging.getLogger("turnout.tools.quantization")
 
 _EXTRA_OPTIONS: dict[str, Any] = {
     "ActivationSymmetric": False,
@@ -43,6 +47,18 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "CalibNumQuantizedBins": 128,
     "ForceQuantizeNoInputCheck": False,
     "OpTypesToExcludeOutputQuantization": (),
+    "MinimumRealRange": None,
+    "MatMulConstBOnly": False,
+    "QDQKeepRemovableActivations": False,
+    "QDQOpTypePerChannelSupportToAxis": {},
+    "QDQDisableWeightAdjustForInt32Bias": False,
+    "ActivationRestrictedAsymmetric": False,
+    "extra.Sigmoid.nnapi": False,
+    "SmoothQuant": False,
+    "CalibStridedMinMax": None,
+    "CalibMaxIntermediateOutputs": None,
+    "TensorQuantOverrides": {},
+    "DefaultTensorType": None,
 }
 # onnxruntime options accepted at the one value that is turnout's behaviour
 _FIXED_OPTIONS = {
@@ -65,6 +81,10 @@ class _Settings:
     reduce_range: bool
     force_passthrough: bool
     no_output_ops: frozenset[str]
+    min_real_range: float | None = None
+    matmul_const_b_only: bool = False
+    keep_removable: bool = False
+    channel_axes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,7 +137,7 @@ class _Planner:
         """Drop each chosen Relu/Clip whose input comes only from a chosen node with a
         quantized output: the producer writes the activation's output name instead, and that
         tensor's calibrated range (>= 0 for Relu) clips. Returns the ids of the dropped nodes."""
-        if self.s.activation_symmetric:
+        if self.s.activation_symmetric or self.s.keep_removable:
             return set()
         chosen_ids = {id(n) for n in chosen}
         dropped: set[int] = set()
@@ -175,13 +195,22 @@ class _Planner:
 
     def _weighted(self, node: onnx.NodeProto) -> None:
         x, w = node.input[0], node.input[1]
+        if (
+            self.s.matmul_const_b_only
+            and node.op_type == "MatMul"
+            and w not in self.ed.initializers
+        ):
+            return
         self._input(node, 0)
-        axis = weight_axis(node) if self.s.per_channel else None
+        axis = None
+        if self.s.per_channel:
+            axis = self.s.channel_axes.get(node.op_type, weight_axis(node))
         self._input(node, 1, axis)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         has_bias = node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]
         if (
             has_bias
+            and not self.s.weight_type.is_float8
             and x in self.plan.activations
             and w in self.ed.initializers
             and node.input[2] in self.ed.initializers
@@ -321,7 +350,9 @@ def _write(
     for node, index, axis in plan.weights:
         writer.weight(node, index, axis)
     params = {
-        name: params_for_range(*ranges[name], s.activation_type, s.activation_symmetric)
+        name: params_for_range(
+            *ranges[name], s.activation_type, s.activation_symmetric, False, s.min_real_range
+        )
         for name, source in plan.activations.items()
         if source is None and name not in plan.table_outputs
     }
@@ -364,40 +395,35 @@ def quantize_static(
     `calibration_data_reader` is a CalibrationDataReader (anything with `get_next()`) or an
     iterable of feed dicts; the calibration runs on turnout with `calibration_providers`
     (default: the CPU). `model_input`/`model_output` are paths or ModelProtos; the
-    quantized model is returned. Raises NothingToQuantize when nothing could be quantized and
-    InvalidArgument naming the input when a calibration feed does not fit the model.
+    quantized model is returned. Raises InvalidArgument naming the input when a calibration
+    feed does not fit the model; where nothing can be quantized the model is written
+    unchanged (the reasons are logged).
+    `quant_format=QuantFormat.QOperator` writes QLinear* operators instead of Q/DQ pairs.
     """
     fmt = check_enum(quant_format, QuantFormat, "quant_format")
-    if fmt is not QuantFormat.QDQ:
-        raise errors.NotImplemented(
-            "quant_format=QuantFormat.QOperator: turnout.tools.quantization writes QDQ models only"
-        )
     method = check_enum(calibrate_method, CalibrationMethod, "calibrate_method")
     assert isinstance(method, CalibrationMethod)
     options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
-    wtype = QuantType.of(weight_type, "weight_type")
-    w_symmetric = options["WeightSymmetric"]
-    settings = _Settings(
-        activation_type=QuantType.of(activation_type, "activation_type"),
-        weight_type=wtype,
-        activation_symmetric=bool(options["ActivationSymmetric"]),
-        weight_symmetric=wtype is QuantType.QInt8 if w_symmetric is None else bool(w_symmetric),
-        per_channel=per_channel,
-        reduce_range=reduce_range,
-        force_passthrough=bool(options["ForceQuantizeNoInputCheck"]),
-        no_output_ops=frozenset(options["OpTypesToExcludeOutputQuantization"]),
-    )
-    original = load_model(model_input)
+    settings = _settings(options, activation_type, weight_type, per_channel, reduce_range)
+    if (settings.activation_type.is_float8 or settings.weight_type.is_float8) and not (
+        settings.activation_type.is_float8 and settings.weight_type.is_float8
+    ):
+        raise InvalidArgument(
+            "QFLOAT8E4M3FN quantizes weights and activations both (as onnxruntime's): "
+            f"activation_type={settings.activation_type}, weight_type={settings.weight_type}"
+        )
+    if settings.activation_type.is_float8 and method is not CalibrationMethod.Distribution:
+        raise InvalidArgument(
+            "float8 quantization takes scales from the values' spread: pass "
+            "calibrate_method=CalibrationMethod.Distribution (as onnxruntime requires)"
+        )
+    original = _at_opset(load_model(model_input), settings)
     model = load_model(original)
     editor = GraphEditor(model)
     editor.check_opset(13 if per_channel else 10, "per-channel QDQ" if per_channel else "QDQ")
+    roles = STATIC_ROLES if fmt is QuantFormat.QDQ else QOPERATOR_ROLES
     chosen = selected_nodes(
-        model.graph,
-        op_types_to_quantize,
-        STATIC_ROLES,
-        STATIC_ROLES,
-        nodes_to_quantize,
-        nodes_to_exclude,
+        model.graph, op_types_to_quantize, roles, roles, nodes_to_quantize, nodes_to_exclude
     )
     planner = _Planner(editor, settings)
     dropped = planner.remove_activations(chosen)
@@ -406,10 +432,10 @@ def quantize_static(
             planner.visit(node)
     plan = planner.plan
     if not plan.activations and not plan.weights:
-        raise nothing_done(
-            [f"{n.op_type} {n.name or n.output[0]!r}: no float input or weight" for n in chosen],
-            model.graph,
-        )
+        reasons = [f"{n.op_type} {n.name or n.output[0]!r}: nothing float" for n in chosen]
+        _log.warning("%s; the model is written unchanged", nothing_done(reasons, model.graph))
+        save_model(original, model_output, use_external_data_format)
+        return original
     own = [
         name
         for name, source in plan.activations.items()
@@ -418,6 +444,52 @@ def quantize_static(
     providers = list(calibration_providers or ["CPUExecutionProvider"])
     ranges = collect_ranges(original, own, calibration_data_reader, method, options, providers)
     _write(editor, plan, ranges, settings)
+    if fmt is QuantFormat.QOperator:
+        to_qoperator(editor)
     onnx.checker.check_model(model)
     save_model(model, model_output, use_external_data_format)
     return model
+
+
+def _settings(
+    options: Mapping[str, Any],
+    activation_type: Any,
+    weight_type: Any,
+    per_channel: bool,
+    reduce_range: bool,
+) -> _Settings:
+    wtype = QuantType.of(weight_type, "weight_type")
+    w_symmetric = options["WeightSymmetric"]
+    signed = (QuantType.QInt8, QuantType.QInt16, QuantType.QFLOAT8E4M3FN)
+    return _Settings(
+        activation_type=QuantType.of(activation_type, "activation_type"),
+        weight_type=wtype,
+        activation_symmetric=bool(options["ActivationSymmetric"]),
+        weight_symmetric=wtype in signed if w_symmetric is None else bool(w_symmetric),
+        per_channel=per_channel,
+        reduce_range=reduce_range,
+        force_passthrough=bool(options["ForceQuantizeNoInputCheck"]),
+        no_output_ops=frozenset(options["OpTypesToExcludeOutputQuantization"]),
+        min_real_range=options["MinimumRealRange"],
+        matmul_const_b_only=bool(options["MatMulConstBOnly"]),
+        keep_removable=bool(options["QDQKeepRemovableActivations"]),
+        channel_axes=dict(options["QDQOpTypePerChannelSupportToAxis"] or {}),
+    )
+
+
+def _at_opset(model: onnx.ModelProto, s: _Settings) -> onnx.ModelProto:
+    """`model` converted to the opset its Q/DQ types need, as onnxruntime does (with a
+    warning): 21 for 16-bit integers, 19 for float8."""
+    types = (s.activation_type, s.weight_type)
+    need = 0
+    if any(t in (QuantType.QInt16, QuantType.QUInt16) for t in types):
+        need = 21
+    elif any(t.is_float8 for t in types):
+        need = 19
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= need:
+        return model
+    _log.warning("%s needs opset %d; the model (opset %d) is converted", types, need, opset)
+    from onnx import version_converter
+
+    return shape_inference.infer_shapes(version_converter.convert_version(model, need))
