@@ -225,6 +225,7 @@ class EngineSession:
         report.peak_bytes = self.peak(self.plan, sizes)
         if self.profiler is not None:
             self.profiler.placement = placement_by_step(report)
+        self.run_providers = self._running(report)
         self.device_plans: dict[frozenset[str], Plan] = {}
 
     def full_model(self) -> onnx.ModelProto:
@@ -247,9 +248,20 @@ class EngineSession:
                 self._by_shapes[key] = placed
             reports, prepared, plan = placed
             self.reports, self.prepared, self.plan = reports, prepared, plan
+            self.run_providers = self._running(reports[""])
             self.device_plans.clear()
             self._shapes_placed = key
         logger.info("%s: placed again for input shapes %s", self.label, key)
+
+    def _running(self, report: PartitionReport) -> list[ExecutionProvider]:
+        """The providers whose run hooks a run calls: all of them, except under measured
+        placement, where a provider given no node is left out (an OpenCL queue's finish costs
+        tens of microseconds a run); a graph with control flow keeps them all (its bodies are
+        placed when first built)."""
+        if report.placement is None or any(n.subgraphs() for n in self.graph.nodes):
+            return self.providers
+        used = {a.provider for a in report.assignments}
+        return [p for p in self.providers if p.name in used]
 
     def _place_at(self, key: tuple[Any, ...]) -> _ShapePlacement:
         names = [*self.plan.input_names, *self.plan.outer_names]
@@ -449,7 +461,7 @@ class EngineSession:
         if ro.terminate:
             raise RunTerminated("run terminated by RunOptions.terminate")
         self.runs += 1
-        providers = self.providers
+        providers = self.run_providers
         started = 0
         try:
             for p in providers:  # a provider may lock its device until on_run_end
