@@ -31,7 +31,7 @@ from typing import Any
 
 from turnout._moved import AliasLoader
 
-__all__ = ["MIRRORED_MODULES", "install", "installed", "main"]
+__all__ = ["MIRRORED_MODULES", "MIRRORED_PACKAGES", "install", "installed", "main"]
 
 # onnxruntime submodule -> the turnout module that stands in for it
 MIRRORED_MODULES = {
@@ -48,6 +48,17 @@ MIRRORED_MODULES = {
     "onnxruntime.backend.backend_rep": "turnout.api.backend.backend_rep",
     "onnxruntime.datasets": "turnout.api.datasets",
 }
+# onnxruntime package -> turnout package whose submodules stand in for its submodules too
+MIRRORED_PACKAGES = {"onnxruntime.quantization": "turnout.tools.quantization"}
+
+
+def _stand_in(fullname: str) -> str | None:
+    if fullname in MIRRORED_MODULES:
+        return MIRRORED_MODULES[fullname]
+    for package, target in MIRRORED_PACKAGES.items():
+        if fullname == package or fullname.startswith(package + "."):
+            return target + fullname[len(package) :]
+    return None
 
 
 class _OnnxruntimeModule(types.ModuleType):
@@ -77,10 +88,12 @@ class _MirrorFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None = None,
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        stand_in = MIRRORED_MODULES.get(fullname)
+        stand_in = _stand_in(fullname)
         if stand_in is None or not installed():
             return None
         found = importlib.util.find_spec(stand_in)
+        if found is None:
+            return None
         is_package = found is not None and found.submodule_search_locations is not None
         return importlib.machinery.ModuleSpec(
             fullname, AliasLoader(stand_in), is_package=is_package

@@ -17,20 +17,46 @@ from __future__ import annotations
 from types import ModuleType
 
 from turnout._submodules import submodule
-from turnout.tools.quantization.calibrate import CalibrationDataReader
+from turnout.tools.quantization.calibrate import (
+    CalibraterBase,
+    CalibrationDataReader,
+    MinMaxCalibrater,
+    TensorData,
+    TensorsData,
+    create_calibrator,
+)
 from turnout.tools.quantization.dynamic import quantize_dynamic
-from turnout.tools.quantization.preprocess import quant_pre_process
+from turnout.tools.quantization.qdq_quantizer import QDQQuantizer
+from turnout.tools.quantization.quantize import (
+    DynamicQuantConfig,
+    QuantizationMode,
+    StaticQuantConfig,
+    get_qdq_config,
+    quantize,
+)
 from turnout.tools.quantization.selection import NothingToQuantize
+from turnout.tools.quantization.shape_inference import quant_pre_process
 from turnout.tools.quantization.static import quantize_static
 from turnout.tools.quantization.types import CalibrationMethod, QuantFormat, QuantType
 
 __all__ = [
+    "CalibraterBase",
     "CalibrationDataReader",
     "CalibrationMethod",
+    "DynamicQuantConfig",
+    "MinMaxCalibrater",
     "NothingToQuantize",
+    "QDQQuantizer",
     "QuantFormat",
     "QuantType",
+    "QuantizationMode",
+    "StaticQuantConfig",
+    "TensorData",
+    "TensorsData",
+    "create_calibrator",
+    "get_qdq_config",
     "quant_pre_process",
+    "quantize",
     "quantize_dynamic",
     "quantize_static",
 ]

@@ -17,9 +17,19 @@ import onnx
 from onnx import TensorProto, helper
 
 from turnout.graph.errors import InvalidArgument
+from turnout.tools.quantization.graph import ModelInput, load_model
 from turnout.tools.quantization.types import CalibrationMethod
 
-__all__ = ["CalibrationDataReader", "collect_ranges"]
+__all__ = [
+    "CalibraterBase",
+    "CalibrationDataReader",
+    "CalibrationMethod",
+    "KnownRanges",
+    "TensorData",
+    "TensorsData",
+    "collect_ranges",
+    "create_calibrator",
+]
 
 Feed = Mapping[str, np.ndarray]
 
@@ -237,7 +247,10 @@ def collect_ranges(
     providers: Sequence[Any] = ("CPUExecutionProvider",),
 ) -> dict[str, tuple[float, float]]:
     """(min, max) of each float tensor in `tensors` over the calibration data, as `method`
-    sets it. Runs `model` (unchanged) on turnout with `providers`."""
+    sets it. Runs `model` (unchanged) on turnout with `providers`; `reader` may be
+    `KnownRanges` (ranges computed before, as onnxruntime's `tensors_range`)."""
+    if isinstance(reader, KnownRanges):
+        return {t: reader.ranges[t] for t in tensors if t in reader.ranges}
     from turnout.api.options import GraphOptimizationLevel, SessionOptions
     from turnout.api.session import InferenceSession
 
@@ -272,3 +285,171 @@ def collect_ranges(
             "calibration_data_reader gave no data (its first get_next() was None)"
         )
     return {name: c.range() for name, c in collectors.items()}
+
+
+class TensorData:
+    """One tensor's calibration result, as onnxruntime's: `range_value` (lowest, highest)
+    and the method's other fields (`avg`, `std`, ...) when given."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+        if "lowest" in kwargs and "highest" in kwargs:
+            self.range_value = (np.float32(kwargs["lowest"]), np.float32(kwargs["highest"]))
+
+    def __iter__(self) -> Iterator[Any]:  # `rmin, rmax = tensor_data` as onnxruntime's
+        return iter(self.range_value)
+
+
+class TensorsData:
+    """Calibration results by tensor name (a mapping, as onnxruntime's)."""
+
+    def __init__(self, calibration_method: CalibrationMethod, data: Mapping[str, Any]) -> None:
+        self.calibration_method = calibration_method
+        self.data = {
+            name: v if isinstance(v, TensorData) else TensorData(lowest=v[0], highest=v[1])
+            for name, v in data.items()
+        }
+
+    def __getitem__(self, name: str) -> TensorData:
+        return self.data[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def keys(self) -> Any:
+        return self.data.keys()
+
+    def values(self) -> Any:
+        return self.data.values()
+
+    def items(self) -> Any:
+        return self.data.items()
+
+
+class KnownRanges:
+    """Ranges computed before (a TensorsData or {name: (min, max)}), given where a reader is:
+    calibration then runs nothing."""
+
+    def __init__(self, ranges: Mapping[str, Any]) -> None:
+        self.ranges = {name: (float(lo), float(hi)) for name, (lo, hi) in ranges.items()}
+
+
+class CalibraterBase:
+    """onnxruntime's calibrator interface on turnout: `collect_data(reader)` runs the model on
+    turnout over the reader's feeds (it may be called again with more data); `compute_data()`
+    gives a TensorsData of every float tensor read or written by the calibrated op types."""
+
+    def __init__(
+        self,
+        model: ModelInput,
+        op_types_to_calibrate: Sequence[str] | None = None,
+        method: CalibrationMethod = CalibrationMethod.MinMax,
+        providers: Sequence[Any] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.model = load_model(model)
+        self.method = method
+        self.providers = list(providers or ["CPUExecutionProvider"])
+        self.options = {**_CALIBRATE_DEFAULTS, **(options or {})}
+        self.tensors = _tensors_to_calibrate(self.model, op_types_to_calibrate)
+        self._feeds: list[Mapping[str, np.ndarray]] = []
+
+    def collect_data(self, data_reader: Any) -> None:
+        self._feeds.extend(_feeds(data_reader))
+        if not self._feeds:
+            raise InvalidArgument("No data is collected.")
+
+    def compute_data(self) -> TensorsData:
+        ranges = collect_ranges(
+            self.model, self.tensors, self._feeds, self.method, self.options, self.providers
+        )
+        return TensorsData(self.method, ranges)
+
+    def clear_collected_data(self) -> None:
+        self._feeds.clear()
+
+
+class MinMaxCalibrater(CalibraterBase):
+    pass
+
+
+class EntropyCalibrater(CalibraterBase):
+    pass
+
+
+class PercentileCalibrater(CalibraterBase):
+    pass
+
+
+class DistributionCalibrater(CalibraterBase):
+    pass
+
+
+_CALIBRATORS = {
+    CalibrationMethod.MinMax: MinMaxCalibrater,
+    CalibrationMethod.Entropy: EntropyCalibrater,
+    CalibrationMethod.Percentile: PercentileCalibrater,
+    CalibrationMethod.Distribution: DistributionCalibrater,
+}
+_CALIBRATE_DEFAULTS: dict[str, Any] = {
+    "CalibMovingAverage": False,
+    "CalibMovingAverageConstant": 0.01,
+    "CalibPercentile": 99.999,
+    "CalibNumBins": None,
+    "CalibNumQuantizedBins": 128,
+}
+# create_calibrator's extra_options keys -> turnout's
+_CREATE_OPTIONS = {
+    "moving_average": "CalibMovingAverage",
+    "averaging_constant": "CalibMovingAverageConstant",
+    "num_bins": "CalibNumBins",
+    "num_quantized_bins": "CalibNumQuantizedBins",
+    "percentile": "CalibPercentile",
+}
+
+
+def _tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
+    from onnx import shape_inference
+
+    inferred = shape_inference.infer_shapes(model)
+    types = {
+        v.name: v.type.tensor_type.elem_type
+        for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+        if v.type.HasField("tensor_type")
+    }
+    initializers = {t.name for t in model.graph.initializer}
+    names: dict[str, None] = {}  # in graph order, once each
+    for node in model.graph.node:
+        if op_types and node.op_type not in op_types:
+            continue
+        for name in [*node.input, *node.output]:
+            if name and name not in initializers and types.get(name) == TensorProto.FLOAT:
+                names[name] = None
+    return list(names)
+
+
+def create_calibrator(
+    model: ModelInput,
+    op_types_to_calibrate: Sequence[str] | None = None,
+    augmented_model_path: str = "augmented_model.onnx",
+    calibrate_method: Any = CalibrationMethod.MinMax,
+    use_external_data_format: bool = False,
+    providers: Sequence[Any] | None = None,
+    extra_options: Mapping[str, Any] | None = None,
+) -> CalibraterBase:
+    """A calibrator for `model` (path or ModelProto) by `calibrate_method`, running on turnout
+    with `providers`. onnxruntime's augmented model is not written (turnout exposes the
+    tensors to calibrate in memory); `extra_options` takes onnxruntime's keys
+    (`moving_average`, `num_bins`, `percentile`, ...)."""
+    from turnout.tools.quantization.types import check_enum
+
+    method = check_enum(calibrate_method, CalibrationMethod, "calibrate_method")
+    assert isinstance(method, CalibrationMethod)
+    options = {_CREATE_OPTIONS.get(k, k): v for k, v in (extra_options or {}).items()}
+    return _CALIBRATORS[method](model, op_types_to_calibrate, method, providers, options)

@@ -85,6 +85,9 @@ class _Settings:
     matmul_const_b_only: bool = False
     keep_removable: bool = False
     channel_axes: Mapping[str, int] = field(default_factory=dict)
+    # QOperator: a constant input of a non-weighted op (Add's bias) is stored in the activation
+    # type, since QLinearAdd & co. take one element type for all inputs
+    constants_as_activations: bool = False
 
 
 @dataclass
@@ -98,6 +101,7 @@ class _Plan:
     table_outputs: dict[str, onnx.NodeProto] = field(default_factory=dict)
     weights: list[tuple[onnx.NodeProto, int, int | None]] = field(default_factory=list)
     biases: list[tuple[onnx.NodeProto, str, str]] = field(default_factory=list)
+    as_activation: set[tuple[int, int]] = field(default_factory=set)  # (id(node), input)
     removed: int = 0
 
     def root(self, name: str) -> str:
@@ -191,6 +195,12 @@ class _Planner:
             for index, name in enumerate(node.input):
                 if name:
                     self._input(node, index)
+            if self.s.constants_as_activations:
+                self.plan.as_activation.update(
+                    (id(node), i)
+                    for i, name in enumerate(node.input)
+                    if name in self.ed.initializers
+                )
             self._outputs(node)
 
     def _weighted(self, node: onnx.NodeProto) -> None:
@@ -258,15 +268,21 @@ class _Writer:
         self.replaced.add(name)
         return dq
 
-    def weight(self, node: onnx.NodeProto, index: int, axis: int | None) -> None:
+    def weight(
+        self, node: onnx.NodeProto, index: int, axis: int | None, as_activation: bool = False
+    ) -> None:
         """Input `index` of `node` read through one DequantizeLinear of the int8 weight, shared
-        by every node that reads the same weight with the same axis."""
+        by every node that reads the same weight with the same axis (`as_activation`: in the
+        activation type, asymmetric)."""
         name = node.input[index]
         if (name, axis) not in self.weights:
             value = self.ed.constant(name)
             assert value is not None
-            q, params = quantize_weight(
-                value, self.s.weight_type, self.s.weight_symmetric, axis, self.s.reduce_range
+            s = self.s
+            q, params = (
+                quantize_weight(value, s.activation_type, s.activation_symmetric)
+                if as_activation
+                else quantize_weight(value, s.weight_type, s.weight_symmetric, axis, s.reduce_range)
             )
             self.weights[name, axis] = (self._dequantize(q, params, name, self.front), params)
         node.input[index], self.weight_params[id(node), index] = self.weights[name, axis]
@@ -348,7 +364,7 @@ def _write(
 ) -> None:
     writer = _Writer(editor, s)
     for node, index, axis in plan.weights:
-        writer.weight(node, index, axis)
+        writer.weight(node, index, axis, (id(node), index) in plan.as_activation)
     params = {
         name: params_for_range(
             *ranges[name], s.activation_type, s.activation_symmetric, False, s.min_real_range
@@ -405,6 +421,7 @@ def quantize_static(
     assert isinstance(method, CalibrationMethod)
     options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     settings = _settings(options, activation_type, weight_type, per_channel, reduce_range)
+    settings.constants_as_activations = fmt is QuantFormat.QOperator
     if (settings.activation_type.is_float8 or settings.weight_type.is_float8) and not (
         settings.activation_type.is_float8 and settings.weight_type.is_float8
     ):
