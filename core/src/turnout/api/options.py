@@ -283,17 +283,26 @@ class SessionOptions:
 
     def register_custom_ops_library(self, path: str) -> None:
         """Install the op sets of a Python module, package or wheel at `path` that defines the
-        `turnout_custom_ops` hook (onnxruntime loads a native library here; a native one is
-        refused, saying so). The domains stay known for the whole process."""
+        `turnout_custom_ops` hook (onnxruntime loads a native library here). onnxruntime-
+        extensions' native library (`onnxruntime_extensions.get_library_path()`) enables
+        turnout's own `ai.onnx.contrib` op set (`turnout.providers.extensions`); any other
+        native one is refused, saying so. The domains stay known for the whole process."""
         from pathlib import Path
 
         from turnout.api.ep_library import load_module
+        from turnout.providers import extensions
         from turnout.sdk.custom_ops import install
 
-        if Path(path).suffix in {".so", ".dll", ".dylib"}:
+        if extensions.is_extensions_library(path):
+            extensions.enable(str(path))
+            return
+        if Path(path).suffix in {".so", ".dll", ".dylib", ".pyd"}:
             raise InvalidArgument(
-                f"custom op libraries are native onnxruntime plugins; turnout loads custom ops "
-                f"from Python (a turnout_custom_ops hook in a module), not from {path!r}"
+                f"{path!r}: custom op libraries are native onnxruntime plugins, which turnout "
+                f"cannot load. turnout takes onnxruntime-extensions' library "
+                f"(onnxruntime_extensions.get_library_path(); it runs that op set in Python, "
+                f"see docs/extensions-ops.md) and Python modules that define a "
+                f"turnout_custom_ops hook"
             )
         module = load_module(Path(path), f"custom_ops_{abs(hash(str(path)))}")
         hook = getattr(module, "turnout_custom_ops", None)
