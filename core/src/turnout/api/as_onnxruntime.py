@@ -47,6 +47,8 @@ MIRRORED_MODULES = {
     "onnxruntime.backend.backend": "turnout.api.backend.backend",
     "onnxruntime.backend.backend_rep": "turnout.api.backend.backend_rep",
     "onnxruntime.datasets": "turnout.api.datasets",
+    "onnxruntime.tools": "turnout.tools",
+    "onnxruntime.tools.symbolic_shape_infer": "turnout.tools.symbolic_shape_infer",
 }
 # onnxruntime package -> turnout package whose submodules stand in for its submodules too
 MIRRORED_PACKAGES = {"onnxruntime.quantization": "turnout.tools.quantization"}
