@@ -231,6 +231,8 @@ def test_copies_can_keep_a_faster_kernel_off_its_device(costly_copies: LabFactor
     assert add[LAB]["copy_s"] >= 0.09  # two copies of 50 ms
     assert "copies" in nodes["add"]["reason"]
     assert sess.partition_report().copies == []
+    # the lab got no node: its run hooks are not called
+    assert [p.name for p in sess._engine.run_providers] == [CPU]
     _check_runs(sess)
 
 

@@ -79,6 +79,23 @@ _ShapePlacement = tuple[dict[str, PartitionReport], PreparedGraph, Plan]
 """What placing again for input shapes builds: the reports, the kernels and the plan."""
 
 
+def _providers_used(report: PartitionReport) -> set[str] | None:
+    """The providers that run a node of `report`'s graph or of its nested graphs; None while
+    a control-flow node (If, Loop, Scan) has no body built yet."""
+    used = {a.provider for a in report.assignments}
+    for a in report.assignments:
+        if a.op_type in ("If", "Loop", "Scan") and not any(
+            key.startswith(f"{a.node}/") for key in report.subgraphs
+        ):
+            return None
+    for sub in report.subgraphs.values():
+        inner = _providers_used(sub)
+        if inner is None:
+            return None
+        used |= inner
+    return used
+
+
 class RunControl(Protocol):
     """What a run reads from the caller's run options: whether to stop (checked between
     steps). onnxruntime's `RunOptions` is one."""
@@ -255,12 +272,14 @@ class EngineSession:
 
     def _running(self, report: PartitionReport) -> list[ExecutionProvider]:
         """The providers whose run hooks a run calls: all of them, except under measured
-        placement, where a provider given no node is left out (an OpenCL queue's finish costs
-        tens of microseconds a run); a graph with control flow keeps them all (its bodies are
-        placed when first built)."""
-        if report.placement is None or any(n.subgraphs() for n in self.graph.nodes):
+        placement, where a provider given no node (nested graphs' included) is left out: an
+        OpenCL queue's finish costs tens of microseconds a run. While a control-flow node's
+        bodies are not built yet (built on first use), every provider keeps its hooks."""
+        if report.placement is None:
             return self.providers
-        used = {a.provider for a in report.assignments}
+        used = _providers_used(report)
+        if used is None:
+            return self.providers
         return [p for p in self.providers if p.name in used]
 
     def _place_at(self, key: tuple[Any, ...]) -> _ShapePlacement:
