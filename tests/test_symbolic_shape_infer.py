@@ -224,7 +224,10 @@ def _conflicting() -> onnx.ModelProto:
     return model
 
 
-def test_auto_merge_and_guess_output_rank_as_onnxruntime(ort_tool: Any) -> None:
+def test_auto_merge_and_guess_output_rank_as_onnxruntime(
+    ort_tool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # onnxruntime's tool writes sym_shape_infer_temp.onnx there
     model = _conflicting()
     for kwargs in ({"guess_output_rank": True}, {"auto_merge": True}):
         for tool in (ort_tool, SymbolicShapeInference):

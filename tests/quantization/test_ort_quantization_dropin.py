@@ -269,6 +269,49 @@ def test_calibrator_config_and_qdq_quantizer_names(tmp_path) -> None:
     assert "MatMulInteger" in _counts(onnx.load(tmp_path / "d.onnx"))
 
 
+def test_qdq_quantizer_takes_onnx_element_types_and_refuses_missing_ranges() -> None:
+    """onnxruntime's quantize_static hands QDQQuantizer TensorProto element types; a range
+    missing for a quantized node's tensor is onnxruntime's ValueError, not a KeyError."""
+    from onnxruntime.quantization.calibrate import TensorData
+
+    from turnout.tools.quantization.qdq_quantizer import QDQQuantizer
+
+    model = _model([h.make_node("MatMul", ["x", "w"], ["y"], "mm")], [_init("w", [4, 3], 1)],
+                   [2, 4], [2, 3])  # fmt: skip
+    lo_hi = {"x": (-1.0, 1.0), "y": (-4.0, 4.0)}
+    ranges = {
+        k: TensorData(lowest=np.float32(a), highest=np.float32(b)) for k, (a, b) in lo_hi.items()
+    }
+    args = (False, False, T.INT8, T.UINT8)
+    for quantizer in (oq.qdq_quantizer.QDQQuantizer, QDQQuantizer):
+        quantized = quantizer(model, *args, ranges, [], [], ["MatMul"], {}).quantize_model()
+        assert _counts(quantized) == {"MatMul": 1, "QuantizeLinear": 2, "DequantizeLinear": 3}
+        without_y = quantizer(model, *args, {"x": ranges["x"]}, [], [], ["MatMul"], {})
+        with pytest.raises(
+            ValueError, match="Quantization parameters are not specified for param y"
+        ):
+            without_y.quantize_model()
+
+
+def test_configs_take_onnxruntimes_arguments_positionally() -> None:
+    import inspect
+
+    for name in ("StaticQuantConfig", "DynamicQuantConfig"):
+        ours, theirs = getattr(tq, name), getattr(oq, name)
+        assert list(inspect.signature(ours).parameters) == list(
+            inspect.signature(theirs).parameters
+        )
+    config = tq.StaticQuantConfig("reader", tq.CalibrationMethod.Entropy, tq.QuantFormat.QOperator)
+    assert (config.calibrate_method, config.quant_format) == (
+        tq.CalibrationMethod.Entropy,
+        tq.QuantFormat.QOperator,
+    )
+    assert config.activation_type == tq.QuantType.QInt8 and config.nodes_to_exclude == []
+    dynamic = tq.DynamicQuantConfig(tq.QuantType.QUInt8, ["MatMul"], per_channel=True)
+    assert dynamic.op_types_to_quantize == ["MatMul"] and dynamic.per_channel
+    assert dynamic.activation_type == tq.QuantType.QUInt8 and dynamic.extra_options == {}
+
+
 def test_module_layout_imports_under_the_drop_in() -> None:
     script = """
 import turnout

@@ -250,7 +250,14 @@ def collect_ranges(
     sets it. Runs `model` (unchanged) on turnout with `providers`; `reader` may be
     `KnownRanges` (ranges computed before, as onnxruntime's `tensors_range`)."""
     if isinstance(reader, KnownRanges):
-        return {t: reader.ranges[t] for t in tensors if t in reader.ranges}
+        for t in tensors:
+            if t not in reader.ranges:  # onnxruntime's QDQQuantizer's error, word for word
+                raise InvalidArgument(
+                    f"Quantization parameters are not specified for param {t}. In static mode "
+                    "quantization params for inputs and outputs of nodes to be quantized are "
+                    "required."
+                )
+        return {t: reader.ranges[t] for t in tensors}
     from turnout.api.options import GraphOptimizationLevel, SessionOptions
     from turnout.api.session import InferenceSession
 

@@ -10,7 +10,7 @@ import onnx
 
 from turnout.tools.quantization.calibrate import KnownRanges
 from turnout.tools.quantization.static import quantize_static
-from turnout.tools.quantization.types import QuantFormat
+from turnout.tools.quantization.types import QuantFormat, QuantType
 
 __all__ = ["QDQQuantizer"]
 
@@ -18,7 +18,9 @@ __all__ = ["QDQQuantizer"]
 class QDQQuantizer:
     """onnxruntime's positional arguments: model, per_channel, reduce_range, weight_qType,
     activation_qType, tensors_range, nodes_to_quantize, nodes_to_exclude,
-    op_types_to_quantize, extra_options. The ranges replace calibration."""
+    op_types_to_quantize, extra_options. The ranges replace calibration; every input and output
+    of a node to quantize needs one. The types are QuantTypes or, as onnxruntime's
+    quantize_static passes them, ONNX element types (`TensorProto.INT8`, ...)."""
 
     def __init__(
         self,
@@ -46,7 +48,7 @@ class QDQQuantizer:
 
     def quantize_model(self) -> onnx.ModelProto:
         """The QDQ model (the given model is left unchanged)."""
-        ranges = {name: tuple(value) for name, value in self.tensors_range.items()}
+        ranges = {name: _range(value) for name, value in self.tensors_range.items()}
         return quantize_static(
             self.model,
             None,
@@ -55,9 +57,26 @@ class QDQQuantizer:
             op_types_to_quantize=self.op_types_to_quantize,
             per_channel=self.per_channel,
             reduce_range=self.reduce_range,
-            activation_type=self.activation_qType,
-            weight_type=self.weight_qType,
+            activation_type=_quant_type(self.activation_qType),
+            weight_type=_quant_type(self.weight_qType),
             nodes_to_quantize=self.nodes_to_quantize,
             nodes_to_exclude=self.nodes_to_exclude,
             extra_options=self.extra_options,
         )
+
+
+def _quant_type(value: Any) -> Any:
+    """An ONNX element type (an int) as its QuantType; anything else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        for q in QuantType:
+            if q.tensor_type == value:
+                return q
+    return value
+
+
+def _range(value: Any) -> tuple[Any, Any]:
+    """(min, max) of a TensorData (turnout's or onnxruntime's) or of a pair."""
+    if hasattr(value, "range_value"):
+        return tuple(value.range_value)
+    low, high = value
+    return low, high

@@ -5,6 +5,7 @@ turnout's quantizers: `StaticQuantConfig` runs `quantize_static`, `DynamicQuantC
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -39,91 +40,87 @@ class QuantizationMode(Enum):
         return self.name
 
 
-class QuantConfig:
-    """What both kinds of quantization take (onnxruntime's base class of the configs)."""
+# each config's parameters, in onnxruntime's positional order, with their defaults
+_SHARED = (
+    ("op_types_to_quantize", None),
+    ("nodes_to_quantize", None),
+    ("nodes_to_exclude", None),
+    ("per_channel", False),
+    ("reduce_range", False),
+    ("use_external_data_format", False),
+)
+_LISTS = {"op_types_to_quantize", "nodes_to_quantize", "nodes_to_exclude"}
 
-    def __init__(
-        self,
-        activation_type: Any = QuantType.QUInt8,
-        weight_type: Any = QuantType.QInt8,
-        op_types_to_quantize: Iterable[str] | None = None,
-        nodes_to_quantize: Iterable[str] | None = None,
-        nodes_to_exclude: Iterable[str] | None = None,
-        per_channel: bool = False,
-        reduce_range: bool = False,
-        use_external_data_format: bool = False,
-    ) -> None:
-        self.activation_type = activation_type
-        self.weight_type = weight_type
-        self.op_types_to_quantize = list(op_types_to_quantize or [])
-        self.nodes_to_quantize = list(nodes_to_quantize or [])
-        self.nodes_to_exclude = list(nodes_to_exclude or [])
-        self.per_channel = per_channel
-        self.reduce_range = reduce_range
-        self.use_external_data_format = use_external_data_format
+
+class QuantConfig:
+    """What both kinds of quantization take (onnxruntime's base class of the configs). Each
+    subclass lists its parameters once, in onnxruntime's order (`_parameters`); the
+    constructor takes them positionally or by name, as onnxruntime's do."""
+
+    _parameters: tuple[tuple[str, Any], ...] = (
+        ("activation_type", QuantType.QUInt8),
+        ("weight_type", QuantType.QInt8),
+        *_SHARED,
+    )
+    _fixed: dict[str, Any] = {}  # attributes the subclass sets without a parameter
+    activation_type: Any
+    weight_type: Any
+    op_types_to_quantize: list[str]
+    nodes_to_quantize: list[str]
+    nodes_to_exclude: list[str]
+    per_channel: bool
+    reduce_range: bool
+    use_external_data_format: bool
+    extra_options: dict[str, Any]
+
+    def __init_subclass__(cls) -> None:
+        cls.__signature__ = _signature(cls._parameters)  # type: ignore[attr-defined]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        bound = _signature(self._parameters).bind(*args, **kwargs)
+        bound.apply_defaults()
+        for name, value in {**self._fixed, **bound.arguments}.items():
+            if name in _LISTS:
+                value = list(value or [])
+            elif name == "extra_options":
+                value = dict(value or {})
+            setattr(self, name, value)
+
+
+def _signature(parameters: Iterable[tuple[str, Any]]) -> inspect.Signature:
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature(
+        [inspect.Parameter(name, kind, default=default) for name, default in parameters]
+    )
+
+
+QuantConfig.__signature__ = _signature(QuantConfig._parameters)  # type: ignore[attr-defined]
 
 
 class StaticQuantConfig(QuantConfig):
     """The arguments of `quantize_static`, with onnxruntime's defaults (activations QInt8)."""
 
-    def __init__(
-        self,
-        calibration_data_reader: Any,
-        calibrate_method: Any = CalibrationMethod.MinMax,
-        quant_format: Any = QuantFormat.QDQ,
-        activation_type: Any = QuantType.QInt8,
-        weight_type: Any = QuantType.QInt8,
-        op_types_to_quantize: Iterable[str] | None = None,
-        nodes_to_quantize: Iterable[str] | None = None,
-        nodes_to_exclude: Iterable[str] | None = None,
-        per_channel: bool = False,
-        reduce_range: bool = False,
-        use_external_data_format: bool = False,
-        calibration_providers: Sequence[Any] | None = None,
-        extra_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            activation_type,
-            weight_type,
-            op_types_to_quantize,
-            nodes_to_quantize,
-            nodes_to_exclude,
-            per_channel,
-            reduce_range,
-            use_external_data_format,
-        )
-        self.calibration_data_reader = calibration_data_reader
-        self.calibrate_method = calibrate_method
-        self.quant_format = quant_format
-        self.calibration_providers = calibration_providers
-        self.extra_options = dict(extra_options or {})
+    _parameters = (
+        ("calibration_data_reader", inspect.Parameter.empty),
+        ("calibrate_method", CalibrationMethod.MinMax),
+        ("quant_format", QuantFormat.QDQ),
+        ("activation_type", QuantType.QInt8),
+        ("weight_type", QuantType.QInt8),
+        *_SHARED,
+        ("calibration_providers", None),
+        ("extra_options", None),
+    )
+    calibration_data_reader: Any
+    calibrate_method: Any
+    quant_format: Any
+    calibration_providers: Sequence[Any] | None
 
 
 class DynamicQuantConfig(QuantConfig):
     """The arguments of `quantize_dynamic`."""
 
-    def __init__(
-        self,
-        weight_type: Any = QuantType.QInt8,
-        op_types_to_quantize: Iterable[str] | None = None,
-        nodes_to_quantize: Iterable[str] | None = None,
-        nodes_to_exclude: Iterable[str] | None = None,
-        per_channel: bool = False,
-        reduce_range: bool = False,
-        use_external_data_format: bool = False,
-        extra_options: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            QuantType.QUInt8,
-            weight_type,
-            op_types_to_quantize,
-            nodes_to_quantize,
-            nodes_to_exclude,
-            per_channel,
-            reduce_range,
-            use_external_data_format,
-        )
-        self.extra_options = dict(extra_options or {})
+    _parameters = (("weight_type", QuantType.QInt8), *_SHARED, ("extra_options", None))
+    _fixed = {"activation_type": QuantType.QUInt8}
 
 
 def get_qdq_config(
@@ -196,37 +193,11 @@ _CALIBRATE_ARGS = {
 def quantize(model_input: ModelInput, model_output: ModelInput, quant_config: QuantConfig) -> None:
     """Quantize `model_input` into `model_output` as `quant_config` says (static or dynamic)."""
     c = quant_config
-    if isinstance(c, StaticQuantConfig):
-        quantize_static(
-            model_input,
-            model_output,
-            c.calibration_data_reader,
-            calibrate_method=c.calibrate_method,
-            quant_format=c.quant_format,
-            activation_type=c.activation_type,
-            weight_type=c.weight_type,
-            op_types_to_quantize=c.op_types_to_quantize,
-            nodes_to_quantize=c.nodes_to_quantize,
-            nodes_to_exclude=c.nodes_to_exclude,
-            per_channel=c.per_channel,
-            reduce_range=c.reduce_range,
-            use_external_data_format=c.use_external_data_format,
-            calibration_providers=c.calibration_providers,
-            extra_options=c.extra_options,
-        )
-    elif isinstance(c, DynamicQuantConfig):
-        quantize_dynamic(
-            model_input,
-            model_output,
-            weight_type=c.weight_type,
-            op_types_to_quantize=c.op_types_to_quantize,
-            nodes_to_quantize=c.nodes_to_quantize,
-            nodes_to_exclude=c.nodes_to_exclude,
-            per_channel=c.per_channel,
-            reduce_range=c.reduce_range,
-            use_external_data_format=c.use_external_data_format,
-            extra_options=c.extra_options,
-        )
+    if isinstance(c, StaticQuantConfig | DynamicQuantConfig):
+        # the config's parameters are the function's, by the same names
+        arguments = {name: getattr(c, name) for name, _ in c._parameters}
+        quantize_fn: Any = quantize_static if isinstance(c, StaticQuantConfig) else quantize_dynamic
+        quantize_fn(model_input, model_output, **arguments)
     else:
         raise TypeError(
             f"quant_config must be a StaticQuantConfig or DynamicQuantConfig, "
