@@ -166,10 +166,10 @@ def test_options_onnxruntime_ignores_are_logged(
 
 
 def test_bad_options_are_named(tiny_cnn: onnx.ModelProto) -> None:
-    with pytest.raises(TurnoutNotImplemented, match=r"MatMulConstBOnly.*supports only True"):
-        quantize_dynamic(tiny_cnn, None, extra_options={"MatMulConstBOnly": False})
+    with pytest.raises(TurnoutNotImplemented, match=r"EnableSubgraph.*supports only False"):
+        quantize_dynamic(tiny_cnn, None, extra_options={"EnableSubgraph": True})
     # onnxruntime's options at the value that is turnout's behaviour pass
-    quantize_dynamic(tiny_cnn, None, extra_options={"MatMulConstBOnly": True})
+    quantize_dynamic(tiny_cnn, None, extra_options={"EnableSubgraph": False})
     with pytest.raises(TurnoutNotImplemented, match="weight_type"):
         quantize_dynamic(tiny_cnn, None, weight_type="QInt4")  # type: ignore[arg-type]
     with pytest.raises(TurnoutNotImplemented, match="8-bit weights"):

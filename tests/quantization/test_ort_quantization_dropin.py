@@ -185,6 +185,22 @@ def test_quantize_dynamic_gives_onnxruntimes_graph(name: str, tmp_path) -> None:
     _same_graph_and_outputs(onnx.load(tmp_path / "o.onnx"), ours)
 
 
+def test_dynamic_matmul_of_two_activations(tmp_path) -> None:
+    """MatMulConstBOnly=False: the attention block's score and context MatMuls are quantized
+    too, both inputs at run time, as onnxruntime writes them."""
+    model = attention()
+    onnx.save(model, tmp_path / "f.onnx")
+    options = {"MatMulConstBOnly": False}
+    oq.quantize_dynamic(tmp_path / "f.onnx", tmp_path / "o.onnx", extra_options=options)
+    ours = tq.quantize_dynamic(model, None, extra_options=options)
+    theirs = onnx.load(tmp_path / "o.onnx")
+    assert _counts(ours) == _counts(theirs)
+    assert (
+        _counts(ours)["MatMulInteger"] > _counts(tq.quantize_dynamic(model, None))["MatMulInteger"]
+    )
+    _same_graph_and_outputs(theirs, ours)
+
+
 @pytest.mark.parametrize(
     ("activation", "weight", "method"),
     [

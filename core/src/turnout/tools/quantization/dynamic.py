@@ -36,9 +36,9 @@ _log = logging.getLogger("turnout.tools.quantization")
 
 DYNAMIC_OPS = ("Conv", "MatMul", "Gemm", "Gather")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-_EXTRA_OPTIONS: dict[str, Any] = {"WeightSymmetric": None}
+_EXTRA_OPTIONS: dict[str, Any] = {"WeightSymmetric": None, "MatMulConstBOnly": True}
 # onnxruntime options accepted at the one value that is turnout's behaviour
-_FIXED_OPTIONS = {"MatMulConstBOnly": True, "EnableSubgraph": False}
+_FIXED_OPTIONS = {"EnableSubgraph": False}
 
 
 @dataclass
@@ -47,6 +47,7 @@ class _Settings:
     symmetric: bool
     per_channel: bool
     reduce_range: bool
+    const_b_only: bool = True  # extra_options MatMulConstBOnly
 
 
 class _DynamicQuantizer:
@@ -114,13 +115,18 @@ class _DynamicQuantizer:
         node: onnx.NodeProto,
         int_node: onnx.NodeProto,
         x_scale: str,
-        w_scale: np.ndarray,
+        w_scale: np.ndarray | str,
         bias: str | None,
         out: list[onnx.NodeProto],
     ) -> None:
-        """int32 result -> float: Cast, times x_scale * w_scale, plus the bias."""
+        """int32 result -> float: Cast, times x_scale * w_scale (a constant, or the name of a
+        computed B's scale), plus the bias."""
         base = node.name or node.output[0]
-        scale_name = self.ed.add_initializer(w_scale.astype(np.float32), f"{base}_weight_scale")
+        scale_name = (
+            w_scale
+            if isinstance(w_scale, str)
+            else self.ed.add_initializer(w_scale.astype(np.float32), f"{base}_weight_scale")
+        )
         scales = self.ed.fresh(f"{base}_scales")
         out.append(
             helper.make_node(
@@ -213,6 +219,9 @@ class _DynamicQuantizer:
 
     def matmul(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> str | None:
         w = self.ed.constant(node.input[1])
+        if w is None and not self.s.const_b_only and self.ed.is_float(node.input[1]):
+            self._matmul_computed_b(node, out)
+            return None
         if w is None:
             return "its input B is not an initializer (only constant weights are quantized)"
         if w.ndim < 2:
@@ -247,6 +256,24 @@ class _DynamicQuantizer:
         self._matmul_integer(node, np.ascontiguousarray(w), alpha, bias, out, transposed)
         return None
 
+    def _matmul_computed_b(self, node: onnx.NodeProto, out: list[onnx.NodeProto]) -> None:
+        """MatMulConstBOnly=False: both inputs quantized at run time, as onnxruntime writes
+        it (a DynamicQuantizeLinear each, MatMulInteger, the product of their scales)."""
+        x_q, x_scale, x_zp = self.activation(node.input[0], out)
+        b_q, b_scale, b_zp = self.activation(node.input[1], out)
+        int_node = self._int_matmul(node, [x_q, b_q, x_zp, b_zp])
+        self.rescale(node, int_node, x_scale, b_scale, None, out)
+
+    def _int_matmul(self, node: onnx.NodeProto, inputs: list[str]) -> onnx.NodeProto:
+        """The MatMulInteger node standing for `node`, on (a_q, b_q, a_zp, b_zp)."""
+        base = node.name or node.output[0]
+        return helper.make_node(
+            "MatMulInteger",
+            inputs,
+            [self.ed.fresh(f"{base}_int32")],
+            self.ed.fresh(f"{base}_quant"),
+        )
+
     def _matmul_integer(
         self,
         node: onnx.NodeProto,
@@ -260,13 +287,7 @@ class _DynamicQuantizer:
         w_q, w_zp, w_scale = self.weight(
             node.input[1], w, -1, (w.shape[-1],), transposed=transposed
         )
-        base = node.name or node.output[0]
-        int_node = helper.make_node(
-            "MatMulInteger",
-            [x_q, w_q, x_zp, w_zp],
-            [self.ed.fresh(f"{base}_int32")],
-            self.ed.fresh(f"{base}_quant"),
-        )
+        int_node = self._int_matmul(node, [x_q, w_q, x_zp, w_zp])
         self.rescale(node, int_node, x_scale, w_scale * np.float32(alpha), bias, out)
         return None
 
@@ -307,6 +328,7 @@ def quantize_dynamic(
         wtype is QuantType.QInt8 if symmetric is None else bool(symmetric),
         per_channel,
         reduce_range,
+        bool(options["MatMulConstBOnly"]),
     )
     model = load_model(model_input)
     editor = GraphEditor(model)
