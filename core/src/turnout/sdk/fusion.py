@@ -40,19 +40,24 @@ class GraphIndex:
                 if x:
                     self.readers.setdefault(x, []).append(n.name)
         self.graph_outputs = set(graph_outputs)
+        self._successors: dict[str, frozenset[str]] = {}
 
     @staticmethod
     def of(view: GraphView) -> GraphIndex:
         """The index of a provider's `GraphView` (its nodes and the graph's outputs)."""
         return GraphIndex(view.nodes, (o.name for o in view.outputs))
 
-    def successors(self, name: str) -> set[str]:
-        """Names of the nodes that read any output of node `name`."""
-        out: set[str] = set()
-        for y in self.by_name[name].outputs:
-            if y:
-                out.update(self.readers.get(y, ()))
-        return out
+    def successors(self, name: str) -> frozenset[str]:
+        """Names of the nodes that read any output of node `name` (computed once per node:
+        grouping asks for them again at every convexity check)."""
+        found = self._successors.get(name)
+        if found is None:
+            out: set[str] = set()
+            for y in self.by_name[name].outputs:
+                if y:
+                    out.update(self.readers.get(y, ()))
+            found = self._successors[name] = frozenset(out)
+        return found
 
 
 def is_convex(group: Collection[str], idx: GraphIndex) -> bool:
