@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from onnx import NodeProto
+from onnx import NodeProto, helper
 
 from turnout.optimizer.base import Level, PassContext, graph_pass
 from turnout.optimizer.graph import NONDETERMINISTIC, OptGraph, attr
 
-__all__ = ["eliminate_dead_nodes", "eliminate_noops", "eliminate_common_subexpressions"]
+__all__ = [
+    "castlike_to_cast",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_nodes",
+    "eliminate_noops",
+]
 
 
 @graph_pass("eliminate_dead_nodes", Level.BASIC, keeps_types=True)
@@ -141,6 +146,25 @@ def _undone(g: OptGraph, n: NodeProto, prod: dict[str, NodeProto]) -> str | None
             return str(x)
         p = prod.get(x)
     return None
+
+
+@graph_pass("castlike_to_cast", Level.BASIC, keeps_types=True)
+def castlike_to_cast(g: OptGraph, ctx: PassContext) -> int:
+    """CastLike whose target's element type is known becomes the Cast it stands for (its
+    `saturate` kept), as onnxruntime's saved optimized models have it; the target input is
+    no longer read."""
+    changes = 0
+    for n in g.nodes:
+        if n.op_type != "CastLike" or n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+            continue
+        to = g.elem_type(n.input[1])
+        if to is None:
+            continue
+        n.op_type = "Cast"
+        del n.input[1:]
+        n.attribute.append(helper.make_attribute("to", to))
+        changes += 1
+    return changes
 
 
 @graph_pass("eliminate_noops", Level.BASIC)
