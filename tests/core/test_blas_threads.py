@@ -313,6 +313,7 @@ def _two_products() -> onnx.ModelProto:
 def test_a_two_thread_run_splits_the_large_product_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside a 2-thread run of the numpy kernels, the 4 M product is one call and the 17 M
     one is cut into blocks, all on one BLAS thread; the count before the run is back after it.
+    (A block taken back from a descheduled helper is computed twice: seen on a busy CI.)
     (turnout-numba splits its products on numba's threads: its test_numba_pool_matmul.)"""
     threadpoolctl = pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
     libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
@@ -345,7 +346,12 @@ def test_a_two_thread_run_splits_the_large_product_only(monkeypatch: pytest.Monk
     s, b = sess.run(None, feeds)
     np.testing.assert_allclose(s, real(feeds["x"], WS), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(b, real(feeds["y"], WB), rtol=1e-4, atol=1e-4)
-    assert sorted(seen) == [((256, 64), 1)] * 4 + [((320, 124), 1)]
+    # the 17 M product in 4 column blocks, the 4 M one whole, all on one BLAS thread; a block
+    # whose helper was descheduled mid-way (a busy machine) is taken back and computed again
+    # by the caller, so a block may be seen twice
+    assert seen.count(((320, 124), 1)) == 1
+    blocks = [s for s in seen if s != ((320, 124), 1)]
+    assert set(blocks) == {((256, 64), 1)} and 4 <= len(blocks) <= 8, seen
     assert libs[0].get_num_threads() == before
 
 
