@@ -108,7 +108,7 @@ def measure(name: str, args: argparse.Namespace, cache: str) -> dict[str, Any]:
 def _share_kernel_cache(root: Path) -> None:
     """A placement cache of its own under `root` (every cold pass is cold), with the user's
     compiled-kernel cache linked in (numba does not compile again)."""
-    from turnout.engine.placement.cache import cache_root
+    from turnout.sdk.cache_dir import cache_root
 
     kernels = cache_root() / "numba"
     kernels.mkdir(parents=True, exist_ok=True)

@@ -3,10 +3,11 @@
 Every numba function of this provider (fixed kernels in `kernels/` and generated group kernels
 from `codegen`) is compiled through `jit()`, which:
 
-- points numba's cache at `<root>/numba/<key>/`, where `<root>` is `$TURNOUT_CACHE_DIR` or the
-  user cache directory, and `<key>` names the numba version, the host CPU and this package's
-  version: a kernel compiled by another numba, for another CPU or by another turnout-numba is
-  never loaded (numba's own index also checks the source file's timestamp);
+- points numba's cache at `<root>/numba/<key>/`, where `<root>` is turnout's cache root
+  (`turnout.sdk.cache_dir.cache_root()`: `$TURNOUT_CACHE_DIR` or the user cache directory)
+  and `<key>` names the numba version, the host CPU and this package's version: a kernel
+  compiled by another numba, for another CPU or by another turnout-numba is never loaded
+  (numba's own index also checks the source file's timestamp);
 - compiles the requested signatures immediately (session creation, never the first run);
   a cached signature loads without numba's context refresh (`_load_cached`), and the array
   conversions a call will need are registered then too (`_accept_writable`);
@@ -37,6 +38,7 @@ from numba.core.typing.templates import Signature
 
 from turnout.graph.errors import EPFail
 from turnout.graph.logs import logger
+from turnout.sdk.cache_dir import cache_root
 
 __all__ = [
     "NUMBA_CONFIG",
@@ -86,14 +88,7 @@ def cache_key() -> str:
 
 def cache_dir() -> Path:
     """The keyed cache directory (created on demand)."""
-    root = os.environ.get("TURNOUT_CACHE_DIR")
-    if root:
-        base = Path(root)
-    elif sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home())) / "turnout" / "cache"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "turnout"
-    return base / "numba" / cache_key()
+    return cache_root() / "numba" / cache_key()
 
 
 @contextlib.contextmanager

@@ -1,8 +1,7 @@
 """The placement cache: one JSON file of measured times per model, providers, device and shapes.
 
-Files live under `<root>/placement/`, where `<root>` is `$TURNOUT_CACHE_DIR`, else the user's
-cache folder (`$XDG_CACHE_HOME/turnout`, `~/.cache/turnout`; `%LOCALAPPDATA%\\turnout\\cache`
-on Windows), the root the numba provider's kernel cache uses too. A file holds the kernel time
+Files live under `<root>/placement/`, where `<root>` is `turnout.sdk.cache_dir.cache_root()`,
+the root the numba provider's kernel cache uses too. A file holds the kernel time
 of every candidate and the copy times, so a later session of the same model places without
 timing anything; a file that cannot be read or written is ignored (the session times again).
 """
@@ -13,7 +12,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,22 +20,13 @@ from typing import Any
 import onnx
 
 from turnout.graph.logs import logger
+from turnout.sdk.cache_dir import cache_root
 from turnout.sdk.plugins import registry
 from turnout.sdk.provider import ExecutionProvider
 
 __all__ = ["FORMAT", "cache_root", "load", "model_digest", "path_for", "placement_key", "store"]
 
 FORMAT = 1
-
-
-def cache_root() -> Path:
-    """turnout's cache folder (not created here)."""
-    root = os.environ.get("TURNOUT_CACHE_DIR")
-    if root:
-        return Path(root)
-    if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "turnout" / "cache"
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "turnout"
 
 
 def model_digest(model: onnx.ModelProto) -> str:
