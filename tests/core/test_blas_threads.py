@@ -116,6 +116,23 @@ def test_a_second_provider_of_the_run_leaves_the_first_ones_count() -> None:
     assert blas_threads._RUN.depth == 0 and _blas_counts() == before
 
 
+def test_a_blas_call_that_fails_in_enter_leaves_no_run_behind() -> None:
+    """A BLAS control that raises while a run starts: the error reaches the caller, and the
+    thread is not left inside a run (every later run would be taken for a nested one and
+    leave BLAS's count alone)."""
+
+    def broken() -> int:
+        raise OSError("BLAS get_num_threads failed")
+
+    limits = BlasThreads(1)
+    limits._controls = [(broken, lambda n: None)]
+    with pytest.raises(OSError, match="get_num_threads"):
+        limits.enter()
+    assert blas_threads._RUN.depth == 0 and blas_threads._SHARED.active == 0
+    BlasThreads.exit(BlasThreads(1).enter())  # a run after it starts and ends as usual
+    assert blas_threads._RUN.depth == 0
+
+
 RNG = np.random.default_rng(3)
 
 # (A shape, B shape): split along columns, along rows, odd sizes (blocks of 16 and a short

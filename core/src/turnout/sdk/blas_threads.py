@@ -280,13 +280,17 @@ class BlasThreads:
             return []
         threads = self.threads
         with _SHARED.lock:
-            if _SHARED.active == 0:
-                _SHARED.saved = [(set_, get()) for get, set_ in self._controls]
+            try:
+                if _SHARED.active == 0:
+                    _SHARED.saved = [(set_, get()) for get, set_ in self._controls]
+                want = threads if _SHARED.active == 0 else 1
+                for get, set_ in self._controls:
+                    if get() != want:
+                        set_(want)
+            except BaseException:  # a failed BLAS call must not leave this thread "nested"
+                run.depth -= 1
+                raise
             _SHARED.active += 1
-            want = threads if _SHARED.active == 1 else 1
-            for get, set_ in self._controls:
-                if get() != want:
-                    set_(want)
         if threads > 1 and self._controls:
             run.threads = threads
             run.current = want
