@@ -145,3 +145,35 @@ def test_groups_do_not_depend_on_the_order_of_the_fusible_names() -> None:
     assert find_groups(idx, names) == want
     assert find_groups(idx, list(reversed(names))) == want
     assert find_groups(idx, set(reversed(names))) == want
+
+
+def test_groups_of_random_graphs_match_checking_each_group_from_scratch(
+    monkeypatch: Any,
+) -> None:
+    """find_groups keeps each group's outside readers as it grows (not walked member by member
+    at each check): on random DAGs of fusible and other nodes it finds the groups it finds
+    when every convexity check starts from all the members, and each group is convex."""
+    import random
+
+    from turnout.sdk import fusion
+
+    def from_scratch(group: Any, idx: GraphIndex, leaving: Any = None) -> bool:
+        return is_convex(group, idx)
+
+    for seed in range(60):
+        rnd = random.Random(seed)
+        values = ["x"]
+        nodes = []
+        for i in range(rnd.randint(4, 40)):
+            op = rnd.choice(["Relu", "Neg", "Add", "Mul", "Transpose", "Add"])
+            arity = 2 if op in ("Add", "Mul") else 1
+            ins = [rnd.choice(values[-6:]) for _ in range(arity)]
+            nodes.append(helper.make_node(op, ins, [f"v{i}"], name=f"N{i}"))
+            values.append(f"v{i}")
+        idx = _index(nodes, [values[-1]])
+        groups = find_groups(idx, _fusible(idx))
+        with monkeypatch.context() as m:
+            m.setattr(fusion, "is_convex", from_scratch)
+            assert find_groups(idx, _fusible(idx)) == groups, seed
+        for g in groups:
+            assert is_convex(g, idx), (seed, g)

@@ -60,13 +60,19 @@ class GraphIndex:
         return found
 
 
-def is_convex(group: Collection[str], idx: GraphIndex) -> bool:
+def is_convex(
+    group: Collection[str], idx: GraphIndex, leaving: Iterable[str] | None = None
+) -> bool:
     """True when no path leaves `group` and re-enters it (only then can it run as one step).
 
     Only nodes before the group's last member are searched: a later node cannot lead back.
+    `leaving`: the nodes outside `group` that read a member's output, when the caller keeps
+    them (`find_groups` does, so that a growing group is not walked member by member).
     """
     last = max(idx.order[n] for n in group)
-    stack = [s for n in group for s in idx.successors(n) if s not in group]
+    if leaving is None:
+        leaving = (s for n in group for s in idx.successors(n))
+    stack = [s for s in leaving if s not in group]
     seen: set[str] = set()
     while stack:
         n = stack.pop()
@@ -95,7 +101,13 @@ def find_groups(
     keys = {n: key(n) for n in fusible} if key is not None else None
     group_of: dict[str, int] = {}
     groups: dict[int, set[str]] = {}
+    leaving: dict[int, set[str]] = {}  # per group: outside readers of its members' outputs
     next_id = 0
+
+    def leaving_of(members: set[str], parts: Iterable[int], node: str) -> set[str]:
+        out = set(idx.successors(node)).union(*(leaving[g] for g in parts))
+        return out - members
+
     for node in idx.nodes:
         if node.name not in fusible:
             continue
@@ -108,25 +120,32 @@ def find_groups(
             and (keys is None or keys[p] == keys[node.name])
         }
         chosen: int | None = None
+        out: set[str] = set()
         if parents:
             merged = set().union(*(groups[g] for g in parents)) | {node.name}
-            if is_convex(merged, idx):
+            out = leaving_of(merged, parents, node.name)
+            if is_convex(merged, idx, out):
                 keep = min(parents)
                 for g in parents - {keep}:
+                    leaving.pop(g)
                     for m in groups.pop(g):
                         group_of[m] = keep
                 groups[keep] = merged - {node.name}
                 chosen = keep
             else:
                 for g in sorted(parents, key=lambda g: -len(groups[g])):
-                    if is_convex(groups[g] | {node.name}, idx):
+                    one = groups[g] | {node.name}
+                    out = leaving_of(one, (g,), node.name)
+                    if is_convex(one, idx, out):
                         chosen = g
                         break
         if chosen is None:
             chosen = next_id
             next_id += 1
             groups[chosen] = set()
+            out = set(idx.successors(node.name))
         groups[chosen].add(node.name)
+        leaving[chosen] = out
         group_of[node.name] = chosen
     return [sorted(m, key=idx.order.__getitem__) for m in groups.values() if len(m) > 1]
 
