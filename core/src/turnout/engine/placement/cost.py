@@ -69,6 +69,21 @@ class CostModel:
         self.device = {p.name: str(p.device) for p in providers}
         self.rank = {p.name: i for i, p in enumerate(providers)}
         self.candidates = candidates  # node -> candidates in priority order
+        # (node, provider) -> its candidate; the device, host inputs and host outputs of its
+        # kernel; its time per node (the search asks these ~10^5 times on a 900-node graph)
+        self._by_provider: dict[tuple[str, str], Candidate] = {}
+        self._io: dict[tuple[str, str], tuple[str, frozenset[int], frozenset[int]]] = {}
+        self._seconds: dict[tuple[str, str], float] = {}
+        for n, cands in candidates.items():
+            for c in cands:
+                if (n, c.provider) in self._by_provider:
+                    continue
+                self._by_provider[n, c.provider] = c
+                kernel = c.cap.kernel
+                ins = frozenset(kernel.host_inputs) if kernel is not None else frozenset()
+                outs = frozenset(kernel.host_outputs) if kernel is not None else frozenset()
+                self._io[n, c.provider] = (self.device[c.provider], ins, outs)
+                self._seconds[n, c.provider] = c.per_node() or 0.0
         self.copies = copies
         self.values: dict[str, _Value] = {}
         self.touching: dict[str, list[str]] = {}  # node -> values it reads or writes
@@ -101,17 +116,14 @@ class CostModel:
         return cs if node in self.frozen else [c for c in cs if c.seconds is not None] or cs[:1]
 
     def candidate(self, node: str, provider: str) -> Candidate:
-        return next(c for c in self.candidates[node] if c.provider == provider)
+        return self._by_provider[node, provider]
 
     def kernel_cost(self, node: str, provider: str) -> float:
-        return self.candidate(node, provider).per_node() or 0.0
+        return self._seconds[node, provider]
 
     def _want(self, node: str, provider: str, index: int, output: bool) -> str:
-        kernel = self.candidate(node, provider).cap.kernel
-        on_host = kernel is not None and index in (
-            kernel.host_outputs if output else kernel.host_inputs
-        )
-        return HOST if on_host else self.device[provider]
+        device, host_inputs, host_outputs = self._io[node, provider]
+        return HOST if index in (host_outputs if output else host_inputs) else device
 
     def value_cost(self, name: str, plan: Mapping[str, str]) -> float:
         """The copies value `name` causes in `plan`, per run."""
@@ -204,22 +216,48 @@ class CostModel:
             if c.seconds is not None
         }
         ordered = sorted(units, key=lambda u: (self.position[u[1][0]], self.rank[u[0]]))
+        # A unit's answer changes only when a node sharing a value with one of its nodes
+        # moves: the others are skipped (the same moves, in the same order, as pricing every
+        # unit at every sweep; that was most of a 900-node graph's placing time).
+        affected: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        for unit in ordered:
+            for n in {m for node in unit[1] for m in self._near(node)}:
+                affected.setdefault(n, []).append(unit)
+        dirty = set(ordered)
         for _ in range(MAX_SWEEPS):
             moved = False
-            for provider, nodes in ordered:
+            for unit in ordered:
+                if unit not in dirty:
+                    continue
+                dirty.discard(unit)
+                provider, nodes = unit
                 members = [n for n in nodes if n not in self.frozen and plan[n] != provider]
                 if not members:
                     continue
                 before = self._local(members, plan)
-                trial = {**plan, **{n: provider for n in members}}
-                after = self._local(members, trial)
                 tie = min(self._tie(plan[n], provider) for n in members)
+                was = {n: plan[n] for n in members}
+                plan.update(dict.fromkeys(members, provider))  # tried in place: a copy of
+                after = self._local(members, plan)  # the plan per move was quadratic
                 if before - after > max(MIN_GAIN_S, tie * before):
-                    plan = trial
                     moved = True
+                    for n in members:
+                        dirty.update(affected.get(n, ()))
+                else:
+                    plan.update(was)
             if not moved:
                 break
         return plan
+
+    def _near(self, node: str) -> set[str]:
+        """`node` and the nodes that make or read a value it reads or makes."""
+        out = {node}
+        for v in self.touching[node]:
+            value = self.values[v]
+            if value.producer is not None:
+                out.add(value.producer)
+            out.update(r for r, _ in value.readers)
+        return out
 
     def best_plan(self) -> tuple[dict[str, str], dict[str, float]]:
         """The cheapest plan found, and the totals of the plans compared (seconds)."""
@@ -231,9 +269,15 @@ class CostModel:
         totals = {name: sum(self.cost(plan)) for name, plan in seeds.items()}
         best_name, best = "priority", seeds["priority"]
         best_total = totals["priority"]
+        searched: list[tuple[dict[str, str], dict[str, str], float]] = []  # seed, plan, total
         for name, seed in seeds.items():
-            plan = self.improve(seed)
-            total = sum(self.cost(plan))
+            done = [(plan, total) for s, plan, total in searched if s == seed]  # seeds repeat
+            if done:
+                plan, total = done[0]
+            else:
+                plan = self.improve(seed)
+                total = sum(self.cost(plan))
+                searched.append((seed, plan, total))
             if total < best_total * (1 - TIE) or (name == "priority" and total < best_total):
                 best_name, best, best_total = name, plan, total
         if self.prefer is None:
@@ -267,10 +311,11 @@ class CostModel:
         """Per node: the candidates (kernel time, the copies each causes here, the sum), the
         winner and why it won."""
         out: dict[str, dict[str, Any]] = {}
+        trial = dict(plan)  # one node changed at a time, put back after
         for n in self.order:
             rows = []
             for c in self.candidates[n]:
-                trial = {**plan, n: c.provider}
+                trial[n] = c.provider
                 copies = sum(self.value_cost(v, trial) for v in set(self.touching[n]))
                 rows.append(
                     {
@@ -282,6 +327,7 @@ class CostModel:
                         "note": c.note,
                     }
                 )
+            trial[n] = plan[n]
             out[n] = {"winner": plan[n], "reason": self._reason(n, plan, rows), "candidates": rows}
         return out
 
