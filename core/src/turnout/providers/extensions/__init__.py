@@ -1,15 +1,17 @@
-"""onnxruntime-extensions' operators (domain `ai.onnx.contrib`) run by turnout in Python.
+"""onnxruntime-extensions' operators (domains `ai.onnx.contrib` and `com.microsoft.extensions`)
+run by turnout in Python.
 
-Exported text, audio and vision models carry pre- and post-processing as nodes of this domain
-(tokenizers, string ops), and applications load them with
+Exported text, audio and vision models carry pre- and post-processing as nodes of these domains
+(tokenizers, string ops, audio and image decoders), and applications load them with
 `so.register_custom_ops_library(onnxruntime_extensions.get_library_path())`. turnout cannot
 load that native library; given its path, `SessionOptions.register_custom_ops_library`
-installs this op set instead (`enable()`): one `turnout.graph.contrib.OpSpec` schema and one
-numpy/Python kernel per op, in one module per family (`strings`, `wordpiece`,
-`sentencepiece`, `bpe`). The tokenizers run on the maintained Python libraries
-(`sentencepiece`, `tokenizers`: the `turnout[extensions]` extra); a node whose library is not
-installed is refused at session creation (`MissingExtensionsLibrary`, naming the node and the
-pip command). docs/extensions-ops.md lists every op of the domain and what runs it.
+installs these op sets instead (`enable()`): one `turnout.graph.contrib.OpSpec` schema and
+one numpy/Python kernel per op, in one module per family (`strings`, `wordpiece`,
+`sentencepiece`, `bpe`, `audio`, `vision`). The tokenizers and codecs run on maintained Python
+libraries (`sentencepiece`, `tokenizers`, `miniaudio`, `Pillow`: the `turnout[extensions]`
+extra); a node whose library is not installed is refused at session creation
+(`MissingExtensionsLibrary`, naming the node and the pip command). docs/extensions-ops.md lists
+every op of the domains and what runs it.
 
 The package sits in the providers layer: its kernels are the CPU provider's custom-op kernels
 (`turnout.sdk.custom_ops`), and the api layer enables it.
@@ -20,12 +22,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from turnout.providers.extensions import bpe, sentencepiece, strings, wordpiece
+from turnout.providers.extensions import audio, bpe, sentencepiece, strings, vision, wordpiece
 from turnout.providers.extensions._registry import (
     DOMAIN,
     KERNELS,
     LIBRARIES,
     SPECS,
+    VISION_DOMAIN,
     MissingExtensionsLibrary,
 )
 from turnout.sdk.custom_ops import CustomOpSet, install
@@ -33,14 +36,22 @@ from turnout.sdk.custom_ops import CustomOpSet, install
 __all__ = [
     "DOMAIN",
     "LIBRARIES",
+    "VISION_DOMAIN",
     "MissingExtensionsLibrary",
     "enable",
     "is_extensions_library",
-    "op_set",
+    "op_sets",
     "ops",
 ]
 
-_MODULES = (bpe, sentencepiece, strings, wordpiece)  # imported for their registrations
+_MODULES = (
+    audio,
+    bpe,
+    sentencepiece,
+    strings,
+    vision,
+    wordpiece,
+)  # imported for their registrations
 
 _NATIVE_NAMES = re.compile(
     r"^(_extensions_pydll\..*\.(so|pyd)|_extensions_pydll\.(so|pyd)"
@@ -65,9 +76,13 @@ def is_extensions_library(path: str | Path) -> bool:
         return False
 
 
-def op_set() -> CustomOpSet:
-    """The `ai.onnx.contrib` op set: the schemas and kernels turnout has."""
-    return CustomOpSet(DOMAIN, KERNELS, tuple(SPECS))
+def op_sets() -> list[CustomOpSet]:
+    """The `ai.onnx.contrib` and `com.microsoft.extensions` op sets: the schemas and kernels
+    turnout has."""
+    return [
+        CustomOpSet(domain, KERNELS, tuple(s for s in SPECS if s.domain == domain))
+        for domain in (DOMAIN, VISION_DOMAIN)
+    ]
 
 
 def ops() -> list[str]:
@@ -76,5 +91,5 @@ def ops() -> list[str]:
 
 
 def enable(source: str = "onnxruntime-extensions") -> None:
-    """Install the op set for the whole process (again is a no-op)."""
-    install([op_set()], source)
+    """Install the op sets for the whole process (again is a no-op)."""
+    install(op_sets(), source)

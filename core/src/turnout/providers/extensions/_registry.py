@@ -17,6 +17,7 @@ from turnout.sdk.provider import KernelNode, KernelRegistry
 __all__ = [
     "DOMAIN",
     "KERNELS",
+    "VISION_DOMAIN",
     "SPECS",
     "MissingExtensionsLibrary",
     "attr_bytes",
@@ -29,18 +30,21 @@ __all__ = [
 ]
 
 DOMAIN = "ai.onnx.contrib"
+VISION_DOMAIN = "com.microsoft.extensions"
+"""The image codecs' domain (DecodeImage, EncodeImage): the same native library brings it."""
 KERNELS = KernelRegistry("onnxruntime-extensions ops")
 SPECS: list[OpSpec] = []
 LIBRARIES: dict[str, str] = {}
 """op type -> the Python package (import name) its kernel runs on; absent: numpy/stdlib."""
 
-_PIP_NAMES = {"sentencepiece": "sentencepiece", "tokenizers": "tokenizers"}
+_PIP_NAMES = {"PIL": "Pillow"}
+"""import name -> pip name, where they differ."""
 
 Factory = Callable[[KernelNode], Callable[..., tuple[Any, ...]]]
 
 
 class MissingExtensionsLibrary(OrtNotImplemented):
-    """An `ai.onnx.contrib` node whose kernel runs on a Python package that is not installed;
+    """An onnxruntime-extensions node whose kernel runs on a Python package that is not installed;
     raised at session creation, naming the node and the pip command."""
 
 
@@ -53,13 +57,14 @@ def op(
     types: Mapping[str, tuple[str, ...]] | None = None,
     attrs: Sequence[Attr] = (),
     library: str | None = None,
+    domain: str = DOMAIN,
 ) -> Callable[[Factory], Factory]:
-    """Register op `name` of `ai.onnx.contrib`: its schema and the decorated kernel factory,
-    which runs on `library` (a package to import) when one is named."""
+    """Register op `name` of `domain`: its schema and the decorated kernel factory, which runs
+    on `library` (a package to import) when one is named."""
 
     def deco(factory: Factory) -> Factory:
         SPECS.append(
-            OpSpec(name, tuple(inputs), tuple(outputs), types or {}, infer, tuple(attrs), DOMAIN)
+            OpSpec(name, tuple(inputs), tuple(outputs), types or {}, infer, tuple(attrs), domain)
         )
         if library is not None:
             LIBRARIES[name] = library
@@ -71,7 +76,7 @@ def op(
 
         checked.__name__ = checked.__qualname__ = factory.__name__
         checked.__doc__ = factory.__doc__
-        KERNELS.register(name, since=1, domain=DOMAIN)(checked)
+        KERNELS.register(name, since=1, domain=domain)(checked)
         return factory
 
     return deco
@@ -83,7 +88,7 @@ def _require(kn: KernelNode, library: str) -> None:
     except ImportError:
         pip = _PIP_NAMES.get(library, library)
         raise MissingExtensionsLibrary(
-            f"node {kn.name!r} ({DOMAIN}::{kn.op_type}) runs on the Python package {pip!r}, "
+            f"node {kn.name!r} ({kn.domain}::{kn.op_type}) runs on the Python package {pip!r}, "
             f"which is not installed: pip install 'turnout[extensions]' (or pip install {pip})"
         ) from None
 
@@ -100,6 +105,8 @@ def typed(*elem_types: int) -> Callable[[NodeTypes], list[TensorType | None]]:
 
 STRING = TensorProto.STRING
 INT64 = TensorProto.INT64
+FLOAT = TensorProto.FLOAT
+UINT8 = TensorProto.UINT8
 
 
 def attr_bytes(kn: KernelNode, name: str, default: bytes = b"") -> bytes:
