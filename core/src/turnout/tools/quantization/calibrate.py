@@ -291,7 +291,10 @@ def collect_ranges(
         raise InvalidArgument(
             "calibration_data_reader gave no data (its first get_next() was None)"
         )
-    return {name: c.range() for name, c in collectors.items()}
+    ranges = {name: c.range() for name, c in collectors.items()}
+    if options.get("CalibTensorRangeSymmetric"):  # [-max |x|, max |x|], onnxruntime's rule
+        ranges = {name: (-max(-lo, hi), max(-lo, hi)) for name, (lo, hi) in ranges.items()}
+    return ranges
 
 
 class TensorData:

@@ -20,7 +20,7 @@ from onnx import helper
 __all__ = ["QOPERATOR_ROLES", "STATIC_ROLES", "weight_axis"]
 
 STATIC_ROLES: dict[str, str] = {
-    **dict.fromkeys(("Conv", "MatMul", "Gemm"), "weighted"),
+    **dict.fromkeys(("Conv", "ConvTranspose", "MatMul", "Gemm"), "weighted"),
     **dict.fromkeys(("Relu", "Clip"), "removable"),
     **dict.fromkeys(
         (
@@ -35,6 +35,7 @@ STATIC_ROLES: dict[str, str] = {
             "Resize",
             "Split",
             "Gather",
+            "TopK",
         ),
         "passthrough",
     ),
@@ -49,22 +50,34 @@ STATIC_ROLES: dict[str, str] = {
 
 
 # QOperator format quantizes only the ops that have a QLinear* form (or run on 8 bits directly),
-# as onnxruntime's QLinearOps registry: Slice and the normalizations stay float there
+# as onnxruntime's QLinearOps registry: Slice, ConvTranspose, TopK and the normalizations stay
+# float there
 QOPERATOR_ROLES: dict[str, str] = {
     op: role
     for op, role in STATIC_ROLES.items()
-    if op not in ("Slice", "BatchNormalization", "LayerNormalization", "InstanceNormalization")
+    if op
+    not in (
+        "Slice",
+        "ConvTranspose",
+        "TopK",
+        "BatchNormalization",
+        "LayerNormalization",
+        "InstanceNormalization",
+    )
 }
 
 
 def weight_axis(node: onnx.NodeProto) -> int:
-    """The output-channel axis of a weighted node's weight: Conv W [M, C, ...] axis 0, MatMul
-    B [K, N] its last axis, Gemm B axis 1, or 0 when transB."""
+    """The output-channel axis of a weighted node's weight, as onnxruntime's QDQ quantizer takes
+    it: Conv W [M, C, ...] axis 0, ConvTranspose W [C, M, ...] axis 1, MatMul axis 1 (B [K, N]'s
+    N), Gemm B axis 1, or 0 when transB."""
     if node.op_type == "Conv":
         return 0
+    if node.op_type == "ConvTranspose":  # W [C, M/group, k...]
+        return 1
     if node.op_type == "Gemm":
         trans = next(
             (helper.get_attribute_value(a) for a in node.attribute if a.name == "transB"), 0
         )
         return 0 if trans else 1
-    return -1
+    return 1  # MatMul: onnxruntime's default axis (B's last for a 2-D B)

@@ -59,15 +59,15 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "CalibMaxIntermediateOutputs": None,
     "TensorQuantOverrides": {},
     "DefaultTensorType": None,
+    "CalibTensorRangeSymmetric": False,
+    "UseQDQContribOps": False,
+    "QuantizeBias": True,
 }
 # onnxruntime options accepted at the one value that is turnout's behaviour
 _FIXED_OPTIONS = {
-    "QuantizeBias": True,
     "DedicatedQDQPair": False,
     "AddQDQPairToWeight": False,
-    "UseQDQContribOps": False,
     "EnableSubgraph": False,
-    "CalibTensorRangeSymmetric": False,
 }
 
 
@@ -84,6 +84,7 @@ class _Settings:
     min_real_range: float | None = None
     matmul_const_b_only: bool = False
     keep_removable: bool = False
+    quantize_bias: bool = True
     channel_axes: Mapping[str, int] = field(default_factory=dict)
     # QOperator: a constant input of a non-weighted op (Add's bias) is stored in the activation
     # type, since QLinearAdd & co. take one element type for all inputs
@@ -184,9 +185,9 @@ class _Planner:
                 self._activation(x)
             if x in self.plan.activations:
                 self._outputs(node, self.plan.root(x))
-        elif role == "removable":  # kept (its producer is not quantized): min/max stay float
-            self._input(node, 0)
-            self._outputs(node)
+        elif role == "removable":  # kept: quantized when its input is, as onnxruntime's
+            if node.input[0] in self.plan.activations:
+                self._outputs(node)
         elif role == "normalization":
             self._input(node, 0)
             self._input(node, 1)
@@ -217,9 +218,10 @@ class _Planner:
             axis = self.s.channel_axes.get(node.op_type, weight_axis(node))
         self._input(node, 1, axis)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        has_bias = node.op_type in ("Conv", "Gemm") and len(node.input) > 2 and node.input[2]
+        has_bias = node.op_type in _BIASED and len(node.input) > 2 and node.input[2]
         if (
             has_bias
+            and self.s.quantize_bias
             and not self.s.weight_type.is_float8
             and x in self.plan.activations
             and w in self.ed.initializers
@@ -230,6 +232,9 @@ class _Planner:
         ):
             self.plan.biases.append((node, x, node.input[2]))
         self._outputs(node)
+
+
+_BIASED = ("Conv", "ConvTranspose", "Gemm")  # input 2 is a bias at x_scale * w_scale
 
 
 class _Writer:
@@ -422,6 +427,13 @@ def quantize_static(
     options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     settings = _settings(options, activation_type, weight_type, per_channel, reduce_range)
     settings.constants_as_activations = fmt is QuantFormat.QOperator
+    if (
+        settings.activation_type is QuantType.QInt8 and settings.weight_type is QuantType.QUInt8
+    ):  # onnxruntime's check, word for word
+        raise InvalidArgument(
+            "ONNXRuntime quantization doesn't support data format:"
+            "activation_type=QuantType.QInt8, weight_type=QuantType.QUInt8"
+        )
     if (settings.activation_type.is_float8 or settings.weight_type.is_float8) and not (
         settings.activation_type.is_float8 and settings.weight_type.is_float8
     ):
@@ -463,9 +475,28 @@ def quantize_static(
     _write(editor, plan, ranges, settings)
     if fmt is QuantFormat.QOperator:
         to_qoperator(editor)
+    if options["UseQDQContribOps"]:
+        _to_contrib_domain(editor)
     onnx.checker.check_model(model)
     save_model(model, model_output, use_external_data_format)
     return model
+
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _to_contrib_domain(editor: GraphEditor) -> None:
+    """extra_options UseQDQContribOps: the QuantizeLinear/DequantizeLinear nodes written in the
+    com.microsoft domain (onnxruntime's contrib kernels, which turnout's CPU provider has too)."""
+    ms = "com.microsoft"
+    for node in editor.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and node.domain in (
+            "",
+            "ai.onnx",
+        ):
+            node.domain = ms
+    if not any(o.domain == ms for o in editor.model.opset_import):
+        editor.model.opset_import.append(helper.make_opsetid(ms, 1))
 
 
 def _settings(
@@ -490,6 +521,7 @@ def _settings(
         min_real_range=options["MinimumRealRange"],
         matmul_const_b_only=bool(options["MatMulConstBOnly"]),
         keep_removable=bool(options["QDQKeepRemovableActivations"]),
+        quantize_bias=bool(options["QuantizeBias"]),
         channel_axes=dict(options["QDQOpTypePerChannelSupportToAxis"] or {}),
     )
 

@@ -1,0 +1,259 @@
+"""The failure classes that onnxruntime's own quantization tests found in turnout.quantization
+(issue 29, item 4; docs/quantization.md, "onnxruntime's own quantization tests"): each case
+quantizes a small model built here with onnxruntime.quantization and with turnout's, with the
+same options, and checks that the node types and counts agree and that the two quantized models
+give the same outputs on onnxruntime.
+"""
+
+from __future__ import annotations
+
+import collections
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import turnout.tools.quantization as tq
+from turnout.tools.quantization import static_quantize_runner
+
+ort = pytest.importorskip("onnxruntime")
+oq = pytest.importorskip("onnxruntime.quantization")
+
+
+def _model(
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, tuple[int, list[int]]],
+    outputs: dict[str, tuple[int, list[int]]],
+    inits: list[onnx.TensorProto] = (),  # type: ignore[assignment]
+    opset: int = 17,
+) -> onnx.ModelProto:
+    graph = h.make_graph(
+        nodes,
+        "g",
+        [h.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+        [h.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
+        list(inits),
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def _feeds(model: onnx.ModelProto, count: int = 3, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(count):
+        feed = {}
+        for i in model.graph.input:
+            shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+            if i.type.tensor_type.elem_type == T.BOOL:
+                feed[i.name] = rng.random(shape) > 0.5
+            else:
+                feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+        feeds.append(feed)
+    return feeds
+
+
+class _Reader(oq.CalibrationDataReader):  # type: ignore[misc]
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        self.feeds = iter(feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.feeds, None)
+
+
+def _counts(model: onnx.ModelProto) -> collections.Counter[str]:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feed)
+
+
+def _both(model: onnx.ModelProto, **kw: Any) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """(onnxruntime's, turnout's) quantize_static of `model` with the options `kw`."""
+    feeds = _feeds(model)
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "q.onnx"  # onnxruntime writes to a path
+        given = onnx.ModelProto()
+        given.CopyFrom(model)  # onnxruntime moves a large weight of the proto to external data
+        oq.quantize_static(given, str(out), _Reader(feeds), **kw)
+        theirs = onnx.load(str(out))
+    return theirs, tq.quantize_static(model, None, feeds, **kw)
+
+
+def _assert_alike(model: onnx.ModelProto, theirs: onnx.ModelProto, ours: onnx.ModelProto) -> None:
+    assert _counts(ours) == _counts(theirs)
+    for feed in _feeds(model, 2, seed=9):
+        for a, b in zip(_run(theirs, feed), _run(ours, feed), strict=True):
+            span = float(np.ptp(a)) or 1.0
+            assert np.abs(a.astype(np.float64) - b).max() <= 0.02 * span
+
+
+def _static_kw(**extra: Any) -> dict[str, Any]:
+    return {
+        "quant_format": oq.QuantFormat.QDQ,
+        "activation_type": oq.QuantType.QUInt8,
+        "weight_type": oq.QuantType.QInt8,
+        **extra,
+    }
+
+
+# -- ConvTranspose and TopK in QDQ ----------------------------------------------------------
+
+
+def _conv_transpose() -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    w = nh.from_array(rng.standard_normal([3, 4, 2, 2]).astype(np.float32), "w")
+    b = nh.from_array(rng.standard_normal([4]).astype(np.float32), "b")
+    node = h.make_node("ConvTranspose", ["x", "w", "b"], ["y"], "ct", strides=[2, 2])
+    return _model([node], {"x": (T.FLOAT, [1, 3, 5, 5])}, {"y": (T.FLOAT, [1, 4, 10, 10])}, [w, b])
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_conv_transpose_is_a_weighted_op_with_output_channels_on_axis_1(per_channel: bool) -> None:
+    model = _conv_transpose()
+    theirs, ours = _both(model, **_static_kw(per_channel=per_channel))
+    assert _counts(ours) == {"QuantizeLinear": 2, "DequantizeLinear": 4, "ConvTranspose": 1}
+    _assert_alike(model, theirs, ours)
+    weight_scale = next(t for t in ours.graph.initializer if t.name == "w_scale")
+    assert list(weight_scale.dims) == ([4] if per_channel else [])
+
+
+def test_topk_values_share_the_input_scale_when_forced() -> None:
+    k = nh.from_array(np.array([3], np.int64), "k")
+    node = h.make_node("TopK", ["x", "k"], ["v", "i"], "topk", axis=1)
+    model = _model(
+        [node], {"x": (T.FLOAT, [2, 10])}, {"v": (T.FLOAT, [2, 3]), "i": (T.INT64, [2, 3])}, [k]
+    )
+    for force in (False, True):
+        kw = _static_kw(extra_options={"ForceQuantizeNoInputCheck": force})
+        theirs, ours = _both(model, **kw)
+        _assert_alike(model, theirs, ours)
+    q = [n for n in ours.graph.node if n.op_type == "QuantizeLinear"]
+    assert len(q) == 2 and q[0].input[1:] == q[1].input[1:]
+
+
+def test_matmul_per_channel_axis_is_onnxruntimes_axis_1() -> None:
+    w = nh.from_array(np.random.default_rng(1).random([2, 3, 7, 9]).astype(np.float32), "w")
+    node = h.make_node("MatMul", ["x", "w"], ["y"], "mm")
+    model = _model(
+        [node], {"x": (T.FLOAT, [2, 3, 5, 7])}, {"y": (T.FLOAT, [2, 3, 5, 9])}, [w], opset=21
+    )
+    theirs, ours = _both(model, **_static_kw(per_channel=True))
+    scales = [next(t for t in m.graph.initializer if t.name == "w_scale") for m in (theirs, ours)]
+    assert list(scales[0].dims) == list(scales[1].dims) == [3]
+    _assert_alike(model, theirs, ours)
+
+
+# -- options onnxruntime's runner passes ------------------------------------------------------
+
+
+def _conv_relu() -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    w = nh.from_array(rng.standard_normal([4, 3, 3, 3]).astype(np.float32), "w")
+    b = nh.from_array(rng.standard_normal([4]).astype(np.float32), "b")
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], "conv"), h.make_node("Relu", ["c"], ["y"])]
+    return _model(
+        nodes, {"x": (T.FLOAT, [1, 3, 8, 8])}, {"y": (T.FLOAT, [1, 4, 6, 6])}, [w, b], opset=21
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"QuantizeBias": False},
+        {"UseQDQContribOps": True},
+        {"CalibTensorRangeSymmetric": True},
+    ],
+    ids=lambda e: next(iter(e)),
+)
+def test_extra_options_of_the_runner_as_onnxruntime(extra: dict[str, Any]) -> None:
+    model = _conv_relu()
+    theirs, ours = _both(model, **_static_kw(extra_options=extra))
+    _assert_alike(model, theirs, ours)
+    domains = {(n.op_type, n.domain) for m in (theirs, ours) for n in m.graph.node}
+    assert {d for op, d in domains if op == "QuantizeLinear"} == (
+        {"com.microsoft"} if "UseQDQContribOps" in extra else {""}
+    )
+
+
+def test_symmetric_calibration_range_centres_the_activation_zero_point() -> None:
+    model = _conv_relu()
+    ours = tq.quantize_static(
+        model, None, _feeds(model), **_static_kw(extra_options={"CalibTensorRangeSymmetric": True})
+    )
+    x_zero = next(t for t in ours.graph.initializer if t.name == "x_zero_point")
+    assert int(nh.to_array(x_zero)) == 128
+
+
+def test_int8_activations_with_uint8_weights_are_refused_as_onnxruntime() -> None:
+    model = _conv_relu()
+    kw = {"activation_type": oq.QuantType.QInt8, "weight_type": oq.QuantType.QUInt8}
+    with pytest.raises(ValueError, match="doesn't support data format"):
+        oq.quantize_static(model, "unused.onnx", _Reader(_feeds(model)), **kw)
+    with pytest.raises(ValueError, match="doesn't support data format"):
+        tq.quantize_static(model, None, _feeds(model), **kw)
+
+
+# -- static_quantize_runner --------------------------------------------------------------------
+
+
+def _runner_folder(tmp: Path, model: onnx.ModelProto) -> Path:
+    onnx.save(model, str(tmp / "model.onnx"))
+    for index, feed in enumerate(_feeds(model, 2)):
+        folder = tmp / f"test_data_set_{index}"
+        folder.mkdir()
+        for i, value in enumerate(feed.values()):
+            (folder / f"input_{i}.pb").write_bytes(nh.from_array(value).SerializeToString())
+    return tmp / "model.onnx"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--per_channel", "--activation_type", "qint8", "--quant_format", "qoperator"],
+        ["--disable_quantize_bias", "--calibration_method", "percentile"],
+        ["--qdq_keep_removable_activations", "--nodes_to_exclude", "conv"],
+    ],
+    ids=["defaults", "qoperator", "no_bias", "keep_relu"],
+)
+def test_static_quantize_runner_writes_onnxruntimes_model(tmp_path: Path, args: list[str]) -> None:
+    from onnxruntime.quantization import static_quantize_runner as ort_runner
+
+    model = _conv_relu()
+    source = _runner_folder(tmp_path, model)
+    outputs: dict[str, onnx.ModelProto] = {}
+    main: Callable[..., None]
+    for who, main in (("ort", ort_runner.main), ("turnout", static_quantize_runner.main)):
+        target = tmp_path / f"{who}.onnx"
+        argv = ["-i", str(source), "-o", str(target), *args]
+        if who == "ort":
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr("sys.argv", ["static_quantize_runner.py", *argv])
+                main()
+        else:
+            main(argv)
+        outputs[who] = onnx.load(str(target))
+    _assert_alike(model, outputs["ort"], outputs["turnout"])
+
+
+def test_static_quantize_runner_reads_each_test_data_set_as_one_feed(tmp_path: Path) -> None:
+    model = _conv_relu()
+    source = _runner_folder(tmp_path, model)
+    reader = static_quantize_runner.OnnxModelCalibrationDataReader(source)
+    feeds = [reader.get_next(), reader.get_next(), reader.get_next()]
+    assert feeds[2] is None
+    expected = _feeds(model, 2)
+    for got, want in zip(feeds[:2], expected, strict=True):
+        assert got is not None
+        np.testing.assert_array_equal(got["x"], want["x"])
