@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import turnout
 from turnout.engine.evaluate import optimize
 from turnout.graph.errors import InvalidGraph
-from turnout.graph.model import _check_copy, infer_shapes, light_copy, load_model
+from turnout.graph.model import _check_copy, infer_shapes, light_copy, load_model, validate_model
 from turnout.optimizer import Level, OptGraph
 from turnout_testbed import zoo
 
@@ -107,6 +107,38 @@ def test_checker_sees_short_raw_data_of_big_tensors(cut: int) -> None:
     with pytest.raises(InvalidGraph, match="raw_data size") as info:
         load_model(m.SerializeToString())
     assert want in str(info.value)
+
+
+def test_the_checks_decode_big_weights_once_and_the_session_builds_on_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checking a big raw initializer's length reads its bytes (a copy): those bytes become
+    the array the optimizer and the IR use, so no later step reads them again; a tensor whose
+    raw data is longer than its shape is left to the decoder, which refuses it."""
+    m = _conv_model()
+    decoded: dict[str, np.ndarray] = {}
+    validate_model(m, "conv_if", decoded)
+    assert list(decoded) == ["w"]  # "shape" is small: the checker reads it as it is
+    want = numpy_helper.to_array(m.graph.initializer[0])
+    assert decoded["w"].dtype == want.dtype and np.array_equal(decoded["w"], want)
+
+    from turnout.graph import tensors
+
+    reads: list[str] = []
+    real = tensors._decode_native
+    monkeypatch.setattr(tensors, "_decode_native", lambda t: reads.append(t.name) or real(t))
+    sess = turnout.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert "w" not in reads
+    x = np.random.default_rng(1).standard_normal((1, 32, 6, 6)).astype(np.float32)
+    (y,) = sess.run(None, {"x": x, "flag": np.array(True)})
+    ref = onnx.reference.ReferenceEvaluator(m).run(None, {"x": x, "flag": np.array(True)})[0]
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+    long = numpy_helper.from_array(np.ones((64, 32, 3, 3), np.float32), "w")
+    long.raw_data = long.raw_data + bytes(4)
+    decoded = {}
+    validate_model(_conv_model(long), "conv_if", decoded)
+    assert decoded == {}
 
 
 def test_checker_still_refuses_two_value_fields_and_string_raw_data() -> None:

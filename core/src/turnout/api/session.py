@@ -162,7 +162,8 @@ class InferenceSession:
             self._sess_options = options_from_model(model, self._label)
             options = self._sess_options.engine_options()
         self._check_canceled()
-        pipeline.validate(model, self._label)
+        decoded: dict[str, Any] = {}  # big initializers the checks decoded, for the optimizer
+        pipeline.validate(model, self._label, decoded)
         self._sparse_outputs = sparse_constant_outputs(model)
         self._check_canceled()
         base_dir = Path(self._model_path).resolve().parent if self._model_path else None
@@ -174,7 +175,7 @@ class InferenceSession:
             pipeline.validate(again, label)
             return again
 
-        self._engine = EngineSession(model, options, self._label, artifact, reload)
+        self._engine = EngineSession(model, options, self._label, artifact, reload, decoded)
         self._engine.enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)

@@ -84,9 +84,12 @@ def load(source: ModelSource, options: EngineOptions) -> onnx.ModelProto:
     return model
 
 
-def validate(model: onnx.ModelProto, label: str) -> None:
-    """The graph is valid ONNX as onnxruntime checks it, and its types agree with the schemas."""
-    validate_model(model, label)
+def validate(
+    model: onnx.ModelProto, label: str, decoded: dict[str, np.ndarray] | None = None
+) -> None:
+    """The graph is valid ONNX as onnxruntime checks it, and its types agree with the schemas.
+    `decoded` receives the big initializers the checks decoded (pass it on to `optimize`)."""
+    validate_model(model, label, decoded)
 
 
 def optimize(
@@ -115,7 +118,8 @@ def optimize(
     from turnout.optimizer.layout import nhwc_ops
 
     values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
-    if already_optimized:
+    if already_optimized:  # its initializers are the IR's: those decoded already are used
+        values = dict(decoded) if decoded else values
         return _as_ir(model, False, OptimizationReport(Level.DISABLE), values, options, label)
     try:
         optimized, report = run_passes(

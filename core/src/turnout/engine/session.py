@@ -119,9 +119,11 @@ class EngineSession:
         label: str,
         artifact: CompiledArtifact | None = None,
         reload: Callable[[], onnx.ModelProto] | None = None,
+        decoded: dict[str, Any] | None = None,
     ) -> None:
         """`reload` loads the model again (from the caller's path or bytes): given, the session
-        lets go of the loaded proto once placed and reloads it to place again."""
+        lets go of the loaded proto once placed and reloads it to place again. `decoded`: the
+        model's initializers already decoded, by name (`pipeline.validate` fills it)."""
         self._loaded: onnx.ModelProto | None = model
         self._reload = reload
         self.options = options
@@ -130,7 +132,8 @@ class EngineSession:
         self.lock = threading.Lock()
         self.numpy_only = False  # set by the run-time fallback: the numpy kernels alone
         self.runs = 0  # runs started, for the reports' "since run N"
-        self._decoded: dict[str, Any] = {}  # the model's initializers as arrays, both tiers
+        # the model's initializers as arrays, both tiers
+        self._decoded: dict[str, Any] = decoded if decoded is not None else {}
         self._tier_build: BackgroundBuild[_Placement] | None = None
         self.enable_fallback = True
         self.profiler: Profiler | None = None

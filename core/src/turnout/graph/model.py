@@ -38,6 +38,8 @@ from turnout.graph.tensors import (
     all_tensors,
     check_tensor,
     from_array,
+    native_raw,
+    raw_array,
 )
 from turnout.graph.validate import check_types
 
@@ -169,10 +171,16 @@ def read_model(
     return model
 
 
-def validate_model(model: ModelProto, label: str) -> None:
+def validate_model(
+    model: ModelProto, label: str, decoded: dict[str, np.ndarray] | None = None
+) -> None:
     """The graph is valid ONNX (onnx.checker, as onnxruntime applies it) and its value types
-    agree with every node's schema."""
-    _check_graph(model, label)
+    agree with every node's schema.
+
+    `decoded`, given, receives the big raw top-level initializers as arrays (`to_array`'s),
+    by name: the checks read their bytes once anyway, and the optimizer starts from these.
+    """
+    _check_graph(model, label, decoded)
     check_types(model, label)
 
 
@@ -313,7 +321,9 @@ def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return out
 
 
-def _check_graph(model: ModelProto, label: str) -> None:
+def _check_graph(
+    model: ModelProto, label: str, decoded: dict[str, np.ndarray] | None = None
+) -> None:
     """onnx.checker, except that untyped graph outputs are accepted (as onnxruntime does).
 
     Hand-built and old (IR 3) models often declare outputs without a type or shape; the full
@@ -323,7 +333,7 @@ def _check_graph(model: ModelProto, label: str) -> None:
     """
     if not model.HasField("ir_version"):
         raise Fail(f"{label}: the model has no ir_version")  # onnxruntime: Fail, too
-    checked = _check_copy(model)
+    checked = _check_copy(model, decoded)
     # IR 0-3 required every initializer to be a graph input, and onnxruntime runs old models
     # that break that rule: they are checked as IR 4, which dropped it
     checked.ir_version = max(model.ir_version, 4)
@@ -394,12 +404,15 @@ def _plain_raw(t: TensorProto) -> bool:
     )
 
 
-def _check_copy(model: ModelProto) -> ModelProto:
+def _check_copy(model: ModelProto, decoded: dict[str, np.ndarray] | None = None) -> ModelProto:
     """The model as the checker should see it, without the bytes of big raw initializers.
 
     For a plain numeric type the checker asks of raw_data only that it is there and holds at
     least dims x itemsize bytes: that is checked here, and a tensor that passes is replaced by
     a one-element stand-in with the same name and type. Anything else is left as it is.
+
+    Reading raw_data copies it (upb has no length without a copy: alexnet's 233 MB took
+    0.1-0.7 s): with `decoded` given, a tensor of exactly its size is kept there as its array.
     """
 
     def stub(t: TensorProto) -> TensorProto:
@@ -409,8 +422,16 @@ def _check_copy(model: ModelProto) -> ModelProto:
         expected = math.prod(t.dims) * itemsize
         if expected <= _BIG_BYTES or not _plain_raw(t):
             return t
-        if len(t.raw_data) < expected:  # a transient copy, still cheaper than serializing
+        raw = t.raw_data  # a copy, still cheaper than serializing
+        if len(raw) < expected:
             return t  # too short: the checker says so
+        if (
+            decoded is not None
+            and len(raw) == expected
+            and native_raw(t)
+            and not t.HasField("segment")
+        ):
+            decoded.setdefault(t.name, raw_array(t, raw))
         out = TensorProto()
         copy_fields(t, out, "raw_data")
         del out.dims[:]

@@ -29,6 +29,8 @@ __all__ = [
     "check_tensor",
     "decode_tensor",
     "from_array",
+    "native_raw",
+    "raw_array",
     "to_array",
     "zeros",
 ]
@@ -185,6 +187,18 @@ def from_array(value: np.ndarray[Any, Any], name: str = "") -> TensorProto:
     return t
 
 
+def native_raw(t: TensorProto) -> bool:
+    """Whether `t`'s raw bytes decode as a numpy type as they are (`raw_array`)."""
+    return t.data_type in _NATIVE_RAW and sys.byteorder == "little"
+
+
+def raw_array(t: TensorProto, raw: bytes) -> np.ndarray[Any, Any]:
+    """`t`'s raw bytes, read once by the caller (upb copies them at each read), viewed as its
+    array: what `to_array(t)` returns for a `native_raw` tensor."""
+    values: np.ndarray[Any, Any] = np.frombuffer(raw, dtype=np_dtype(t.data_type))
+    return values.reshape(tuple(t.dims))
+
+
 def _decode_native(t: TensorProto) -> np.ndarray[Any, Any] | None:
     """`t` decoded as `numpy_helper.to_array` decodes it, where numpy's own types suffice
     (raw data is viewed, not copied, as there); None for the rest."""
@@ -193,10 +207,7 @@ def _decode_native(t: TensorProto) -> np.ndarray[Any, Any] | None:
     code = t.data_type
     dims: tuple[int, ...] = tuple(t.dims)
     if t.HasField("raw_data"):
-        if code not in _NATIVE_RAW or sys.byteorder != "little":
-            return None
-        raw: np.ndarray[Any, Any] = np.frombuffer(t.raw_data, dtype=np_dtype(code))
-        return raw.reshape(dims)
+        return raw_array(t, t.raw_data) if native_raw(t) else None
     if code in _BITS_IN_INT32:
         bits: np.ndarray[Any, Any] = np.array(t.int32_data, np.int32).view(np.uint32)
         return bits.astype(_BITS_IN_INT32[code]).reshape(dims).view(np_dtype(code))
