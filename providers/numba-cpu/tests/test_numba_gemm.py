@@ -135,6 +135,36 @@ def test_batch_one_gemv_blocks(
     _run(model, feeds, threads)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows, activation", [(1, ""), (1, "Relu"), (3, "")])
+def test_large_weights_of_one_row_products_are_not_copied(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, threads: int, rows: int,
+    activation: str,
+) -> None:  # fmt: skip
+    """A transB weight of `KEEP_NT_BYTES` or more times a declared single row is a GEMV on the
+    weight as given (lowered here so that a small weight qualifies); more rows transpose it."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has one thread on this machine")
+    from turnout_numba.kernels import gemm
+
+    monkeypatch.setattr(gemm, "KEEP_NT_BYTES", 4096)
+    copies: list[tuple[int, ...]] = []
+    real = gemm.transposed
+    monkeypatch.setattr(gemm, "transposed", lambda w: copies.append(w.shape) or real(w))
+    feeds = {
+        "a": rng.standard_normal((rows, 300)).astype(np.float32),
+        "w": rng.standard_normal((700, 300)).astype(np.float32),
+        "bias": rng.standard_normal(700).astype(np.float32),
+    }
+    model = _model("Gemm", feeds, ("w", "bias"), transB=1, beta=0.5)
+    if activation:
+        node = model.graph.node[0]
+        node.output[0] = "t"
+        model.graph.node.append(helper.make_node(activation, ["t"], ["y"]))
+    _run(model, feeds, threads)
+    assert copies == ([] if rows == 1 else [(700, 300)])
+
+
 def test_weights_fed_as_inputs_may_change_in_place(rng: np.random.Generator) -> None:
     feeds = {
         "a": rng.standard_normal((1, 6)).astype(np.float32),

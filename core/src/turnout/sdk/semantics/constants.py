@@ -2,16 +2,23 @@
 
 A kernel that repacks a weight (transposes it, quantizes it, checks its indices) does the work
 at build time only when the input cannot change between runs: `constant_input` says so, and
-`constant_value` gives the array.
+`constant_value` gives the array; `transposed` makes the (K, N) copy of an (N, K) weight.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from turnout.sdk.provider import KernelNode
 
-__all__ = ["constant_input", "constant_value"]
+__all__ = ["constant_input", "constant_value", "transposed"]
+
+TRANSPOSE_TILE = 128
+"""Rows and columns of each tile `transposed` copies. numpy's own transposing copy walks the
+source by columns, a cache miss per element once rows are long: alexnet's 4096x9216 weight took
+300 ms (745 ms into fresh pages) where tiles of 64 or 128 took 99 ms, 256 and 512 about 130."""
 
 
 def constant_input(node: KernelNode, index: int) -> bool:
@@ -34,3 +41,17 @@ def constant_value(node: KernelNode, index: int) -> Any | None:
     if not constant_input(node, index):
         return None
     return node.node.graph.initializers[node.node.inputs[index]]
+
+
+def transposed(matrix: Any) -> Any:
+    """`np.ascontiguousarray(matrix.T)` for a 2-D array, copied tile by tile (same values)."""
+    rows, cols = matrix.shape
+    out = np.empty((cols, rows), matrix.dtype)
+    tile = TRANSPOSE_TILE
+    if rows * cols <= tile * tile:
+        out[...] = matrix.T
+        return out
+    for i in range(0, rows, tile):
+        for j in range(0, cols, tile):
+            out[j : j + tile, i : i + tile] = matrix[i : i + tile, j : j + tile].T
+    return out

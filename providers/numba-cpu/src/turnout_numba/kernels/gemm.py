@@ -7,6 +7,7 @@ what is done about it:
 - transB=1 (how PyTorch's Linear exports a Gemm): OpenBLAS's NT kernels are 1.5-3x slower
   than NN at M 8..64. A constant B (an initializer reaches the kernel as the same read-only
   array every run) is transposed once into (K, N) and kept; other B are used as they come.
+  Except a large B that A's declared shape multiplies by one row (`KEEP_NT_BYTES`).
 - one row of A (batch 1) and no activation: one compiled call computes alpha * A B + beta * C,
   the product as an axpy over rows of B that vectorizes, the bias fused; numpy paid a BLAS
   call plus a ufunc pass for C (~2-3 us, more than the product itself). It works in blocks
@@ -34,7 +35,7 @@ from turnout.graph.errors import InvalidArgument
 from turnout.sdk.blas_threads import blas_matmul
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.activations import activation_of
-from turnout.sdk.semantics.constants import constant_value
+from turnout.sdk.semantics.constants import constant_value, transposed
 
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
@@ -48,6 +49,13 @@ SMALL_M = 1
 (bias fused: one call instead of BLAS and an epilogue), others in BLAS. Measured per product
 (K = N = 256, 1 thread): at 1 row the GEMV matches BLAS; at 2-4 rows BLAS is 1.2-1.7x faster."""
 
+
+KEEP_NT_BYTES = 1 << 24
+"""A constant transB weight of at least this many bytes, multiplied by a single row (A's rows
+declared 1: batch-1 classifiers' dense layers), is used as given, not transposed into a copy:
+the product is a GEMV that reads B once either way (1x9216 @ 9216x4096, 1 thread: 9.9 ms as
+given, 9.4 transposed; 1x4096 @ 4096x1000: 0.55 both), where the copy cost alexnet 0.1-0.8 s
+of session creation and 233 MB. Below it the compiled GEMV (which needs (K, N)) wins."""
 
 GEMV_BLOCK = 256
 """Columns of y per block of the GEMV: with threads the blocks are shared out (a batch-1
@@ -124,6 +132,15 @@ def present(kn: KernelNode, i: int) -> bool:
     return len(kn.node.inputs) > i and bool(kn.node.inputs[i])
 
 
+def _one_row(kn: KernelNode, trans_a: bool) -> bool:
+    """Whether A's declared shape gives the product exactly one row."""
+    info = kn.inputs[0]
+    shape = None if info is None else info.shape
+    if shape is None or len(shape) < 2 or any(not isinstance(d, int) for d in shape):
+        return False
+    return (shape[1] if trans_a else math.prod(shape[:-1])) == 1
+
+
 def _c_kind(kn: KernelNode) -> str:
     """C's form as known at session creation: `row` when it broadcasts along rows (a bias),
     `full` when it does not, empty when its shape is unknown (both epilogues are compiled)."""
@@ -177,8 +194,11 @@ class _Product:
         self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
         weight = constant_value(kn, 1)
         if isinstance(weight, np.ndarray) and weight.ndim == 2:  # the first run must not pack it
-            packed = np.ascontiguousarray(weight.T if self.trans_b else weight)
-            packed.flags.writeable = False
+            if self.trans_b and weight.nbytes >= KEEP_NT_BYTES and _one_row(kn, self.trans_a):
+                packed = weight.T  # a GEMV reads it as fast as given (`KEEP_NT_BYTES`)
+            else:
+                packed = transposed(weight) if self.trans_b else np.ascontiguousarray(weight)
+                packed.flags.writeable = False
             self._b = (weight, packed)
         self._c: tuple[Any, tuple[int, int], Any] | None = None  # (C, (rows, cols), col/full)
 
@@ -187,8 +207,7 @@ class _Product:
         kept = self._b
         if kept is not None and kept[0] is b:
             return kept[1]
-        bb = b.T if self.trans_b else b
-        packed = np.ascontiguousarray(bb)
+        packed = transposed(b) if self.trans_b else np.ascontiguousarray(b)
         if not b.flags.writeable:
             packed.flags.writeable = False
             self._b = (b, packed)
@@ -246,13 +265,13 @@ class _Product:
         if form is None:
             if self.plain.noop:
                 y = pool_matmul(a2, bp)
-            elif rows <= SMALL_M and self.no_act:
+            elif rows <= SMALL_M and self.no_act and bp.flags.c_contiguous:
                 y = np.empty((rows, n), dt)
                 self.small(bp.size, a2, bp, self.zero_col, self.alpha, 0.0, y, GEMV_BLOCK)
             else:
                 y = pool_matmul(a2, bp)
                 self.plain(y.reshape(1, rows, n), alpha=self.alpha)
-        elif form.ndim == 1 and rows <= SMALL_M and self.no_act:
+        elif form.ndim == 1 and rows <= SMALL_M and self.no_act and bp.flags.c_contiguous:
             y = np.empty((rows, n), dt)
             self.small(bp.size, a2, bp, form, self.alpha, self.beta, y, GEMV_BLOCK)
         else:

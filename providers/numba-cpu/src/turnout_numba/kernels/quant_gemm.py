@@ -29,6 +29,7 @@ import numpy as np
 from numba import types
 
 from turnout.graph.errors import InvalidArgument
+from turnout.sdk.semantics.constants import transposed
 
 from .. import cache
 from ..codegen import numba_array
@@ -217,4 +218,4 @@ def shifted(
 
 def shifted_t(name: str, b: np.ndarray[Any, Any], zp: Any, what: str) -> np.ndarray[Any, Any]:
     """A 2-D (K, N) `b - zp` as the kernels read it: (N, K) int16, C-contiguous."""
-    return np.ascontiguousarray(shifted(name, b, zp, what).T)
+    return transposed(shifted(name, b, zp, what))

@@ -23,7 +23,7 @@ import numpy as np
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
-from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.constants import constant_input, transposed
 
 from ..registry import BuildContext, numba_kernel
 from .quant_batched import BatchedProduct
@@ -126,7 +126,7 @@ def _b_zero(name: str, zp: Any, b: Array) -> Array:
 
 def _transposed(pack: Callable[..., Any]) -> Callable[..., Any]:
     def packed_t(name: str, b: Array, zp: Any) -> Any:
-        return pack(name, np.ascontiguousarray(b.T), zp)
+        return pack(name, transposed(b), zp)
 
     return packed_t
 

@@ -22,7 +22,7 @@ from turnout.providers.cpu.kernels.matmul import integer_product
 from turnout.providers.cpu.kernels.quant import dynamic_quantize_linear, quantize
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
-from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.constants import constant_input, transposed
 from turnout.sdk.semantics.shape import norm_axis
 
 __all__ = ["unpack_bits"]
@@ -195,7 +195,7 @@ def matmul_nbits(node: KernelNode) -> KernelFn:
         if kept[0] == key:
             w_t: Array = kept[1]
             return w_t
-        w_t = np.ascontiguousarray(_nbits_weight(node, shape, b, scales, zp, g_idx).T)
+        w_t = transposed(_nbits_weight(node, shape, b, scales, zp, g_idx))
         if constant:
             kept[:] = [key, w_t]
         return w_t
@@ -333,7 +333,7 @@ def matmul_bnb4(node: KernelNode) -> KernelFn:
         q = np.stack([b.reshape(-1) >> 4, b.reshape(-1) & 15], axis=-1).reshape(-1)[: n * k]
         scale = np.repeat(_float32(absmax).reshape(-1), block)[: n * k]
         w = (codes[q] * scale).reshape(n, k)
-        w = np.ascontiguousarray(w.T if trans_b else w)
+        w = transposed(w) if trans_b else np.ascontiguousarray(w)
         if constant:
             kept[:] = [key, w]
         return w
