@@ -10,6 +10,12 @@
   its own min/max, and the output reuses the table's scale and zero point.
 - generic: every float input and the outputs get their own calibrated range.
 - normalization: input 0 and the output are activations, input 1 (the scale) a weight.
+- where: inputs 1 and 2 and the output get their own ranges with ForceQuantizeNoInputCheck;
+  without it only the output, when both inputs already are quantized (QDQ format only).
+- pad: input 0 is always an activation, and so is the padding value (a constant one stored in
+  the activation type, from its own range); the output reuses its scale and zero point when the
+  padding takes values of the input (edge, reflect, wrap) or pads with 0, else it gets its own
+  range. In QOperator format Pad is a pass-through op that pads the 8-bit values.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ STATIC_ROLES: dict[str, str] = {
     **dict.fromkeys(
         ("BatchNormalization", "LayerNormalization", "InstanceNormalization"), "normalization"
     ),
+    "Pad": "pad",
+    "Where": "where",
 }
 
 
@@ -53,7 +61,7 @@ STATIC_ROLES: dict[str, str] = {
 # as onnxruntime's QLinearOps registry: Slice, ConvTranspose, TopK and the normalizations stay
 # float there
 QOPERATOR_ROLES: dict[str, str] = {
-    op: role
+    op: "passthrough" if role == "pad" else role
     for op, role in STATIC_ROLES.items()
     if op
     not in (

@@ -15,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from onnx import helper
 
 from turnout.tools.quantization.graph import GraphEditor
+from turnout.tools.quantization.params import QuantParams, quantize_array
 
 __all__ = ["QLINEAR_FORMS", "to_qoperator"]
 
@@ -52,6 +54,7 @@ QLINEAR_FORMS: dict[str, QLinearForm] = {
     "LeakyRelu": QLinearForm("QLinearLeakyRelu"),
     "Softmax": QLinearForm("QLinearSoftmax"),
     "Concat": QLinearForm("QLinearConcat", inputs=None),
+    "Where": QLinearForm("QLinearWhere", inputs=(1, 2)),  # the condition is read as it is
 }
 """Ops with a QLinear form; the ops of `_DIRECT` run on the quantized values as they are."""
 
@@ -81,6 +84,7 @@ class _Rewriter:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
         self.absorbed: list[onnx.NodeProto] = []  # output Qs whose work the new ops do
+        self.before: list[onnx.NodeProto] = []  # nodes the next rewritten op reads
         self.opset = next(
             (o.version for o in editor.model.opset_import if o.domain in ("", "ai.onnx")), 0
         )
@@ -142,6 +146,8 @@ class _Rewriter:
         y = list(out.input[1:3])
         if node.op_type == "Concat":
             inputs = y + [v for t in triples for v in t]
+        elif node.op_type == "Where":
+            inputs = [node.input[0], *(v for t in triples for v in t), *y]
         else:
             inputs = [v for t in triples for v in t]
             if node.op_type == "Conv":
@@ -166,13 +172,53 @@ class _Rewriter:
             **attrs,
         )
 
+    def pad(self, node: onnx.NodeProto) -> onnx.NodeProto | None:
+        """Pad on the 8-bit values (opset >= 11, where the padding value is an input): the
+        padding value quantized with the input's scale and zero point (a constant offline, a
+        computed one by a QuantizeLinear), or the zero point itself when there is none."""
+        if self.opset < 11:
+            return None
+        new = self.direct(node)
+        if new is None:
+            return None
+        _, scale, zero = self.dequantized(node.input[0]) or ["", "", ""]
+        value = node.input[2] if len(node.input) > 2 else ""
+        if not value:
+            padding = zero
+        elif (constant := self.ed.constant(value)) is not None:
+            params = QuantParams(_value(self.ed, scale), _value(self.ed, zero))
+            padding = self.ed.add_initializer(
+                quantize_array(constant, params), f"{value}_quantized"
+            )
+        else:
+            padding = self.ed.fresh(f"{value}_QuantizeLinear_Output")
+            self.before.append(
+                helper.make_node(
+                    "QuantizeLinear",
+                    [value, scale, zero],
+                    [padding],
+                    self.ed.fresh(f"{value}_QuantizeLinear"),
+                )
+            )
+        del new.input[2:]
+        new.input.append(padding)
+        return new
+
     def rewrite(self, node: onnx.NodeProto) -> onnx.NodeProto | None:
         if node.domain not in ("", "ai.onnx"):
             return None
+        if node.op_type == "Pad":
+            return self.pad(node)
         if node.op_type in _DIRECT:
             return self.direct(node)
         form = QLINEAR_FORMS.get(node.op_type)
         return None if form is None else self.qlinear(node, form)
+
+
+def _value(editor: GraphEditor, name: str) -> np.ndarray:
+    value = editor.constant(name)
+    assert value is not None, f"{name!r} is written by the quantizer as an initializer"
+    return value
 
 
 def _prune(graph: onnx.GraphProto) -> None:
@@ -202,6 +248,8 @@ def to_qoperator(editor: GraphEditor) -> int:
     done = 0
     for node in graph.node:
         new = rewriter.rewrite(node)
+        nodes.extend(rewriter.before)
+        rewriter.before.clear()
         nodes.append(node if new is None else new)
         done += new is not None
     gone = {id(q) for q in rewriter.absorbed}

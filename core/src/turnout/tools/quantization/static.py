@@ -115,9 +115,12 @@ class _Planner:
     """Walks the chosen nodes in graph order (so a pass-through op sees whether its input is
     quantized yet) and fills the plan; only dropping Relu/Clip changes the graph here."""
 
-    def __init__(self, editor: GraphEditor, settings: _Settings) -> None:
+    def __init__(
+        self, editor: GraphEditor, settings: _Settings, roles: Mapping[str, str] = STATIC_ROLES
+    ) -> None:
         self.ed = editor
         self.s = settings
+        self.roles = roles  # op type -> role (ops.STATIC_ROLES or, for QOperator, QOPERATOR_ROLES)
         self.plan = _Plan()
 
     def _activation(self, name: str, source: str | None = None) -> None:
@@ -147,7 +150,7 @@ class _Planner:
         chosen_ids = {id(n) for n in chosen}
         dropped: set[int] = set()
         for node in chosen:
-            if STATIC_ROLES[node.op_type] != "removable":
+            if self.roles[node.op_type] != "removable":
                 continue
             x = node.input[0]
             producer = self.ed.producer(x)
@@ -155,7 +158,7 @@ class _Planner:
                 producer is None
                 or id(producer) not in chosen_ids
                 or id(producer) in dropped
-                or STATIC_ROLES[producer.op_type] in ("removable", "passthrough")
+                or self.roles[producer.op_type] in ("removable", "passthrough")
                 or producer.op_type in self.s.no_output_ops
                 or len(self.ed.consumers(x)) != 1
                 or x in self.ed.graph_outputs
@@ -168,7 +171,7 @@ class _Planner:
         return dropped
 
     def visit(self, node: onnx.NodeProto) -> None:
-        role = STATIC_ROLES[node.op_type]
+        role = self.roles[node.op_type]
         if role == "weighted":
             self._weighted(node)
         elif role == "passthrough":
@@ -188,6 +191,25 @@ class _Planner:
         elif role == "removable":  # kept: quantized when its input is, as onnxruntime's
             if node.input[0] in self.plan.activations:
                 self._outputs(node)
+        elif role == "pad":
+            self._input(node, 0)
+            if len(node.input) > 2 and node.input[2]:  # the padding value, in the activation type
+                self._input(node, 2)
+                if node.input[2] in self.ed.initializers:
+                    self.plan.as_activation.add((id(node), 2))
+            x = node.input[0]
+            shared = x in self.plan.activations and _pad_keeps_range(node, self.ed)
+            self._outputs(node, self.plan.root(x) if shared else None)
+        elif role == "where":
+            if self.s.force_passthrough:
+                self._input(node, 1)
+                self._input(node, 2)
+                self._as_activations(node)
+                self._outputs(node)
+            elif self.roles is STATIC_ROLES and all(
+                n in self.plan.activations for n in node.input[1:3]
+            ):
+                self._outputs(node)
         elif role == "normalization":
             self._input(node, 0)
             self._input(node, 1)
@@ -196,13 +218,14 @@ class _Planner:
             for index, name in enumerate(node.input):
                 if name:
                     self._input(node, index)
-            if self.s.constants_as_activations:
-                self.plan.as_activation.update(
-                    (id(node), i)
-                    for i, name in enumerate(node.input)
-                    if name in self.ed.initializers
-                )
+            self._as_activations(node)
             self._outputs(node)
+
+    def _as_activations(self, node: onnx.NodeProto) -> None:
+        if self.s.constants_as_activations:
+            self.plan.as_activation.update(
+                (id(node), i) for i, name in enumerate(node.input) if name in self.ed.initializers
+            )
 
     def _weighted(self, node: onnx.NodeProto) -> None:
         x, w = node.input[0], node.input[1]
@@ -232,6 +255,21 @@ class _Planner:
         ):
             self.plan.biases.append((node, x, node.input[2]))
         self._outputs(node)
+
+
+def _pad_keeps_range(node: onnx.NodeProto, editor: GraphEditor) -> bool:
+    """Whether Pad's output holds only values of its input and zeros (onnxruntime's rule for
+    letting it share the input's scale and zero point)."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    mode = attrs.get("mode", b"constant")
+    if mode in (b"reflect", b"edge", b"wrap"):
+        return True
+    if "pads" in attrs:  # opset < 11: the value is an attribute
+        return float(attrs.get("value", 0.0)) == 0.0
+    if len(node.input) < 3 or not node.input[2]:
+        return True
+    value = editor.constant(node.input[2])
+    return value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 0.0
 
 
 _BIASED = ("Conv", "ConvTranspose", "Gemm")  # input 2 is a bias at x_scale * w_scale
@@ -454,7 +492,7 @@ def quantize_static(
     chosen = selected_nodes(
         model.graph, op_types_to_quantize, roles, roles, nodes_to_quantize, nodes_to_exclude
     )
-    planner = _Planner(editor, settings)
+    planner = _Planner(editor, settings, roles)
     dropped = planner.remove_activations(chosen)
     for node in chosen:
         if id(node) not in dropped:
