@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.graph.errors import InvalidArgument
+from turnout.graph.errors import InvalidArgument, RuntimeException
 from turnout.providers import extensions
 from turnout.providers.extensions import _registry
 
@@ -407,6 +407,83 @@ def test_gpt2_padding_length(padding_length: int) -> None:
     got, expected = _run_both(model, {"text": _texts(CORPUS)})
     _assert_same(got[1:], expected[1:])
     assert _max_diff(got[0], expected[0]) <= 1e-4
+
+
+def test_roberta_tokenizer_ids_of_a_batch() -> None:
+    """<s> ... </s> around every string (an empty one too), <s> in the text kept whole, rows
+    padded with the <pad> id, which the vocab puts where it likes. Without padding_length:
+    onnxruntime-extensions 0.15 writes rows longer than padding_length into the next rows."""
+    vocab, merges = _bpe_files(specials=("<s>", "<pad>", "</s>", "<unk>", "<mask>"))
+    ids = json.loads(vocab)
+    by_id = {i: t for t, i in ids.items()}
+    for a, b in ((0, 5), (1, 9)):  # <s> and <pad> at other ids
+        ids[by_id[a]], ids[by_id[b]] = b, a
+    node = helper.make_node(
+        "RobertaTokenizer",
+        ["text"],
+        ["input_ids", "attention_mask"],
+        domain=DOMAIN,
+        vocab=json.dumps(ids),
+        merges=merges,
+    )
+    model = _model(
+        [node],
+        [helper.make_tensor_value_info("text", STR, [None])],
+        [
+            helper.make_tensor_value_info(n, I64, [None, None])
+            for n in ("input_ids", "attention_mask")
+        ],
+    )
+    for batch in [CORPUS, FUZZ, ["café 🙂 <s> x </s>"], *([t] for t in FUZZ)]:
+        _assert_same(*_run_both(model, {"text": _texts(batch)}))
+
+
+def _trie_vocab() -> str:
+    """RWKV's vocab form: every byte, then longer entries, each `ID LITERAL LENGTH`."""
+    tokens = [bytes([b]) for b in range(256)]
+    tokens += [w.encode() for w in ("th", "the", " the", "qu", "quick", " brown", "café", "🙂")]
+    tokens += [b"\xf0\x9f", b"\xc3"]
+    lines = []
+    for i, t in enumerate(tokens, 1):
+        try:
+            literal = repr(t.decode("utf-8"))
+        except UnicodeDecodeError:
+            literal = repr(t)
+        lines.append(f"{i} {literal} {len(t)}")
+    return "\n".join(lines)
+
+
+def test_trie_tokenizer_and_detokenizer() -> None:
+    """Ids of a batch (rows padded with 0), and the text of rows of ids. onnxruntime-extensions
+    0.15 fails a row whose text is empty (an all-padding row) and takes no 1-D ids; turnout
+    gives "" and reads 1-D ids as one row."""
+    vocab = _trie_vocab()
+    tokenizer = _model(
+        [helper.make_node("TrieTokenizer", ["text"], ["ids"], domain=DOMAIN, vocab=vocab)],
+        [helper.make_tensor_value_info("text", STR, None)],
+        [helper.make_tensor_value_info("ids", I64, None)],
+    )
+    detokenizer = _model(
+        [helper.make_node("TrieDetokenizer", ["ids"], ["text"], domain=DOMAIN, vocab=vocab)],
+        [helper.make_tensor_value_info("ids", I64, None)],
+        [helper.make_tensor_value_info("text", STR, None)],
+    )
+    texts = [t for t in [*CORPUS, *FUZZ] if t]
+    for batch in [_texts(texts), _texts(texts).reshape(1, -1), _texts(["the quick"])]:
+        got, expected = _run_both(tokenizer, {"text": batch})
+        _assert_same(got, expected)
+        rows = expected[0].reshape(-1, expected[0].shape[-1])
+        got, expected = _run_both(detokenizer, {"ids": rows})
+        _assert_same(got, expected)
+        assert got[0].tolist() == batch.reshape(-1).tolist()
+    opts = turnout.SessionOptions()
+    opts.register_custom_ops_library(ortx.get_library_path())
+    ours = turnout.InferenceSession(detokenizer, opts, providers=["CPUExecutionProvider"])
+    ids = np.array([[35, 0, 0], [0, 0, 0]], np.int64)
+    assert ours.run(None, {"ids": ids})[0].tolist() == ['"', ""]
+    assert ours.run(None, {"ids": ids[0]})[0].tolist() == ['"']
+    with pytest.raises(RuntimeException, match="not valid UTF-8"):
+        ours.run(None, {"ids": np.array([[265]], np.int64)})  # b"\xf0\x9f" alone
 
 
 # -- string ops ------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Byte-level BPE tokenizers (GPT-2, CLIP) on the `tokenizers` package, built from the vocab
-(JSON) and merges (text) that the node carries."""
+"""Byte-level BPE tokenizers (GPT-2, RoBERTa, CLIP) on the `tokenizers` package, built from the
+vocab (JSON) and merges (text) that the node carries."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from turnout.graph.contrib import Arg, Attr, NodeTypes, TensorType
+from turnout.graph.errors import InvalidArgument
 from turnout.graph.errors import NotImplemented as OrtNotImplemented
 from turnout.providers.extensions._registry import INT64, attr_int, attr_text, op, strings
 from turnout.sdk.provider import KernelNode
@@ -145,5 +146,35 @@ def clip_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
             enc = tok.encode(s.strip(), add_special_tokens=False)
             rows.append(([bos, *enc.ids, eos], [(0, 0), *enc.offsets, (0, 0)]))
         return _padded(kn, rows, eos, arr.shape)[: len(kn.node.outputs)]
+
+    return run
+
+
+_ROBERTA_SPECIALS = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
+
+
+@_bpe_op("RobertaTokenizer")
+def roberta_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
+    """GPT-2's byte-level BPE with RoBERTa's frame: `<s>` ... `</s>` around every string (an
+    empty one too), RoBERTa's special tokens kept whole, and rows padded with the `<pad>` id."""
+    from tokenizers import AddedToken, pre_tokenizers
+
+    _no_offsets(kn)
+    tok, vocab = _model(kn, "")
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    specials = [t for t in _ROBERTA_SPECIALS if t in vocab]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    missing = [t for t in ("<s>", "</s>", "<pad>") if t not in vocab]
+    if missing:
+        raise InvalidArgument(f"{kn.name}: RobertaTokenizer's vocab has no token {missing[0]!r}")
+    bos, eos, pad = vocab["<s>"], vocab["</s>"], vocab["<pad>"]
+
+    def run(text: Any) -> tuple[Any, ...]:
+        arr = strings(text)
+        rows = []
+        for s in arr.reshape(-1):
+            enc = tok.encode(s, add_special_tokens=False)
+            rows.append(([bos, *enc.ids, eos], [(0, 0), *enc.offsets, (0, 0)]))
+        return _padded(kn, rows, pad, arr.shape)[: len(kn.node.outputs)]
 
     return run
