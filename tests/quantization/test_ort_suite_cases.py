@@ -337,3 +337,39 @@ def test_where_as_onnxruntime(fmt: str, force: bool, exclude: list[str]) -> None
     theirs, ours = _both(model, **kw)
     _assert_alike(model, theirs, ours)
     assert ("QLinearWhere" in _counts(ours)) == (fmt == "QOperator" and force)
+
+
+# -- TensorQuantOverrides -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "encoding", [{"scale": 0.005, "zero_point": 2}, {"rmin": -0.5, "rmax": 3.0}], ids=str
+)
+def test_tensor_quant_overrides_set_an_activations_scale_and_zero_point(
+    encoding: dict[str, float],
+) -> None:
+    model = _conv_relu()
+    given = {
+        k: np.array(v, np.int64 if k == "zero_point" else np.float32) for k, v in encoding.items()
+    }
+    kw = _static_kw(extra_options={"TensorQuantOverrides": {"x": [given]}})
+    theirs, ours = _both(model, **kw)
+    _assert_alike(model, theirs, ours)
+    for name in ("x_scale", "x_zero_point"):
+        values = [
+            nh.to_array(next(t for t in m.graph.initializer if t.name == name))
+            for m in (theirs, ours)
+        ]
+        np.testing.assert_allclose(values[1], values[0], rtol=1e-6)
+
+
+def test_tensor_quant_overrides_turnout_does_not_implement_are_refused() -> None:
+    model = _conv_relu()
+    for overrides in (
+        {"x": [{"scale": 0.1, "zero_point": 0, "symmetric": True}]},
+        {"w": [{"rmin": 0, "rmax": 1}]},
+    ):
+        with pytest.raises(NotImplementedError, match="TensorQuantOverrides"):
+            tq.quantize_static(
+                model, None, _feeds(model), extra_options={"TensorQuantOverrides": overrides}
+            )

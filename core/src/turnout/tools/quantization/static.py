@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, shape_inference
 
+from turnout.graph import errors
 from turnout.graph.errors import InvalidArgument
 from turnout.tools.quantization.calibrate import collect_ranges
 from turnout.tools.quantization.graph import GraphEditor, ModelInput, load_model, save_model
@@ -85,6 +86,7 @@ class _Settings:
     matmul_const_b_only: bool = False
     keep_removable: bool = False
     quantize_bias: bool = True
+    overrides: Mapping[str, Any] = field(default_factory=dict)  # TensorQuantOverrides
     channel_axes: Mapping[str, int] = field(default_factory=dict)
     # QOperator: a constant input of a non-weighted op (Add's bias) is stored in the activation
     # type, since QLinearAdd & co. take one element type for all inputs
@@ -257,6 +259,32 @@ class _Planner:
         self._outputs(node)
 
 
+_OVERRIDES = (frozenset(("scale", "zero_point")), frozenset(("rmin", "rmax")))
+
+
+def _overridden(s: _Settings, params: Mapping[str, QuantParams]) -> dict[str, QuantParams]:
+    """extra_options TensorQuantOverrides: an activation's scale and zero point, or the range
+    they are computed from, given by the user (one encoding per tensor)."""
+    out = {}
+    for name, encodings in s.overrides.items():
+        enc = dict(encodings[0]) if len(encodings) == 1 else {}
+        if name not in params or set(enc) not in _OVERRIDES:
+            raise errors.NotImplemented(
+                f"TensorQuantOverrides[{name!r}]={encodings!r}: turnout.tools.quantization "
+                "takes one encoding of {scale, zero_point} or {rmin, rmax}, for an activation "
+                "with its own range"
+            )
+        if "scale" in enc:
+            out[name] = QuantParams(
+                np.asarray(enc["scale"], np.float32).reshape(()),
+                np.asarray(enc["zero_point"]).astype(s.activation_type.dtype).reshape(()),
+            )
+        else:
+            rmin, rmax = float(enc["rmin"]), float(enc["rmax"])
+            out[name] = params_for_range(rmin, rmax, s.activation_type, s.activation_symmetric)
+    return out
+
+
 def _pad_keeps_range(node: onnx.NodeProto, editor: GraphEditor) -> bool:
     """Whether Pad's output holds only values of its input and zeros (onnxruntime's rule for
     letting it share the input's scale and zero point)."""
@@ -415,6 +443,7 @@ def _write(
         for name, source in plan.activations.items()
         if source is None and name not in plan.table_outputs
     }
+    params.update(_overridden(s, params))
     tables = {name: writer.table(gather) for name, gather in plan.table_outputs.items()}
     params.update({name: table[2] for name, table in tables.items()})
     for node, x, b in plan.biases:
@@ -560,6 +589,7 @@ def _settings(
         matmul_const_b_only=bool(options["MatMulConstBOnly"]),
         keep_removable=bool(options["QDQKeepRemovableActivations"]),
         quantize_bias=bool(options["QuantizeBias"]),
+        overrides=dict(options["TensorQuantOverrides"] or {}),
         channel_axes=dict(options["QDQOpTypePerChannelSupportToAxis"] or {}),
     )
 
