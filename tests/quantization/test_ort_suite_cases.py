@@ -195,11 +195,11 @@ def test_symmetric_calibration_range_centres_the_activation_zero_point() -> None
     assert int(nh.to_array(x_zero)) == 128
 
 
-def test_int8_activations_with_uint8_weights_are_refused_as_onnxruntime() -> None:
+def test_int8_activations_with_uint8_weights_are_refused_as_onnxruntime(tmp_path: Path) -> None:
     model = _conv_relu()
     kw = {"activation_type": oq.QuantType.QInt8, "weight_type": oq.QuantType.QUInt8}
     with pytest.raises(ValueError, match="doesn't support data format"):
-        oq.quantize_static(model, "unused.onnx", _Reader(_feeds(model)), **kw)
+        oq.quantize_static(model, str(tmp_path / "q.onnx"), _Reader(_feeds(model)), **kw)
     with pytest.raises(ValueError, match="doesn't support data format"):
         tq.quantize_static(model, None, _feeds(model), **kw)
 
