@@ -136,13 +136,17 @@ def test_batch_one_gemv_blocks(
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("rows, activation", [(1, ""), (1, "Relu"), (3, "")])
+@pytest.mark.parametrize(
+    "rows, activation, dt",
+    [(1, "", np.float32), (1, "Relu", np.float32), (1, "", np.float64), (3, "", np.float32)],
+)
 def test_large_weights_of_one_row_products_are_not_copied(
     rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, threads: int, rows: int,
-    activation: str,
+    activation: str, dt: type,
 ) -> None:  # fmt: skip
     """A transB weight of `KEEP_NT_BYTES` or more times a declared single row is a GEMV on the
-    weight as given (lowered here so that a small weight qualifies); more rows transpose it."""
+    weight as given (`_gemv_rows`; the limit lowered here so that a small weight qualifies,
+    700 rows: not a multiple of its blocks or of its four rows); more rows transpose it."""
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has one thread on this machine")
     from turnout_numba.kernels import gemm
@@ -152,9 +156,9 @@ def test_large_weights_of_one_row_products_are_not_copied(
     real = gemm.transposed
     monkeypatch.setattr(gemm, "transposed", lambda w: copies.append(w.shape) or real(w))
     feeds = {
-        "a": rng.standard_normal((rows, 300)).astype(np.float32),
-        "w": rng.standard_normal((700, 300)).astype(np.float32),
-        "bias": rng.standard_normal(700).astype(np.float32),
+        "a": rng.standard_normal((rows, 300)).astype(dt),
+        "w": rng.standard_normal((700, 300)).astype(dt),
+        "bias": rng.standard_normal(700).astype(dt),
     }
     model = _model("Gemm", feeds, ("w", "bias"), transB=1, beta=0.5)
     if activation:

@@ -129,6 +129,7 @@ def jit(
     parallel: bool = False,
     imports: str = "",
     contract: bool = False,
+    reassoc: bool = False,
 ) -> Callable[..., Any]:
     """A numba dispatcher for `pyfunc` with `sigs` compiled now (loaded from cache if there).
 
@@ -137,20 +138,22 @@ def jit(
     `contract` lets LLVM fuse a multiply and an add into one FMA (fast-math `contract` only: no
     reassociation, no NaN/inf assumptions); kernels that evaluate `vecmath` polynomials ask for
     it (a vectorized float32 sigmoid 1.1 -> 0.8 ns an element), the others keep numpy's
-    two-rounding arithmetic bit for bit.
+    two-rounding arithmetic bit for bit. `reassoc` also lets it reorder sums (vector lanes of
+    a dot product, as BLAS sums them): for products only.
     Dispatchers are shared in-process per (function, parallel); asking again for a signature
     already compiled costs nothing.
     """
     with _LOCK:
-        key = (pyfunc, parallel, contract)
+        key = (pyfunc, parallel, contract, reassoc)
         disp = _DISPATCHERS.get(key)
         root = cache_dir()
         use_cache = _writable(root)
         if disp is None:
-            variant = getattr(_variant_module(pyfunc, parallel, imports, contract), pyfunc.__name__)
+            module = _variant_module(pyfunc, parallel, imports, contract, reassoc)
+            variant = getattr(module, pyfunc.__name__)
             opts: dict[str, Any] = {"nogil": True, "parallel": parallel, "error_model": "numpy"}
-            if contract:
-                opts["fastmath"] = {"contract"}
+            if contract or reassoc:
+                opts["fastmath"] = {"contract", "reassoc"} if reassoc else {"contract"}
             if use_cache:
                 with _numba_cache_at(root):
                     disp = numba.njit(cache=True, **opts)(variant)
@@ -192,7 +195,11 @@ def _accept_writable(disp: Any) -> None:
 
 
 def _variant_module(
-    pyfunc: Callable[..., Any], parallel: bool, imports: str = "", contract: bool = False
+    pyfunc: Callable[..., Any],
+    parallel: bool,
+    imports: str = "",
+    contract: bool = False,
+    reassoc: bool = False,
 ) -> ModuleType:
     """The generated module holding `pyfunc`'s source for one compile flag. numba's cache
     index does not record compile flags: the serial and the parallel variant of a function
@@ -206,7 +213,7 @@ def _variant_module(
         st = os.stat(origin)
         stamp = (
             f"{origin}|{st.st_size}|{st.st_mtime_ns}|{pyfunc.__qualname__}|{parallel}|{imports}"
-            f"|{contract}"
+            f"|{contract}" + ("|reassoc" if reassoc else "")
         )
     except OSError:
         stamp = ""
@@ -221,7 +228,7 @@ def _variant_module(
             return found  # (a module without it: a note written from a stale source, below)
     text = (
         f"# turnout-numba kernel {pyfunc.__name__}, parallel={parallel}"
-        + (", fastmath=contract" if contract else "")
+        + (", fastmath=reassoc" if reassoc else ", fastmath=contract" if contract else "")
         + f"\n{_PRELUDE}{imports}\n\n"
         + textwrap.dedent(inspect.getsource(pyfunc))
     )

@@ -48,11 +48,11 @@ class SizedKernel:
         parallel: bool,
         *,
         contract: bool = False,
+        reassoc: bool = False,
     ) -> None:
-        self.serial = cache.jit(pyfunc, sigs, parallel=False, contract=contract)
-        self.parallel = (
-            cache.jit(pyfunc, sigs, parallel=True, contract=contract) if parallel else self.serial
-        )
+        flags = {"contract": contract, "reassoc": reassoc}
+        self.serial = cache.jit(pyfunc, sigs, parallel=False, **flags)
+        self.parallel = cache.jit(pyfunc, sigs, parallel=True, **flags) if parallel else self.serial
 
     def __call__(self, work: int, *args: Any) -> Any:
         return (self.parallel if work >= SERIAL_WORK else self.serial)(*args)
@@ -68,11 +68,17 @@ class BuildContext:
     modules: set[str] = field(default_factory=set, compare=False)
 
     def jit(
-        self, pyfunc: Callable[..., Any], sigs: Sequence[Any], *, contract: bool = False
+        self,
+        pyfunc: Callable[..., Any],
+        sigs: Sequence[Any],
+        *,
+        contract: bool = False,
+        reassoc: bool = False,
     ) -> SizedKernel:
         """Compile `pyfunc` for this session: serial, plus parallel when threads > 1
-        (`contract`: FMAs allowed, for kernels evaluating `vecmath` expansions)."""
-        return SizedKernel(pyfunc, sigs, self.parallel, contract=contract)
+        (`contract`: FMAs allowed, for kernels evaluating `vecmath` expansions; `reassoc`:
+        sums reordered too, for dot products, `cache.jit`)."""
+        return SizedKernel(pyfunc, sigs, self.parallel, contract=contract, reassoc=reassoc)
 
 
 Applies = Callable[[KernelNode], "str | None"]

@@ -53,9 +53,13 @@ SMALL_M = 1
 KEEP_NT_BYTES = 1 << 24
 """A constant transB weight of at least this many bytes, multiplied by a single row (A's rows
 declared 1: batch-1 classifiers' dense layers), is used as given, not transposed into a copy:
-the product is a GEMV that reads B once either way (1x9216 @ 9216x4096, 1 thread: 9.9 ms as
-given, 9.4 transposed; 1x4096 @ 4096x1000: 0.55 both), where the copy cost alexnet 0.1-0.8 s
-of session creation and 233 MB. Below it the compiled GEMV (which needs (K, N)) wins."""
+the product is a GEMV that reads B once either way, here `_gemv_rows`'s dot products (1 thread,
+CPU time: 1x9216 @ 9216x4096 9.1 ms, OpenBLAS 11.0 on B as given and 10.1 on the transposed
+copy; 1x25088 @ 25088x4096 24.2, 30.5, 27.4), where the copy cost alexnet 0.1-0.8 s of session
+creation and 233 MB. Below it the compiled GEMV over the copy wins."""
+
+GEMV_ROWS = 64
+"""Rows of B as given per block of `_gemv_rows` (shared out with threads)."""
 
 GEMV_BLOCK = 256
 """Columns of y per block of the GEMV: with threads the blocks are shared out (a batch-1
@@ -115,6 +119,46 @@ def _small_gemm(
                 yr = y[i][j0:j1]
                 for j in range(w):
                     yr[j] = yr[j] * alpha
+
+
+def _gemv_rows(w: Any, a: Any, y: Any, step: int) -> None:  # pragma: no cover
+    """y[0] = w @ a[0] for B as given, w (N, K) with K >= 1: four rows of w at a time, each a
+    dot product with a[0] (summed in vector lanes, as BLAS's GEMV sums: compiled `reassoc`),
+    in blocks of `step` rows that a session with threads shares out."""
+    n, kk = w.shape
+    x = a[0]
+    out = y[0]
+    for q in prange((n + step - 1) // step):
+        j = q * step
+        j1 = min(n, j + step)
+        while j + 4 <= j1:
+            r0 = w[j]
+            r1 = w[j + 1]
+            r2 = w[j + 2]
+            r3 = w[j + 3]
+            v = x[0]
+            s0 = r0[0] * v
+            s1 = r1[0] * v
+            s2 = r2[0] * v
+            s3 = r3[0] * v
+            for i in range(1, kk):
+                v = x[i]
+                s0 += r0[i] * v
+                s1 += r1[i] * v
+                s2 += r2[i] * v
+                s3 += r3[i] * v
+            out[j] = s0
+            out[j + 1] = s1
+            out[j + 2] = s2
+            out[j + 3] = s3
+            j += 4
+        while j < j1:
+            r0 = w[j]
+            s0 = r0[0] * x[0]
+            for i in range(1, kk):
+                s0 += r0[i] * x[i]
+            out[j] = s0
+            j += 1
 
 
 def _applies(kn: KernelNode) -> str | None:
@@ -192,10 +236,24 @@ class _Product:
             variant(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
                     np.empty((1, 1), dt), GEMV_BLOCK)  # fmt: skip
         self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
+        self.gemv = None  # `_gemv_rows`, for a B kept as given
         weight = constant_value(kn, 1)
         if isinstance(weight, np.ndarray) and weight.ndim == 2:  # the first run must not pack it
-            if self.trans_b and weight.nbytes >= KEEP_NT_BYTES and _one_row(kn, self.trans_a):
-                packed = weight.T  # a GEMV reads it as fast as given (`KEEP_NT_BYTES`)
+            if (
+                self.trans_b
+                and weight.nbytes >= KEEP_NT_BYTES
+                and weight.flags.c_contiguous
+                and weight.shape[1] > 0
+                and _one_row(kn, self.trans_a)
+            ):
+                packed = weight.T  # read as given (`KEEP_NT_BYTES`)
+                rows = numba_array(dt, 2, readonly=True, layout="C")
+                out = numba_array(dt, 2, readonly=False, layout="C")
+                gemv_sig = types.void(rows, rows, out, types.int64)
+                self.gemv = ctx.jit(_gemv_rows, [gemv_sig], reassoc=True)
+                x = np.zeros((1, weight.shape[1]), dt)
+                for variant in {self.gemv.serial, self.gemv.parallel}:  # first calls: now
+                    variant(weight[:1], x, np.empty((1, 1), dt), GEMV_ROWS)
             else:
                 packed = transposed(weight) if self.trans_b else np.ascontiguousarray(weight)
                 packed.flags.writeable = False
@@ -264,20 +322,28 @@ class _Product:
             form = self._c_form(c, (*lead, n), rows, n)
         if form is None:
             if self.plain.noop:
-                y = pool_matmul(a2, bp)
+                y = self._matmul(a2, bp)
             elif rows <= SMALL_M and self.no_act and bp.flags.c_contiguous:
                 y = np.empty((rows, n), dt)
                 self.small(bp.size, a2, bp, self.zero_col, self.alpha, 0.0, y, GEMV_BLOCK)
             else:
-                y = pool_matmul(a2, bp)
+                y = self._matmul(a2, bp)
                 self.plain(y.reshape(1, rows, n), alpha=self.alpha)
         elif form.ndim == 1 and rows <= SMALL_M and self.no_act and bp.flags.c_contiguous:
             y = np.empty((rows, n), dt)
             self.small(bp.size, a2, bp, form, self.alpha, self.beta, y, GEMV_BLOCK)
         else:
-            y = pool_matmul(a2, bp)
+            y = self._matmul(a2, bp)
             self._epilogue(y.reshape(1, rows, n), form, c)
         return (y if len(lead) == 1 else y.reshape((*lead, n)),)
+
+    def _matmul(self, a2: Any, bp: Any) -> Any:
+        """a2 @ bp into a fresh array: `_gemv_rows` for one row and a B kept as given."""
+        if self.gemv is not None and a2.shape[0] == 1 and not bp.flags.c_contiguous:
+            y = np.empty((1, bp.shape[1]), self.dt)
+            self.gemv(bp.size, bp.T, a2, y, GEMV_ROWS)
+            return y
+        return pool_matmul(a2, bp)
 
     def _inner(self, a: Any, b: Any) -> InvalidArgument:
         trans = f" (transA={int(self.trans_a)}, transB={int(self.trans_b)})" if self.gemm else ""
