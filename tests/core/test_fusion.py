@@ -157,7 +157,7 @@ def test_groups_of_random_graphs_match_checking_each_group_from_scratch(
 
     from turnout.sdk import fusion
 
-    def from_scratch(group: Any, idx: GraphIndex, leaving: Any = None) -> bool:
+    def from_scratch(group: Any, idx: GraphIndex, leaving: Any = None, last: Any = None) -> bool:
         return is_convex(group, idx)
 
     for seed in range(60):

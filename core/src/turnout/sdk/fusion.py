@@ -61,15 +61,20 @@ class GraphIndex:
 
 
 def is_convex(
-    group: Collection[str], idx: GraphIndex, leaving: Iterable[str] | None = None
+    group: Collection[str],
+    idx: GraphIndex,
+    leaving: Iterable[str] | None = None,
+    last: int | None = None,
 ) -> bool:
     """True when no path leaves `group` and re-enters it (only then can it run as one step).
 
     Only nodes before the group's last member are searched: a later node cannot lead back.
-    `leaving`: the nodes outside `group` that read a member's output, when the caller keeps
-    them (`find_groups` does, so that a growing group is not walked member by member).
+    `leaving`: the nodes outside `group` that read a member's output, and `last`: the last
+    member's position, when the caller keeps them (`find_groups` does, so that a growing
+    group is not walked member by member).
     """
-    last = max(idx.order[n] for n in group)
+    if last is None:
+        last = max(idx.order[n] for n in group)
     if leaving is None:
         leaving = (s for n in group for s in idx.successors(n))
     stack = [s for s in leaving if s not in group]
@@ -121,10 +126,11 @@ def find_groups(
         }
         chosen: int | None = None
         out: set[str] = set()
+        here = idx.order[node.name]  # the last member of any group it joins
         if parents:
             merged = set().union(*(groups[g] for g in parents)) | {node.name}
             out = leaving_of(merged, parents, node.name)
-            if is_convex(merged, idx, out):
+            if is_convex(merged, idx, out, here):
                 keep = min(parents)
                 for g in parents - {keep}:
                     leaving.pop(g)
@@ -136,7 +142,7 @@ def find_groups(
                 for g in sorted(parents, key=lambda g: -len(groups[g])):
                     one = groups[g] | {node.name}
                     out = leaving_of(one, (g,), node.name)
-                    if is_convex(one, idx, out):
+                    if is_convex(one, idx, out, here):
                         chosen = g
                         break
         if chosen is None:
