@@ -438,6 +438,206 @@ def test_roberta_tokenizer_ids_of_a_batch() -> None:
         _assert_same(*_run_both(model, {"text": _texts(batch)}))
 
 
+# -- tokenizer.json (HfJsonTokenizer) --------------------------------------------------------
+
+
+def _hf_json(kind: str) -> str:
+    """A tokenizer.json trained on CORPUS: "bytelevel" (GPT-2, Qwen), "llama" (BPE on "▁"
+    words with byte fallback), "unigram" (T5) or "wordpiece" (BERT)."""
+    tk = pytest.importorskip("tokenizers", reason="HfJsonTokenizer runs on it")
+    specials = ["<s>", "</s>", "<pad>", "<unk>", "<|endoftext|>"]
+    if kind == "bytelevel":
+        tok = tk.Tokenizer(tk.models.BPE())
+        tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = tk.decoders.ByteLevel()
+        trainer: Any = tk.trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=specials,
+            initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+    elif kind == "llama":
+        tok = tk.Tokenizer(tk.models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+        tok.normalizer = tk.normalizers.Sequence(
+            [tk.normalizers.Prepend("▁"), tk.normalizers.Replace(" ", "▁")]
+        )
+        tok.decoder = tk.decoders.Sequence(
+            [
+                tk.decoders.Replace("▁", " "),
+                tk.decoders.ByteFallback(),
+                tk.decoders.Fuse(),
+                tk.decoders.Strip(" ", 1, 0),
+            ]
+        )
+        # trained on "▁"-led words, digits and punctuation apart as SentencePiece trains
+        # Llama's merges, and saved without the split, as Llama's tokenizer.json is
+        tok.pre_tokenizer = tk.pre_tokenizers.Sequence(
+            [
+                tk.pre_tokenizers.Metaspace(prepend_scheme="never"),
+                tk.pre_tokenizers.Digits(individual_digits=True),
+                tk.pre_tokenizers.Punctuation(),
+            ]
+        )
+        byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+        trainer = tk.trainers.BpeTrainer(
+            vocab_size=400, special_tokens=specials + byte_pieces, show_progress=False
+        )
+    elif kind == "unigram":
+        tok = tk.Tokenizer(tk.models.Unigram())
+        # SentencePiece's extra whitespace removal, which T5's precompiled normalizer does
+        tok.normalizer = tk.normalizers.Sequence(
+            [tk.normalizers.Strip(), tk.normalizers.Replace(tk.Regex(" {2,}"), " ")]
+        )
+        tok.pre_tokenizer = tk.pre_tokenizers.Metaspace()
+        trainer = tk.trainers.UnigramTrainer(
+            vocab_size=150, special_tokens=specials, unk_token="<unk>", show_progress=False
+        )
+    else:
+        tok = tk.Tokenizer(tk.models.WordPiece(unk_token="<unk>"))
+        tok.normalizer = tk.normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+        trainer = tk.trainers.WordPieceTrainer(
+            vocab_size=300, special_tokens=specials, show_progress=False
+        )
+    tok.train_from_iterator(CORPUS * 10, trainer)
+    state = json.loads(tok.to_str())
+    if kind == "llama":  # the byte pieces are vocab entries, not added tokens
+        state["added_tokens"] = [t for t in state["added_tokens"] if t["content"] in specials]
+        state["pre_tokenizer"] = None
+    return json.dumps(state)
+
+
+def _hf_json_model(tokenizer: str, config: dict[str, Any], outputs: Sequence[str]) -> bytes:
+    node = helper.make_node(
+        "HfJsonTokenizer",
+        ["text"],
+        list(outputs),
+        domain=DOMAIN,
+        tokenizer_vocab=tokenizer,
+        tokenizer_config=json.dumps(config),
+    )
+    return _model(
+        [node],
+        [helper.make_tensor_value_info("text", STR, [None])],
+        [helper.make_tensor_value_info(n, I64, [None, None]) for n in outputs],
+    )
+
+
+def _with_post(tokenizer: str, post: str) -> str:
+    """tokenizer.json with a post-processor: none, or <s> and/or </s> around each string."""
+    tk = pytest.importorskip("tokenizers")
+    tok = tk.Tokenizer.from_str(tokenizer)
+    ids = {t: tok.token_to_id(t) for t in ("<s>", "</s>")}
+    if post == "roberta":
+        tok.post_processor = tk.processors.RobertaProcessing(
+            ("</s>", ids["</s>"]), ("<s>", ids["<s>"])
+        )
+    elif post:
+        tok.post_processor = tk.processors.TemplateProcessing(
+            single=post, special_tokens=[(t, i) for t, i in ids.items() if t in post]
+        )
+    return str(tok.to_str())
+
+
+_HF_BATCHES = [CORPUS, FUZZ, ["ends <|endoftext|> the text", "</s> <s>", "ü"], *([t] for t in FUZZ)]
+
+
+def _hf_bpe_cases() -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(kind, tokenizer_class, post-processor, config flags). Llama's are the ones without an
+    eos token: 0.15 never appends one to a SentencePiece-style BPE row (docs/extensions-ops.md)."""
+    posts = ["", "<s> $A", "$A </s>", "<s> $A </s>", "roberta"]
+    flags: list[dict[str, Any]] = [
+        {},
+        {"add_bos_token": True},
+        {"add_eos_token": True},
+        {"add_bos_token": True, "add_eos_token": True},
+        {"add_bos_token": False, "add_eos_token": False},
+    ]
+    cases = [
+        (kind, cls, post, f)
+        for kind, cls in [("bytelevel", "GPT2Tokenizer"), ("bytelevel", "Qwen2Tokenizer")]
+        for post in posts
+        for f in flags
+    ]
+    cases += [
+        ("llama", "LlamaTokenizer", post, f)
+        for post in ("", "<s> $A")
+        for f in flags
+        if not f.get("add_eos_token")
+    ]
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "cls", "post", "flags"), _hf_bpe_cases())
+def test_hf_json_tokenizer_bpe(kind: str, cls: str, post: str, flags: dict[str, Any]) -> None:
+    """Byte-level and Llama-style BPE: the post-processor's frame, unless add_bos_token
+    replaces it (docs/extensions-ops.md); rows padded with 0. onnxruntime-extensions picks
+    its pre-tokenization by tokenizer_class (a Llama tokenizer.json under a GPT-2 class gives
+    unknown ids, a GPT-2 one under Llama's splits digits otherwise), turnout by
+    tokenizer.json: each is tested with its own classes."""
+    tokenizer = _with_post(_hf_json(kind), post)
+    config = {"tokenizer_class": cls, "bos_token": "<s>", "eos_token": "</s>", **flags}
+    model = _hf_json_model(tokenizer, config, ["ids", "attention_mask"])
+    for batch in _HF_BATCHES:
+        _assert_same(*_run_both(model, {"text": _texts(batch)}))
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        {"pad_token": "<pad>"},
+        {"pad_token": "</s>"},  # the eos token: 0 pads
+        {"pad_token": {"content": "<pad>"}},  # not a string: 0 pads
+        {"bos_token": {"content": "<s>"}, "eos_token": {"content": "</s>"}, "pad_token": "<pad>"},
+    ],
+)
+def test_hf_json_tokenizer_padding(tokens: dict[str, Any]) -> None:
+    tokenizer = _with_post(_hf_json("bytelevel"), "<s> $A </s>")
+    config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<s>", "eos_token": "</s>"}
+    model = _hf_json_model(tokenizer, {**config, **tokens}, ["ids", "attention_mask"])
+    _assert_same(*_run_both(model, {"text": _texts(CORPUS)}))
+
+
+def test_hf_json_tokenizer_unigram() -> None:
+    """onnxruntime-extensions 0.15 runs a Unigram tokenizer.json on one string at a time, gives
+    its ids as a vector and no attention mask; turnout takes a batch, gives [N, L] as the op's
+    schema says, and the mask too. Where a special token is in the text, 0.15 makes the space
+    before it (or the text's start) a "▁" piece, and a blank string gives no ids, not even
+    </s>: there turnout's ids are those of `tokenizers`."""
+    tokenizer = _with_post(_hf_json("unigram"), "$A </s>")
+    config = {"tokenizer_class": "T5Tokenizer", "eos_token": "</s>", "pad_token": "<pad>"}
+    model = _hf_json_model(tokenizer, config, ["ids"])
+    for text in [t for t in [*CORPUS, *FUZZ] if t.strip()]:
+        got, expected = _run_both(model, {"text": _texts([text])})
+        assert got[0].shape == (1, *expected[0].shape)
+        _assert_same([got[0][0]], expected)
+    tk = pytest.importorskip("tokenizers")
+    rows = [tk.Tokenizer.from_str(tokenizer).encode(t).ids for t in CORPUS]
+    ids, mask = _run_ours(_hf_json_model(tokenizer, config, ["ids", "mask"]), _texts(CORPUS))
+    pad = json.loads(tokenizer)["model"]["vocab"].index(["<pad>", 0.0])
+    assert ids.tolist() == [r + [pad] * (ids.shape[1] - len(r)) for r in rows]
+    assert mask.tolist() == [[1] * len(r) + [0] * (ids.shape[1] - len(r)) for r in rows]
+
+
+def test_hf_json_tokenizer_wordpiece() -> None:
+    """A BERT tokenizer.json, which onnxruntime-extensions 0.15 refuses ("Unknown tokenizer
+    type"): turnout gives the ids of `tokenizers`, [CLS]-style frame included."""
+    tokenizer = _with_post(_hf_json("wordpiece"), "<s> $A </s>")
+    tk = pytest.importorskip("tokenizers")
+    reference = tk.Tokenizer.from_str(tokenizer)
+    config = {"tokenizer_class": "BertTokenizer", "pad_token": "<pad>"}
+    ids, mask = _run_ours(_hf_json_model(tokenizer, config, ["ids", "mask"]), _texts(CORPUS))
+    for row, keep, text in zip(ids.tolist(), mask.tolist(), CORPUS, strict=True):
+        assert [i for i, m in zip(row, keep, strict=True) if m] == reference.encode(text).ids
+
+
+def _run_ours(model: bytes, text: Any) -> list[Any]:
+    opts = turnout.SessionOptions()
+    opts.register_custom_ops_library(ortx.get_library_path())
+    sess = turnout.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    return list(sess.run(None, {"text": text}))
+
+
 def _trie_vocab() -> str:
     """RWKV's vocab form: every byte, then longer entries, each `ID LITERAL LENGTH`."""
     tokens = [bytes([b]) for b in range(256)]

@@ -7,11 +7,11 @@ Exported text, audio and vision models carry pre- and post-processing as nodes o
 load that native library; given its path, `SessionOptions.register_custom_ops_library`
 installs these op sets instead (`enable()`): one `turnout.graph.contrib.OpSpec` schema and
 one numpy/Python kernel per op, in one module per family (`strings`, `wordpiece`,
-`sentencepiece`, `bpe`, `trie`, `audio`, `vision`). The tokenizers and codecs run on maintained
-Python libraries (`sentencepiece`, `tokenizers`, `miniaudio`, `Pillow`: the `turnout[extensions]`
-extra); a node whose library is not installed is refused at session creation
-(`MissingExtensionsLibrary`, naming the node and the pip command). docs/extensions-ops.md lists
-every op of the domains and what runs it.
+`sentencepiece`, `bpe`, `hfjson`, `trie`, `audio`, `vision`). The tokenizers and codecs run on
+maintained Python libraries (`sentencepiece`, `tokenizers`, `miniaudio`, `Pillow`: the
+`turnout[extensions]` extra); a node whose library is not installed is refused at session
+creation (`MissingExtensionsLibrary`, naming the node and the pip command).
+docs/extensions-ops.md lists every op of the domains and what runs it.
 
 The package sits in the providers layer: its kernels are the CPU provider's custom-op kernels
 (`turnout.sdk.custom_ops`), and the api layer enables it.
@@ -25,6 +25,7 @@ from pathlib import Path
 from turnout.providers.extensions import (
     audio,
     bpe,
+    hfjson,
     sentencepiece,
     strings,
     trie,
@@ -52,7 +53,16 @@ __all__ = [
     "ops",
 ]
 
-_MODULES = (audio, bpe, sentencepiece, strings, trie, vision, wordpiece)  # for their registrations
+_MODULES = (
+    audio,
+    bpe,
+    hfjson,
+    sentencepiece,
+    strings,
+    trie,
+    vision,
+    wordpiece,
+)  # for their registrations
 
 _NATIVE_NAMES = re.compile(
     r"^(_extensions_pydll\..*\.(so|pyd)|_extensions_pydll\.(so|pyd)"

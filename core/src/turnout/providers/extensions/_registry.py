@@ -25,7 +25,9 @@ __all__ = [
     "attr_text",
     "latin_lower",
     "op",
+    "padded_rows",
     "strings",
+    "token_rows_infer",
     "typed",
 ]
 
@@ -152,3 +154,28 @@ def string_array(values: Sequence[str], shape: Sequence[int] | None = None) -> n
     for i, s in enumerate(values):
         out[i] = s
     return out if shape is None else out.reshape(tuple(shape))
+
+
+def token_rows_infer(types: NodeTypes) -> list[TensorType | None]:
+    """Inference of a tokenizer with outputs ids, attention_mask and offset_mapping: a row of
+    ids per string, [*shape, L], and [*shape, L, 2] offsets."""
+    x = types.input(0)
+    shape = None if x is None or x.shape is None else (*x.shape, None)
+    offsets = None if shape is None else (*shape, 2)
+    return [TensorType(INT64, shape), TensorType(INT64, shape), TensorType(INT64, offsets)]
+
+
+def padded_rows(
+    rows: Sequence[Sequence[int]], pad: int, shape: Sequence[int], width: int = -1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ids as one [*shape, width] tensor, padded with `pad` or cut to `width` (-1: the
+    longest row), and its attention mask (1 where a row has an id)."""
+    if width < 0:
+        width = max((len(r) for r in rows), default=0)
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        n = min(len(r), width)
+        ids[i, :n] = r[:n]
+        mask[i, :n] = 1
+    return ids.reshape(*shape, width), mask.reshape(*shape, width)

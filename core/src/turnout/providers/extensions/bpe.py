@@ -9,10 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from turnout.graph.contrib import Arg, Attr, NodeTypes, TensorType
+from turnout.graph.contrib import Arg, Attr
 from turnout.graph.errors import InvalidArgument
 from turnout.graph.errors import NotImplemented as OrtNotImplemented
-from turnout.providers.extensions._registry import INT64, attr_int, attr_text, op, strings
+from turnout.providers.extensions._registry import (
+    attr_int,
+    attr_text,
+    op,
+    strings,
+    token_rows_infer,
+)
 from turnout.sdk.provider import KernelNode
 
 __all__: list[str] = []
@@ -30,13 +36,6 @@ _OUTPUTS = [
 _CLIP_SPLIT = (
     r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"
 )
-
-
-def _infer(types: NodeTypes) -> list[TensorType | None]:
-    x = types.input(0)
-    shape = None if x is None or x.shape is None else (*x.shape, None)
-    offsets = None if shape is None else (*shape, 2)
-    return [TensorType(INT64, shape), TensorType(INT64, shape), TensorType(INT64, offsets)]
 
 
 def _model(kn: KernelNode, suffix: str) -> tuple[Any, dict[str, int]]:
@@ -82,7 +81,7 @@ def _bpe_op(name: str) -> Callable[[Any], Any]:
         name,
         [Arg("input_text", "tensor(string)")],
         _OUTPUTS,
-        _infer,
+        token_rows_infer,
         attrs=_ATTRS,
         library="tokenizers",
     )
