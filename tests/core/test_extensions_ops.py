@@ -409,6 +409,106 @@ def test_gpt2_padding_length(padding_length: int) -> None:
     assert _max_diff(got[0], expected[0]) <= 1e-4
 
 
+def _bpe_offsets_model(op: str, vocab: str, merges: str, **attrs: Any) -> bytes:
+    node = helper.make_node(
+        op,
+        ["text"],
+        ["ids", "attention_mask", "offsets"],
+        domain=DOMAIN,
+        vocab=vocab,
+        merges=merges,
+        **attrs,
+    )
+    return _model(
+        [node],
+        [helper.make_tensor_value_info("text", STR, [None])],
+        [
+            helper.make_tensor_value_info("ids", I64, [None, None]),
+            helper.make_tensor_value_info("attention_mask", I64, [None, None]),
+            helper.make_tensor_value_info("offsets", I64, [None, None, 2]),
+        ],
+    )
+
+
+def _bpe_vocab(op: str) -> tuple[str, str]:
+    if op == "CLIPTokenizer":
+        return _bpe_files("</w>", ("<|startoftext|>", "<|endoftext|>"))
+    if op == "RobertaTokenizer":
+        return _bpe_files(specials=("<s>", "<pad>", "</s>", "<unk>", "<mask>"))
+    return _bpe_files()
+
+
+def _token_text(token: str) -> str | None:
+    """A byte-level BPE token's text without the space that starts a word or the </w> that
+    ends one; None where its bytes cut a character."""
+    tk = pytest.importorskip("tokenizers")
+    byte_of = {
+        c: i for i, c in enumerate(_byte_level_order(tk.pre_tokenizers.ByteLevel.alphabet()))
+    }
+    try:
+        text = bytes(byte_of[c] for c in token.removesuffix("</w>")).decode("utf-8")
+    except (KeyError, UnicodeDecodeError):
+        return None
+    return text.lstrip(" ")
+
+
+def _byte_level_order(alphabet: Sequence[str]) -> list[str]:
+    """GPT-2's byte -> character table, byte by byte: printable Latin-1 bytes stand for
+    themselves, the others take the characters from U+0100 on, in order."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    out, extra = [], 0
+    for b in range(256):
+        if b in keep:
+            out.append(chr(b))
+        else:
+            out.append(chr(256 + extra))
+            extra += 1
+    assert sorted(out) == sorted(alphabet)
+    return out
+
+
+@pytest.mark.parametrize("op", ["GPT2Tokenizer", "RobertaTokenizer"])
+def test_bpe_offsets_of_a_word_are_onnxruntime_extensions(op: str) -> None:
+    """One ASCII word a string, where onnxruntime-extensions 0.15's offsets are right (on a
+    word after a space they count the space in the token's end, on non-ASCII text they count
+    bytes of the byte-level characters, and a batch's rows are packed without padding)."""
+    vocab, merges = _bpe_vocab(op)
+    model = _bpe_offsets_model(op, vocab, merges)
+    for text in ["hello", "tokenizer!", "vectors;", "a", "'quotes'"]:
+        _assert_same(*_run_both(model, {"text": _texts([text])}))
+
+
+@pytest.mark.parametrize("op", ["GPT2Tokenizer", "RobertaTokenizer", "CLIPTokenizer"])
+@pytest.mark.parametrize("padding_length", [-1, 7])
+def test_bpe_offsets_slice_each_token_from_the_text(op: str, padding_length: int) -> None:
+    """Every token's offsets slice its text out of the string (in characters, the space before
+    a word left out), rows padded with (0, 0) as the ids are; the ids as onnxruntime's (with
+    padding_length, Roberta's and CLIP's only on GPT-2: 0.15 writes their rows longer than it
+    into the next rows)."""
+    vocab, merges = _bpe_vocab(op)
+    by_id = {i: t for t, i in json.loads(vocab).items()}
+    model = _bpe_offsets_model(op, vocab, merges, padding_length=padding_length)
+    batch = [c for c in [*CORPUS, *FUZZ] if _clip_parity(c)] if op == "CLIPTokenizer" else FUZZ
+    got, expected = _run_both(model, {"text": _texts(batch)})
+    if padding_length < 0 or op == "GPT2Tokenizer":
+        _assert_same(got[:2], expected[:2])
+    ids, mask, offsets = got
+    assert offsets.shape == (*ids.shape, 2)
+    checked = 0
+    for text, row, keep, spans in zip(batch, ids, mask, offsets, strict=True):
+        source = text.lower() if op == "CLIPTokenizer" else text
+        for i, m, (start, end) in zip(row, keep, spans.tolist(), strict=True):
+            token = by_id[int(i)]
+            if not m or token.startswith("<"):
+                assert (start, end) == (0, 0)
+                continue
+            expect = _token_text(token)
+            if expect is not None and expect:
+                assert source[start:end] == expect, (text, token, start, end)
+                checked += 1
+    assert checked > 20
+
+
 def test_roberta_tokenizer_ids_of_a_batch() -> None:
     """<s> ... </s> around every string (an empty one too), <s> in the text kept whole, rows
     padded with the <pad> id, which the vocab puts where it likes. Without padding_length:

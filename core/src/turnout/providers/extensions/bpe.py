@@ -11,11 +11,11 @@ import numpy as np
 
 from turnout.graph.contrib import Arg, Attr
 from turnout.graph.errors import InvalidArgument
-from turnout.graph.errors import NotImplemented as OrtNotImplemented
 from turnout.providers.extensions._registry import (
     attr_int,
     attr_text,
     op,
+    padded_rows,
     strings,
     token_rows_infer,
 )
@@ -53,26 +53,20 @@ def _model(kn: KernelNode, suffix: str) -> tuple[Any, dict[str, int]]:
 
 def _padded(
     kn: KernelNode, rows: list[tuple[list[int], list[tuple[int, int]]]], pad: int, shape: Any
-) -> tuple[Any, Any, Any]:
-    """input_ids, attention_mask and offsets, each row padded (with `pad`) or cut to the
-    padding_length attribute (-1: the longest row)."""
+) -> tuple[Any, ...]:
+    """input_ids, attention_mask and offset_mapping (as many as the node has), each row padded
+    (ids with `pad`, offsets with (0, 0)) or cut to the padding_length attribute (-1: the
+    longest row). Offsets count characters of the string, a token's (start, end) as Python
+    slices it; special tokens and padding have (0, 0)."""
     length = attr_int(kn, "padding_length", -1)
-    width = max((len(ids) for ids, _ in rows), default=0) if length < 0 else length
-    ids_out = np.full((len(rows), width), pad, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
+    ids, mask = padded_rows([r for r, _ in rows], pad, shape, length)
+    width = ids.shape[-1]
     offsets = np.zeros((len(rows), width, 2), dtype=np.int64)
-    for r, (ids, offs) in enumerate(rows):
-        n = min(len(ids), width)
-        ids_out[r, :n] = ids[:n]
-        mask[r, :n] = 1
+    for r, (_, offs) in enumerate(rows):
+        n = min(len(offs), width)
         if n:
             offsets[r, :n] = np.asarray(offs[:n], dtype=np.int64).reshape(n, 2)
-    lead = tuple(shape)
-    return (
-        ids_out.reshape(*lead, width),
-        mask.reshape(*lead, width),
-        offsets.reshape(*lead, width, 2),
-    )
+    return (ids, mask, offsets.reshape(*shape, width, 2))[: len(kn.node.outputs)]
 
 
 def _bpe_op(name: str) -> Callable[[Any], Any]:
@@ -87,23 +81,23 @@ def _bpe_op(name: str) -> Callable[[Any], Any]:
     )
 
 
-def _no_offsets(kn: KernelNode) -> None:
-    if len(kn.node.outputs) > 2 and kn.node.outputs[2]:
-        raise OrtNotImplemented(
-            f"node {kn.name!r} ({kn.domain}::{kn.op_type}): turnout does not compute the "
-            "offset_mapping output"
-        )
+def _byte_level(tok: Any) -> None:
+    """GPT-2's byte-level split, its offsets trimmed of the space a word starts with (as
+    onnxruntime-extensions' start offsets are)."""
+    from tokenizers import pre_tokenizers, processors
+
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.post_processor = processors.ByteLevel(trim_offsets=True)
 
 
 @_bpe_op("GPT2Tokenizer")
 def gpt2_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
     """Byte-level BPE of each string (GPT-2's pre-tokenizer split; `<|endoftext|>` kept
     whole when the vocab has it); ids padded with 0 to `padding_length`."""
-    from tokenizers import AddedToken, pre_tokenizers
+    from tokenizers import AddedToken
 
-    _no_offsets(kn)
     tok, vocab = _model(kn, "")
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    _byte_level(tok)
     specials = [t for t in vocab if t.startswith("<|") and t.endswith("|>")]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
 
@@ -113,7 +107,7 @@ def gpt2_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
         for s in arr.reshape(-1):
             enc = tok.encode(s, add_special_tokens=False)
             rows.append((list(enc.ids), list(enc.offsets)))
-        return _padded(kn, rows, 0, arr.shape)[: len(kn.node.outputs)]
+        return _padded(kn, rows, 0, arr.shape)
 
     return run
 
@@ -125,7 +119,6 @@ def clip_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
     padded with the `<|endoftext|>` id."""
     from tokenizers import Regex, normalizers, pre_tokenizers
 
-    _no_offsets(kn)
     tok, vocab = _model(kn, "</w>")
     tok.normalizer = normalizers.Sequence(
         [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()]
@@ -142,9 +135,11 @@ def clip_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
         arr = strings(text)
         rows = []
         for s in arr.reshape(-1):
+            lead = len(s) - len(s.lstrip())  # offsets are in the text as given
             enc = tok.encode(s.strip(), add_special_tokens=False)
-            rows.append(([bos, *enc.ids, eos], [(0, 0), *enc.offsets, (0, 0)]))
-        return _padded(kn, rows, eos, arr.shape)[: len(kn.node.outputs)]
+            offsets = [(a + lead, b + lead) for a, b in enc.offsets]
+            rows.append(([bos, *enc.ids, eos], [(0, 0), *offsets, (0, 0)]))
+        return _padded(kn, rows, eos, arr.shape)
 
     return run
 
@@ -156,11 +151,10 @@ _ROBERTA_SPECIALS = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 def roberta_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
     """GPT-2's byte-level BPE with RoBERTa's frame: `<s>` ... `</s>` around every string (an
     empty one too), RoBERTa's special tokens kept whole, and rows padded with the `<pad>` id."""
-    from tokenizers import AddedToken, pre_tokenizers
+    from tokenizers import AddedToken
 
-    _no_offsets(kn)
     tok, vocab = _model(kn, "")
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    _byte_level(tok)
     specials = [t for t in _ROBERTA_SPECIALS if t in vocab]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     missing = [t for t in ("<s>", "</s>", "<pad>") if t not in vocab]
@@ -174,6 +168,6 @@ def roberta_tokenizer(kn: KernelNode) -> Callable[..., tuple[Any, ...]]:
         for s in arr.reshape(-1):
             enc = tok.encode(s, add_special_tokens=False)
             rows.append(([bos, *enc.ids, eos], [(0, 0), *enc.offsets, (0, 0)]))
-        return _padded(kn, rows, pad, arr.shape)[: len(kn.node.outputs)]
+        return _padded(kn, rows, pad, arr.shape)
 
     return run
