@@ -21,6 +21,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import turnout.tools.quantization as tq
+from turnout.graph import errors
 from turnout.tools.quantization import static_quantize_runner
 
 ort = pytest.importorskip("onnxruntime")
@@ -54,7 +55,8 @@ def _feeds(model: onnx.ModelProto, count: int = 3, seed: int = 0) -> list[dict[s
             if i.type.tensor_type.elem_type == T.BOOL:
                 feed[i.name] = rng.random(shape) > 0.5
             else:
-                feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+                dtype = h.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)
+                feed[i.name] = rng.standard_normal(shape).astype(dtype)
         feeds.append(feed)
     return feeds
 
@@ -373,3 +375,83 @@ def test_tensor_quant_overrides_turnout_does_not_implement_are_refused() -> None
             tq.quantize_static(
                 model, None, _feeds(model), extra_options={"TensorQuantOverrides": overrides}
             )
+
+
+# -- float16 models, and weight scales raised for int32 biases --------------------------------
+
+
+def _conv_mlp(
+    elem: int, opset: int = 19, bias: float = 1.0, w: float = 1.0, w2: float = 1.0
+) -> onnx.ModelProto:
+    """Conv(+bias) -> Relu -> MaxPool -> Reshape -> MatMul -> Add(constant) in `elem` (`bias`,
+    `w`, `w2`: factors on the conv's bias and weight and on the MatMul's weight)."""
+    rng = np.random.default_rng(5)
+    dtype = h.tensor_dtype_to_np_dtype(elem)
+    inits = [
+        nh.from_array((rng.standard_normal([8, 3, 3, 3]) * w).astype(dtype), "w"),
+        nh.from_array((rng.standard_normal(8) * bias).astype(dtype), "b"),
+        nh.from_array(np.array([1, -1], np.int64), "shape"),
+        nh.from_array((rng.standard_normal([8 * 36, 5]) * w2).astype(dtype), "w2"),
+        nh.from_array(rng.standard_normal(5).astype(dtype), "b2"),
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "w", "b"], ["c"], "conv", pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c"], ["r"], "relu"),
+        h.make_node("MaxPool", ["r"], ["p"], "pool", kernel_shape=[1, 1]),
+        h.make_node("Reshape", ["p", "shape"], ["f"], "reshape"),
+        h.make_node("MatMul", ["f", "w2"], ["m"], "matmul"),
+        h.make_node("Add", ["m", "b2"], ["y"], "add"),
+    ]
+    return _model(nodes, {"x": (elem, [1, 3, 6, 6])}, {"y": (elem, [1, 5])}, inits, opset)
+
+
+def _scales(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: nh.to_array(t) for t in model.graph.initializer if t.name.endswith("_scale")}
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_float16_model_is_quantized_with_float16_scales(per_channel: bool) -> None:
+    model = _conv_mlp(T.FLOAT16)
+    theirs, ours = _both(model, **_static_kw(per_channel=per_channel))
+    _assert_alike(model, theirs, ours)
+    mine, reference = _scales(ours), _scales(theirs)
+    assert (
+        {v.dtype for v in mine.values()}
+        == {v.dtype for v in reference.values()}
+        == {np.dtype(np.float16)}
+    )
+    for name in ("x_scale", "w_scale", "w2_scale"):  # weights and the graph input: exact
+        np.testing.assert_array_equal(mine[name], reference[name])
+
+
+def test_float16_model_in_qoperator_format_is_refused() -> None:
+    # onnxruntime writes QLinearConv with float16 scales, which it then cannot load
+    model = _conv_mlp(T.FLOAT16)
+    kw = _static_kw(quant_format=oq.QuantFormat.QOperator)
+    with pytest.raises(errors.NotImplemented, match="QOperator of a float16 model"):
+        tq.quantize_static(model, None, _feeds(model), **kw)
+
+
+def test_float16_model_below_opset_19_is_converted_to_opset_19() -> None:
+    model = _conv_mlp(T.FLOAT16, opset=13)
+    ours = tq.quantize_static(model, None, _feeds(model), **_static_kw())
+    assert ours.opset_import[0].version == 19  # float16 scales need QuantizeLinear-19
+    _run(ours, _feeds(model, 1)[0])  # onnxruntime loads it (its own quantizer's fails to)
+
+
+@pytest.mark.parametrize("elem", [T.FLOAT, T.FLOAT16])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_weight_scale_is_raised_for_a_bias_beyond_int32(elem: int, per_channel: bool) -> None:
+    model = _conv_mlp(elem, bias=1e6 if elem == T.FLOAT else 1e4, w=1e-4, w2=1e-4)
+    theirs, ours = _both(model, **_static_kw(per_channel=per_channel))
+    mine, reference = _scales(ours), _scales(theirs)
+    np.testing.assert_array_equal(mine["w_scale"], reference["w_scale"])
+    _assert_alike(model, theirs, ours)
+
+
+def test_float16_bias_scale_that_underflows_is_dequantized_in_float32_and_cast() -> None:
+    model = _conv_mlp(T.FLOAT16, bias=1e4, w=1e-3, w2=1e-4)
+    kw = _static_kw(extra_options={"QDQDisableWeightAdjustForInt32Bias": True})
+    theirs, ours = _both(model, **kw)
+    assert _counts(ours)["Cast"] == _counts(theirs)["Cast"] == 1
+    _assert_alike(model, theirs, ours)

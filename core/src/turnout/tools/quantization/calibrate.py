@@ -267,10 +267,11 @@ def collect_ranges(
     exposed.CopyFrom(model)
     outputs = {o.name for o in exposed.graph.output}
     computed = [t for t in tensors if t not in inputs]
+    types = _elem_types(model)
     for name in computed:
         if name not in outputs:
             exposed.graph.output.append(
-                helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                helper.make_tensor_value_info(name, types.get(name, TensorProto.FLOAT), None)
             )
     opts = SessionOptions()
     opts.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -401,6 +402,7 @@ class DistributionCalibrater(CalibraterBase):
     pass
 
 
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)  # the element types calibrated
 _CALIBRATORS = {
     CalibrationMethod.MinMax: MinMaxCalibrater,
     CalibrationMethod.Entropy: EntropyCalibrater,
@@ -424,22 +426,27 @@ _CREATE_OPTIONS = {
 }
 
 
-def _tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """The element type of every value of `model`'s main graph that shape inference types."""
     from onnx import shape_inference
 
     inferred = shape_inference.infer_shapes(model)
-    types = {
+    return {
         v.name: v.type.tensor_type.elem_type
         for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-        if v.type.HasField("tensor_type")
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type
     }
+
+
+def _tensors_to_calibrate(model: onnx.ModelProto, op_types: Sequence[str] | None) -> list[str]:
+    types = _elem_types(model)
     initializers = {t.name for t in model.graph.initializer}
     names: dict[str, None] = {}  # in graph order, once each
     for node in model.graph.node:
         if op_types and node.op_type not in op_types:
             continue
         for name in [*node.input, *node.output]:
-            if name and name not in initializers and types.get(name) == TensorProto.FLOAT:
+            if name and name not in initializers and types.get(name) in _FLOATS:
                 names[name] = None
     return list(names)
 

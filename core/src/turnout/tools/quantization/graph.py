@@ -86,8 +86,11 @@ class GraphEditor:
     """The main graph of a model, with its initializers by name, the element type of every
     value that shape inference can type, and a source of names not yet used."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, float_types: Iterable[int] = (onnx.TensorProto.FLOAT,)
+    ) -> None:
         self.model = model
+        self.float_types = frozenset(float_types)  # the element types `is_float` accepts
         self.graph = model.graph
         fed = {i.name for i in self.graph.input}
         # an initializer that is also a graph input (IR < 4) may be overridden by a feed: it is
@@ -115,7 +118,12 @@ class GraphEditor:
         return name
 
     def is_float(self, name: str) -> bool:
-        return self.elem_types.get(name) == onnx.TensorProto.FLOAT
+        return self.elem_types.get(name) in self.float_types
+
+    def scale_dtype(self, name: str) -> type:
+        """The dtype of `name`'s quantization scale: float16 for a float16 value (onnxruntime
+        writes a float16 model's scales in float16), else float32."""
+        return np.float16 if self.elem_types.get(name) == onnx.TensorProto.FLOAT16 else np.float32
 
     def constant(self, name: str) -> np.ndarray | None:
         """The value of initializer `name`, or None when `name` is computed or fed."""

@@ -33,13 +33,19 @@ def params_for_range(
     symmetric: bool,
     reduce_range: bool = False,
     min_real_range: float | None = None,
+    scale_dtype: np.dtype | type = np.float32,
 ) -> QuantParams:
     """Scale and zero point mapping [rmin, rmax] (widened to hold 0, and to at least
     `min_real_range` wide) onto `qtype`. For float8 the range is read as (-std, std), the
-    values' spread (CalibrationMethod.Distribution), and the zero point is 0."""
+    values' spread (CalibrationMethod.Distribution), and the zero point is 0.
+
+    The scale is computed in float64 and stored as `scale_dtype`, the tensor's own type
+    (float16 for a float16 model, as onnxruntime writes it); the zero point comes from the
+    unrounded scale. A scale too small to store (below float32's smallest normal, or 0 once
+    rounded to float16) becomes 1 with zero point 0, onnxruntime's rule."""
     if qtype.is_float8:
         std = np.maximum(-np.asarray(rmin, np.float64), np.asarray(rmax, np.float64))
-        return _float8_params(std)
+        return _float8_params(std, scale_dtype)
     lo = np.minimum(np.asarray(rmin, np.float64), 0.0)
     hi = np.maximum(np.asarray(rmax, np.float64), 0.0)
     if min_real_range is not None:
@@ -49,14 +55,18 @@ def params_for_range(
         hi = np.maximum(-lo, hi)
         lo = -hi
     scale = (hi - lo) / (qmax - qmin)
-    empty = scale <= 0  # an all-zero range: any scale works, onnxruntime writes 1
-    scale = np.where(empty, 1.0, scale)
+    stored = scale.astype(scale_dtype)
+    if np.dtype(scale_dtype) == np.float16:
+        empty = stored < np.finfo(np.float16).smallest_subnormal
+    else:
+        empty = scale < np.finfo(np.float32).tiny  # an all-zero range: onnxruntime writes 1
+    safe = np.where(empty, 1.0, scale)
     if symmetric:
         zero = np.full(scale.shape, (qmin + qmax + 1) // 2 if qtype is QuantType.QUInt8 else 0)
     else:
-        zero = np.clip(np.round(qmin - lo / scale), qmin, qmax)
+        zero = np.clip(np.round(qmin - lo / safe), qmin, qmax)
     zero = np.where(empty, 0, zero)
-    return QuantParams(scale.astype(np.float32), zero.astype(qtype.dtype))
+    return QuantParams(np.where(empty, 1.0, stored).astype(scale_dtype), zero.astype(qtype.dtype))
 
 
 def _float8_std() -> float:
@@ -68,10 +78,10 @@ def _float8_std() -> float:
     return float(np.std(values[np.isfinite(values)]))
 
 
-def _float8_params(std: np.ndarray) -> QuantParams:
+def _float8_params(std: np.ndarray, scale_dtype: np.dtype | type = np.float32) -> QuantParams:
     from ml_dtypes import float8_e4m3fn
 
-    scale = np.where(std > 0, std / _float8_std(), 1.0).astype(np.float32)
+    scale = np.where(std > 0, std / _float8_std(), 1.0).astype(scale_dtype)
     return QuantParams(scale, np.zeros(scale.shape, float8_e4m3fn))
 
 
@@ -99,28 +109,34 @@ def quantize_weight(
     axis: int | None = None,
     reduce_range: bool = False,
 ) -> tuple[np.ndarray, QuantParams]:
-    """`weight` quantized per tensor, or per channel along `axis` (one scale per slice)."""
+    """`weight` quantized per tensor, or per channel along `axis` (one scale per slice); the
+    scales have the weight's float type (float16 for a float16 weight)."""
+    sdt = np.float16 if weight.dtype == np.float16 else np.float32
     if qtype.is_float8:
         others = None if axis is None else tuple(i for i in range(weight.ndim) if i != axis)
-        params = _float8_params(np.asarray(np.std(weight.astype(np.float64), axis=others)))
+        params = _float8_params(np.asarray(np.std(weight.astype(np.float64), axis=others)), sdt)
         if axis is not None:
             params = QuantParams(params.scale, params.zero_point, axis % weight.ndim)
         return quantize_array(weight, params), params
     if axis is None:
-        params = params_for_range(weight.min(), weight.max(), qtype, symmetric, reduce_range)
+        params = params_for_range(
+            weight.min(), weight.max(), qtype, symmetric, reduce_range, scale_dtype=sdt
+        )
     else:
         axis = axis % weight.ndim
         others = tuple(i for i in range(weight.ndim) if i != axis)
         rmin, rmax = weight.min(axis=others), weight.max(axis=others)
-        p = params_for_range(rmin, rmax, qtype, symmetric, reduce_range)
+        p = params_for_range(rmin, rmax, qtype, symmetric, reduce_range, scale_dtype=sdt)
         params = QuantParams(p.scale, p.zero_point, axis)
     return quantize_array(weight, params), params
 
 
 def quantize_bias(bias: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, QuantParams]:
     """A bias as int32 at scale = input scale * weight scale (per channel when that is a
-    vector), zero point 0: the integer the accumulator of the quantized op adds."""
-    scale = np.asarray(scale, np.float32)
+    vector), zero point 0: the integer the accumulator of the quantized op adds. The scale
+    keeps float16 when it is float16 (a float16 model's), else it is float32."""
+    scale = np.asarray(scale)
+    scale = scale if scale.dtype == np.float16 else scale.astype(np.float32)
     safe = np.where(scale == 0, 1.0, scale).astype(np.float64)
     limit = np.iinfo(np.int32)
     q = np.clip(np.rint(bias.astype(np.float64) / safe), limit.min, limit.max).astype(np.int32)

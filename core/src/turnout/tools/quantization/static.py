@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, shape_inference
+from onnx import TensorProto, helper, shape_inference
 
 from turnout.graph import errors
 from turnout.graph.errors import InvalidArgument
@@ -86,6 +86,7 @@ class _Settings:
     matmul_const_b_only: bool = False
     keep_removable: bool = False
     quantize_bias: bool = True
+    disable_weight_adjust: bool = False  # QDQDisableWeightAdjustForInt32Bias
     overrides: Mapping[str, Any] = field(default_factory=dict)  # TensorQuantOverrides
     channel_axes: Mapping[str, int] = field(default_factory=dict)
     # QOperator: a constant input of a non-weighted op (Add's bias) is stored in the activation
@@ -262,7 +263,9 @@ class _Planner:
 _OVERRIDES = (frozenset(("scale", "zero_point")), frozenset(("rmin", "rmax")))
 
 
-def _overridden(s: _Settings, params: Mapping[str, QuantParams]) -> dict[str, QuantParams]:
+def _overridden(
+    s: _Settings, params: Mapping[str, QuantParams], editor: GraphEditor
+) -> dict[str, QuantParams]:
     """extra_options TensorQuantOverrides: an activation's scale and zero point, or the range
     they are computed from, given by the user (one encoding per tensor)."""
     out = {}
@@ -276,12 +279,18 @@ def _overridden(s: _Settings, params: Mapping[str, QuantParams]) -> dict[str, Qu
             )
         if "scale" in enc:
             out[name] = QuantParams(
-                np.asarray(enc["scale"], np.float32).reshape(()),
+                np.asarray(enc["scale"], editor.scale_dtype(name)).reshape(()),
                 np.asarray(enc["zero_point"]).astype(s.activation_type.dtype).reshape(()),
             )
         else:
             rmin, rmax = float(enc["rmin"]), float(enc["rmax"])
-            out[name] = params_for_range(rmin, rmax, s.activation_type, s.activation_symmetric)
+            out[name] = params_for_range(
+                rmin,
+                rmax,
+                s.activation_type,
+                s.activation_symmetric,
+                scale_dtype=editor.scale_dtype(name),
+            )
     return out
 
 
@@ -301,6 +310,15 @@ def _pad_keeps_range(node: onnx.NodeProto, editor: GraphEditor) -> bool:
 
 
 _BIASED = ("Conv", "ConvTranspose", "Gemm")  # input 2 is a bias at x_scale * w_scale
+
+
+def _bias_scale_too_small(bias: np.ndarray, scale: np.ndarray) -> bool:
+    """Whether a float16 bias scale is 0 somewhere, or too small for the bias in int32."""
+    scale64 = np.asarray(scale, np.float16).astype(np.float64)
+    return bool(
+        np.any(scale64 == 0)
+        or np.any(np.abs(bias.astype(np.float64)) > np.iinfo(np.int32).max * scale64)
+    )
 
 
 class _Writer:
@@ -340,21 +358,25 @@ class _Writer:
         return dq
 
     def weight(
-        self, node: onnx.NodeProto, index: int, axis: int | None, as_activation: bool = False
+        self,
+        node: onnx.NodeProto,
+        index: int,
+        axis: int | None,
+        as_activation: bool = False,
+        scale: np.ndarray | None = None,
     ) -> None:
         """Input `index` of `node` read through one DequantizeLinear of the int8 weight, shared
         by every node that reads the same weight with the same axis (`as_activation`: in the
-        activation type, asymmetric)."""
+        activation type, asymmetric; `scale`: a scale raised for the bias, replacing the
+        weight's own)."""
         name = node.input[index]
         if (name, axis) not in self.weights:
             value = self.ed.constant(name)
             assert value is not None
-            s = self.s
-            q, params = (
-                quantize_weight(value, s.activation_type, s.activation_symmetric)
-                if as_activation
-                else quantize_weight(value, s.weight_type, s.weight_symmetric, axis, s.reduce_range)
-            )
+            q, params = _quantized_weight(value, self.s, axis, as_activation)
+            if scale is not None:
+                params = QuantParams(scale, params.zero_point, params.axis)
+                q = quantize_array(value, params)
             self.weights[name, axis] = (self._dequantize(q, params, name, self.front), params)
         node.input[index], self.weight_params[id(node), index] = self.weights[name, axis]
 
@@ -367,7 +389,11 @@ class _Writer:
         assert value is not None
         s = self.s
         params = params_for_range(
-            value.min(), value.max(), s.activation_type, s.activation_symmetric
+            value.min(),
+            value.max(),
+            s.activation_type,
+            s.activation_symmetric,
+            scale_dtype=self.ed.scale_dtype(name),
         )
         scale, zero = self.scale_zero(params, name)
         q_name = self.ed.add_initializer(quantize_array(value, params), f"{name}_quantized")
@@ -387,7 +413,30 @@ class _Writer:
     def bias(self, node: onnx.NodeProto, x_scale: np.ndarray, b: str) -> None:
         value = self.ed.constant(b)
         assert value is not None
-        scale = x_scale * self.weight_params[id(node), 1].scale
+        w_scale = self.weight_params[id(node), 1].scale
+        scale = x_scale * w_scale
+        if value.dtype == np.float16 and _bias_scale_too_small(value, scale):
+            # a float16 scale that rounds to 0 or clips the bias to int32: the bias is
+            # dequantized at a float32 scale (at least |bias| / int32 max) and cast back to
+            # float16, as onnxruntime does
+            scale = x_scale.astype(np.float32) * w_scale.astype(np.float32)
+            least = np.abs(value.astype(np.float64)) / np.iinfo(np.int32).max
+            least = least.max() if scale.size == 1 else least
+            scale = np.maximum(scale, least * 1.0001).astype(np.float32)
+            scale = np.where(scale == 0, np.float32(1), scale).astype(np.float32)
+            q, params = quantize_bias(value, scale)
+            dq = self._dequantize(q, params, b, self.front)
+            node.input[2] = self.ed.fresh(f"{b}_Cast_Output")
+            self.front.append(
+                helper.make_node(
+                    "Cast",
+                    [dq],
+                    [node.input[2]],
+                    self.ed.fresh(f"{b}_Cast"),
+                    to=TensorProto.FLOAT16,
+                )
+            )
+            return
         q, params = quantize_bias(value, scale)
         node.input[2] = self._dequantize(q, params, b, self.front)
 
@@ -430,22 +479,78 @@ class _Writer:
         self.ed.drop_unused_initializers(self.replaced)
 
 
+def _quantized_weight(
+    value: np.ndarray, s: _Settings, axis: int | None, as_activation: bool
+) -> tuple[np.ndarray, QuantParams]:
+    if as_activation:
+        return quantize_weight(value, s.activation_type, s.activation_symmetric)
+    return quantize_weight(value, s.weight_type, s.weight_symmetric, axis, s.reduce_range)
+
+
+def _weight_scales_for_biases(
+    editor: GraphEditor, plan: _Plan, params: Mapping[str, QuantParams], s: _Settings
+) -> dict[tuple[str, int | None], np.ndarray]:
+    """Weight scales raised so that each bias fits int32 at x_scale * w_scale (onnxruntime's
+    adjustment for symmetric int8/int16 weights, off with QDQDisableWeightAdjustForInt32Bias):
+    where a bias (or, per channel, a channel's bias) needs a larger scale than the product, the
+    weight's scale grows by the ratio (float16 scales rounded up). Keyed by (weight, axis)."""
+    if s.disable_weight_adjust or s.weight_type not in (QuantType.QInt8, QuantType.QInt16):
+        return {}
+    axes = {(id(node), index): axis for node, index, axis in plan.weights}
+    scales: dict[tuple[str, int | None], np.ndarray] = {}
+    limit = np.float64(np.iinfo(np.int32).max) - np.float64(np.iinfo(np.int32).min + 1)
+    for node, x, b in plan.biases:
+        weight, axis = node.input[1], axes.get((id(node), 1))
+        value, bias = editor.constant(weight), editor.constant(b)
+        if value is None or bias is None or (id(node), 1) not in axes:
+            continue
+        w_params = _quantized_weight(value, s, axis, False)[1]
+        if w_params.zero_point.any():
+            continue
+        w_scale = scales.get((weight, axis), w_params.scale)
+        x_scale = np.float64(params[plan.root(x)].scale)
+        bias64 = bias.astype(np.float64)
+        if axis is None:
+            needed = 1.0001 * (2.0 * np.abs(bias64).max(initial=0.0)) / limit
+        else:  # onnxruntime's rounding: per channel, 1.0001 * 2|b| is in the bias's type
+            needed = (bias.dtype.type(1.0001) * (2 * np.abs(bias))).astype(np.float64) / limit
+        candidate = x_scale * w_scale.astype(np.float64)
+        raise_it = (candidate < needed) & (candidate > 0)
+        if not raise_it.any():
+            continue
+        wanted = w_scale.astype(np.float64) * np.where(raise_it, needed / candidate, 1.0)
+        rounded = wanted.astype(w_scale.dtype)
+        if w_scale.dtype == np.float16:  # rounding must not undo the raise
+            low = rounded < wanted
+            rounded = np.where(low, np.nextafter(rounded, np.float16(np.inf)), rounded)
+        scales[weight, axis] = np.where(raise_it, rounded, w_scale).astype(w_scale.dtype)
+    return scales
+
+
 def _write(
     editor: GraphEditor, plan: _Plan, ranges: Mapping[str, tuple[float, float]], s: _Settings
 ) -> None:
     writer = _Writer(editor, s)
-    for node, index, axis in plan.weights:
-        writer.weight(node, index, axis, (id(node), index) in plan.as_activation)
     params = {
         name: params_for_range(
-            *ranges[name], s.activation_type, s.activation_symmetric, False, s.min_real_range
+            *ranges[name],
+            s.activation_type,
+            s.activation_symmetric,
+            False,
+            s.min_real_range,
+            editor.scale_dtype(name),
         )
         for name, source in plan.activations.items()
         if source is None and name not in plan.table_outputs
     }
-    params.update(_overridden(s, params))
+    params.update(_overridden(s, params, editor))
     tables = {name: writer.table(gather) for name, gather in plan.table_outputs.items()}
     params.update({name: table[2] for name, table in tables.items()})
+    raised = _weight_scales_for_biases(editor, plan, params, s)
+    for node, index, axis in plan.weights:
+        as_activation = (id(node), index) in plan.as_activation
+        scale = None if as_activation else raised.get((node.input[index], axis))
+        writer.weight(node, index, axis, as_activation, scale)
     for node, x, b in plan.biases:
         writer.bias(node, params[plan.root(x)].scale, b)
     producers = {out: n for n in editor.graph.node for out in n.output}
@@ -514,8 +619,14 @@ def quantize_static(
             "calibrate_method=CalibrationMethod.Distribution (as onnxruntime requires)"
         )
     original = _at_opset(load_model(model_input), settings)
+    if fmt is QuantFormat.QOperator and _has_float16(original):
+        # onnxruntime writes one, with float16 scales on QLinearConv & co., and cannot load it
+        raise errors.NotImplemented(
+            "quant_format=QOperator of a float16 model: the QLinear* ops take float32 scales "
+            "only; use QuantFormat.QDQ (float16 scales on QuantizeLinear/DequantizeLinear-19)"
+        )
     model = load_model(original)
-    editor = GraphEditor(model)
+    editor = GraphEditor(model, _FLOATS)
     editor.check_opset(13 if per_channel else 10, "per-channel QDQ" if per_channel else "QDQ")
     roles = STATIC_ROLES if fmt is QuantFormat.QDQ else QOPERATOR_ROLES
     chosen = selected_nodes(
@@ -550,6 +661,16 @@ def quantize_static(
 
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
+# the element types static quantization quantizes (a float16 model gets float16 scales)
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)
+
+
+def _has_float16(model: onnx.ModelProto) -> bool:
+    g = model.graph
+    values = [*g.input, *g.output, *g.value_info]
+    return any(t.data_type == TensorProto.FLOAT16 for t in g.initializer) or any(
+        v.type.tensor_type.elem_type == TensorProto.FLOAT16 for v in values
+    )
 
 
 def _to_contrib_domain(editor: GraphEditor) -> None:
@@ -589,6 +710,7 @@ def _settings(
         matmul_const_b_only=bool(options["MatMulConstBOnly"]),
         keep_removable=bool(options["QDQKeepRemovableActivations"]),
         quantize_bias=bool(options["QuantizeBias"]),
+        disable_weight_adjust=bool(options["QDQDisableWeightAdjustForInt32Bias"]),
         overrides=dict(options["TensorQuantOverrides"] or {}),
         channel_axes=dict(options["QDQOpTypePerChannelSupportToAxis"] or {}),
     )
@@ -596,14 +718,18 @@ def _settings(
 
 def _at_opset(model: onnx.ModelProto, s: _Settings) -> onnx.ModelProto:
     """`model` converted to the opset its Q/DQ types need, as onnxruntime does (with a
-    warning): 21 for 16-bit integers, 19 for float8."""
-    types = (s.activation_type, s.weight_type)
+    warning): 21 for 16-bit integers, 19 for float8 and for a float16 model (float16 scales
+    need QuantizeLinear-19; onnxruntime writes them at the model's opset, and the model it
+    writes then fails to load)."""
+    types: tuple[Any, ...] = (s.activation_type, s.weight_type)
     need = 0
     if any(t in (QuantType.QInt16, QuantType.QUInt16) for t in types):
         need = 21
     elif any(t.is_float8 for t in types):
         need = 19
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if need < 19 and opset < 19 and _has_float16(model):
+        need, types = 19, ("float16 scales",)
     if opset >= need:
         return model
     _log.warning("%s needs opset %d; the model (opset %d) is converted", types, need, opset)
