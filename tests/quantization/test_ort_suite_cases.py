@@ -455,3 +455,69 @@ def test_float16_bias_scale_that_underflows_is_dequantized_in_float32_and_cast()
     theirs, ours = _both(model, **kw)
     assert _counts(ours)["Cast"] == _counts(theirs)["Cast"] == 1
     _assert_alike(model, theirs, ours)
+
+
+# -- AddQDQPairToWeight and DedicatedQDQPair ---------------------------------------------------
+
+
+def _shared_activation(r_is_output: bool = True) -> onnx.ModelProto:
+    """Relu's output r read by two Convs and a Sigmoid (all quantized), and kept as a graph
+    output when `r_is_output`; an Add with a constant input."""
+    rng = np.random.default_rng(2)
+    inits = [
+        nh.from_array(rng.standard_normal([4, 3, 3, 3]).astype(np.float32), "w"),
+        nh.from_array(rng.standard_normal([4]).astype(np.float32), "b"),
+        nh.from_array(rng.standard_normal([4, 3, 3, 3]).astype(np.float32), "w2"),
+        nh.from_array(rng.standard_normal([4, 6, 6]).astype(np.float32), "c"),
+    ]
+    nodes = [
+        h.make_node("Relu", ["x"], ["r"], "relu"),
+        h.make_node("Conv", ["r", "w", "b"], ["y1"], "conv1", pads=[1, 1, 1, 1]),
+        h.make_node("Conv", ["r", "w2"], ["y2"], "conv2", pads=[1, 1, 1, 1]),
+        h.make_node("Add", ["y1", "c"], ["a"], "add"),
+        h.make_node("Mul", ["a", "y2"], ["y"], "mul"),
+        h.make_node("Sigmoid", ["r"], ["s"], "sigmoid"),
+    ]
+    outputs = {"y": (T.FLOAT, [1, 4, 6, 6]), "s": (T.FLOAT, [1, 3, 6, 6])}
+    if r_is_output:
+        outputs["r"] = (T.FLOAT, [1, 3, 6, 6])
+    return _model(nodes, {"x": (T.FLOAT, [1, 3, 6, 6])}, outputs, inits)
+
+
+def _readers(model: onnx.ModelProto, name: str) -> list[str]:
+    return sorted(n.op_type for n in model.graph.node if name in n.input)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_add_qdq_pair_to_weight_keeps_float_weights_behind_quantize_linear(
+    per_channel: bool,
+) -> None:
+    model = _shared_activation()
+    kw = _static_kw(per_channel=per_channel, extra_options={"AddQDQPairToWeight": True})
+    theirs, ours = _both(model, **kw)
+    _assert_alike(model, theirs, ours)
+    for m in (theirs, ours):  # the float weights stay, each read by a QuantizeLinear
+        assert all(_readers(m, name) == ["QuantizeLinear"] for name in ("w", "w2", "c"))
+    names = {t.name for t in ours.graph.initializer}
+    assert names == {t.name for t in theirs.graph.initializer} - {
+        "b_quantized_scale",
+        "b_quantized_zero_point",
+    } | {"b_scale", "b_zero_point"}
+
+
+def test_dedicated_qdq_pair_gives_each_quantized_reader_its_own_pair() -> None:
+    model = _shared_activation()
+    theirs, ours = _both(model, **_static_kw(extra_options={"DedicatedQDQPair": True}))
+    _assert_alike(model, theirs, ours)
+    for m in (theirs, ours):
+        q = [n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "r"]
+        assert len(q) == 3  # conv1, conv2 and sigmoid read r through their own pair
+        assert [o.name for o in m.graph.output if o.name == "r"] == ["r"]
+
+
+def test_qdq_options_are_ignored_in_qoperator_format() -> None:
+    model = _shared_activation(r_is_output=False)
+    options = {"DedicatedQDQPair": True, "AddQDQPairToWeight": True}
+    kw = _static_kw(quant_format=oq.QuantFormat.QOperator, extra_options=options)
+    theirs, ours = _both(model, **kw)
+    _assert_alike(model, theirs, ours)

@@ -63,13 +63,11 @@ _EXTRA_OPTIONS: dict[str, Any] = {
     "CalibTensorRangeSymmetric": False,
     "UseQDQContribOps": False,
     "QuantizeBias": True,
+    "AddQDQPairToWeight": False,
+    "DedicatedQDQPair": False,
 }
 # onnxruntime options accepted at the one value that is turnout's behaviour
-_FIXED_OPTIONS = {
-    "DedicatedQDQPair": False,
-    "AddQDQPairToWeight": False,
-    "EnableSubgraph": False,
-}
+_FIXED_OPTIONS = {"EnableSubgraph": False}
 
 
 @dataclass
@@ -87,6 +85,8 @@ class _Settings:
     keep_removable: bool = False
     quantize_bias: bool = True
     disable_weight_adjust: bool = False  # QDQDisableWeightAdjustForInt32Bias
+    qdq_pair_to_weight: bool = False  # AddQDQPairToWeight: float weights -> Q -> DQ
+    dedicated_qdq_pair: bool = False  # DedicatedQDQPair: a Q/DQ pair per quantized reader
     overrides: Mapping[str, Any] = field(default_factory=dict)  # TensorQuantOverrides
     channel_axes: Mapping[str, int] = field(default_factory=dict)
     # QOperator: a constant input of a non-weighted op (Add's bias) is stored in the activation
@@ -340,21 +340,44 @@ class _Writer:
         )
 
     def _dequantize(
-        self, q: np.ndarray, params: QuantParams, name: str, out: list[onnx.NodeProto]
+        self,
+        q: np.ndarray,
+        params: QuantParams,
+        name: str,
+        out: list[onnx.NodeProto],
+        names: tuple[str, str] | None = None,
+        keep_float: bool = False,
     ) -> str:
-        q_name = self.ed.add_initializer(q, f"{name}_quantized")
-        scale, zero = self.scale_zero(params, name)
+        """Initializer `name` stored as `q` behind a DequantizeLinear (`names`: scale and zero
+        point initializers already made); with `keep_float` (AddQDQPairToWeight) the float
+        initializer stays and a QuantizeLinear before the DequantizeLinear quantizes it."""
+        scale, zero = names or self.scale_zero(params, name)
+        axis = {} if params.axis is None else {"axis": params.axis}
+        if keep_float:
+            q_name = self.ed.fresh(f"{name}_QuantizeLinear_Output")
+            quantize = [name, scale, zero]
+            out.append(
+                helper.make_node(
+                    "QuantizeLinear",
+                    quantize,
+                    [q_name],
+                    self.ed.fresh(f"{name}_QuantizeLinear"),
+                    **axis,
+                )
+            )
+        else:
+            q_name = self.ed.add_initializer(q, f"{name}_quantized")
+            self.replaced.add(name)
         dq = self.ed.fresh(f"{name}_DequantizeLinear_Output")
-        node = helper.make_node(
-            "DequantizeLinear",
-            [q_name, scale, zero],
-            [dq],
-            self.ed.fresh(f"{name}_DequantizeLinear"),
+        out.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [q_name, scale, zero],
+                [dq],
+                self.ed.fresh(f"{name}_DequantizeLinear"),
+                **axis,
+            )
         )
-        if params.axis is not None:
-            node.attribute.append(helper.make_attribute("axis", params.axis))
-        out.append(node)
-        self.replaced.add(name)
         return dq
 
     def weight(
@@ -377,7 +400,8 @@ class _Writer:
             if scale is not None:
                 params = QuantParams(scale, params.zero_point, params.axis)
                 q = quantize_array(value, params)
-            self.weights[name, axis] = (self._dequantize(q, params, name, self.front), params)
+            dq = self._dequantize(q, params, name, self.front, keep_float=self.s.qdq_pair_to_weight)
+            self.weights[name, axis] = (dq, params)
         node.input[index], self.weight_params[id(node), index] = self.weights[name, axis]
 
     def table(self, node: onnx.NodeProto) -> tuple[str, str, QuantParams]:
@@ -396,18 +420,14 @@ class _Writer:
             scale_dtype=self.ed.scale_dtype(name),
         )
         scale, zero = self.scale_zero(params, name)
-        q_name = self.ed.add_initializer(quantize_array(value, params), f"{name}_quantized")
-        dq = self.ed.fresh(f"{name}_DequantizeLinear_Output")
-        self.front.append(
-            helper.make_node(
-                "DequantizeLinear",
-                [q_name, scale, zero],
-                [dq],
-                self.ed.fresh(f"{name}_DequantizeLinear"),
-            )
+        node.input[0] = self._dequantize(
+            quantize_array(value, params),
+            params,
+            name,
+            self.front,
+            (scale, zero),
+            self.s.qdq_pair_to_weight,
         )
-        node.input[0] = dq
-        self.replaced.add(name)
         return scale, zero, params
 
     def bias(self, node: onnx.NodeProto, x_scale: np.ndarray, b: str) -> None:
@@ -440,7 +460,26 @@ class _Writer:
         q, params = quantize_bias(value, scale)
         node.input[2] = self._dequantize(q, params, b, self.front)
 
-    def activation(self, name: str, scale: str, zero: str, producer: onnx.NodeProto | None) -> None:
+    def activation(
+        self,
+        name: str,
+        scale: str,
+        zero: str,
+        producer: onnx.NodeProto | None,
+        receivers: Sequence[onnx.NodeProto] = (),
+    ) -> None:
+        """A QuantizeLinear/DequantizeLinear pair after `name`, read by all its readers; with
+        DedicatedQDQPair and several quantized `receivers`, one pair for each of them
+        (`_1`, `_2`, ...), and the other readers (and a graph output) keep the float value."""
+        if self.s.dedicated_qdq_pair and len(receivers) > 1:
+            pairs: list[onnx.NodeProto] = []
+            for i, receiver in enumerate(receivers, 1):
+                q_out = self.ed.fresh(f"{name}_QuantizeLinear_Output_{i}")
+                dq_out = self.ed.fresh(f"{name}_DequantizeLinear_Output_{i}")
+                pairs += self._pair(name, q_out, dq_out, scale, zero, f"_{i}")
+                receiver.input[:] = [dq_out if x == name else x for x in receiver.input]
+            self._place(pairs, producer)
+            return
         q_in = name
         if name in self.ed.graph_outputs and producer is not None:
             q_in = self.ed.fresh(f"{name}_QuantizeLinear_Input")
@@ -450,24 +489,33 @@ class _Writer:
             dq_out = self.ed.fresh(f"{name}_DequantizeLinear_Output")
             self.ed.rewire(name, dq_out)
         q_out = self.ed.fresh(f"{name}_QuantizeLinear_Output")
-        pair = [
+        self._place(self._pair(q_in, q_out, dq_out, scale, zero, "", name), producer)
+
+    def _pair(
+        self, q_in: str, q_out: str, dq_out: str, scale: str, zero: str, suffix: str, hint: str = ""
+    ) -> list[onnx.NodeProto]:
+        hint = hint or q_in
+        return [
             helper.make_node(
                 "QuantizeLinear",
                 [q_in, scale, zero],
                 [q_out],
-                self.ed.fresh(f"{name}_QuantizeLinear"),
+                self.ed.fresh(f"{hint}_QuantizeLinear{suffix}"),
             ),
             helper.make_node(
                 "DequantizeLinear",
                 [q_out, scale, zero],
                 [dq_out],
-                self.ed.fresh(f"{name}_DequantizeLinear"),
+                self.ed.fresh(f"{hint}_DequantizeLinear{suffix}"),
             ),
         ]
+
+    def _place(self, nodes: list[onnx.NodeProto], producer: onnx.NodeProto | None) -> None:
+        """`nodes` at the front of the graph, or right after `producer`."""
         if producer is None:
-            self.front.extend(pair)
+            self.front.extend(nodes)
         else:
-            self.after.setdefault(id(producer), []).extend(pair)
+            self.after.setdefault(id(producer), []).extend(nodes)
 
     def finish(self) -> None:
         nodes = list(self.front)
@@ -528,8 +576,14 @@ def _weight_scales_for_biases(
 
 
 def _write(
-    editor: GraphEditor, plan: _Plan, ranges: Mapping[str, tuple[float, float]], s: _Settings
+    editor: GraphEditor,
+    plan: _Plan,
+    ranges: Mapping[str, tuple[float, float]],
+    s: _Settings,
+    quantized: Sequence[onnx.NodeProto] = (),
 ) -> None:
+    """Write `plan` into the graph; `quantized`: the nodes chosen for quantization (the
+    receivers that DedicatedQDQPair gives a pair each)."""
     writer = _Writer(editor, s)
     params = {
         name: params_for_range(
@@ -559,7 +613,8 @@ def _write(
         root = plan.root(name)
         if root not in shared:
             shared[root] = writer.scale_zero(params[root], root)
-        writer.activation(name, *shared[root], producers.get(name))
+        receivers = [n for n in quantized if name in n.input] if s.dedicated_qdq_pair else []
+        writer.activation(name, *shared[root], producers.get(name), receivers)
     writer.finish()
 
 
@@ -599,6 +654,8 @@ def quantize_static(
     options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     settings = _settings(options, activation_type, weight_type, per_channel, reduce_range)
     settings.constants_as_activations = fmt is QuantFormat.QOperator
+    if fmt is QuantFormat.QOperator:  # QDQ options, which onnxruntime's QOperator writer ignores
+        settings.qdq_pair_to_weight = settings.dedicated_qdq_pair = False
     if (
         settings.activation_type is QuantType.QInt8 and settings.weight_type is QuantType.QUInt8
     ):  # onnxruntime's check, word for word
@@ -650,7 +707,7 @@ def quantize_static(
     ]
     providers = list(calibration_providers or ["CPUExecutionProvider"])
     ranges = collect_ranges(original, own, calibration_data_reader, method, options, providers)
-    _write(editor, plan, ranges, settings)
+    _write(editor, plan, ranges, settings, [n for n in chosen if id(n) not in dropped])
     if fmt is QuantFormat.QOperator:
         to_qoperator(editor)
     if options["UseQDQContribOps"]:
@@ -711,6 +768,8 @@ def _settings(
         keep_removable=bool(options["QDQKeepRemovableActivations"]),
         quantize_bias=bool(options["QuantizeBias"]),
         disable_weight_adjust=bool(options["QDQDisableWeightAdjustForInt32Bias"]),
+        qdq_pair_to_weight=bool(options["AddQDQPairToWeight"]),
+        dedicated_qdq_pair=bool(options["DedicatedQDQPair"]),
         overrides=dict(options["TensorQuantOverrides"] or {}),
         channel_axes=dict(options["QDQOpTypePerChannelSupportToAxis"] or {}),
     )
