@@ -521,3 +521,19 @@ def test_qdq_options_are_ignored_in_qoperator_format() -> None:
     kw = _static_kw(quant_format=oq.QuantFormat.QOperator, extra_options=options)
     theirs, ours = _both(model, **kw)
     _assert_alike(model, theirs, ours)
+
+
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_constant_input_of_an_elementwise_op_is_stored_in_the_activation_type(
+    reduce_range: bool,
+) -> None:
+    model = _conv_mlp(T.FLOAT)  # the Add's constant b2
+    theirs, ours = _both(model, **_static_kw(reduce_range=reduce_range))
+    _assert_alike(model, theirs, ours)
+    for name in ("b2_quantized", "b2_scale", "b2_zero_point"):
+        mine, reference = (
+            next(nh.to_array(t) for t in m.graph.initializer if t.name == name)
+            for m in (ours, theirs)
+        )
+        assert mine.dtype == reference.dtype
+        np.testing.assert_array_equal(mine, reference)

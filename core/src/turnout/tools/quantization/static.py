@@ -89,9 +89,9 @@ class _Settings:
     dedicated_qdq_pair: bool = False  # DedicatedQDQPair: a Q/DQ pair per quantized reader
     overrides: Mapping[str, Any] = field(default_factory=dict)  # TensorQuantOverrides
     channel_axes: Mapping[str, int] = field(default_factory=dict)
-    # QOperator: a constant input of a non-weighted op (Add's bias) is stored in the activation
-    # type, since QLinearAdd & co. take one element type for all inputs
-    constants_as_activations: bool = False
+    # QOperator format: onnxruntime's QOperator writer stores a constant input of an
+    # element-wise op (Add's bias) without reduce_range, its QDQ writer with it
+    qoperator: bool = False
 
 
 @dataclass
@@ -225,10 +225,11 @@ class _Planner:
             self._outputs(node)
 
     def _as_activations(self, node: onnx.NodeProto) -> None:
-        if self.s.constants_as_activations:
-            self.plan.as_activation.update(
-                (id(node), i) for i, name in enumerate(node.input) if name in self.ed.initializers
-            )
+        """A constant input of an element-wise op is stored in the activation type, as
+        onnxruntime stores it in both formats (QLinearAdd & co. take one element type)."""
+        self.plan.as_activation.update(
+            (id(node), i) for i, name in enumerate(node.input) if name in self.ed.initializers
+        )
 
     def _weighted(self, node: onnx.NodeProto) -> None:
         x, w = node.input[0], node.input[1]
@@ -530,8 +531,11 @@ class _Writer:
 def _quantized_weight(
     value: np.ndarray, s: _Settings, axis: int | None, as_activation: bool
 ) -> tuple[np.ndarray, QuantParams]:
-    if as_activation:
-        return quantize_weight(value, s.activation_type, s.activation_symmetric)
+    if as_activation:  # QDQ applies reduce_range to these too; QOperator does not
+        reduce_range = s.reduce_range and not s.qoperator
+        return quantize_weight(
+            value, s.activation_type, s.activation_symmetric, reduce_range=reduce_range
+        )
     return quantize_weight(value, s.weight_type, s.weight_symmetric, axis, s.reduce_range)
 
 
@@ -653,7 +657,7 @@ def quantize_static(
     assert isinstance(method, CalibrationMethod)
     options = check_extra_options(extra_options, _EXTRA_OPTIONS, _FIXED_OPTIONS)
     settings = _settings(options, activation_type, weight_type, per_channel, reduce_range)
-    settings.constants_as_activations = fmt is QuantFormat.QOperator
+    settings.qoperator = fmt is QuantFormat.QOperator
     if fmt is QuantFormat.QOperator:  # QDQ options, which onnxruntime's QOperator writer ignores
         settings.qdq_pair_to_weight = settings.dedicated_qdq_pair = False
     if (
