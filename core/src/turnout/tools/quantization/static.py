@@ -353,7 +353,7 @@ class _Writer:
         point initializers already made); with `keep_float` (AddQDQPairToWeight) the float
         initializer stays and a QuantizeLinear before the DequantizeLinear quantizes it."""
         scale, zero = names or self.scale_zero(params, name)
-        axis = {} if params.axis is None else {"axis": params.axis}
+        axis: dict[str, Any] = {} if params.axis is None else {"axis": params.axis}
         if keep_float:
             q_name = self.ed.fresh(f"{name}_QuantizeLinear_Output")
             quantize = [name, scale, zero]
