@@ -50,9 +50,12 @@ class SizedKernel:
         contract: bool = False,
         reassoc: bool = False,
     ) -> None:
-        flags = {"contract": contract, "reassoc": reassoc}
-        self.serial = cache.jit(pyfunc, sigs, parallel=False, **flags)
-        self.parallel = cache.jit(pyfunc, sigs, parallel=True, **flags) if parallel else self.serial
+        self.serial = cache.jit(pyfunc, sigs, parallel=False, contract=contract, reassoc=reassoc)
+        self.parallel = (
+            cache.jit(pyfunc, sigs, parallel=True, contract=contract, reassoc=reassoc)
+            if parallel
+            else self.serial
+        )
 
     def __call__(self, work: int, *args: Any) -> Any:
         return (self.parallel if work >= SERIAL_WORK else self.serial)(*args)

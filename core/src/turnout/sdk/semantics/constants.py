@@ -43,7 +43,7 @@ def constant_value(node: KernelNode, index: int) -> Any | None:
     return node.node.graph.initializers[node.node.inputs[index]]
 
 
-def transposed(matrix: Any) -> Any:
+def transposed(matrix: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """`np.ascontiguousarray(matrix.T)` for a 2-D array, copied tile by tile (same values)."""
     rows, cols = matrix.shape
     out = np.empty((cols, rows), matrix.dtype)

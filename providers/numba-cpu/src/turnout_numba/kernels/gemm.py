@@ -182,7 +182,7 @@ def _one_row(kn: KernelNode, trans_a: bool) -> bool:
     shape = None if info is None else info.shape
     if shape is None or len(shape) < 2 or any(not isinstance(d, int) for d in shape):
         return False
-    return (shape[1] if trans_a else math.prod(shape[:-1])) == 1
+    return bool((shape[1] if trans_a else math.prod(shape[:-1])) == 1)
 
 
 def _c_kind(kn: KernelNode) -> str:
