@@ -328,14 +328,23 @@ def _where() -> onnx.ModelProto:
 @pytest.mark.parametrize("force", [False, True])
 @pytest.mark.parametrize("exclude", [[], ["add", "mul"]])
 def test_where_as_onnxruntime(fmt: str, force: bool, exclude: list[str]) -> None:
-    if fmt == "QOperator" and not exclude and not force:
-        pytest.skip("onnxruntime's QOperator writer fails on this graph (its runner test says so)")
     model = _where()
     kw = _static_kw(
         quant_format=getattr(oq.QuantFormat, fmt),
         nodes_to_exclude=exclude,
         extra_options={"ForceQuantizeNoInputCheck": force},
     )
+    if fmt == "QOperator" and not exclude and not force:
+        # onnxruntime's QOperator writer fails on this graph (its runner test expects the
+        # error): turnout's model, Where left float, is checked against the float model on
+        # the calibration feeds (other feeds fall outside the calibrated ranges)
+        ours = tq.quantize_static(model, None, _feeds(model), **kw)
+        assert "QLinearWhere" not in _counts(ours)
+        for feed in _feeds(model):
+            for a, b in zip(_run(model, feed), _run(ours, feed), strict=True):
+                span = float(np.ptp(a)) or 1.0
+                assert np.abs(a.astype(np.float64) - b).max() <= 0.02 * span
+        return
     theirs, ours = _both(model, **kw)
     _assert_alike(model, theirs, ours)
     assert ("QLinearWhere" in _counts(ours)) == (fmt == "QOperator" and force)
