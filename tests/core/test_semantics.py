@@ -341,3 +341,23 @@ def test_attr_given_value_then_caller_default_win_over_the_schema() -> None:
 
 def test_attr_of_another_domain_has_no_schema_defaults() -> None:
     assert _selu_node(domain="x.test").attr("alpha") is None
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (129, 300), (1000, 7), (257, 129)])
+@pytest.mark.parametrize("tiled", [False, True])
+def test_transposed_equals_numpys_transpose(
+    shape: tuple[int, int], tiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`transposed` (tiles for big weights, one numpy call below `TILED_ABOVE`) is the
+    C-contiguous transpose, edges of partial tiles and strided inputs included."""
+    from turnout.sdk.semantics import constants
+
+    if tiled:
+        monkeypatch.setattr(constants, "TILED_ABOVE", 0)
+    rng = np.random.default_rng(0)
+    for a in (
+        rng.standard_normal(shape).astype(np.float32),
+        rng.standard_normal((600, 900))[::3, 1::4],
+    ):
+        t = constants.transposed(a)
+        assert t.flags.c_contiguous and t.dtype == a.dtype and np.array_equal(t, a.T)
