@@ -74,6 +74,7 @@ class CostModel:
         self._by_provider: dict[tuple[str, str], Candidate] = {}
         self._io: dict[tuple[str, str], tuple[str, frozenset[int], frozenset[int]]] = {}
         self._seconds: dict[tuple[str, str], float] = {}
+        self._unit_index: Any = None  # `_units`, built at the first search
         for n, cands in candidates.items():
             for c in cands:
                 if (n, c.provider) in self._by_provider:
@@ -208,21 +209,7 @@ class CostModel:
     def improve(self, plan: dict[str, str]) -> dict[str, str]:
         """Move claims while a move lowers the cost by more than `TIE` of what it touches."""
         plan = dict(plan)
-        units = {
-            (c.provider, c.nodes)
-            for n in self.order
-            if n not in self.frozen
-            for c in self.options(n)
-            if c.seconds is not None
-        }
-        ordered = sorted(units, key=lambda u: (self.position[u[1][0]], self.rank[u[0]]))
-        # A unit's answer changes only when a node sharing a value with one of its nodes
-        # moves: the others are skipped (the same moves, in the same order, as pricing every
-        # unit at every sweep; that was most of a 900-node graph's placing time).
-        affected: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
-        for unit in ordered:
-            for n in {m for node in unit[1] for m in self._near(node)}:
-                affected.setdefault(n, []).append(unit)
+        ordered, affected = self._units()
         dirty = set(ordered)
         for _ in range(MAX_SWEEPS):
             moved = False
@@ -248,6 +235,31 @@ class CostModel:
             if not moved:
                 break
         return plan
+
+    def _units(
+        self,
+    ) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, list[tuple[str, tuple[str, ...]]]]]:
+        """The units a search may move (a provider and the nodes of one of its claims), in
+        graph and priority order, and per node the units whose price it changes: a unit's
+        answer changes only when a node sharing a value with one of its nodes moves, so the
+        search skips the others (the same moves, in the same order, as pricing every unit at
+        every sweep; that was most of a 900-node graph's placing time). Built once: every
+        seed's search uses them."""
+        if self._unit_index is None:
+            units = {
+                (c.provider, c.nodes)
+                for n in self.order
+                if n not in self.frozen
+                for c in self.options(n)
+                if c.seconds is not None
+            }
+            ordered = sorted(units, key=lambda u: (self.position[u[1][0]], self.rank[u[0]]))
+            affected: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+            for unit in ordered:
+                for n in {m for node in unit[1] for m in self._near(node)}:
+                    affected.setdefault(n, []).append(unit)
+            self._unit_index = (ordered, affected)
+        return self._unit_index
 
     def _near(self, node: str) -> set[str]:
         """`node` and the nodes that make or read a value it reads or makes."""
