@@ -39,6 +39,7 @@ a busy machine."""
 MIN_GAIN_S = 1e-6
 MAX_SWEEPS = 20
 HOST = str(CPU)
+_Unit = tuple[str, tuple[str, ...]]  # a provider and the nodes of one of its claims
 
 
 @dataclass
@@ -74,7 +75,7 @@ class CostModel:
         self._by_provider: dict[tuple[str, str], Candidate] = {}
         self._io: dict[tuple[str, str], tuple[str, frozenset[int], frozenset[int]]] = {}
         self._seconds: dict[tuple[str, str], float] = {}
-        self._unit_index: Any = None  # `_units`, built at the first search
+        self._unit_index: tuple[list[_Unit], dict[str, list[_Unit]]] | None = None  # `_units`
         for n, cands in candidates.items():
             for c in cands:
                 if (n, c.provider) in self._by_provider:
@@ -236,9 +237,7 @@ class CostModel:
                 break
         return plan
 
-    def _units(
-        self,
-    ) -> tuple[list[tuple[str, tuple[str, ...]]], dict[str, list[tuple[str, tuple[str, ...]]]]]:
+    def _units(self) -> tuple[list[_Unit], dict[str, list[_Unit]]]:
         """The units a search may move (a provider and the nodes of one of its claims), in
         graph and priority order, and per node the units whose price it changes: a unit's
         answer changes only when a node sharing a value with one of its nodes moves, so the
@@ -254,7 +253,7 @@ class CostModel:
                 if c.seconds is not None
             }
             ordered = sorted(units, key=lambda u: (self.position[u[1][0]], self.rank[u[0]]))
-            affected: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+            affected: dict[str, list[_Unit]] = {}
             for unit in ordered:
                 for n in {m for node in unit[1] for m in self._near(node)}:
                     affected.setdefault(n, []).append(unit)
