@@ -31,14 +31,7 @@ from turnout.engine.executor.plan import (
 from turnout.engine.options import EngineOptions
 from turnout.engine.outputs import owned_outputs
 from turnout.engine.partition import PartitionReport
-from turnout.engine.placement import (
-    MeasuredPlacement,
-    at_shapes,
-    budget_seconds,
-    placement_policy,
-    unknown_shapes,
-)
-from turnout.engine.placement.cache import model_digest
+from turnout.engine.placement import budget_seconds, placement_policy, unknown_shapes
 from turnout.engine.profiling import Profiler, placement_by_step
 from turnout.engine.provider_selection import (
     CPU_PROVIDER,
@@ -286,6 +279,9 @@ class EngineSession:
         return [p for p in self.providers if p.name in used]
 
     def _place_at(self, key: tuple[Any, ...]) -> _ShapePlacement:
+        from turnout.engine.placement.cache import model_digest
+        from turnout.engine.placement.measured import MeasuredPlacement, at_shapes
+
         names = [*self.plan.input_names, *self.plan.outer_names]
         inputs = {n: shape for n, shape in zip(names, key) if shape is not None}
         timed = at_shapes(
