@@ -4,6 +4,11 @@ domains nobody defines load only when the session asks for it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -151,3 +156,137 @@ def test_contrib_ops_run_when_a_host_provider_serves_cpu(rng: np.random.Generato
     so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
     numpy_only = turnout.InferenceSession(m.SerializeToString(), so)
     np.testing.assert_allclose(z, numpy_only.run(None, {"x": x})[0], rtol=1e-6, atol=1e-7)
+
+
+def test_onnx_domain_contrib_ops_are_the_listed_ones() -> None:
+    """The loader registers the schemas for a model using one of `ONNX_DOMAIN_OPS` without
+    loading them first: the list must name every contrib op of the ONNX domain."""
+    from turnout.graph.contrib import DOMAINS, ONNX_DOMAIN_OPS, specs
+
+    assert {s.name for s in specs() if s.domain == ""} == ONNX_DOMAIN_OPS
+    assert {s.domain for s in specs()} <= DOMAINS | {""}
+
+
+def _fresh(code: str) -> None:
+    """Run `code` in a fresh interpreter (this process registered the schemas long ago)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+_NORM_MODEL = """
+    import sys
+    import numpy as np, turnout
+    from onnx import TensorProto as T, helper as h
+    def norm_model(op, opset):
+        g = h.make_graph(
+            [h.make_node(op, ["x", "s"], ["y"], axis=-1), h.make_node("Relu", ["y"], ["z"])],
+            "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 8])],
+            [h.make_empty_tensor_value_info("z")],
+            [h.make_tensor("s", T.FLOAT, [8], [1.0] * 8)])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", opset)]).SerializeToString()
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+"""
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "registers"),
+    [
+        ("SimplifiedLayerNormalization", 17, True),  # onnx has none
+        ("LayerNormalization", 13, True),  # onnx's begins at 17
+        ("LayerNormalization", 17, False),
+    ],
+)
+def test_contrib_op_of_the_onnx_domain_loads_in_a_fresh_process(
+    op: str, opset: int, registers: bool
+) -> None:
+    _fresh(
+        _NORM_MODEL
+        + f"""
+    s = turnout.InferenceSession(norm_model({op!r}, {opset}))
+    assert s.get_outputs()[0].shape == [2, 8]  # the schema's inference ran
+    (z,) = s.run(None, {{"x": x}})
+    assert z.shape == (2, 8) and float(z.max()) > 1
+    assert ("turnout.graph.contrib.ops.normalization" in sys.modules) is {registers}
+    """
+    )
+
+
+def test_contrib_model_loads_in_a_fresh_process() -> None:
+    """The loader registers the schemas for a model with com.microsoft nodes: they load, their
+    outputs get the schema's types, an op nobody defines is refused naming the node."""
+    _fresh(
+        f"""
+    import numpy as np, onnx, turnout
+    from onnx import TensorProto as T, helper as h
+    from turnout.graph.errors import Fail
+    def model(op):
+        g = h.make_graph([h.make_node(op, ["x", "b"], ["y"], name="n1", domain="{DOMAIN}")],
+            "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 8]),
+                  h.make_tensor_value_info("b", T.FLOAT, [8])],
+            [h.make_empty_tensor_value_info("y")])
+        ops = [h.make_opsetid("", 17), h.make_opsetid("{DOMAIN}", 1)]
+        return h.make_model(g, opset_imports=ops).SerializeToString()
+    s = turnout.InferenceSession(model("BiasGelu"))
+    assert s.get_outputs()[0].shape == [2, 8]
+    (y,) = s.run(None, {{"x": np.ones((2, 8), np.float32), "b": np.zeros(8, np.float32)}})
+    assert abs(float(y[0, 0]) - 0.8413) < 1e-3
+    try:
+        turnout.InferenceSession(model("NoSuchOp"))
+    except Fail as e:
+        assert "n1" in str(e) and "NoSuchOp" in str(e), e
+    else:
+        raise SystemExit("no Fail")
+    """
+    )
+
+
+def test_optimizer_emitting_a_contrib_op_registers_the_schemas(tmp_path: Path) -> None:
+    """A plain model that the optimizer gives com.microsoft nodes (dynamic-quant fusion) runs
+    in a fresh process as its unfused graph does: the schemas are registered before the
+    optimizer's shape inference sees the fused node."""
+    from turnout.tools.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [onnx.numpy_helper.from_array(w, "w")],
+    )
+    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    _fresh(
+        f"""
+    import sys
+    import numpy as np, turnout
+    x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    s = turnout.InferenceSession({str(dst)!r}, providers=["CPUExecutionProvider"])
+    ops = s.optimization_report().ops_after
+    assert ops.get("{DOMAIN}::DynamicQuantizeMatMul") == 1, ops
+    assert "turnout.graph.contrib.ops.quantized_matmul" in sys.modules
+    so = turnout.SessionOptions()
+    so.graph_optimization_level = turnout.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    plain = turnout.InferenceSession({str(dst)!r}, so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(s.run(None, {{"x": x}})[0], plain.run(None, {{"x": x}})[0])
+    """
+    )
+
+
+def test_schemas_register_once_when_threads_ask_at_once() -> None:
+    _fresh(
+        """
+    import threading
+    from turnout.graph import contrib
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(contrib.spec_of("com.microsoft",
+               "BiasGelu"))) for _ in range(8)]
+    [t.start() for t in threads]; [t.join() for t in threads]
+    assert len(seen) == 8 and None not in seen and len(set(map(id, seen))) == 1
+    assert len(contrib.specs()) > 40
+    """
+    )

@@ -163,3 +163,54 @@ def test_each_lazy_name_resolves(name: str) -> None:
 def test_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
         turnout.no_such_name  # noqa: B018
+
+
+# a model of onnx's own ops needs neither the contrib schemas (registering them imports
+# onnx.reference, 15-20 ms) nor the measured placement policy (the timing pass and its cache)
+NOT_AT_FIRST_SESSION = (
+    "onnx.reference",
+    "turnout.graph.contrib.spec",
+    "turnout.graph.contrib.ops",
+    "turnout.engine.placement.measured",
+    "turnout.engine.placement.timing",
+    "turnout.engine.placement.cache",
+)
+
+_PLAIN_MODEL = (
+    "import numpy as np, turnout\n"
+    "from onnx import TensorProto as T, helper as h\n"
+    "nodes = [h.make_node('Conv', ['x', 'w'], ['c'], pads=[1, 1, 1, 1]),"
+    " h.make_node('Relu', ['c'], ['r']), h.make_node('Flatten', ['r'], ['f']),"
+    " h.make_node('LayerNormalization', ['f', 's'], ['n'], axis=-1),"  # onnx's own at 17
+    " h.make_node('Softmax', ['n'], ['y'])]\n"
+    "inits = [h.make_tensor('w', T.FLOAT, [2, 1, 3, 3], [0.1] * 18),"
+    " h.make_tensor('s', T.FLOAT, [32], [1.0] * 32)]\n"
+    "g = h.make_graph(nodes, 'g', [h.make_tensor_value_info('x', T.FLOAT, [1, 1, 4, 4])],"
+    " [h.make_tensor_value_info('y', T.FLOAT, [1, 32])], inits)\n"
+    "m = h.make_model(g, opset_imports=[h.make_opsetid('', 17)])\n"
+    "so = turnout.SessionOptions()\n"
+)
+
+
+def test_a_plain_model_first_session_loads_no_contrib_schema_nor_measured_placement() -> None:
+    loaded = _modules_after(
+        _PLAIN_MODEL + "s = turnout.InferenceSession(m.SerializeToString(), so,"
+        " providers=['CPUExecutionProvider'])\n"
+        "y = s.run(None, {'x': np.ones((1, 1, 4, 4), np.float32)})[0]\n"
+        "assert y.shape == (1, 32) and abs(float(y.sum()) - 1) < 1e-5\n"
+        "assert not any(a.source == 'onnx.reference' for a in s.partition_report().assignments)\n"
+    )
+    assert not [m for m in NOT_AT_FIRST_SESSION if m in loaded]
+    assert "turnout.engine.placement" in loaded
+
+
+def test_measured_placement_loads_its_policy_when_asked() -> None:
+    loaded = _modules_after(
+        _PLAIN_MODEL + "so.placement = 'measured'\n"
+        "s = turnout.InferenceSession(m.SerializeToString(), so,"
+        " providers=['CPUExecutionProvider'])\n"
+        "assert s.partition_report().placement['policy'] == 'measured'\n"
+        "y = s.run(None, {'x': np.ones((1, 1, 4, 4), np.float32)})[0]\n"
+        "assert y.shape == (1, 32)\n"
+    )
+    assert "turnout.engine.placement.measured" in loaded

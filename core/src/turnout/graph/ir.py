@@ -17,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto, TypeProto
 
+from turnout.graph import contrib
+from turnout.graph.dims import Dim, declared_shape
 from turnout.graph.dtypes import np_dtype
 from turnout.graph.errors import EPFail, InvalidGraph
 from turnout.graph.sparse import SparseTensor
@@ -33,21 +35,6 @@ __all__ = [
     "schema_since_version",
     "schema_type_params",
 ]
-
-Dim = int | str | None
-
-
-def declared_shape(tensor_type: Any) -> tuple[Dim, ...] | None:
-    """The dims a (sparse) tensor type declares: ints, dim names, None for an unnamed dim;
-    None when it declares no shape at all."""
-    if not tensor_type.HasField("shape"):
-        return None
-    return tuple(
-        d.dim_value
-        if d.HasField("dim_value")
-        else (d.dim_param if d.HasField("dim_param") else None)
-        for d in tensor_type.shape.dim
-    )
 
 
 @dataclass(frozen=True)
@@ -324,6 +311,7 @@ def _tensor_info(name: str, elem_type: int, shape: Iterable[int]) -> ValueInfo:
 
 @functools.lru_cache(maxsize=4096)
 def _schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+    contrib.register_for_op(domain, op_type, opset)
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:

@@ -297,16 +297,22 @@ def _check_opsets(
                     "provider or plugin defines it (session config entry "
                     f"{ALLOW_UNKNOWN_DOMAINS_KEY}=1 loads it anyway)"
                 )
-    for node in _all_nodes(model.graph):
+    nodes = _all_nodes(model.graph)
+    ops = dict.fromkeys((n.domain, n.op_type) for n in nodes)  # in graph order
+    in_functions = ((n.domain, n.op_type) for f in model.functions for n in f.node)
+    onnx_opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    contrib.register_for_ops([*ops, *in_functions], onnx_opset)  # where the model uses them
+    for domain, op_type in ops:
         unknown_contrib = (
-            node.domain == contrib.DOMAIN
-            and node.op_type not in contrib.DOCUMENTED_OPS
-            and contrib.spec_of(node.domain, node.op_type) is None
+            domain == contrib.DOMAIN
+            and op_type not in contrib.DOCUMENTED_OPS
+            and contrib.spec_of(domain, op_type) is None
         )
         if unknown_contrib:  # onnxruntime: FAIL, "not a registered function/op"
+            node = next(n for n in nodes if (n.domain, n.op_type) == (domain, op_type))
             raise Fail(
                 f"{label}: node {node.name or node.op_type!r}: "
-                f"{contrib.unsupported_reason(node.domain, node.op_type)}"
+                f"{contrib.unsupported_reason(domain, op_type)}"
             )
 
 
@@ -333,6 +339,7 @@ def _check_graph(
     """
     if not model.HasField("ir_version"):
         raise Fail(f"{label}: the model has no ir_version")  # onnxruntime: Fail, too
+    contrib.register_for(model)
     checked = _check_copy(model, decoded)
     # IR 0-3 required every initializer to be a graph input, and onnxruntime runs old models
     # that break that rule: they are checked as IR 4, which dropped it

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from turnout.graph import contrib
 from turnout.graph.dtypes import elem_type_of
 
 __all__ = ["one_node_model", "positional_inputs"]
@@ -46,6 +47,7 @@ def one_node_model(
         g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()]
     )
     model.ir_version = 10
+    contrib.register_for_op(node.domain, node.op_type, opsets.get("", 1))
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
         del model.graph.output[:]

@@ -17,6 +17,7 @@ from functools import cache
 import onnx
 from onnx import GraphProto, ModelProto, TypeProto, ValueInfoProto
 
+from turnout.graph import contrib
 from turnout.graph.errors import InvalidGraph
 
 __all__ = [
@@ -37,6 +38,7 @@ def infer_with_bounded_data_prop(
 
     Raises what onnx raises; the callers decide whether a model it cannot infer still runs.
     """
+    contrib.register_for(model)
     plain = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
     sizes = _static_sizes(plain)
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
@@ -80,6 +82,7 @@ def infer_value_types(
     which nodes to leave out, and types their outputs, in place of the plain inference pass:
     one onnx pass instead of two. Otherwise this is `infer_with_bounded_data_prop`.
     """
+    contrib.register_for(model)
     cut = _cut_from(model, max_elements, prior) if prior else None
     if cut is None:
         return _types_of(infer_with_bounded_data_prop(model, max_elements).graph)
@@ -235,6 +238,7 @@ def _domain(domain: str) -> str:
 @cache
 def _propagates_data(domain: str, op_type: str, version: int) -> bool:
     """Whether onnx's schema of this op, at this opset, has a data-propagation function."""
+    contrib.register_for_op(domain, op_type, version)
     try:
         schema = onnx.defs.get_schema(op_type, version, domain)
     except onnx.defs.SchemaError:

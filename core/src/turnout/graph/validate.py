@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto
 
+from turnout.graph import contrib
 from turnout.graph.errors import Fail, InvalidArgument, InvalidGraph
 from turnout.graph.light_copy import light_copy
 
@@ -48,6 +49,7 @@ def check_types(model: ModelProto, label: str) -> None:
     for vi in g.input:
         if vi.name not in inits and not _has_type(vi):
             raise Fail(f"{label}: graph input {vi.name!r} has no type")
+    contrib.register_for(model)
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     checker = _Checker(label, opsets)
     light = _light(model, opsets)
@@ -170,6 +172,7 @@ def _signature(domain: str, op_type: str, opset: int) -> _Signature | None:
     """The schema of `op_type` in force at `opset` of `domain`, with canonical type strings."""
     if opset <= 0:
         return None
+    contrib.register_for_op(domain, op_type, opset)
     try:
         s = onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:

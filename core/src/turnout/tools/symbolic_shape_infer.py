@@ -37,8 +37,10 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto
 
-import turnout.graph.contrib  # noqa: F401  (registers the com.microsoft schemas with onnx)
+from turnout.graph import contrib
 from turnout.graph.shape_inference import infer_with_bounded_data_prop
+
+contrib.register()  # the com.microsoft schemas, known to onnx before any model is inferred
 
 __all__ = ["SymbolicShapeInference", "get_opset", "main"]
 

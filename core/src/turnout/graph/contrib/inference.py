@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from onnx import AttributeProto, TypeProto, helper
 
-from turnout.graph.ir import declared_shape
+from turnout.graph.dims import Dim, declared_shape
 
 if TYPE_CHECKING:
     from onnx.shape_inference import InferenceContext
 
 __all__ = ["Dim", "InferFn", "NodeTypes", "TensorType", "onnx_inference", "same_as"]
-
-Dim = int | str | None
-"""A dimension: its size, a symbolic name, or None when unknown."""
 
 
 @dataclass(frozen=True)

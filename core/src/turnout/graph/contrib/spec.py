@@ -8,16 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
-import onnx.reference.op_run  # see define()
 from onnx import helper
 
+from turnout.graph.contrib.domains import DOMAIN, OPSET
 from turnout.graph.contrib.inference import InferFn, onnx_inference
 
 __all__ = ["DOMAIN", "OPSET", "Arg", "Attr", "OpSpec", "define", "spec_of", "specs"]
-
-DOMAIN = "com.microsoft"
-OPSET = 1
-"""The only com.microsoft opset version onnxruntime defines."""
 
 _Schema = onnx.defs.OpSchema
 _ATTR_TYPES = {
@@ -91,11 +87,13 @@ def define(spec: OpSpec) -> OpSpec:
     """Make `spec` known to turnout and to onnx (its checker and shape inference).
 
     onnx.reference indexes every registered schema by op name alone when it is first imported,
-    and refuses a name two domains share (Gelu, Attention, ...): it is imported (above) before
+    and refuses a name two domains share (Gelu, Attention, ...): it is imported here, before
     any contrib schema is registered, so its index holds onnx's own ops only.
 
     :raises ValueError: the op is defined twice.
     """
+    import onnx.reference.op_run  # before the first schema: see above
+
     key = (spec.domain, spec.name)
     if key in _SPECS:
         raise ValueError(f"contrib op {spec.domain or 'ai.onnx'}::{spec.name} defined twice")

@@ -12,11 +12,13 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TypeProto, helper
-from onnx.reference import ReferenceEvaluator
+
+if TYPE_CHECKING:  # imported by the first reference kernel: 15 ms a session may not need
+    from onnx.reference import ReferenceEvaluator
 
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.seed import random_state
@@ -67,6 +69,8 @@ def reference_supports(kn: KernelNode) -> str | None:
 
 def reference_kernel(kn: KernelNode) -> KernelFn:
     """A kernel function that runs one node with a ReferenceEvaluator built once."""
+    from onnx.reference import ReferenceEvaluator
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ev = ReferenceEvaluator(_graph_for(kn), opsets=dict(kn.node.graph.opsets))
