@@ -115,7 +115,7 @@ def optimize(
     """
     from turnout.optimizer import Level, OptimizationReport
     from turnout.optimizer import optimize as run_passes
-    from turnout.optimizer.layout import nhwc_ops
+    from turnout.optimizer.layout import NHWC_OPS, nhwc_ops
 
     values: dict[str, np.ndarray] = {}  # initializers the optimizer already decoded
     if already_optimized:  # its initializers are the IR's: those decoded already are used
@@ -132,7 +132,11 @@ def optimize(
             keep_initializers=options.overrides,
             limits=options.limits,
             values=values,
-            nhwc_ops=nhwc_ops(providers, _opsets(model)),
+            nhwc_ops=(
+                nhwc_ops(providers, _opsets(model))
+                if _uses_any(model.graph, {op for _, op in NHWC_OPS})
+                else frozenset()  # asking loads the providers' conv and pool kernels
+            ),
             evaluate=evaluate_model,
             decoded=decoded,
             values_only_above=options.limits.shape_data_max_elements,
@@ -287,6 +291,18 @@ def _fused_op_support(
         return False
 
     return supports
+
+
+def _uses_any(graph: onnx.GraphProto, op_types: set[str]) -> bool:
+    """Whether a node of `graph`, or of a graph nested in one, has one of these op types."""
+    for node in graph.node:
+        if node.op_type in op_types:
+            return True
+        for a in node.attribute:
+            subs = [a.g] if a.HasField("g") else list(a.graphs)
+            if any(_uses_any(sub, op_types) for sub in subs):
+                return True
+    return False
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
