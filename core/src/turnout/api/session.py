@@ -5,7 +5,6 @@ load -> infer shapes -> partition (providers by priority, CPU last) -> plan -> r
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import threading
 import time
@@ -13,16 +12,14 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from turnout._version import __version__
 from turnout.api.environment import global_thread_pool_sizes
-from turnout.api.ep_assignment import OrtEpAssignedSubgraph, assigned_subgraphs, input_ep_devices
 from turnout.api.ep_context import check_compiled, with_reader
-from turnout.api.ep_devices import OrtEpDevice, model_metadata, policy_provider_specs
 from turnout.api.feeds import InputSpec
 from turnout.api.model_config import load_config_from_model, options_from_model
 from turnout.api.native_session import NativeSession
@@ -50,6 +47,12 @@ from turnout.graph.errors import (
 from turnout.graph.ir import ValueInfo
 from turnout.graph.model import ModelSource, model_label
 from turnout.sdk.plugins import registry
+
+if TYPE_CHECKING:  # imported where used: a first session needs none of them
+    import concurrent.futures
+
+    from turnout.api.ep_assignment import OrtEpAssignedSubgraph
+    from turnout.api.ep_devices import OrtEpDevice
 
 __all__ = [
     "InferenceSession",
@@ -180,6 +183,8 @@ class InferenceSession:
         if providers is None and self._sess_options.has_providers():
             providers = list(self._sess_options._providers)
         elif providers is None and self._sess_options.has_selection_policy():
+            from turnout.api.ep_devices import model_metadata, policy_provider_specs
+
             providers = policy_provider_specs(
                 self._sess_options._ep_policy,
                 self._sess_options._ep_delegate,
@@ -294,12 +299,16 @@ class InferenceSession:
     def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
         """onnxruntime's form of the partition: one entry per fused group or single node.
         Needs the session config entry `session.record_ep_graph_assignment_info` = "1"."""
+        from turnout.api.ep_assignment import assigned_subgraphs
+
         return assigned_subgraphs(
             self._engine.reports[""], self._engine.graph, self._sess_options._config
         )
 
     def get_input_epdevices(self) -> list[OrtEpDevice | None]:
         """For each input (as `get_inputs()` lists them), the EP device that reads it first."""
+        from turnout.api.ep_assignment import input_ep_devices
+
         return input_ep_devices(
             self._engine.reports[""], self._engine.graph, [i.name for i in self._required]
         )
@@ -542,5 +551,7 @@ def _async_pool() -> concurrent.futures.ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            import concurrent.futures
+
             _POOL = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="turnout-async")
         return _POOL

@@ -15,7 +15,6 @@ graph already is the optimized one). `turnout.api.compiler.ModelCompiler` writes
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import json
 import warnings
@@ -117,6 +116,8 @@ class CompiledArtifact:
                 raw = path.read_bytes()
             except OSError as e:
                 raise Fail(f"{label}: cannot read compiled data {path}: {e}") from None
+        import hashlib  # here: OpenSSL's load (2-3 ms) is for compiled models only
+
         if hashlib.sha256(raw).hexdigest() != entry.digest:
             raise Fail(f"{label}: the compiled data of {entry.provider} is corrupted (checksum)")
         return _unzip(raw)
@@ -149,6 +150,8 @@ def describe_artifact(
     stem: str,
 ) -> None:
     """Write the artifact's metadata (and embedded blobs) into the model."""
+    import hashlib
+
     entries = []
     for provider, archive in blobs.items():
         entries.append(
