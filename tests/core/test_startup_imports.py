@@ -214,3 +214,24 @@ def test_measured_placement_loads_its_policy_when_asked() -> None:
         "assert y.shape == (1, 32)\n"
     )
     assert "turnout.engine.placement.measured" in loaded
+
+
+def test_onnx_submodules_a_session_never_uses_load_when_read() -> None:
+    """`import onnx` binds compose, utils, gen_proto, ... for its namespace; turnout defers
+    them (6-8 ms): a session runs without them, and each loads on its first read."""
+    loaded = _modules_after(
+        _PLAIN_MODEL + "s = turnout.InferenceSession(m.SerializeToString(), so,"
+        " providers=['CPUExecutionProvider'])\n"
+        "s.run(None, {'x': np.ones((1, 1, 4, 4), np.float32)})\n"
+        "from turnout._deferred_imports import DEFERRED, loaded\n"
+        "unused = [d for d in DEFERRED if d.startswith('onnx.') and d != 'onnx._mapping']\n"
+        "assert len(unused) == 6 and not [d for d in unused if loaded(d)]\n"
+        "import onnx, onnx.utils\n"
+        "from onnx import compose, version_converter\n"
+        "assert onnx.compose is compose and callable(compose.merge_models)\n"
+        "assert callable(onnx.utils.extract_model) and loaded('onnx.utils')\n"
+        "from onnx.printer import to_text\n"
+        "assert 'Relu' in to_text(m.graph)\n"
+        "assert onnx.parser.parse_graph and version_converter.convert_version(m, 18)\n"
+    )
+    assert "onnx.compose" in loaded

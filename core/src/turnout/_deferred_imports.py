@@ -7,6 +7,12 @@ rare. `install()` registers both as deferred modules before anything imports onn
 statements bind them at once, and the real module runs, in place, when one of its attributes is
 first read (by turnout's dtype tables, an exotic cast, onnx's helpers, or the application).
 
+`import onnx` also imports, for its namespace, submodules that a session never uses: `compose`,
+`utils` (tarfile), `gen_proto` (argparse, subprocess), `printer`, `parser` and
+`version_converter`; deferred the same way, they cost nothing until read (`onnx.compose.
+merge_models`, `from onnx.utils import extract_model`): 6-8 ms of a fresh process's first
+session. `onnx.serialization` is not deferred: every `onnx.shape_inference` call reads it.
+
 Unlike `importlib.util.LazyLoader` on Python 3.11, a deferred module answers `__spec__` and
 `__path__` without loading, so `import ml_dtypes` elsewhere does not load it either. Loading is
 guarded by a lock: a thread that reads an attribute while another loads the module waits.
@@ -24,8 +30,18 @@ from typing import Any
 
 __all__ = ["DEFERRED", "install", "loaded"]
 
-DEFERRED = ("ml_dtypes", "onnx._mapping")
-"""The modules deferred, in order (`onnx._mapping` is where `import onnx` reads ml_dtypes)."""
+DEFERRED = (
+    "ml_dtypes",
+    "onnx._mapping",
+    "onnx.compose",
+    "onnx.gen_proto",
+    "onnx.utils",
+    "onnx.printer",
+    "onnx.parser",
+    "onnx.version_converter",
+)
+"""The modules deferred, in order (`onnx._mapping` is where `import onnx` reads ml_dtypes; the
+rest are the submodules `import onnx` binds for its namespace only)."""
 
 _LOCK = threading.RLock()
 
