@@ -235,3 +235,23 @@ def test_onnx_submodules_a_session_never_uses_load_when_read() -> None:
         "assert onnx.parser.parse_graph and version_converter.convert_version(m, 18)\n"
     )
     assert "onnx.compose" in loaded
+
+
+def test_semantics_lazy_table_matches_what_type_checkers_see() -> None:
+    """`turnout.sdk.semantics` reads its public names from their submodules on first use;
+    its table must list what its `if TYPE_CHECKING:` block imports, and every name resolves."""
+    import turnout.sdk.semantics as sem
+
+    tree = ast.parse(Path(sem.__file__).read_text())
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    seen = {
+        alias.name: statement.module.rpartition(".")[2]
+        for statement in block.body
+        if isinstance(statement, ast.ImportFrom) and statement.module
+        for alias in statement.names
+    }
+    assert seen == sem._LAZY
+    assert set(sem.__all__) == set(seen)
+    assert all(getattr(sem, name) is not None for name in sem.__all__)

@@ -38,60 +38,112 @@ these too.
 
 from __future__ import annotations
 
-from types import ModuleType
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from turnout._submodules import submodule
-from turnout.sdk.semantics.activations import (
-    ACTIVATION_DEFAULTS,
-    activation,
-    activation_of,
-    gelu,
-    gelu_tanh,
-)
-from turnout.sdk.semantics.attention import AttentionShapes, attention_shapes
-from turnout.sdk.semantics.constants import constant_input, constant_value
-from turnout.sdk.semantics.geometry import (
-    check_conv_channels,
-    conv_geometry,
-    conv_kernel_shape,
-    pool_kernel_shape,
-    spatial_attrs,
-)
-from turnout.sdk.semantics.loss import check_loss_shapes
-from turnout.sdk.semantics.numerics import (
-    MLAS_LOGISTIC,
-    MLAS_TANH,
-    MlasRational,
-    erf,
-    logistic,
-    mlas_logistic,
-    mlas_tanh,
-    sigmoid,
-    tanh,
-    typed_constants,
-)
-from turnout.sdk.semantics.quant import (
-    attr_dtype,
-    compute_dtype,
-    dynamic_quant_params,
-    expand_param,
-    int_range,
-    quant_axis_block,
-)
-from turnout.sdk.semantics.resize import (
-    COORDINATE_MODES,
-    KEEP_ASPECT_RATIO_POLICIES,
-    MODES,
-    NEAREST_MODES,
-    cubic_weights,
-    extrapolation_fill,
-    filter_taps,
-    nearest_indices,
-    outside_roi,
-    resize_attr_error,
-    resize_targets,
-    source_coordinates,
-)
+
+if TYPE_CHECKING:  # the names as type checkers and readers see them; _LAZY must agree
+    from turnout.sdk.semantics.activations import (
+        ACTIVATION_DEFAULTS,
+        activation,
+        activation_of,
+        gelu,
+        gelu_tanh,
+    )
+    from turnout.sdk.semantics.attention import AttentionShapes, attention_shapes
+    from turnout.sdk.semantics.constants import constant_input, constant_value
+    from turnout.sdk.semantics.geometry import (
+        check_conv_channels,
+        conv_geometry,
+        conv_kernel_shape,
+        pool_kernel_shape,
+        spatial_attrs,
+    )
+    from turnout.sdk.semantics.loss import check_loss_shapes
+    from turnout.sdk.semantics.numerics import (
+        MLAS_LOGISTIC,
+        MLAS_TANH,
+        MlasRational,
+        erf,
+        logistic,
+        mlas_logistic,
+        mlas_tanh,
+        sigmoid,
+        tanh,
+        typed_constants,
+    )
+    from turnout.sdk.semantics.quant import (
+        attr_dtype,
+        compute_dtype,
+        dynamic_quant_params,
+        expand_param,
+        int_range,
+        quant_axis_block,
+    )
+    from turnout.sdk.semantics.resize import (
+        COORDINATE_MODES,
+        KEEP_ASPECT_RATIO_POLICIES,
+        MODES,
+        NEAREST_MODES,
+        cubic_weights,
+        extrapolation_fill,
+        filter_taps,
+        nearest_indices,
+        outside_roi,
+        resize_attr_error,
+        resize_targets,
+        source_coordinates,
+    )
+
+_LAZY = {
+    "ACTIVATION_DEFAULTS": "activations",
+    "activation": "activations",
+    "activation_of": "activations",
+    "gelu": "activations",
+    "gelu_tanh": "activations",
+    "AttentionShapes": "attention",
+    "attention_shapes": "attention",
+    "constant_input": "constants",
+    "constant_value": "constants",
+    "check_conv_channels": "geometry",
+    "conv_geometry": "geometry",
+    "conv_kernel_shape": "geometry",
+    "pool_kernel_shape": "geometry",
+    "spatial_attrs": "geometry",
+    "check_loss_shapes": "loss",
+    "MLAS_LOGISTIC": "numerics",
+    "MLAS_TANH": "numerics",
+    "MlasRational": "numerics",
+    "erf": "numerics",
+    "logistic": "numerics",
+    "mlas_logistic": "numerics",
+    "mlas_tanh": "numerics",
+    "sigmoid": "numerics",
+    "tanh": "numerics",
+    "typed_constants": "numerics",
+    "attr_dtype": "quant",
+    "compute_dtype": "quant",
+    "dynamic_quant_params": "quant",
+    "expand_param": "quant",
+    "int_range": "quant",
+    "quant_axis_block": "quant",
+    "COORDINATE_MODES": "resize",
+    "KEEP_ASPECT_RATIO_POLICIES": "resize",
+    "MODES": "resize",
+    "NEAREST_MODES": "resize",
+    "cubic_weights": "resize",
+    "extrapolation_fill": "resize",
+    "filter_taps": "resize",
+    "nearest_indices": "resize",
+    "outside_roi": "resize",
+    "resize_attr_error": "resize",
+    "resize_targets": "resize",
+    "source_coordinates": "resize",
+}
+"""Each public name -> the submodule that defines it, imported on first read: a kernel
+module that needs `geometry` does not pay for `resize`, `quant` or `attention`
+(`tests/core/test_startup_imports.py` checks this table against the block above)."""
 
 __all__ = [
     "ACTIVATION_DEFAULTS",
@@ -140,6 +192,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> ModuleType:
-    """A submodule, imported on first read (see `turnout._submodules`)."""
+def __getattr__(name: str) -> Any:
+    """A public name from its submodule, or a submodule, imported on first read (see
+    `turnout._submodules`)."""
+    module = _LAZY.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     return submodule(__name__, name)
