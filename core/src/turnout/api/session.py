@@ -18,7 +18,6 @@ import numpy as np
 import onnx
 
 from turnout._version import __version__
-from turnout.api.environment import global_thread_pool_sizes
 from turnout.api.ep_context import check_compiled, with_reader
 from turnout.api.feeds import InputSpec
 from turnout.api.model_config import load_config_from_model, options_from_model
@@ -148,7 +147,7 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         self._sess_options = sess_options or SessionOptions()
         self._label = model_label(path_or_bytes)
-        if not self._sess_options.use_per_session_threads and global_thread_pool_sizes() is None:
+        if not self._sess_options.use_per_session_threads and _global_pools() is None:
             raise Fail(  # onnxruntime's words (a RuntimeError there too)
                 f"{self._label}: use_per_session_threads is False, but no global thread pools "
                 "were created. When the session is not configured to use per session "
@@ -541,6 +540,14 @@ class InferenceSession:
     def get_profiling_start_time_ns(self) -> int:
         profiler = self._engine.profiler
         return profiler.start_wall_ns if profiler is not None else 0
+
+
+def _global_pools() -> tuple[int, int] | None:
+    """`set_global_thread_pool_sizes`'s pools, None when unset (the environment module is
+    imported for the sessions that ask: per-session threads are the default)."""
+    from turnout.api.environment import global_thread_pool_sizes
+
+    return global_thread_pool_sizes()
 
 
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
