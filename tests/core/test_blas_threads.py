@@ -4,6 +4,7 @@ the blocks, and that every split product equals np.matmul (decisions and values,
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -131,6 +132,169 @@ def test_a_blas_call_that_fails_in_enter_leaves_no_run_behind() -> None:
     assert blas_threads._RUN.depth == 0 and blas_threads._SHARED.active == 0
     BlasThreads.exit(BlasThreads(1).enter())  # a run after it starts and ends as usual
     assert blas_threads._RUN.depth == 0
+
+
+class _FakeBlas:
+    """A BLAS library's count, and every count a run set on it. Its calls let other Python
+    threads run, as ctypes calls into a real BLAS do."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.sets: list[int] = []
+
+    def get(self) -> int:
+        time.sleep(0)
+        return self.count
+
+    def set(self, n: int) -> None:
+        time.sleep(0)
+        self.sets.append(n)
+        self.count = n
+
+
+def _limits(threads: int, lib: _FakeBlas) -> BlasThreads:
+    limits = BlasThreads(threads)
+    limits._controls = [(lib.get, lib.set)]
+    limits._setters = (lib.set,)
+    return limits
+
+
+def _run(limits: BlasThreads, split: bool = False) -> None:
+    """One run's hooks as a numba session calls them: its own, then the CPU provider's nested
+    enter; `split`: a kernel splits a product in between (BLAS to one thread)."""
+    limits.enter()
+    BlasThreads(limits.threads).enter()
+    if split:
+        run_threads()
+    BlasThreads.exit()
+    BlasThreads.exit()
+
+
+def test_a_count_already_at_the_sessions_is_neither_set_nor_restored() -> None:
+    """A process started with one BLAS thread running one-thread sessions: each run reads the
+    count and sets nothing (the setters are a tenth of a tiny model's fixed cost)."""
+    lib = _FakeBlas(1)
+    for _ in range(3):
+        _run(_limits(1, lib))
+    assert lib.sets == [] and lib.count == 1
+    assert blas_threads._RUN.depth == 0 and blas_threads._SHARED.active == 0
+
+
+def test_a_count_set_by_the_split_of_a_product_is_restored() -> None:
+    """A 2-thread session found BLAS at two (nothing set at entry); splitting a product sets
+    one mid-run, and the run's end puts two back."""
+    lib = _FakeBlas(2)
+    _run(_limits(2, lib), split=True)
+    assert lib.sets == [1, 2] and lib.count == 2
+
+
+def test_the_callers_count_of_each_run_is_held_and_given_back() -> None:
+    """The count is read at every run's start: a change the caller makes between runs is the
+    one restored after the next run, never an older one."""
+    lib = _FakeBlas(3)
+    limits = _limits(1, lib)
+    _run(limits)
+    assert lib.sets == [1, 3] and lib.count == 3
+    lib.count = 1  # the caller's own change (not through turnout)
+    _run(limits)
+    assert lib.sets == [1, 3] and lib.count == 1  # nothing set, and 3 not restored
+    lib.count = 5
+    _run(limits)
+    assert lib.sets == [1, 3, 1, 5] and lib.count == 5
+
+
+@pytest.mark.parametrize("blas", ["fake", "found"])
+def test_runs_entering_from_many_threads_hold_one_and_restore_the_count_once(blas: str) -> None:
+    """Eight Python threads start and end runs of one-thread sessions (two providers each) at
+    once: inside every run BLAS is at one, and after the last the caller's count is back."""
+    if blas == "fake":
+        lib = _FakeBlas(4)
+        controls = [(lib.get, lib.set)]
+    else:
+        controls = list(blas_threads._blas_controls())
+        if not controls:
+            pytest.skip("no BLAS library found in this process (threadpoolctl finds none)")
+    get, set_ = controls[0]
+    before = get()
+    set_(3)
+    try:
+        start = threading.Barrier(8)
+        seen: list[int] = []
+        errors: list[BaseException] = []
+
+        def runs() -> None:
+            limits = BlasThreads(1)
+            limits._controls = controls
+            try:
+                start.wait(10)
+                for _ in range(300):
+                    limits.enter()
+                    BlasThreads(1).enter()
+                    seen.append(get())
+                    BlasThreads.exit()
+                    BlasThreads.exit()
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=runs) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert len(seen) == 8 * 300 and set(seen) == {1}
+        assert get() == 3 and blas_threads._SHARED.active == 0
+    finally:
+        set_(before)
+
+
+@pytest.fixture
+def blas_libs() -> Any:
+    """The BLAS libraries threadpoolctl finds, their counts put back after the test."""
+    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it reads BLAS's thread count")
+    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    if not libs:
+        pytest.skip("threadpoolctl finds no BLAS library in this numpy")
+    before = [lib.get_num_threads() for lib in libs]
+    yield libs
+    for lib, n in zip(libs, before):
+        lib.set_num_threads(n)
+
+
+def test_a_one_thread_session_runs_blas_on_one_and_gives_the_callers_count_back(
+    blas_libs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a session's run (every installed provider's hooks, turnout-numba's too): BLAS is
+    at one while the plan runs, and after the run at the count the caller had just before it,
+    the caller's count changed between runs included."""
+    so = turnout.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.add_session_config_entry("session.turnout.wait_for_compiled_tier", "1")
+    sess = turnout.InferenceSession(
+        _two_products().SerializeToString(), so, providers=["CPUExecutionProvider"]
+    )
+    plan = sess._engine.plan
+    real = plan.run
+    inside: list[list[int]] = []
+
+    def spy(*args: Any) -> Any:
+        inside.append([lib.get_num_threads() for lib in blas_libs])
+        return real(*args)
+
+    monkeypatch.setattr(plan, "run", spy)
+    rng = np.random.default_rng(2)
+    feeds = {
+        "x": rng.standard_normal((100, 320)).astype(np.float32),
+        "y": rng.standard_normal((256, 256)).astype(np.float32),
+    }
+    for caller in (3, 1, 2):
+        for lib in blas_libs:
+            lib.set_num_threads(caller)
+        s, _ = sess.run(None, feeds)
+        assert inside[-1] == [1] * len(blas_libs)
+        assert [lib.get_num_threads() for lib in blas_libs] == [caller] * len(blas_libs)
+    assert len(inside) == 3
+    np.testing.assert_allclose(s, feeds["x"] @ WS, rtol=1e-4, atol=1e-4)
 
 
 RNG = np.random.default_rng(3)

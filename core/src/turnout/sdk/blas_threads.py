@@ -73,7 +73,7 @@ class _Run(threading.local):
     threads = 0  # 0: no managed run, `blas_matmul` is plain np.matmul
     current = 0  # the count last set
     depth = 0  # providers of this thread's run that entered (each provider enters once)
-    setters: list[Callable[[int], Any]] = []
+    setters: tuple[Callable[[int], Any], ...] = ()
 
 
 class _Shared:
@@ -81,10 +81,17 @@ class _Shared:
     run, and the counts BLAS had before the first of them began (restored when the last ends).
     A run that met another set the count to one; a lone run's exit used to restore the count it
     saw at entry while the other run was still splitting its products (measured: 5 of 60 runs
-    from 4 threads differed from the lone run's result by 1 ulp)."""
+    from 4 threads differed from the lone run's result by 1 ulp).
+
+    `touched`: whether anything set a count since the first run began. A run that found BLAS
+    at its count already (a process started with `OPENBLAS_NUM_THREADS=1` serving one-thread
+    sessions) set nothing and has nothing to restore: its end skips the setters (0.2 us each
+    through ctypes, a tenth of a tiny model's fixed cost). The counts are read again at each
+    first entry, so a count the caller changed between runs is the one held back to."""
 
     lock = threading.Lock()
     active = 0
+    touched = False
     saved: list[tuple[Callable[[int], Any], int]] = []
 
 
@@ -258,12 +265,17 @@ class BlasThreads:
     between, `blas_matmul` runs products on one BLAS thread and splits the large ones.
 
     Without threadpoolctl, or with no BLAS loaded, both are no-ops.
+
+    Both are on every run's path (a run of a one-Relu model costs onnxruntime ~4 us), so they
+    do the least that keeps the counts right: a nested enter (the second provider of a run)
+    only counts itself; the first reads each count once and sets only a count that differs;
+    the last exit restores only when something was set (`_Shared.touched`).
     """
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
         self._controls = list(_blas_controls())
-        self._setters = [set_ for _, set_ in self._controls]
+        self._setters = tuple(set_ for _, set_ in self._controls)
 
     def enter(self) -> list[tuple[Callable[[int], Any], int]]:
         """Limit every BLAS library for the run starting on this Python thread; pass what it
@@ -272,47 +284,64 @@ class BlasThreads:
         split by BLAS mid-block because another run set its own count.
 
         A second provider of the same run (the CPU provider behind turnout-numba) enters
-        nested and returns at once: the first set the count for the whole run, and the lock
-        and the counts read through ctypes cost ~1 us of every run of a small model."""
+        nested and returns at once: the first set the count for the whole run."""
         run = _RUN
-        run.depth += 1
-        if run.depth > 1:
-            return []
+        depth = run.depth
+        run.depth = depth + 1
+        if depth:
+            return _NOTHING
         threads = self.threads
-        with _SHARED.lock:
-            try:
-                if _SHARED.active == 0:
-                    _SHARED.saved = [(set_, get()) for get, set_ in self._controls]
-                want = threads if _SHARED.active == 0 else 1
-                for get, set_ in self._controls:
-                    if get() != want:
-                        set_(want)
-            except BaseException:  # a failed BLAS call must not leave this thread "nested"
-                run.depth -= 1
-                raise
-            _SHARED.active += 1
+        shared = _SHARED
+        try:
+            with shared.lock:
+                if shared.active == 0:
+                    saved = [(set_, get()) for get, set_ in self._controls]
+                    shared.saved = saved
+                    shared.touched = False
+                    want = threads
+                    for set_, count in saved:
+                        if count != want:
+                            set_(want)
+                            shared.touched = True
+                else:  # another thread's run is in progress: one BLAS thread for both
+                    want = 1
+                    for get, set_ in self._controls:
+                        if get() != 1:
+                            set_(1)
+                            shared.touched = True
+                shared.active += 1
+        except BaseException:  # a failed BLAS call must not leave this thread "nested"
+            run.depth = depth
+            raise
         if threads > 1 and self._controls:
             run.threads = threads
             run.current = want
             run.setters = self._setters
-        return []
+        return _NOTHING
 
     @staticmethod
-    def exit(changed: list[tuple[Callable[[int], Any], int]]) -> None:
+    def exit(changed: object = None) -> None:
         """The end of a run `enter` started: the last run of the process to end restores the
-        counts BLAS had before the first began."""
-        del changed  # kept for callers; the counts to restore are process-wide
+        counts BLAS had before the first began, when anything changed them. (`changed`, what
+        `enter` returned, is accepted and unused: the counts to restore are process-wide.)"""
+        del changed
         run = _RUN
         run.threads = 0
-        run.depth -= 1
-        if run.depth:
+        depth = run.depth - 1
+        run.depth = depth
+        if depth:
             return  # another provider of this run still holds it
-        with _SHARED.lock:
-            _SHARED.active -= 1
-            if _SHARED.active == 0:
-                for set_, count in _SHARED.saved:
+        shared = _SHARED
+        with shared.lock:
+            active = shared.active - 1
+            shared.active = active
+            if active == 0 and shared.touched:
+                for set_, count in shared.saved:
                     set_(count)
-                _SHARED.saved = []
+                shared.touched = False
+
+
+_NOTHING: list[tuple[Callable[[int], Any], int]] = []  # what enter returns (never filled)
 
 
 def blas_threads_for(macs: int, threads: int) -> int:
@@ -328,6 +357,7 @@ def run_threads() -> int:
     provider's own pool) ask this first."""
     run = _RUN
     if run.threads > 1 and run.current != 1:
+        _SHARED.touched = True  # before the set: the last exit must restore it
         for setter in run.setters:
             setter(1)
         run.current = 1

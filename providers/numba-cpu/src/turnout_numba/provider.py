@@ -133,34 +133,47 @@ class NumbaExecutionProvider(ExecutionProvider):
 
     # ------------------------------------------------------------------ threads
     def on_run_start(self) -> None:
-        st = self._run_state
-        st.lock = run_lock() if self.ctx.parallel else None
-        if st.lock is not None:  # workqueue: one parallel run at a time in the process
-            st.lock.acquire()
-        st.saved = None
-        # serial kernels never use numba's pool, and asking numba for its thread count starts
-        # it (10 ms in a 1-thread session's first run); the count is per calling thread
+        # a serial session's hook is BLAS's alone: a tiny model's whole run costs onnxruntime
+        # ~4 us, and every attribute read here is paid by each of its runs
         if self.ctx.parallel:
-            saved = numba.get_num_threads()
-            if saved != self.threads:  # restored in on_run_end; unchanged: nothing to restore
-                numba.set_num_threads(self.threads)
-                st.saved = saved
-        st.blas = self._blas.enter()
+            self._start_parallel_run()
+        try:
+            self._blas.enter()
+        except BaseException:
+            if self.ctx.parallel:
+                self._end_parallel_run()
+            raise
 
     def on_run_end(self) -> None:
+        BlasThreads.exit()
+        if self.ctx.parallel:
+            self._end_parallel_run()
+
+    def _start_parallel_run(self) -> None:
+        """numba's pool at the session's count, and under workqueue the process's run lock
+        (one parallel run at a time); both handed back by `_end_parallel_run`."""
         st = self._run_state
-        lock = getattr(st, "lock", None)
-        if lock is not None:
-            st.lock = None
-            lock.release()
+        st.lock = run_lock()
+        if st.lock is not None:
+            st.lock.acquire()
+        # serial sessions never ask numba for its thread count: that starts its pool (10 ms
+        # in a 1-thread session's first run); the count is per calling thread
+        saved = numba.get_num_threads()
+        st.saved = None
+        if saved != self.threads:  # restored at the run's end; unchanged: nothing to restore
+            numba.set_num_threads(self.threads)
+            st.saved = saved
+
+    def _end_parallel_run(self) -> None:
+        st = self._run_state
         saved = getattr(st, "saved", None)
         if saved is not None:
             numba.set_num_threads(saved)
             st.saved = None
-        blas = getattr(st, "blas", None)
-        if blas is not None:
-            BlasThreads.exit(blas)
-        st.blas = None
+        lock = getattr(st, "lock", None)
+        if lock is not None:
+            st.lock = None
+            lock.release()
 
 
 _RUNTIME_STARTED: dict[bool, Any] = {}  # parallel flag -> the started runtime's kernel

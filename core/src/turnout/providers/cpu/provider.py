@@ -5,7 +5,6 @@ It is always present and always last in priority: the fallback that makes every 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +44,6 @@ class CPUExecutionProvider(ExecutionProvider):
         self.kernels = CPU_KERNELS
         self._blas: BlasThreads  # set by set_dynamic_option below, at the session's count
         self.set_dynamic_option("intra_op_num_threads", self.options.get("intra_op_num_threads", 0))
-        self._run_state = threading.local()
 
     def set_dynamic_option(self, name: str, value: Any) -> None:
         if name != "intra_op_num_threads":
@@ -58,13 +56,10 @@ class CPUExecutionProvider(ExecutionProvider):
         self._blas = BlasThreads(threads if threads > 0 else default_thread_count())
 
     def on_run_start(self) -> None:
-        self._run_state.blas = self._blas.enter()
+        self._blas.enter()
 
     def on_run_end(self) -> None:
-        changed = getattr(self._run_state, "blas", None)
-        if changed is not None:
-            BlasThreads.exit(changed)
-        self._run_state.blas = None
+        BlasThreads.exit()
 
     def _claim_unmatched(self, node: KernelNode, reason: str) -> Capability | str:
         """No own kernel: a plugin's custom-op kernel, or onnx.reference when that can run it,
