@@ -292,27 +292,33 @@ class BlasThreads:
             return _NOTHING
         threads = self.threads
         shared = _SHARED
+        lock = shared.lock
+        lock.acquire()  # not `with`: 0.08 us less per run, twice
         try:
-            with shared.lock:
-                if shared.active == 0:
-                    saved = [(set_, get()) for get, set_ in self._controls]
-                    shared.saved = saved
-                    shared.touched = False
-                    want = threads
-                    for set_, count in saved:
-                        if count != want:
-                            set_(want)
-                            shared.touched = True
-                else:  # another thread's run is in progress: one BLAS thread for both
-                    want = 1
-                    for get, set_ in self._controls:
-                        if get() != 1:
-                            set_(1)
-                            shared.touched = True
-                shared.active += 1
+            if shared.active == 0:
+                want = threads
+                saved = []
+                touched = False
+                for get, set_ in self._controls:
+                    count = get()
+                    saved.append((set_, count))
+                    if count != want:
+                        set_(want)
+                        touched = True
+                shared.saved = saved
+                shared.touched = touched
+            else:  # another thread's run is in progress: one BLAS thread for both
+                want = 1
+                for get, set_ in self._controls:
+                    if get() != 1:
+                        set_(1)
+                        shared.touched = True
+            shared.active += 1
         except BaseException:  # a failed BLAS call must not leave this thread "nested"
             run.depth = depth
             raise
+        finally:
+            lock.release()
         if threads > 1 and self._controls:
             run.threads = threads
             run.current = want
@@ -326,19 +332,24 @@ class BlasThreads:
         `enter` returned, is accepted and unused: the counts to restore are process-wide.)"""
         del changed
         run = _RUN
-        run.threads = 0
+        if run.threads:  # a thread-local write costs more than the read
+            run.threads = 0
         depth = run.depth - 1
         run.depth = depth
         if depth:
             return  # another provider of this run still holds it
         shared = _SHARED
-        with shared.lock:
+        lock = shared.lock
+        lock.acquire()
+        try:
             active = shared.active - 1
             shared.active = active
             if active == 0 and shared.touched:
                 for set_, count in shared.saved:
                     set_(count)
                 shared.touched = False
+        finally:
+            lock.release()
 
 
 _NOTHING: list[tuple[Callable[[int], Any], int]] = []  # what enter returns (never filled)

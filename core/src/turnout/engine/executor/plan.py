@@ -176,17 +176,26 @@ class Plan:
         c_names = ", ".join(f"c{i}" for i in range(len(consts)))
         fr_names = "".join(f"fr{k}, " for k in range(len(frees_fns)))
         src = [
-            "def _make(_fns, _consts, _frees):",
+            "def _make(_fns, _consts, _frees, _explain):",
             f"    {fn_names + ',' if self.steps else '_'} = _fns" if self.steps else "    pass",
             f"    {c_names + ',' if consts else '_'} = _consts" if consts else "    pass",
             f"    {fr_names} = _frees" if frees_fns else "    pass",
             f"    def run({', '.join([*params, '_ro=_NO_TERM'])}):",
+            "        try:",
         ]
         # 1-based line number of each step's line in the generated source
         self._line_step = {len(src) + k + 1: v for k, v in body_step.items()}
-        src += ["    " + line for line in (body or ["    pass"])]
-        src.append(f"        return ({ret}{',' if len(self.output_names) == 1 else ''})")
-        src.append("    return run")
+        src += ["        " + line for line in (body or ["    pass"])]
+        src.append(f"            return ({ret}{',' if len(self.output_names) == 1 else ''})")
+        # the error context inside the run itself: a wrapper was one more Python call (and
+        # an argument tuple) per run, and per call of a nested graph (If, Loop bodies)
+        src += [
+            "        except _Term:",
+            "            raise",
+            "        except Exception as e:",
+            "            raise _explain(e) from e",
+            "    return run",
+        ]
         self.source = "\n".join(src)
         filename = f"<turnout plan {self.graph_name} #{next(_counter)}>"
         self._filename = filename
@@ -197,22 +206,12 @@ class Plan:
             "_NO_TERM": NO_TERMINATE,
         }
         exec(code, ns)
-        fast = ns["_make"](
-            [st.fn for st in self.steps], [self.constants[c] for c in consts], frees_fns
+        run: Callable[..., tuple[Any, ...]] = ns["_make"](
+            [st.fn for st in self.steps],
+            [self.constants[c] for c in consts],
+            frees_fns,
+            self._explain,
         )
-        return self._with_error_context(fast)
-
-    def _with_error_context(
-        self, fast: Callable[..., tuple[Any, ...]]
-    ) -> Callable[..., tuple[Any, ...]]:
-        def run(*args: Any) -> tuple[Any, ...]:
-            try:
-                return fast(*args)
-            except RunTerminated:
-                raise
-            except Exception as e:
-                raise self._explain(e) from e
-
         return run
 
     def _explain(self, e: Exception) -> Exception:
