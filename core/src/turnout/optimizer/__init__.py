@@ -57,7 +57,7 @@ from turnout.optimizer.base import (
     SupportsFn,
 )
 from turnout.optimizer.graph import OptGraph
-from turnout.optimizer.provenance import Labels, record, snapshot
+from turnout.optimizer.provenance import Tracker
 from turnout.optimizer.subgraph import passes_load_checks
 
 __all__ = [
@@ -231,19 +231,20 @@ def _optimize(
     # the original nodes by id, held so that no id is reused, with the name they go by
     labels = {id(n): (n, n.name or f"{n.op_type}_{i}") for i, n in enumerate(g.nodes)}
     sources: dict[str, list[str]] = {}  # provenance of the nodes passes wrote, by name
+    tracker = Tracker(labels, sources)
     chosen = passes_for(lvl, extra)
     basic = [p for p in chosen if p.level == Level.BASIC]
     later = [p for p in chosen if p.level > Level.BASIC]
     ctx.body_passes = later
     for _ in range(MAX_ROUNDS):
-        if not sum(_run(g, p, ctx, report, labels, sources) for p in basic):
+        if not sum(_run(g, p, ctx, report, tracker) for p in basic):
             break
     if later:
         for p in later:
-            _run(g, p, ctx, report, labels, sources)
+            _run(g, p, ctx, report, tracker)
         dead = [p for p in basic if p.name == "eliminate_dead_nodes"]
         for p in dead:
-            _run(g, p, ctx, report, labels, sources)
+            _run(g, p, ctx, report, tracker)
     g.toposort()
     g.commit(values_only_above)
     alive = {n.name for n in g.nodes}
@@ -254,16 +255,11 @@ def _optimize(
 
 
 def _run(
-    g: OptGraph,
-    p: GraphPass,
-    ctx: PassContext,
-    report: OptimizationReport,
-    labels: Labels,
-    sources: dict[str, list[str]],
+    g: OptGraph, p: GraphPass, ctx: PassContext, report: OptimizationReport, tracker: Tracker
 ) -> int:
     before = len(g.nodes)
     nodes = list(g.nodes)  # held: no id is reused while the pass runs
-    shapes = snapshot(nodes)  # to tell the nodes the pass edits in place
+    tracker.before(nodes)  # to tell the nodes the pass edits in place
     t0 = time.perf_counter()
     try:
         changes = p.fn(g, ctx)
@@ -273,8 +269,7 @@ def _run(
         raise GraphPassError(f"graph pass {p.name!r} failed: {type(e).__name__}: {e}") from e
     if changes and not p.keeps_types:
         g.mark_changed()
-    if changes:
-        record(nodes, shapes, g.nodes, labels, sources)
+    tracker.after(nodes, g.nodes, changes, p.reports_edits)
     report.results.append(
         PassResult(p.name, p.level, changes, before, len(g.nodes), (time.perf_counter() - t0) * 1e3)
     )

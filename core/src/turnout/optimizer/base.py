@@ -89,6 +89,13 @@ class GraphPass:
 
     `keeps_types`: the pass never changes what onnx would infer for the values it leaves
     (it only removes nodes, or merges equal values), so its changes need no new inference.
+
+    `reports_edits`: whenever the pass edits the graph it returns a count above zero (every
+    built-in pass does: the inferred types are refreshed only after a change is reported).
+    The optimizer then keeps its snapshot of the nodes (`provenance.Tracker`) over a run of
+    this pass that reports none; a pass without it (a plugin's, unless it says so) is
+    followed by a new snapshot, so an edit it leaves uncounted is not taken for the next
+    pass's.
     """
 
     name: str
@@ -96,6 +103,7 @@ class GraphPass:
     fn: PassFn
     doc: str = ""
     keeps_types: bool = False
+    reports_edits: bool = False
 
 
 PASSES: list[GraphPass] = []
@@ -106,7 +114,7 @@ def graph_pass(name: str, level: Level, keeps_types: bool = False) -> Callable[[
 
     def deco(fn: PassFn) -> PassFn:
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        PASSES.append(GraphPass(name, level, fn, doc, keeps_types))
+        PASSES.append(GraphPass(name, level, fn, doc, keeps_types, reports_edits=True))
         return fn
 
     return deco
