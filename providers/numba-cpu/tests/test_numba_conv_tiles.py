@@ -190,6 +190,7 @@ def test_threads_keep_big_bands(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(conv_mod, "fused_band", lambda *_: 0)
     monkeypatch.setattr(conv_mod, "_shift_applies", lambda *_: False)  # the im2col path
+    monkeypatch.setattr(conv_mod, "TILE_MAX_K", 0)  # on BLAS (`pool_matmul`), not the tile
     x = np.random.default_rng(0).standard_normal((1, 32, 80, 80)).astype(np.float32)
     w = np.random.default_rng(1).standard_normal((32, 32, 3, 3)).astype(np.float32)
     model = one_node_model(helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4), [x, w], 17)

@@ -18,7 +18,10 @@ refined on the first run at each input shape:
 - small convs (`SMALL_CONV_COLUMNS`, im2col or pointwise): the band kernel of `conv_bands`
   compiled serial, the gather, the product and the epilogue in one call (after the padding
   pass, when the plan pads); the CPU provider's numpy kernel where numpy's BLAS exports no
-  GEMM to call.
+  GEMM to call;
+- float32 products thin enough for the register tile of `sgemm_tile` (`_tile_applies`):
+  the band kernels multiply with the tile instead of BLAS, and at 1 thread the im2col and
+  pointwise convs run as one call of the serial band kernel (`_tiled_conv`).
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
 GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
 provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
@@ -52,6 +55,7 @@ from ..registry import (
     numba_kernel,
     numpy_kernel,
 )
+from . import sgemm_tile
 from .conv_bands import BandKernel
 from .conv_shift import SHIFT_MAX_WASTE, SHIFT_MIN_CHANNELS, ShiftGeometry, ShiftKernel
 from .depthwise import depthwise_kernel
@@ -61,7 +65,15 @@ from .im2col import MIN_TILE, fused_band, pad_kernel, tile_kernel, tile_rows
 from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
 from .window import GEO, Window, plan_window
 
-__all__ = ["DEPTHWISE_MAX_MULTIPLIER", "FUSED_MIN_COLUMNS", "SMALL_CONV_COLUMNS"]
+__all__ = [
+    "DEPTHWISE_MAX_MULTIPLIER",
+    "FUSED_MIN_COLUMNS",
+    "SMALL_CONV_COLUMNS",
+    "TILE_MAX_K",
+    "TILE_MIN_COLUMNS",
+    "TILE_MIN_ROWS",
+    "TILE_SHIFT_MAX_WASTE",
+]
 
 DEPTHWISE_MAX_MULTIPLIER = 4
 """A conv with one input channel per group and at most this many outputs per group runs the
@@ -84,6 +96,44 @@ of the group's weights, so where those outweigh the image (ResNet's 512->512 at 
 SqueezeNet's 512->1000 1x1 at 13x13) one product split by output channels
 (`pool_matmul`) does better: 1.6-1.8 against 1.9-2.1 ms and 0.9 against 1.3-1.4 at 2
 threads."""
+
+
+TILE_MAX_K = 4608
+"""The longest inner dimension (C/group*KH*KW) whose products run on the register tile
+(`sgemm_tile`) rather than BLAS: the longest measured. On the zoo's conv products (1 thread,
+`python -m benchmarks.conv_tile products`, the 2-core Xeon) the tile ran 1.02-1.5x
+OpenBLAS's GMAC/s at every K from 16 to 4608 (M=32 K=144 N=1520: 78 against 61); longer
+products are BLAS's ground. Tests set it to force the tile (or 0 to keep BLAS)."""
+
+TILE_MIN_ROWS = 8
+"""The fewest output channels per group that run on the register tile: a tile computes
+`sgemm_tile.ROWS` rows whatever M is, so fewer waste most of it."""
+
+TILE_MIN_COLUMNS = 32
+"""The fewest output pixels that run on the register tile: its columns are whole vectors,
+so a narrower product wastes lanes (a CRNN's convs of 3-12 pixels ran 0.5-0.9x OpenBLAS;
+24 pixels 0.85-0.92; 100 pixels and up, 1.1x and more)."""
+
+
+TILE_SHIFT_MAX_WASTE = 0.072
+"""`conv_shift.SHIFT_MAX_WASTE` where the im2col products would run on the register tile:
+im2col on the tile against shifted products on BLAS (1 thread, one-node sessions, 3x3):
+27 and 20 wide (7.4% and 10% waste) 0.34 against 0.45 and 0.80 against 0.88 ms; 28 wide
+(7.1%) even or 3% slower (1.60-1.73 against 1.55-1.69), so it stays shifted; 40 wide 0.98
+against 0.89; 56 and 80 wide even."""
+
+
+def _tile_applies(dt: np.dtype[Any], mg: int, krows: int, pixels: int) -> bool:
+    """Whether a conv's products (mg output channels a group, inner dimension krows, over
+    `pixels` output pixels) run on the register tile: float32 on a host with the tile,
+    within the measured shape rule."""
+    return (
+        sgemm_tile.AVAILABLE
+        and dt == np.float32
+        and mg >= TILE_MIN_ROWS
+        and 0 < krows <= TILE_MAX_K
+        and pixels >= TILE_MIN_COLUMNS
+    )
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -116,6 +166,7 @@ class _Plan:
     band: int  # output pixels per GEMM (whole output rows; `im2col.tile_rows`)
     fused: int  # with threads, output pixels per band of `conv_bands` (0: not used)
     shift: ShiftGeometry | None  # the "shift" kind's layout (`conv_shift`)
+    tile: bool  # the band kernel multiplies with the register tile (`sgemm_tile`)
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
     scratch: list[Any] = field(default_factory=list)  # `conv_bands` / `conv_shift` buffers
 
@@ -140,16 +191,20 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     # one im2col per dtype, shared by all nodes; nodes that never need it do not compile it
     im2col: list[_Im2col | None] = [None]
     # with threads: gather, product and epilogue of a band in one kernel, by plan kind
-    bands: dict[str, BandKernel] = {}
+    bands: dict[tuple[str, bool], BandKernel] = {}
 
-    def need_bands(kind: str) -> None:
-        if ctx.parallel and kind not in bands and find_gemm(dt) is not None:
-            bands[kind] = BandKernel(dt, act, present(kn, 2), has_z, gather=kind == "gemm")
+    def need_bands(kind: str, tile: bool = False) -> None:
+        if ctx.parallel and (kind, tile) not in bands and (tile or find_gemm(dt) is not None):
+            gather = kind == "gemm"
+            bands[kind, tile] = BandKernel(dt, act, present(kn, 2), has_z, gather, tile=tile)
 
-    def need_im2col() -> None:
+    def need_im2col(tile: bool = False) -> None:
+        if tile and not ctx.parallel:  # the serial band kernel pads and gathers itself
+            need_small(True, True)
+            return
         if im2col[0] is None:
             im2col[0] = _Im2col(dt, ctx.parallel)
-        need_bands("gemm")
+        need_bands("gemm", tile)
         need_epilogue()
 
     shift: list[ShiftKernel | None] = [None]  # stride-1 convs as shifted products
@@ -164,12 +219,15 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if numpy_conv[0] is None:
             numpy_conv[0] = numpy_kernel(kn)
 
-    serial: dict[bool, BandKernel] = {}  # small convs: gather? -> the serial band kernel
+    # small and 1-thread tiled convs: (gather?, tile?) -> the serial band kernel
+    serial: dict[tuple[bool, bool], BandKernel] = {}
 
-    def need_small(gather: bool = True) -> None:
-        if gather not in serial:
+    def need_small(gather: bool = True, tile: bool = False) -> None:
+        if (gather, tile) not in serial:
             bias = present(kn, 2)
-            serial[gather] = BandKernel(dt, act, bias, has_z, gather=gather, parallel=False)
+            serial[gather, tile] = BandKernel(
+                dt, act, bias, has_z, gather=gather, parallel=False, tile=tile
+            )
 
     # the bias, residual and activation after the products of the unfused GEMM paths
     epilogue: list[Epilogue | None] = [None]
@@ -180,22 +238,34 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             if ctx.parallel:
                 prepare_pool_matmul(dt)  # compiled now: the first run's products need it
 
-    def need_pointwise() -> None:
-        need_bands("pw")
+    def need_pointwise(tile: bool = False) -> None:
+        if tile and not ctx.parallel:
+            need_small(False, True)
+            return
+        need_bands("pw", tile)
         need_epilogue()
 
-    # compiled now for the declared shapes; a run at other shapes compiles what it needs
-    prepare = {
-        "shift": need_shift,
+    # compiled now for the declared shapes; a run at other shapes compiles what it needs.
+    # Each takes whether the products run on the register tile.
+    prepare: dict[str, Any] = {
+        "shift": lambda tile: need_shift(),
         "gemm": need_im2col,
         "pw": need_pointwise,
-        "small": need_small,
-        "small_pw": lambda: need_small(False),
-        "numpy": need_numpy,
+        "small": lambda tile: need_small(True, tile),
+        "small_pw": lambda tile: need_small(False, tile),
+        "numpy": lambda tile: need_numpy(),
     }
+    y_info = kn.outputs[0]
+    y_spatial = y_info.shape[2:] if y_info is not None and y_info.shape is not None else ()
+    pixels = int(np.prod(y_spatial)) if all(isinstance(d, int) for d in y_spatial) else 1 << 30
+    declared_tile = (
+        known
+        and w_shape is not None
+        and _tile_applies(dt, w_shape[0] // max(group, 1), int(np.prod(w_shape[1:])), pixels)
+    )
     declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
     if declared in prepare:
-        prepare[declared]()
+        prepare[declared](declared_tile)
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
     zeros: dict[int, Any] = {}
     plans: dict[tuple[Any, Any], _Plan] = {}
@@ -224,12 +294,17 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             kind = "dw"
         elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
             kind = "pw"
-        elif x.ndim == 4 and _shift_applies(w.shape, group, strides, dt, ow_, dilations[1]):
+        elif x.ndim == 4 and _shift_applies(
+            w.shape, group, strides, dt, ow_, dilations[1],
+            _tile_applies(dt, m_ // max(group, 1), w[0].size, oh_ * ow_),
+        ):  # fmt: skip
             kind = "shift"
         else:
             kind = "gemm"
         columns = (w[0].size * oh_ * ow_) if kind in ("gemm", "shift", "pw") else 0
         gather = kind != "pw"
+        mg = m_ // max(group, 1)
+        tile = kind in ("gemm", "pw") and _tile_applies(dt, mg, w[0].size, oh_ * ow_)
         if _small(columns, m_, ctx.parallel):
             kind = "small" if find_gemm(dt) is not None else "numpy"
         win = None
@@ -255,10 +330,6 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (pb[0], pb[1]),
                 (oh_, ow_),
             )
-        if kind == "small":
-            need_small(gather)
-        elif kind in prepare:
-            prepare[kind]()
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
@@ -269,10 +340,18 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         pixel = (w[0].size + m_) * x.itemsize
         band = tile_rows(pixel, ow_, oh_, least) * ow_
         fused = 0
-        if kind in bands and oh_ * ow_ >= FUSED_MIN_COLUMNS * (m_ // max(group, 1)):
+        banded = ctx.parallel and kind in ("gemm", "pw") and (tile or find_gemm(dt) is not None)
+        if banded and oh_ * ow_ >= FUSED_MIN_COLUMNS * (m_ // max(group, 1)):
             # numba's count is this thread's and the session's (BLAS's is process-wide)
             fused = fused_band(pixel, ow_, oh_, numba.get_num_threads())
-        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape)
+        if tile and kind in ("gemm", "pw") and not fused:
+            # unfused with threads, the product is split between them (`pool_matmul`): BLAS
+            tile = not ctx.parallel or numba.get_num_threads() < 2
+        if kind == "small" or (tile and not fused):  # the serial band kernel's whole run
+            need_small(gather, tile)
+        elif kind in prepare:
+            prepare[kind](tile)
+        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile)
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -317,16 +396,19 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             return (y.reshape(p.final),)
         row = None if b is None else np.ascontiguousarray(b)
         if p.kind == "small":
-            kern = serial[p.win is not None]
+            kern = serial[p.win is not None, p.tile]
             _small_conv(x, w, y, group, p, im2col[0], kern, row, full)
             return (y.reshape(p.final),)
         if p.shift is not None:
             assert shift[0] is not None
             _shifted_conv(x, w, y, p, p.shift, shift[0], row, full)
             return (y.reshape(p.final),)
+        if p.tile and not p.fused:
+            _tiled_conv(x, w, y, group, p, serial[p.win is not None, True], row, full)
+            return (y.reshape(p.final),)
         gemm = find_gemm(dt) if p.fused else None
-        if gemm is not None:
-            _banded_conv(x, w, y, group, p, im2col[0], bands[p.kind], gemm, row, full)
+        if p.fused and (p.tile or gemm is not None):
+            _banded_conv(x, w, y, group, p, im2col[0], bands[p.kind, p.tile], gemm, row, full)
         else:
             assert epilogue[0] is not None
             _gemm_conv(x, w, y, group, p, im2col[0], epilogue[0], row, full)
@@ -415,7 +497,7 @@ def _banded_conv(
     p: _Plan,
     im2col: _Im2col | None,
     bands: BandKernel,
-    gemm: Gemm,
+    gemm: Gemm | None,
     row: Any,
     full: Any,
 ) -> None:
@@ -439,9 +521,19 @@ def _small_conv(
     """A small conv (`SMALL_CONV_COLUMNS`) by the serial band kernel: per image one call that
     pads the image when the plan pads, then gathers, multiplies and finishes its bands
     (`p.band` pixels: the whole image, at these sizes) on the caller's thread."""
-    gemm = find_gemm(x.dtype)
-    assert gemm is not None
+    gemm = None if kern.tile else find_gemm(x.dtype)
+    assert kern.tile or gemm is not None
     _band_kernel_conv(x, w, y, group, p, im2col, kern, gemm, row, full, p.band, False)
+
+
+def _tiled_conv(
+    x: Any, w: Any, y: Any, group: int, p: _Plan, kern: BandKernel, row: Any, full: Any
+) -> None:
+    """A 1-thread im2col or pointwise conv whose products run on the register tile
+    (`_tile_applies`): per image one call of the serial band kernel, which pads the image
+    when the plan pads, then gathers, multiplies and finishes each band of `p.band` output
+    pixels (`im2col.tile_rows`, cache-sized) in turn."""
+    _band_kernel_conv(x, w, y, group, p, None, kern, None, row, full, p.band, False)
 
 
 def _band_kernel_conv(
@@ -452,7 +544,7 @@ def _band_kernel_conv(
     p: _Plan,
     im2col: _Im2col | None,
     bands: BandKernel,
-    gemm: Gemm,
+    gemm: Gemm | None,
     row: Any,
     full: Any,
     band: int,
@@ -460,7 +552,8 @@ def _band_kernel_conv(
 ) -> None:
     """Each image through `bands` in bands of `band` output pixels, with the plan's padded
     image and scratch buffers (taken by this run, given back after it: concurrent runs each
-    take their own); a `threaded` kernel gathers into one scratch row per numba thread."""
+    take their own); a `threaded` kernel gathers into one scratch row per numba thread.
+    `gemm` None: the kernel multiplies with the register tile."""
     run_threads()  # BLAS on one thread in each worker
     n_, c_ = x.shape[:2]
     m_ = w.shape[0]
@@ -483,7 +576,8 @@ def _band_kernel_conv(
             im2col.pad(padded.size, src, padded, *args)
             src = padded
         zn = None if full is None else full[n]
-        bands(src, w3, y[n], scratch, row, zn, args, band, gemm.address, gemm.ilp64, padded)
+        address, ilp64 = (0, False) if gemm is None else (gemm.address, gemm.ilp64)
+        bands(src, w3, y[n], scratch, row, zn, args, band, address, ilp64, padded)
     if scratch is not None:
         p.scratch.append(scratch)
     if padded is not None:
@@ -530,25 +624,36 @@ def _declared_kind(
     if pointwise:
         return "pw"
     dil_w = int((kn.attr("dilations", None) or [1])[-1])
-    if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w):
+    tile = _tile_applies(
+        dt, w_shape[0] // max(group, 1), int(np.prod(w_shape[1:])), int(np.prod(spatial))
+    )
+    if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w, tile):
         return "shift"
     return "gemm"
 
 
 def _shift_applies(
-    w_shape: Any, group: int, strides: Any, dt: np.dtype[Any], out_w: int, dilation_w: int
+    w_shape: Any,
+    group: int,
+    strides: Any,
+    dt: np.dtype[Any],
+    out_w: int,
+    dilation_w: int,
+    tile: bool = False,
 ) -> bool:
     """Whether a 2-D conv runs as shifted products (`conv_shift`): group 1, stride 1, a
     kernel larger than 1x1, enough input channels, outputs wide enough that the padded
-    columns each product also computes stay a small share (`SHIFT_MAX_WASTE`), and numpy's
-    BLAS GEMM found."""
+    columns each product also computes stay a small share (`SHIFT_MAX_WASTE`, or
+    `TILE_SHIFT_MAX_WASTE` where the im2col products would run on the register tile:
+    `tile`), and numpy's BLAS GEMM found."""
+    waste = TILE_SHIFT_MAX_WASTE if tile else SHIFT_MAX_WASTE
     return (
         len(w_shape) == 4
         and group == 1
         and all(s == 1 for s in strides)
         and tuple(w_shape[2:]) != (1, 1)
         and w_shape[1] >= SHIFT_MIN_CHANNELS
-        and (w_shape[3] - 1) * dilation_w <= SHIFT_MAX_WASTE * out_w
+        and (w_shape[3] - 1) * dilation_w <= waste * out_w
         and find_gemm(dt) is not None
     )
 

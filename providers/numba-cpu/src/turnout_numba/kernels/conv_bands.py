@@ -9,6 +9,10 @@ in one iteration, on one worker, with its columns still in that core's cache: th
 (`im2col.tile_lines`, serial), numpy's BLAS GEMM on one thread (`cblas.gemm_call`), then the
 bias, residual Z and activation (`epilogue.activation_lines`). Each worker gathers into its
 own row of a scratch array (`numba.get_thread_id`).
+
+A float32 kernel built with `tile` multiplies by the register-blocked tile of `sgemm_tile`
+instead of BLAS (thin products: few output channels, short K), in the same place; compiled
+serial, it is also the 1-thread conv's whole run (`conv._tiled_conv`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from numba import types
 from .. import cache
 from ..codegen import numba_array
 from ..vecmath import contracts
+from . import sgemm_tile
 from .epilogue import CTOR, band_epilogue_fields
 from .im2col import tile_lines
 from .window import GEO, copy_lines, geo_lines, window_arg_types
@@ -54,8 +59,15 @@ _GATHER = """\
         col = scratch[{tid}, : krows * width].reshape((krows, width))
         for g in range(group):
             planes = src_image[g * cg : g * cg + cg]
-{tile}            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
+{tile}{product}"""
+
+_GATHER_BLAS = """\
+            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
                       y2[g * mg :, a:], ldy, 0.0)
+"""
+
+_GATHER_TILE = """\
+            w3[g].turnout_sgemm(krows, col, width, y2[g * mg :, a:], ldy, mg, width, krows)
 """
 
 _PAD_FIRST = """\
@@ -77,6 +89,13 @@ _POINTWISE = """\
                       y2[g * mg :, a:], ldy, 0.0)
 """
 
+_POINTWISE_TILE = """\
+        ldx = image.strides[0] // image.itemsize
+        for g in range(group):
+            w3[g].turnout_sgemm(krows, image[g * cg :, a:], ldx, y2[g * mg :, a:], ldy, mg,
+                                width, krows)
+"""
+
 _EPILOGUE = """\
         for j in range(group * mg):
             yr = y2[j, a:b]
@@ -87,13 +106,26 @@ _EPILOGUE = """\
 
 
 def _source(
-    dtype: np.dtype[Any], act: str, bias: bool, full: bool, gather: bool, parallel: bool
+    dtype: np.dtype[Any],
+    act: str,
+    bias: bool,
+    full: bool,
+    gather: bool,
+    parallel: bool,
+    tile: bool,
 ) -> str:
     # a serial kernel gathers into the scratch's one row: asking numba for the thread id
     # would start its thread pool, which a 1-thread session never needs
     tid = "numba.get_thread_id()" if parallel else "0"
-    tile = tile_lines(12, "range", inline=False)
-    steps = _GATHER.format(tile=tile, tid=tid) if gather else _POINTWISE
+    lines = tile_lines(12, "range", inline=False)
+    if gather:
+        product = _GATHER_TILE if tile else _GATHER_BLAS
+        steps = _GATHER.format(tile=lines, tid=tid, product=product)
+    else:
+        steps = _POINTWISE_TILE if tile else _POINTWISE
+    if tile:  # in the function's own text (what the cache compiles and checks): a kernel
+        # cached with one tile is never loaded for another
+        steps = f"        # {sgemm_tile.TAG}\n" + steps
     pad = "    src_image = image\n"  # the caller padded it (or the plan reads it directly)
     if gather and not parallel:
         pad = _PAD_FIRST.format(copy=copy_lines(12))
@@ -122,11 +154,12 @@ _NO_WINDOW = (
 
 class BandKernel:
     """The compiled band kernel of one (dtype, activation, bias?, residual?, gather?,
-    parallel?) combination. Without `gather` (a pointwise conv) the product reads the image's
+    parallel?, tile?) combination. Without `gather` (a pointwise conv) the product reads the image's
     band of columns in place, as the unthreaded path does. Serial (`parallel=False`), the
     bands run one after another on the caller's thread, gathering into scratch row 0, and the
     kernel pads the image itself into the `padded` buffer it is given: a small conv's whole
-    run in one call (`conv.SMALL_CONV_COLUMNS`)."""
+    run in one call (`conv.SMALL_CONV_COLUMNS`). With `tile` (float32, where
+    `sgemm_tile.AVAILABLE`) the products run on the register tile instead of BLAS."""
 
     def __init__(
         self,
@@ -136,10 +169,14 @@ class BandKernel:
         full: bool,
         gather: bool = True,
         parallel: bool = True,
+        tile: bool = False,
     ) -> None:
+        if tile and not (sgemm_tile.AVAILABLE and dtype == np.float32):
+            raise ValueError(f"no register tile for {dtype} on this host")
         self.activation = activation
         self.parallel = parallel
-        text = _source(dtype, activation[0], bias, full, gather, parallel)
+        self.tile = tile
+        text = _source(dtype, activation[0], bias, full, gather, parallel, tile)
         fn = cache.load_source(text, "conv_bands")._conv_bands
         ro1 = numba_array(dtype, 1, readonly=True, layout="C")
         ro2 = numba_array(dtype, 2, readonly=True, layout="C")

@@ -1,0 +1,310 @@
+"""The register-tile SGEMM (kernels/sgemm_tile.py) and the convs that run on it.
+
+The tile is checked against numpy's matmul in float64 over shapes covering every remainder
+(M past a multiple of the tile's rows, N past a multiple of the vector width and of the
+block, K down to 1), with strided operands and the memory around C untouched; the 8-lane
+(AVX2) tile too, in a subprocess, where the host has AVX2. The convs are forced onto the tile
+(the module-level thresholds) over the geometries of the conv tests (pads, auto_pad, strides,
+dilations, groups, 1-D, bias, FusedConv's activations and residual) at 1 and 2 threads,
+checked against onnx.reference, with a spy on the band kernels showing the tile ran."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from typing import Any
+
+import numba
+import numpy as np
+import pytest
+from onnx import helper
+
+from turnout.sdk.semantics.activations import activation
+from turnout.tools.testing import one_node_model, provider_session, run_reference
+from turnout_numba.kernels import conv as conv_mod
+from turnout_numba.kernels import conv_bands, sgemm_tile
+
+needs_tile = pytest.mark.skipif(
+    not sgemm_tile.AVAILABLE,
+    reason="the host has neither AVX-512 nor AVX2+FMA, or numba compiles for another CPU",
+)
+
+
+@numba.njit(cache=False)
+def _tile_product(a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:  # pragma: no cover
+    a.turnout_sgemm(a.shape[1], b, b.shape[1], c, c.shape[1], m, n, k)
+
+
+def _edges(unit: int) -> list[int]:
+    return sorted({1, unit - 1, unit, unit + 1, 2 * unit + 3})
+
+
+def _shapes() -> list[tuple[int, int, int]]:
+    rows, lanes, block = sgemm_tile.ROWS, sgemm_tile.LANES, sgemm_tile.BLOCK
+    ms = _edges(rows)
+    ns = sorted({*_edges(lanes), *_edges(block), block + lanes, 3 * block - 1})
+    ks = [1, 2, 7, 144]
+    return [(m, n, k) for m in ms for n in ns for k in ks if (m + n + k) % 2 == 0 or k == 144]
+
+
+def _check_tile(m: int, n: int, k: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    # operands wider than the product (row strides past m, n, k) and a guard around C
+    a = rng.standard_normal((m, k + 3)).astype(np.float32)
+    b = rng.standard_normal((k, n + 5)).astype(np.float32)
+    c = np.full((m + 2, n + 7), -7.0, np.float32)
+    _tile_product(a, b, c, m, n, k)
+    want = a[:, :k].astype(np.float64) @ b[:, :n].astype(np.float64)
+    np.testing.assert_allclose(c[:m, :n], want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    assert (c[:m, n:] == -7.0).all() and (c[m:] == -7.0).all(), "wrote past the product"
+
+
+@needs_tile
+def test_tile_matches_numpy_over_every_remainder() -> None:
+    shapes = _shapes()
+    assert len(shapes) > 100
+    for i, (m, n, k) in enumerate(shapes):
+        _check_tile(m, n, k, i)
+
+
+@needs_tile
+def test_tile_keeps_nonfinite_values_in_their_outputs() -> None:
+    m, n, k = sgemm_tile.ROWS + 1, sgemm_tile.BLOCK + 3, 5
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    b[2, n - 1] = np.inf
+    a[m - 1, 0] = np.nan
+    c = np.zeros((m, n), np.float32)
+    _tile_product(a, b, c, m, n, k)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(c, want.astype(np.float32))
+
+
+_AVX2_CHECK = """
+import numpy as np, numba
+from turnout_numba.kernels import sgemm_tile as st
+assert st.LANES == 8 and (st.ROWS, st.VECS) == (6, 2), (st.LANES, st.ROWS, st.VECS)
+@numba.njit
+def p(a, b, c, m, n, k):
+    a.turnout_sgemm(a.shape[1], b, b.shape[1], c, c.shape[1], m, n, k)
+rng = np.random.default_rng(0)
+for m in (1, 5, 6, 7, 13):
+    for n in (1, 7, 8, 9, 16, 17, 33):
+        for k in (1, 9):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            c = np.full((m, n + 4), 3.0, np.float32)
+            p(a, b, c, m, n, k)
+            assert np.allclose(c[:, :n], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+            assert (c[:, n:] == 3.0).all()
+print("ok")
+"""
+
+
+def _host_features() -> dict[str, bool]:
+    import llvmlite.binding as ll
+
+    return dict(ll.get_host_cpu_features())
+
+
+def _child(code: str, **env: str) -> str:
+    full = {
+        k: v for k, v in os.environ.items() if k not in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES")
+    }
+    full.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.skipif(
+    not (_host_features().get("avx2") and _host_features().get("fma")),
+    reason="the 8-lane tile needs AVX2 and FMA on this host",
+)
+def test_the_avx2_tile_matches_numpy() -> None:
+    """The 8-lane tile (what an AVX2 host runs), asked for on this host by the environment."""
+    assert _child(_AVX2_CHECK, TURNOUT_SGEMM_LANES="8").strip().endswith("ok")
+
+
+def test_no_tile_when_numba_compiles_for_another_cpu() -> None:
+    code = "from turnout_numba.kernels import sgemm_tile as st; print(st.AVAILABLE, st.LANES)"
+    assert _child(code, NUMBA_CPU_NAME="generic").split() == ["False", "0"]
+    assert _child(code, TURNOUT_SGEMM_LANES="0").split() == ["False", "0"]
+
+
+# ------------------------------------------------------------------------------------------
+# convs on the tile
+
+
+def _spy_band_kernels(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, for each band kernel call, whether it multiplied with the tile."""
+    ran: list[bool] = []
+    real = conv_bands.BandKernel.__call__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        ran.append(self.tile)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(conv_bands.BandKernel, "__call__", spy)
+    return ran
+
+
+def _force_tile(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    monkeypatch.setattr(conv_mod, "TILE_MAX_K", 1 << 30)
+    monkeypatch.setattr(conv_mod, "TILE_MIN_ROWS", 1)
+    monkeypatch.setattr(conv_mod, "TILE_MIN_COLUMNS", 1)
+    monkeypatch.setattr(conv_mod, "_shift_applies", lambda *_: False)
+    if threads > 1:  # the fused band kernel for every conv, several bands each
+        monkeypatch.setattr(conv_mod, "FUSED_MIN_COLUMNS", 0)
+        monkeypatch.setattr(conv_mod, "fused_band", lambda pixel, ow, oh, t: ow)
+
+
+def _conv(
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+    threads: int,
+    act: str = "",
+    with_z: bool = False,
+    bias: bool = True,
+    dtype: Any = np.float32,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The numba session's result and onnx.reference's (float64, then the activation)."""
+    rng = np.random.default_rng(zlib.crc32(repr((shape, m, kernel, attrs)).encode()))
+    x = rng.standard_normal(shape).astype(dtype)
+    cg = shape[1] // int(attrs.get("group", 1))
+    w = (rng.standard_normal((m, cg, *kernel)) * 0.3).astype(dtype)
+    names, feeds = ["x", "w"], [x, w]
+    if bias:
+        names.append("b")
+        feeds.append(rng.standard_normal(m).astype(dtype))
+    node = helper.make_node("Conv", names, ["y"], **attrs)
+    ref = run_reference(node, [v.astype(np.float64) for v in feeds], 17)[0]
+    if with_z:
+        names.append("z")
+        feeds.append(rng.standard_normal(ref.shape).astype(dtype))
+        ref = ref + feeds[-1]
+    if act or with_z:
+        node = helper.make_node(
+            "FusedConv", names, ["y"], domain="ai.turnout", activation=act or "Relu", **attrs
+        )
+        ref = activation(act or "Relu", 1.0, 0.0)(ref)
+    else:
+        node = helper.make_node("Conv", names, ["y"], **attrs)
+    model = one_node_model(node, feeds, 17)
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
+    return sess.run(None, dict(zip(names, feeds)))[0], ref
+
+
+GEOMETRIES = [
+    ((1, 16, 23, 21), 32, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 5, 17, 19), 13, (3, 3), {"pads": [1, 0, 2, 1], "strides": [2, 1]}),
+    ((1, 6, 20, 18), 9, (3, 2), {"dilations": [2, 3], "pads": [2, 1, 2, 1]}),
+    ((1, 8, 15, 16), 12, (3, 3), {"group": 2, "auto_pad": "SAME_UPPER"}),
+    ((1, 12, 14, 13), 18, (5, 5), {"group": 3, "auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    ((1, 7, 12, 40), 17, (1, 1), {}),
+    ((2, 8, 9, 11), 24, (1, 1), {"group": 4}),
+    ((1, 3, 41, 37), 16, (7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    ((1, 10, 100), 25, (4,), {"auto_pad": "VALID"}),
+    ((1, 6, 77), 11, (3,), {"pads": [2, 1], "strides": [2], "dilations": [2]}),
+    ((1, 4, 13, 13), 1, (3, 3), {"pads": [1, 1, 1, 1]}),
+]
+IDS = ["same", "strided", "dilated", "groups", "groups 5x5 s2", "pointwise",
+       "pointwise groups", "stem 7x7", "1-D", "1-D strided dilated", "one output"]  # fmt: skip
+
+
+@needs_tile
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape, m, kernel, attrs", GEOMETRIES, ids=IDS)
+@pytest.mark.parametrize(
+    "act, with_z, bias",
+    [("", False, True), ("", False, False), ("Sigmoid", False, True), ("Relu", True, True)],
+    ids=["bias", "no bias", "sigmoid", "relu residual"],
+)
+def test_convs_on_the_tile_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+    threads: int,
+    act: str,
+    with_z: bool,
+    bias: bool,
+) -> None:
+    _force_tile(monkeypatch, threads)
+    ran = _spy_band_kernels(monkeypatch)
+    got, want = _conv(shape, m, kernel, attrs, threads, act=act, with_z=with_z, bias=bias)
+    assert ran and all(ran), "the conv did not run on the tile"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_tile
+@pytest.mark.parametrize("threads", [1, 2])
+def test_small_convs_on_the_tile(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """A conv under `SMALL_CONV_COLUMNS` (the serial band kernel's one call) on the tile."""
+    _force_tile(monkeypatch, 1)
+    ran = _spy_band_kernels(monkeypatch)
+    got, want = _conv((1, 9, 6, 7), 10, (3, 3), {"pads": [1, 1, 1, 1]}, threads, act="Relu")
+    assert ran and all(ran)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float64_convs_keep_blas(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    _force_tile(monkeypatch, threads)
+    ran = _spy_band_kernels(monkeypatch)
+    got, want = _conv((1, 8, 30, 30), 16, (3, 3), {"pads": [1, 1, 1, 1]}, threads,
+                      dtype=np.float64)  # fmt: skip
+    assert not any(ran)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+@needs_tile
+def test_the_shipped_rule() -> None:
+    """Thin float32 products take the tile; too few channels or pixels, too long a K, or
+    float64 keep BLAS; a stride-1 3x3 conv takes im2col on the tile over shifted products
+    only where the shifted products waste more than `TILE_SHIFT_MAX_WASTE`."""
+    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
+    applies = conv_mod._tile_applies
+    assert applies(f32, 32, 144, 1600)
+    assert not applies(f64, 32, 144, 1600)
+    assert not applies(f32, conv_mod.TILE_MIN_ROWS - 1, 144, 1600)
+    assert not applies(f32, 32, conv_mod.TILE_MAX_K + 1, 1600)
+    assert not applies(f32, 32, 144, conv_mod.TILE_MIN_COLUMNS - 1)
+    shift = conv_mod._shift_applies
+    if conv_mod.find_gemm(f32) is not None:
+        w = (64, 64, 3, 3)
+        assert shift(w, 1, [1, 1], f32, 27, 1, False)
+        assert not shift(w, 1, [1, 1], f32, 27, 1, True)
+        assert shift(w, 1, [1, 1], f32, 28, 1, True)
+
+
+@needs_tile
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thin_convs_take_the_tile_with_the_shipped_thresholds(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """16 -> 32 channels 3x3 at 48x48 (K = 144), above the small-conv size: one call of the
+    serial band kernel on the tile at 1 thread, the fused band kernel on the tile at 2."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has fewer threads on this machine")
+    ran = _spy_band_kernels(monkeypatch)
+    paths: list[str] = []
+    for name in ("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv"):
+        real = getattr(conv_mod, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> None:
+            paths.append(_name)
+            _real(*args)
+
+        monkeypatch.setattr(conv_mod, name, spy)
+    got, want = _conv((1, 16, 48, 48), 32, (3, 3), {"pads": [1, 1, 1, 1]}, threads)
+    assert paths == ["_tiled_conv" if threads == 1 else "_banded_conv"]
+    assert ran and all(ran)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
