@@ -131,3 +131,30 @@ def test_explain_prints_the_folded_batchnorm(
     onnx.save(_bn_relu_model(), path)
     assert main(["explain", str(path)]) == 0
     assert "<- bn, conv, relu" in capsys.readouterr().out
+
+
+def _tracked_edit(reports_edits: bool) -> dict[str, list[str]]:
+    """A pass that changes Neg q to Abs in place and reports no change, then a pass that
+    removes Relu p and rewires q to p's input: what provenance records."""
+    from turnout.optimizer.provenance import Tracker
+
+    p = helper.make_node("Relu", ["x"], ["u"], name="p")
+    q = helper.make_node("Neg", ["u"], ["v"], name="q")
+    nodes = [p, q]
+    sources: dict[str, list[str]] = {}
+    tracker = Tracker({id(n): (n, n.name) for n in nodes}, sources)
+    tracker.before(nodes)
+    q.op_type = "Abs"  # an edit the pass leaves uncounted
+    tracker.after(nodes, nodes, 0, reports_edits)
+    tracker.before(nodes)
+    q.input[0] = "x"  # only rewired: joins nothing
+    tracker.after(nodes, [q], 1, True)
+    return sources
+
+
+def test_a_pass_that_may_edit_silently_is_followed_by_a_new_snapshot() -> None:
+    # a plugin's pass (no reports_edits): its edit is not taken for the next pass's
+    assert _tracked_edit(reports_edits=False) == {}
+    # a pass promising to report its edits keeps the snapshot: had it edited silently, the
+    # next pass would be charged with the op change and q would stand for p too
+    assert _tracked_edit(reports_edits=True) == {"q": ["p", "q"]}

@@ -181,11 +181,12 @@ def fold_conv_add_mul(g: OptGraph, ctx: PassContext) -> int:
             if vec is None or c.dtype != w.dtype:
                 continue
             b0 = b if b is not None else np.zeros(ch, w.dtype)
+            # results are fresh arrays already: astype copies only where the dtype differs
             if n.op_type == "Add":
-                new_w, new_b = w, (b0 + vec).astype(w.dtype)
+                new_w, new_b = w, (b0 + vec).astype(w.dtype, copy=False)
             else:
-                new_w = (w * vec.reshape((ch,) + (1,) * (w.ndim - 1))).astype(w.dtype)
-                new_b = (b0 * vec).astype(w.dtype)
+                new_w = (w * vec.reshape((ch,) + (1,) * (w.ndim - 1))).astype(w.dtype, copy=False)
+                new_b = (b0 * vec).astype(w.dtype, copy=False)
             if not m.replace(n.output[0], conv.output[0]):
                 continue
             if n.op_type == "Add":

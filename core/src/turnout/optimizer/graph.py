@@ -431,12 +431,21 @@ class OptGraph:
             self._dropped[id(n)] = n  # held until filtered out, so that no id is reused
 
     def insert_before(self, anchor: NodeProto, node: NodeProto) -> None:
-        """Insert `node` just before `anchor` (keeps topological order when inputs are ready)."""
-        for i, n in enumerate(self.nodes):
-            if n is anchor:
-                self.nodes.insert(i, node)
+        """Insert `node` just before `anchor` (keeps topological order when inputs are ready),
+        or last when `anchor` is not in the graph.
+
+        Works on the list with the removed nodes still in it (a fusion that inserts and
+        removes node after node filters it once, not once per insert), unless `node` is one
+        of them (a pass moving it): then filtered first, so that it stays. Finds `anchor` by
+        identity in one C-level scan."""
+        nodes = self.nodes if id(node) in self._dropped else self._nodes
+        if id(anchor) not in self._dropped:
+            try:
+                nodes.insert(list(map(id, nodes)).index(id(anchor)), node)
                 return
-        self.nodes.append(node)
+            except ValueError:
+                pass
+        nodes.append(node)
 
     def make_node(self, op: str, inputs: list[str], outputs: list[str], **kw: Any) -> NodeProto:
         domain = kw.pop("domain", "")
