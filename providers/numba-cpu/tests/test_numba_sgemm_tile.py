@@ -154,6 +154,7 @@ def _spy_band_kernels(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 def _force_tile(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    monkeypatch.setattr(conv_mod, "TILE_MIN_LANES", 1)  # the host's tile, whatever its width
     monkeypatch.setattr(conv_mod, "TILE_MAX_K", 1 << 30)
     monkeypatch.setattr(conv_mod, "TILE_MIN_ROWS", 1)
     monkeypatch.setattr(conv_mod, "TILE_MIN_COLUMNS", 1)
@@ -265,7 +266,19 @@ def test_float64_convs_keep_blas(monkeypatch: pytest.MonkeyPatch, threads: int) 
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
+needs_wide_tile = pytest.mark.skipif(
+    sgemm_tile.LANES < conv_mod.TILE_MIN_LANES,
+    reason="convs take the tile only on AVX-512 hosts (conv.TILE_MIN_LANES)",
+)
+
+
+def test_no_convs_on_a_narrow_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conv_mod.sgemm_tile, "LANES", 8)
+    assert not conv_mod._tile_applies(np.dtype(np.float32), 32, 144, 1600)
+
+
 @needs_tile
+@needs_wide_tile
 def test_the_shipped_rule() -> None:
     """Thin float32 products take the tile; too few channels or pixels, too long a K, or
     float64 keep BLAS; a stride-1 3x3 conv takes im2col on the tile over shifted products
@@ -286,6 +299,7 @@ def test_the_shipped_rule() -> None:
 
 
 @needs_tile
+@needs_wide_tile
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thin_convs_take_the_tile_with_the_shipped_thresholds(
     monkeypatch: pytest.MonkeyPatch, threads: int

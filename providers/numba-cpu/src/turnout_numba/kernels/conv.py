@@ -19,7 +19,8 @@ refined on the first run at each input shape:
   compiled serial, the gather, the product and the epilogue in one call (after the padding
   pass, when the plan pads); the CPU provider's numpy kernel where numpy's BLAS exports no
   GEMM to call;
-- float32 products thin enough for the register tile of `sgemm_tile` (`_tile_applies`):
+- float32 products thin enough for the register tile of `sgemm_tile` (`_tile_applies`; on
+  AVX-512 hosts):
   the band kernels multiply with the tile instead of BLAS, and at 1 thread the im2col and
   pointwise convs run as one call of the serial band kernel (`_tiled_conv`).
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
@@ -71,6 +72,7 @@ __all__ = [
     "SMALL_CONV_COLUMNS",
     "TILE_MAX_K",
     "TILE_MIN_COLUMNS",
+    "TILE_MIN_LANES",
     "TILE_MIN_ROWS",
     "TILE_SHIFT_MAX_WASTE",
 ]
@@ -115,6 +117,12 @@ so a narrower product wastes lanes (a CRNN's convs of 3-12 pixels ran 0.5-0.9x O
 24 pixels 0.85-0.92; 100 pixels and up, 1.1x and more)."""
 
 
+TILE_MIN_LANES = 16
+"""The narrowest tile that convs take: AVX-512's. The 8-lane AVX2 tile ran even with
+OpenBLAS's Haswell kernels (0.87-1.09x on yolo_det_like's products, both on 256-bit vectors
+on the AVX-512 Xeon, OPENBLAS_CORETYPE=Haswell), so an AVX2 host keeps BLAS until the tile
+is measured faster there."""
+
 TILE_SHIFT_MAX_WASTE = 0.072
 """`conv_shift.SHIFT_MAX_WASTE` where the im2col products would run on the register tile:
 im2col on the tile against shifted products on BLAS (1 thread, one-node sessions, 3x3):
@@ -129,6 +137,7 @@ def _tile_applies(dt: np.dtype[Any], mg: int, krows: int, pixels: int) -> bool:
     within the measured shape rule."""
     return (
         sgemm_tile.AVAILABLE
+        and sgemm_tile.LANES >= TILE_MIN_LANES
         and dt == np.float32
         and mg >= TILE_MIN_ROWS
         and 0 < krows <= TILE_MAX_K
