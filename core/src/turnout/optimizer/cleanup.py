@@ -219,6 +219,8 @@ def eliminate_noops(g: OptGraph, ctx: PassContext) -> int:
 def _key(n: NodeProto) -> tuple[object, ...] | None:
     if n.op_type in NONDETERMINISTIC or not n.output:
         return None
+    if not n.attribute:  # most nodes: nothing to sort or serialize
+        return (n.domain or "", n.op_type, tuple(n.input), len(n.output), ())
     attrs = []
     for a in sorted(n.attribute, key=lambda a: a.name):
         if a.type in (a.GRAPH, a.GRAPHS):
