@@ -74,6 +74,9 @@ def _nested_names(node: NodeProto) -> Iterator[str]:
                 yield from _nested_names(n)
 
 
+_LightEntry = tuple[object, onnx.TensorProto | None, onnx.ValueInfoProto | None]
+"""(value, small proto, typed input) of an initializer: see `OptGraph.light_initializers`."""
+
 _PLAIN_KINDS = frozenset("biufc")  # numpy kinds from_array stores as plain raw_data
 
 
@@ -129,6 +132,7 @@ class OptGraph:
         # decoded original initializers
         self._cache: dict[str, np.ndarray] = decoded if decoded is not None else {}
         self._protos: dict[str, tuple[np.ndarray, onnx.TensorProto]] = {}  # see small_init_proto
+        self._light: dict[str, _LightEntry] = {}  # see light_initializers
         inits = g.initializer if initializers is None else initializers
         self._init_protos = {t.name: t for t in inits}
         self.input_names = [i.name for i in g.input]
@@ -210,6 +214,27 @@ class OptGraph:
             hit = (v, from_array(v, name))
             self._protos[name] = hit
         return hit[1]
+
+    def light_initializers(self, limit: int) -> Iterator[_LightEntry]:
+        """For each initializer, in `initializer_names` order: (its value, its TensorProto
+        when it has at most `limit` elements (`small_init_proto`), else its name, type and
+        dims as a ValueInfoProto (None when unknown)). Made once per initializer value and
+        reused while the same array or proto stands for it: the optimizer's shape
+        inference lists every initializer at every refresh (848 of them in densenet121)."""
+        for name in self.initializer_names():
+            value: object = self.inits.get(name)
+            if value is None:
+                value = self._init_protos[name]
+            hit = self._light.get(name)
+            if hit is None or hit[0] is not value:
+                proto = self.small_init_proto(name, limit)
+                vi = None
+                if proto is None:
+                    found = self.init_type(name)
+                    vi = None if found is None else helper.make_tensor_value_info(name, *found)
+                hit = (value, proto, vi)
+                self._light[name] = hit
+            yield hit
 
     def init_type(self, name: str) -> tuple[int, list[int]] | None:
         """(elem type, dims) of initializer `name`, without decoding it; None if not one."""

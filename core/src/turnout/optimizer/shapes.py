@@ -61,14 +61,11 @@ def light_model(g: OptGraph, stub_nested: bool = False) -> onnx.ModelProto:
     else:
         graph.node.extend(g.nodes)
     present = {i.name for i in graph.input}
-    for name in g.initializer_names():
-        proto = g.small_init_proto(name, _SMALL)
+    for _, proto, vi in g.light_initializers(_SMALL):
         if proto is not None:
             graph.initializer.append(proto)
-        elif name not in present:
-            found = g.init_type(name)
-            if found is not None:
-                graph.input.append(helper.make_tensor_value_info(name, *found))
+        elif vi is not None and vi.name not in present:
+            graph.input.append(vi)
     # carry what we know about values onnx cannot infer (custom-domain outputs)
     custom = {o for n in g.nodes if n.domain not in ("", "ai.onnx") for o in n.output}
     for name in custom:
