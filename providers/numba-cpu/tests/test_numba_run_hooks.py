@@ -47,3 +47,37 @@ def test_numba_thread_count_set_for_a_run_and_restored(monkeypatch: pytest.Monke
     finally:
         numba.set_num_threads(before)
     assert seen == [2, 2]
+
+
+def test_failed_run_start_hands_the_run_lock_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under workqueue a parallel run holds the process's run lock; a start that fails after
+    taking it (numba's thread query raising) must release it, or every later run hangs."""
+    import threading
+
+    from turnout_numba import provider as numba_provider
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=2)
+    (ep,) = [p for p in sess._engine.providers if type(p).__name__ == "NumbaExecutionProvider"]
+    if not ep.ctx.parallel:
+        pytest.skip("the session runs serial here (one core): it takes no run lock")
+    lock = threading.RLock()
+    monkeypatch.setattr(numba_provider, "run_lock", lambda: lock)
+
+    def broken() -> int:
+        raise RuntimeError("thread query failed")
+
+    monkeypatch.setattr(numba_provider.numba, "get_num_threads", broken)
+    with pytest.raises(RuntimeError, match="thread query failed"):
+        ep.on_run_start()
+    taken: list[bool] = []
+    other = threading.Thread(target=lambda: taken.append(lock.acquire(timeout=5)))
+    other.start()
+    other.join()
+    assert taken == [True]

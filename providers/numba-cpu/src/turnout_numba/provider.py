@@ -153,16 +153,20 @@ class NumbaExecutionProvider(ExecutionProvider):
         """numba's pool at the session's count, and under workqueue the process's run lock
         (one parallel run at a time); both handed back by `_end_parallel_run`."""
         st = self._run_state
+        st.saved = None
         st.lock = run_lock()
         if st.lock is not None:
             st.lock.acquire()
-        # serial sessions never ask numba for its thread count: that starts its pool (10 ms
-        # in a 1-thread session's first run); the count is per calling thread
-        saved = numba.get_num_threads()
-        st.saved = None
-        if saved != self.threads:  # restored at the run's end; unchanged: nothing to restore
-            numba.set_num_threads(self.threads)
-            st.saved = saved
+        try:
+            # serial sessions never ask numba for its thread count: that starts its pool
+            # (10 ms in a 1-thread session's first run); the count is per calling thread
+            saved = numba.get_num_threads()
+            if saved != self.threads:  # restored at the run's end; unchanged: nothing to do
+                numba.set_num_threads(self.threads)
+                st.saved = saved
+        except BaseException:
+            self._end_parallel_run()  # the run lock is not held past a failed start
+            raise
 
     def _end_parallel_run(self) -> None:
         st = self._run_state
