@@ -158,6 +158,7 @@ def _force_tile(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     monkeypatch.setattr(conv_mod, "TILE_MAX_K", 1 << 30)
     monkeypatch.setattr(conv_mod, "TILE_MIN_ROWS", 1)
     monkeypatch.setattr(conv_mod, "TILE_MIN_COLUMNS", 1)
+    monkeypatch.setattr(conv_mod, "TILE_MIN_MACS", 0)
     monkeypatch.setattr(conv_mod, "_shift_applies", lambda *_: False)
     if threads > 1:  # the fused band kernel for every conv, several bands each
         monkeypatch.setattr(conv_mod, "FUSED_MIN_COLUMNS", 0)
@@ -280,9 +281,10 @@ def test_no_convs_on_a_narrow_tile(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_tile
 @needs_wide_tile
 def test_the_shipped_rule() -> None:
-    """Thin float32 products take the tile; too few channels or pixels, too long a K, or
-    float64 keep BLAS; a stride-1 3x3 conv takes im2col on the tile over shifted products
-    only where the shifted products waste more than `TILE_SHIFT_MAX_WASTE`."""
+    """Thin float32 products take the tile; too few channels or pixels, too long a K, too
+    small a product (OpenBLAS's small-matrix kernel's), or float64 keep BLAS; a stride-1 3x3
+    conv takes im2col on the tile over shifted products only where the shifted products
+    waste more than `TILE_SHIFT_MAX_WASTE`."""
     f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
     applies = conv_mod._tile_applies
     assert applies(f32, 32, 144, 1600)
@@ -290,6 +292,8 @@ def test_the_shipped_rule() -> None:
     assert not applies(f32, conv_mod.TILE_MIN_ROWS - 1, 144, 1600)
     assert not applies(f32, 32, conv_mod.TILE_MAX_K + 1, 1600)
     assert not applies(f32, 32, 144, conv_mod.TILE_MIN_COLUMNS - 1)
+    # OpenBLAS's small-matrix kernel: up to 100^3 multiply-adds
+    assert applies(f32, 64, 64, 245) and not applies(f32, 64, 64, 244)
     shift = conv_mod._shift_applies
     if conv_mod.find_gemm(f32) is not None:
         w = (64, 64, 3, 3)
@@ -321,4 +325,22 @@ def test_thin_convs_take_the_tile_with_the_shipped_thresholds(
     got, want = _conv((1, 16, 48, 48), 32, (3, 3), {"pads": [1, 1, 1, 1]}, threads)
     assert paths == ["_tiled_conv" if threads == 1 else "_banded_conv"]
     assert ran and all(ran)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_tile
+@needs_wide_tile
+@pytest.mark.parametrize(
+    "shape, m, group",
+    [((1, 24, 56, 56), 112, 4), ((1, 272, 14, 14), 272, 4)],
+    ids=["shufflenet 6 -> 28 a group", "shufflenet 68 -> 68 a group"],
+)
+def test_products_under_blas_small_kernel_keep_blas(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...], m: int, group: int
+) -> None:
+    """Shufflenet's group-4 pointwise convs: each group's product is under `TILE_MIN_MACS`
+    (0.5 and 0.9M multiply-adds), which OpenBLAS's small-matrix kernel does faster: BLAS."""
+    ran = _spy_band_kernels(monkeypatch)
+    got, want = _conv(shape, m, (1, 1), {"group": group}, 1, act="Relu")
+    assert not any(ran), "a product under TILE_MIN_MACS ran on the tile"
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -73,6 +73,7 @@ __all__ = [
     "TILE_MAX_K",
     "TILE_MIN_COLUMNS",
     "TILE_MIN_LANES",
+    "TILE_MIN_MACS",
     "TILE_MIN_ROWS",
     "TILE_SHIFT_MAX_WASTE",
 ]
@@ -112,10 +113,17 @@ TILE_MIN_ROWS = 8
 `sgemm_tile.ROWS` rows whatever M is, so fewer waste most of it."""
 
 TILE_MIN_COLUMNS = 32
-"""The fewest output pixels that run on the register tile: its columns are whole vectors,
-so a narrower product wastes lanes (a CRNN's convs of 3-12 pixels ran 0.5-0.9x OpenBLAS;
-24 pixels 0.85-0.92; 100 pixels and up, 1.1x and more)."""
+"""The fewest output pixels a product (one call: a band) runs on the register tile with: its
+columns are whole vectors, so a narrower product wastes lanes (a CRNN's convs of 3-12 pixels
+ran 0.5-0.9x OpenBLAS; 24 pixels 0.85-0.92; 100 pixels and up, 1.1x and more)."""
 
+TILE_MIN_MACS = 1_000_000
+"""Products (one call) of at most this many multiply-adds keep BLAS: numpy's OpenBLAS (the
+SkylakeX kernels, which AMD's AVX-512 cores also get) multiplies them with its small-matrix
+kernel, unpacked, up to exactly 100^3 MACs, and that kernel beat the tile on the 2-core EPYC
+(1 thread, products alone): 64x64x244 (999,424 MACs) 56 GMAC/s against the tile's 51,
+64x64x245 46 against 51. Shufflenet's group-4 pointwise convs (products of 0.2-0.9M MACs, one-
+node sessions) ran 0.71-0.87x BLAS's speed on the tile, 0.97-1.02x (noise) without it."""
 
 TILE_MIN_LANES = 16
 """The narrowest tile that convs take: AVX-512's. The 8-lane AVX2 tile ran even with
@@ -131,18 +139,39 @@ im2col on the tile against shifted products on BLAS (1 thread, one-node sessions
 against 0.89; 56 and 80 wide even."""
 
 
-def _tile_applies(dt: np.dtype[Any], mg: int, krows: int, pixels: int) -> bool:
-    """Whether a conv's products (mg output channels a group, inner dimension krows, over
-    `pixels` output pixels) run on the register tile: float32 on a host with the tile,
-    within the measured shape rule."""
+def _tile_applies(dt: np.dtype[Any], mg: int, krows: int, columns: int) -> bool:
+    """Whether a conv's products (mg output channels a group, inner dimension krows, `columns`
+    output pixels a call: the band, `_bands`) run on the register tile: float32 on a host with
+    the tile, within the measured shape rule."""
     return (
         sgemm_tile.AVAILABLE
         and sgemm_tile.LANES >= TILE_MIN_LANES
         and dt == np.float32
         and mg >= TILE_MIN_ROWS
         and 0 < krows <= TILE_MAX_K
-        and pixels >= TILE_MIN_COLUMNS
+        and columns >= TILE_MIN_COLUMNS
+        and mg * krows * columns > TILE_MIN_MACS
     )
+
+
+def _bands(
+    krows: int, m: int, mg: int, itemsize: int, out: tuple[int, int], parallel: bool
+) -> tuple[int, int]:
+    """(band, fused) of an im2col or pointwise conv: the output pixels a product takes
+    (whole output rows, `im2col.tile_rows`; with threads big enough to be split between them,
+    `pool_matmul.POOL_SERIAL_MACS`, as the whole image's was), and with threads the pixels a
+    band of the fused kernel (`conv_bands`) takes, 0 where it is not used."""
+    oh, ow = out
+    least = MIN_TILE
+    if parallel:
+        least = max(MIN_TILE, -(-2 * POOL_SERIAL_MACS // max(1, mg * krows)))
+    pixel = (krows + m) * itemsize
+    band = tile_rows(pixel, ow, oh, least) * ow
+    fused = 0
+    if parallel and oh * ow >= FUSED_MIN_COLUMNS * mg:
+        # numba's count is this thread's and the session's (BLAS's is process-wide)
+        fused = fused_band(pixel, ow, oh, numba.get_num_threads())
+    return band, fused
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -264,14 +293,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         "small_pw": lambda tile: need_small(False, tile),
         "numpy": lambda tile: need_numpy(),
     }
-    y_info = kn.outputs[0]
-    y_spatial = y_info.shape[2:] if y_info is not None and y_info.shape is not None else ()
-    pixels = int(np.prod(y_spatial)) if all(isinstance(d, int) for d in y_spatial) else 1 << 30
-    declared_tile = (
-        known
-        and w_shape is not None
-        and _tile_applies(dt, w_shape[0] // max(group, 1), int(np.prod(w_shape[1:])), pixels)
-    )
+    declared_tile = _declared_tile(kn, w_shape, group, dt, ctx.parallel)
     declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
     if declared in prepare:
         prepare[declared](declared_tile)
@@ -299,21 +321,23 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         oh_, ow_ = out
         y3 = (n_, m_, oh_ * ow_)
         k2 = (kernel[0], kernel[1])
+        mg = m_ // max(group, 1)
+        band, fused = _bands(w[0].size, m_, mg, x.itemsize, (oh_, ow_), ctx.parallel)
+        # whether the im2col or pointwise products would run on the register tile
+        on_tile = _tile_applies(dt, mg, w[0].size, fused or band)
         if depthwise is not None and w.shape == w_shape:
             kind = "dw"
         elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
             kind = "pw"
         elif x.ndim == 4 and _shift_applies(
-            w.shape, group, strides, dt, ow_, dilations[1],
-            _tile_applies(dt, m_ // max(group, 1), w[0].size, oh_ * ow_),
-        ):  # fmt: skip
+            w.shape, group, strides, dt, ow_, dilations[1], on_tile
+        ):
             kind = "shift"
         else:
             kind = "gemm"
         columns = (w[0].size * oh_ * ow_) if kind in ("gemm", "shift", "pw") else 0
         gather = kind != "pw"
-        mg = m_ // max(group, 1)
-        tile = kind in ("gemm", "pw") and _tile_applies(dt, mg, w[0].size, oh_ * ow_)
+        tile = kind in ("gemm", "pw") and on_tile
         if _small(columns, m_, ctx.parallel):
             kind = "small" if find_gemm(dt) is not None else "numpy"
         win = None
@@ -342,17 +366,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
-        # bands: sized for the cache; with threads, each band's product big enough to be
-        # split between them (`pool_matmul.POOL_SERIAL_MACS`), as the whole image's was
-        macs = (m_ // max(group, 1)) * max(1, w[0].size)
-        least = max(MIN_TILE, -(-2 * POOL_SERIAL_MACS // macs)) if ctx.parallel else MIN_TILE
-        pixel = (w[0].size + m_) * x.itemsize
-        band = tile_rows(pixel, ow_, oh_, least) * ow_
-        fused = 0
-        banded = ctx.parallel and kind in ("gemm", "pw") and (tile or find_gemm(dt) is not None)
-        if banded and oh_ * ow_ >= FUSED_MIN_COLUMNS * (m_ // max(group, 1)):
-            # numba's count is this thread's and the session's (BLAS's is process-wide)
-            fused = fused_band(pixel, ow_, oh_, numba.get_num_threads())
+        if not (kind in ("gemm", "pw") and (tile or find_gemm(dt) is not None)):
+            fused = 0
         if tile and kind in ("gemm", "pw") and not fused:
             # unfused with threads, the product is split between them (`pool_matmul`): BLAS
             tile = not ctx.parallel or numba.get_num_threads() < 2
@@ -633,12 +648,29 @@ def _declared_kind(
     if pointwise:
         return "pw"
     dil_w = int((kn.attr("dilations", None) or [1])[-1])
-    tile = _tile_applies(
-        dt, w_shape[0] // max(group, 1), int(np.prod(w_shape[1:])), int(np.prod(spatial))
-    )
+    tile = _declared_tile(kn, w_shape, group, dt, parallel)
     if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w, tile):
         return "shift"
     return "gemm"
+
+
+def _declared_tile(
+    kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any], parallel: bool
+) -> bool:
+    """Whether the declared shapes' im2col or pointwise products run on the register tile
+    (`_tile_applies`), as the first run's `plan` decides it; with the output's size not
+    declared, whether products of any width would."""
+    if w_shape is None or not all(isinstance(d, int) for d in w_shape):
+        return False
+    mg = w_shape[0] // max(group, 1)
+    krows = int(np.prod(w_shape[1:]))
+    y = kn.outputs[0]
+    spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
+    if not spatial or not all(isinstance(d, int) for d in spatial):
+        return _tile_applies(dt, mg, krows, 1 << 30)
+    out = (int(spatial[0]), int(spatial[1])) if len(spatial) == 2 else (1, int(spatial[-1]))
+    band, fused = _bands(krows, w_shape[0], mg, dt.itemsize, out, parallel)
+    return _tile_applies(dt, mg, krows, fused or band)
 
 
 def _shift_applies(
