@@ -19,7 +19,7 @@ from onnx import helper
 from turnout.sdk.semantics.activations import activation
 from turnout.tools.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels import conv as conv_mod
-from turnout_numba.kernels import conv_shift
+from turnout_numba.kernels import conv_shift, sgemm_tile
 
 pytestmark = [
     pytest.mark.skipif(
@@ -49,6 +49,23 @@ VARIANTS: dict[str, tuple[str, bool, bool]] = {
 }
 
 
+def _force_tile(monkeypatch: pytest.MonkeyPatch, tile: bool) -> None:
+    """Every product on the register tile (`tile`), or on BLAS."""
+    if not tile:
+        monkeypatch.setattr(conv_mod, "TILE_MAX_K", 0)
+        return
+    if not sgemm_tile.AVAILABLE:
+        pytest.skip("no register tile on this host")
+    monkeypatch.setattr(conv_mod, "TILE_MIN_LANES", 1)
+    monkeypatch.setattr(conv_mod, "TILE_MAX_K", 1 << 30)
+    monkeypatch.setattr(conv_mod, "TILE_MIN_ROWS", 1)
+    monkeypatch.setattr(conv_mod, "TILE_MIN_COLUMNS", 1)
+    monkeypatch.setattr(conv_mod, "TILE_MIN_MACS", 0)
+    # shifted products at any output width, as `conv_kernel_paths` has it for BLAS
+    monkeypatch.setattr(conv_mod, "TILE_SHIFT_MAX_WASTE", float("inf"))
+
+
+@pytest.mark.parametrize("tile", [False, True], ids=["blas", "tile"])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("rows", [1, 3, 10**6])
@@ -57,6 +74,7 @@ VARIANTS: dict[str, tuple[str, bool, bool]] = {
 )
 def test_shifted_products_match_reference(
     monkeypatch: pytest.MonkeyPatch,
+    tile: bool,
     threads: int,
     variant: str,
     rows: int,
@@ -69,12 +87,13 @@ def test_shifted_products_match_reference(
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     monkeypatch.setattr(conv_shift, "shift_rows", lambda *_: rows)
-    monkeypatch.setattr(conv_mod, "TILE_MAX_K", 0)  # BLAS's shift rule (not the tile's)
-    ran: list[int] = []
+    monkeypatch.setattr(conv_mod, "shift_rows", lambda *_: rows)
+    _force_tile(monkeypatch, tile)
+    ran: list[bool] = []
     real = conv_mod._shifted_conv
 
     def spy(*args: Any) -> None:
-        ran.append(1)
+        ran.append(args[5].tile)
         real(*args)
 
     monkeypatch.setattr(conv_mod, "_shifted_conv", spy)
@@ -101,7 +120,7 @@ def test_shifted_products_match_reference(
         got = sess.run(None, dict(zip(names, feeds)))[0]
         want = activation(act or "Identity", 1.0, 0.0)(ref + (z if with_z else 0))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert len(ran) == 2
+    assert ran == [tile, tile]
 
 
 def test_what_takes_the_im2col_path_instead(monkeypatch: pytest.MonkeyPatch) -> None:

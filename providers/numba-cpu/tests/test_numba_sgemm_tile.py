@@ -2,7 +2,8 @@
 
 The tile is checked against numpy's matmul in float64 over shapes covering every remainder
 (M past a multiple of the tile's rows, N past a multiple of the vector width and of the
-block, K down to 1), with strided operands and the memory around C untouched; the 8-lane
+block, K down to 1), with strided operands (or B's rows gathered by offset) and the memory
+around C untouched; the 8-lane
 (AVX2) tile too, in a subprocess, where the host has AVX2. The convs are forced onto the tile
 (the module-level thresholds) over the geometries of the conv tests (pads, auto_pad, strides,
 dilations, groups, 1-D, bias, FusedConv's activations and residual) at 1 and 2 threads,
@@ -67,6 +68,31 @@ def test_tile_matches_numpy_over_every_remainder() -> None:
     assert len(shapes) > 100
     for i, (m, n, k) in enumerate(shapes):
         _check_tile(m, n, k, i)
+
+
+@numba.njit(cache=False)
+def _rows_product(
+    a: Any, b: Any, rows: Any, off: int, c: Any, m: int, n: int, k: int
+) -> None:  # pragma: no cover
+    a.turnout_sgemm_rows(a.shape[1], b, rows, off, c, c.shape[1], m, n, k)
+
+
+@needs_tile
+def test_gathered_rows_match_numpy_over_every_remainder() -> None:
+    """`turnout_sgemm_rows`: B's row q the n floats of `b` (flat) from off + rows[q], rows
+    overlapping and out of order as a conv's taps are, over the same remainders."""
+    shapes = _shapes()
+    for i, (m, n, k) in enumerate(shapes):
+        rng = np.random.default_rng(i)
+        b = rng.standard_normal((3, 2 * n + 40)).astype(np.float32)
+        rows = rng.integers(0, b.size - n - 5, k).astype(np.int64)
+        a = rng.standard_normal((m, k + 2)).astype(np.float32)
+        c = np.full((m + 1, n + 3), -7.0, np.float32)
+        _rows_product(a, b, rows, 5, c, m, n, k)
+        flat = b.ravel().astype(np.float64)
+        want = a[:, :k].astype(np.float64) @ np.stack([flat[5 + r : 5 + r + n] for r in rows])
+        np.testing.assert_allclose(c[:m, :n], want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+        assert (c[:m, n:] == -7.0).all() and (c[m:] == -7.0).all(), "wrote past the product"
 
 
 @needs_tile
@@ -300,6 +326,12 @@ def test_the_shipped_rule() -> None:
         assert shift(w, 1, [1, 1], f32, 27, 1, False)
         assert not shift(w, 1, [1, 1], f32, 27, 1, True)
         assert shift(w, 1, [1, 1], f32, 28, 1, True)
+    # shifted products: a band of rows Wp wide, K = C*KH*KW
+    shift_tile = conv_mod._shift_tile
+    assert shift_tile(f32, (64, 64, 3, 3), 64, (56, 56), 1, 1)
+    assert not shift_tile(f64, (64, 64, 3, 3), 64, (56, 56), 1, 1)
+    assert not shift_tile(f32, (4, 64, 3, 3), 64, (56, 56), 1, 1)  # too few outputs
+    assert not shift_tile(f32, (8, 32, 3, 3), 32, (3, 28), 1, 1)  # under TILE_MIN_MACS
 
 
 @needs_tile
@@ -343,4 +375,27 @@ def test_products_under_blas_small_kernel_keep_blas(
     ran = _spy_band_kernels(monkeypatch)
     got, want = _conv(shape, m, (1, 1), {"group": group}, 1, act="Relu")
     assert not any(ran), "a product under TILE_MIN_MACS ran on the tile"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@needs_tile
+@needs_wide_tile
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_stride1_convs_take_shifted_products_on_the_tile(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """64 -> 64 channels 3x3 at 28x28 with the shipped thresholds: shifted products (2 padded
+    columns in 30, under `TILE_SHIFT_MAX_WASTE`), their bands multiplied on the tile."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has fewer threads on this machine")
+    ran: list[bool] = []
+    real = conv_mod._shifted_conv
+
+    def spy(*args: Any) -> None:
+        ran.append(args[5].tile)
+        real(*args)
+
+    monkeypatch.setattr(conv_mod, "_shifted_conv", spy)
+    got, want = _conv((1, 64, 28, 28), 64, (3, 3), {"pads": [1, 1, 1, 1]}, threads, act="Relu")
+    assert ran == [True]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -11,8 +11,9 @@ refined on the first run at each input shape:
   plan as the depthwise kernel, then per group the patches of a band of output rows are laid
   out as (C/group*KH*KW, rows*OW) and a BLAS GEMM writes that band of the group's output
   channels in place, while the band's columns are still in cache;
-- stride-1 convs with enough input channels and wide enough outputs: shifted products, one GEMM
-  per tap over the padded image, without im2col (`conv_shift.py`);
+- stride-1 convs with enough input channels and wide enough outputs: shifted products over the
+  padded image, without im2col (`conv_shift.py`): one GEMM per tap, or with the register tile
+  (`_shift_tile`) one product per band over all the taps;
 - with threads, im2col and pointwise convs whose image outweighs their weights: one parallel
   kernel per image, a band of outputs per worker (`conv_bands.py`);
 - small convs (`SMALL_CONV_COLUMNS`, im2col or pointwise): the band kernel of `conv_bands`
@@ -58,7 +59,13 @@ from ..registry import (
 )
 from . import sgemm_tile
 from .conv_bands import BandKernel
-from .conv_shift import SHIFT_MAX_WASTE, SHIFT_MIN_CHANNELS, ShiftGeometry, ShiftKernel
+from .conv_shift import (
+    SHIFT_MAX_WASTE,
+    SHIFT_MIN_CHANNELS,
+    ShiftGeometry,
+    ShiftKernel,
+    shift_rows,
+)
 from .depthwise import depthwise_kernel
 from .epilogue import Epilogue
 from .gemm import present
@@ -132,11 +139,14 @@ on the AVX-512 Xeon, OPENBLAS_CORETYPE=Haswell), so an AVX2 host keeps BLAS unti
 is measured faster there."""
 
 TILE_SHIFT_MAX_WASTE = 0.072
-"""`conv_shift.SHIFT_MAX_WASTE` where the im2col products would run on the register tile:
-im2col on the tile against shifted products on BLAS (1 thread, one-node sessions, 3x3):
-27 and 20 wide (7.4% and 10% waste) 0.34 against 0.45 and 0.80 against 0.88 ms; 28 wide
-(7.1%) even or 3% slower (1.60-1.73 against 1.55-1.69), so it stays shifted; 40 wide 0.98
-against 0.89; 56 and 80 wide even."""
+"""`conv_shift.SHIFT_MAX_WASTE` where the im2col products would run on the register tile.
+On the Xeon, im2col on the tile against shifted products on BLAS (1 thread, one-node
+sessions, 3x3): 27 and 20 wide (7.4% and 10% waste) 0.34 against 0.45 and 0.80 against
+0.88 ms; 28 wide (7.1%) even or 3% slower, so it stays shifted. With the shifted products on
+the tile too (`_shift_tile`; the EPYC, 1 thread, interleaved): 28 wide 2.37 against 2.52 ms
+(ResNet's 128 -> 128), 0.64 against 0.73 (DenseNet's 128 -> 32); 20 wide 1.26 against 1.18
+(yolo's 128 -> 128), 13-14 wide 2-15% slower (squeezenet, inception_v2), so the limit
+stands."""
 
 
 def _tile_applies(dt: np.dtype[Any], mg: int, krows: int, columns: int) -> bool:
@@ -245,11 +255,12 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         need_bands("gemm", tile)
         need_epilogue()
 
-    shift: list[ShiftKernel | None] = [None]  # stride-1 convs as shifted products
+    # stride-1 convs as shifted products: tile? -> the kernel
+    shift: dict[bool, ShiftKernel] = {}
 
-    def need_shift() -> None:
-        if shift[0] is None:
-            shift[0] = ShiftKernel(dt, act, present(kn, 2), has_z, ctx.parallel)
+    def need_shift(tile: bool = False) -> None:
+        if tile not in shift:
+            shift[tile] = ShiftKernel(dt, act, present(kn, 2), has_z, ctx.parallel, tile)
 
     numpy_conv: list[KernelFn | None] = [None]  # small convs without a GEMM to call
 
@@ -286,7 +297,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     # compiled now for the declared shapes; a run at other shapes compiles what it needs.
     # Each takes whether the products run on the register tile.
     prepare: dict[str, Any] = {
-        "shift": lambda tile: need_shift(),
+        "shift": need_shift,
         "gemm": need_im2col,
         "pw": need_pointwise,
         "small": lambda tile: need_small(True, tile),
@@ -295,6 +306,12 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     }
     declared_tile = _declared_tile(kn, w_shape, group, dt, ctx.parallel)
     declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
+    y_shape = kn.outputs[0].shape if kn.outputs[0] is not None else None
+    if declared == "shift" and w_shape is not None and y_shape is not None:  # sizes known
+        dil_w = int((kn.attr("dilations", None) or [1])[-1])
+        threads = numba.get_num_threads() if ctx.parallel else 1
+        out = (int(y_shape[2]), int(y_shape[3]))
+        declared_tile = _shift_tile(dt, w_shape, int(w_shape[1]), out, dil_w, threads)
     if declared in prepare:
         prepare[declared](declared_tile)
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
@@ -343,16 +360,17 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         win = None
         shape = None
         if kind == "shift":
-            need_shift()
-            assert shift[0] is not None
-            shape = shift[0].geometry(
+            threads = numba.get_num_threads() if ctx.parallel else 1
+            tile = _shift_tile(dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], threads)
+            need_shift(tile)
+            shape = shift[tile].geometry(
                 hw,
                 (pb[0], pb[1]),
                 (oh_, ow_),
                 k2,
                 (dilations[0], dilations[1]),
                 (x.shape[1], m_),
-                numba.get_num_threads() if ctx.parallel else 1,
+                threads,
             )
         elif (kind in ("gemm", "dw") or (kind == "small" and gather)) and oh_ * ow_ > 0:
             win = plan_window(
@@ -371,7 +389,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if tile and kind in ("gemm", "pw") and not fused:
             # unfused with threads, the product is split between them (`pool_matmul`): BLAS
             tile = not ctx.parallel or numba.get_num_threads() < 2
-        if kind == "small" or (tile and not fused):  # the serial band kernel's whole run
+        if kind == "small" or (tile and kind in ("gemm", "pw") and not fused):
+            # the serial band kernel's whole run
             need_small(gather, tile)
         elif kind in prepare:
             prepare[kind](tile)
@@ -424,8 +443,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             _small_conv(x, w, y, group, p, im2col[0], kern, row, full)
             return (y.reshape(p.final),)
         if p.shift is not None:
-            assert shift[0] is not None
-            _shifted_conv(x, w, y, p, p.shift, shift[0], row, full)
+            _shifted_conv(x, w, y, p, p.shift, shift[p.tile], row, full)
             return (y.reshape(p.final),)
         if p.tile and not p.fused:
             _tiled_conv(x, w, y, group, p, serial[p.win is not None, True], row, full)
@@ -699,6 +717,24 @@ def _shift_applies(
     )
 
 
+def _shift_tile(
+    dt: np.dtype[Any],
+    w_shape: Any,
+    channels: int,
+    out: tuple[int, int],
+    dilation_w: int,
+    threads: int,
+) -> bool:
+    """Whether a shifted-product conv's bands run on the register tile: its products as
+    `conv_shift` cuts them (M, K = C*KH*KW, a band of `shift_rows` output rows Wp wide) within
+    `_tile_applies`."""
+    oh, ow = out
+    wp = ow + (w_shape[3] - 1) * dilation_w
+    rows = shift_rows((channels + w_shape[0]) * dt.itemsize, wp, oh, threads)
+    k = int(np.prod(w_shape[1:]))
+    return _tile_applies(dt, w_shape[0], k, (rows - 1) * wp + ow)
+
+
 def _shifted_conv(
     x: Any,
     w: Any,
@@ -712,7 +748,8 @@ def _shifted_conv(
     """A stride-1 conv by `conv_shift`, with the plan's padded image and scratch buffers
     (taken by this run, given back after it: concurrent runs each take their own)."""
     gemm = find_gemm(x.dtype)
-    assert gemm is not None
+    assert kern.tile or gemm is not None
+    address, ilp64 = (0, False) if gemm is None else (gemm.address, gemm.ilp64)
     run_threads()  # BLAS on one thread in each worker
     n_, c_ = x.shape[:2]
     m_ = w.shape[0]
@@ -722,10 +759,7 @@ def _shifted_conv(
     scratch = p.scratch.pop() if p.scratch else None
     if scratch is None or scratch.shape[0] < threads:
         scratch = np.empty((threads, size), x.dtype)
-    kern(
-        x.reshape(n_, c_, -1), kern.packed(w), y, row, full, geo, padded, scratch,
-        gemm.address, gemm.ilp64,
-    )  # fmt: skip
+    kern(x.reshape(n_, c_, -1), kern.packed(w), y, row, full, geo, padded, scratch, address, ilp64)
     p.scratch.append(scratch)
     p.pads.append(padded)
 

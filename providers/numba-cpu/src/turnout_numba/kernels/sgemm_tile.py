@@ -17,9 +17,11 @@ vectors as they need, the last one loaded and stored under a lane mask (`llvm.ma
 numba has no vector types, so the tile is an `intrinsic`; the driver over the tiles is the
 array method `turnout_sgemm` (an overload: generated kernel sources call it without an
 import, and numba's on-disk cache keeps it with the caller, under the host CPU's name and
-features). It exists only where the host has the vector instructions and numba compiles for
-the host (`AVAILABLE`): AVX-512 (16 lanes) or AVX2 with FMA (8 lanes). Elsewhere the convs
-keep numpy's BLAS (`cblas.gemm_call`).
+features). `turnout_sgemm_rows` is the same product with B's rows anywhere in one array (an
+offset per row): a stride-1 conv's taps, read from its padded image as the block is packed,
+without an im2col panel (`conv_shift`). It exists only where the host has the vector
+instructions and numba compiles for the host (`AVAILABLE`): AVX-512 (16 lanes) or AVX2 with
+FMA (8 lanes). Elsewhere the convs keep numpy's BLAS (`cblas.gemm_call`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload_method
+from numba.extending import intrinsic, overload_method, register_jitable
 
 __all__ = ["AVAILABLE", "BLOCK", "LANES", "ROWS", "TAG", "VECS", "tile_macs"]
 
@@ -141,6 +143,32 @@ BLOCK = VECS * LANES
 """Columns of B per packed block (and per full tile)."""
 
 
+def _pack_codegen(
+    context: Any, builder: Any, bp: Any, row: Any, buf: Any, k: Any, cols: Any
+) -> None:
+    """K rows of `cols` (at most BLOCK) columns of B, row q at float pointer `row(q)` from
+    `bp`, into the 64-byte aligned `buf`, BLOCK floats a row, the columns past `cols` zero."""
+    _, l64, i32, vty, vptr, _, mload, _ = _vector_helpers(builder)
+    dp = _aligned(builder, buf)
+    full = builder.icmp_signed("==", cols, l64(BLOCK))
+    masks = _masks(builder, cols, VECS)
+    zero = ir.Constant(vty, [0.0] * LANES)
+    with builder.if_else(full, likely=True) as (then, otherwise):
+        for whole, block in ((True, then), (False, otherwise)):
+            with block, cgutils.for_range(builder, k) as loop:
+                q = loop.index
+                src = builder.gep(bp, [row(q)])
+                dst = builder.gep(dp, [builder.mul(q, l64(BLOCK))])
+                for j in range(VECS):
+                    sp = builder.bitcast(builder.gep(src, [l64(j * LANES)]), vptr)
+                    if whole:
+                        v = builder.load(sp, align=4)
+                    else:
+                        v = builder.call(mload, [sp, i32(4), masks[j], zero])
+                    dq = builder.bitcast(builder.gep(dst, [l64(j * LANES)]), vptr)
+                    builder.store(v, dq, align=64)
+
+
 def _pack_typing(typingctx: Any, b: Any, b_off: Any, ldb: Any, buf: Any, k: Any, cols: Any) -> Any:
     """K rows of `cols` (at most BLOCK) columns of B (row stride ldb, from element b_off)
     into the 64-byte aligned start of `buf`, BLOCK floats a row, the columns past `cols`
@@ -151,32 +179,43 @@ def _pack_typing(typingctx: Any, b: Any, b_off: Any, ldb: Any, buf: Any, k: Any,
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         b_arr, b_off, ldb, buf_arr, k, cols = args
-        _, l64, i32, vty, vptr, _, mload, _ = _vector_helpers(builder)
         bp = _data(context, builder, signature.args[0], b_arr, b_off)
-        dp = _aligned(builder, _data(context, builder, signature.args[3], buf_arr, l64(0)))
-        full = builder.icmp_signed("==", cols, l64(BLOCK))
-        masks = _masks(builder, cols, VECS)
-        zero = ir.Constant(vty, [0.0] * LANES)
-        with builder.if_else(full, likely=True) as (then, otherwise):
-            for whole, block in ((True, then), (False, otherwise)):
-                with block, cgutils.for_range(builder, k) as loop:
-                    q = loop.index
-                    src = builder.gep(bp, [builder.mul(q, ldb)])
-                    dst = builder.gep(dp, [builder.mul(q, l64(BLOCK))])
-                    for j in range(VECS):
-                        sp = builder.bitcast(builder.gep(src, [l64(j * LANES)]), vptr)
-                        if whole:
-                            v = builder.load(sp, align=4)
-                        else:
-                            v = builder.call(mload, [sp, i32(4), masks[j], zero])
-                        dq = builder.bitcast(builder.gep(dst, [l64(j * LANES)]), vptr)
-                        builder.store(v, dq, align=64)
+        dp = _data(context, builder, signature.args[3], buf_arr, ir.IntType(64)(0))
+        _pack_codegen(context, builder, bp, lambda q: builder.mul(q, ldb), dp, k, cols)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _pack_rows_typing(
+    typingctx: Any, b: Any, b_off: Any, rows: Any, buf: Any, k: Any, cols: Any
+) -> Any:
+    """`_pack` with B's row q starting at element b_off + rows[q] of `b` (any C-contiguous
+    array, read flat): a stride-1 conv's taps read from one padded image, each row a channel
+    shifted by its tap (`conv_shift`), gathered here instead of into an im2col panel."""
+    i64 = types.int64
+    sig = types.void(b, i64, rows, buf, i64, i64)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        b_arr, b_off, rows_arr, buf_arr, k, cols = args
+        l64 = ir.IntType(64)
+        bp = _data(context, builder, signature.args[0], b_arr, b_off)
+        rty = signature.args[2]
+        rp = builder.bitcast(context.make_array(rty)(context, builder, rows_arr).data,
+                             l64.as_pointer())  # fmt: skip
+        dp = _data(context, builder, signature.args[3], buf_arr, l64(0))
+
+        def row(q: Any) -> Any:
+            return builder.load(builder.gep(rp, [q]), align=8)
+
+        _pack_codegen(context, builder, bp, row, dp, k, cols)
         return context.get_dummy_value()
 
     return sig, codegen
 
 
 _pack: Any = intrinsic(_pack_typing)
+_pack_rows: Any = intrinsic(_pack_rows_typing)
 
 
 def _make_tile(vecs: int, masked: bool) -> Any:
@@ -261,10 +300,34 @@ def _register() -> None:
     e1, e2, e3, e4 = edges + edges[-1:] * (4 - VECS)
     rows_, lanes, block = ROWS, LANES, BLOCK
 
+    @register_jitable
+    def row_tiles(
+        a: Any, lda: Any, buf: Any, c: Any, ldc: Any, j0: Any, m: Any, k: Any, cols: Any
+    ) -> None:
+        # every row tile of A times the packed block of B at column j0 of C
+        v = (cols + lanes - 1) // lanes
+        for i0 in range(0, m, rows_):
+            r = min(rows_, m - i0)
+            ao = i0 * lda
+            co = i0 * ldc + j0
+            if cols == block:
+                full(a, ao, lda, buf, c, co, ldc, k, r, cols)
+            elif v == 1:
+                e1(a, ao, lda, buf, c, co, ldc, k, r, cols)
+            elif v == 2:
+                e2(a, ao, lda, buf, c, co, ldc, k, r, cols)
+            elif v == 3:
+                e3(a, ao, lda, buf, c, co, ldc, k, r, cols)
+            else:
+                e4(a, ao, lda, buf, c, co, ldc, k, r, cols)
+
+    def floats(*arrays: Any) -> bool:
+        return all(isinstance(x, types.Array) and x.dtype == types.float32 for x in arrays)
+
     # (no annotations: numba compares the typing and implementation signatures as written)
     @overload_method(types.Array, "turnout_sgemm")
     def _method(a, lda, b, ldb, c, ldc, m, n, k):  # type: ignore[no-untyped-def]
-        if not all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (a, b, c)):
+        if not floats(a, b, c):
             return None
 
         def impl(a, lda, b, ldb, c, ldc, m, n, k):  # type: ignore[no-untyped-def]
@@ -274,21 +337,26 @@ def _register() -> None:
             for j0 in range(0, n, block):
                 cols = min(block, n - j0)
                 _pack(b, j0, ldb, buf, k, cols)
-                v = (cols + lanes - 1) // lanes
-                for i0 in range(0, m, rows_):
-                    r = min(rows_, m - i0)
-                    ao = i0 * lda
-                    co = i0 * ldc + j0
-                    if cols == block:
-                        full(a, ao, lda, buf, c, co, ldc, k, r, cols)
-                    elif v == 1:
-                        e1(a, ao, lda, buf, c, co, ldc, k, r, cols)
-                    elif v == 2:
-                        e2(a, ao, lda, buf, c, co, ldc, k, r, cols)
-                    elif v == 3:
-                        e3(a, ao, lda, buf, c, co, ldc, k, r, cols)
-                    else:
-                        e4(a, ao, lda, buf, c, co, ldc, k, r, cols)
+                row_tiles(a, lda, buf, c, ldc, j0, m, k, cols)
+
+        return impl
+
+    @overload_method(types.Array, "turnout_sgemm_rows")
+    def _rows_method(a, lda, b, rows, b_off, c, ldc, m, n, k):  # type: ignore[no-untyped-def]
+        if not (floats(a, b, c) and isinstance(rows, types.Array)
+                and rows.dtype == types.int64 and rows.layout == "C"):  # fmt: skip
+            return None
+
+        def impl(a, lda, b, rows, b_off, c, ldc, m, n, k):  # type: ignore[no-untyped-def]
+            # c[:m, :n] = a[:m, :k] @ B, B's row q the n elements of b (read flat) from
+            # b_off + rows[q]: `turnout_sgemm` with the rows of B gathered as they are packed
+            if rows.shape[0] < k:
+                raise ValueError("fewer row offsets than K")
+            buf = np.empty(k * block + 16, np.float32)
+            for j0 in range(0, n, block):
+                cols = min(block, n - j0)
+                _pack_rows(b, b_off + j0, rows, buf, k, cols)
+                row_tiles(a, lda, buf, c, ldc, j0, m, k, cols)
 
         return impl
 
