@@ -177,6 +177,7 @@ class InferenceSession:
             pipeline.validate(again, label)
             return again
 
+        model = pipeline.drop_decoded_bytes(model, decoded)  # the weights held once, as arrays
         self._engine = EngineSession(model, options, self._label, artifact, reload, decoded)
         self._engine.enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
         if providers is None and self._sess_options.has_providers():

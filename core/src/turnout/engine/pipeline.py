@@ -7,7 +7,8 @@ tool (a compiler of artifacts, `turnout explain`, a test) can run the stages it 
 inspect what lies between them:
 
     model = load(source, options)               # parsed, external data, known operators
-    validate(model, label)                      # valid ONNX, types agree with the schemas
+    validate(model, label, decoded)             # valid ONNX, types agree with the schemas
+    model = drop_decoded_bytes(model, decoded)  # the weights held once: as decoded arrays
     optimized = optimize(model, providers, options, label)   # rewritten graph, as IR
     part = partition(optimized.graph, providers)             # node -> provider
     prepared = compile(part, providers, reports)             # kernels built, groups compiled
@@ -42,8 +43,10 @@ from turnout.graph.model import (
     infer_shapes,
     read_model,
     validate_model,
+    without_decoded_data,
 )
 from turnout.graph.shape_inference import refuse_oversized_values
+from turnout.graph.shared_arrays import SharedArrays
 from turnout.graph.tensors import TYPED_FIELDS, from_array
 from turnout.sdk.custom_ops import custom_domains
 from turnout.sdk.plugins import graph_passes
@@ -52,6 +55,7 @@ from turnout.sdk.provider import ExecutionProvider
 __all__ = [
     "OptimizedModel",
     "compile",
+    "drop_decoded_bytes",
     "load",
     "optimize",
     "partition",
@@ -92,6 +96,13 @@ def validate(
     validate_model(model, label, decoded)
 
 
+def drop_decoded_bytes(model: onnx.ModelProto, decoded: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """`model` without the bytes of the initializers `validate` decoded into `decoded`: a copy
+    (the parsed proto can then be freed) for `optimize` with that same `decoded`, which
+    keeps the arrays for it (`turnout.graph.model.without_decoded_data`)."""
+    return without_decoded_data(model, decoded)
+
+
 def optimize(
     model: onnx.ModelProto,
     providers: Sequence[ExecutionProvider],
@@ -99,12 +110,15 @@ def optimize(
     label: str,
     already_optimized: bool = False,
     decoded: dict[str, np.ndarray] | None = None,
+    shared: SharedArrays | None = None,
 ) -> OptimizedModel:
     """Rewrite the graph at the options' level for these providers (a fusion fires only when
     the provider that would run it has the fused kernel), infer shapes, build the IR.
 
     `decoded` caches `model`'s initializers as arrays across calls (a session's two tiers
-    optimize the same model: their IRs share the arrays of the weights neither changes).
+    optimize the same model: their IRs share the arrays of the weights neither changes); it
+    must hold those `drop_decoded_bytes` took out of `model`. `shared`: the arrays of the
+    other tier's IR, which this optimization's equal arrays become (`SharedArrays`).
     The returned proto holds no data for the big initializers the IR holds as arrays
     (`full_model` puts it back): the weights live once, and copying, checking and inferring
     the proto costs no copy of them.
@@ -140,12 +154,15 @@ def optimize(
             evaluate=evaluate_model,
             decoded=decoded,
             values_only_above=options.limits.shape_data_max_elements,
+            shared=shared,
         )
     except GraphPassError as e:
         message = f"{label}: graph optimization skipped: {e}"
         warnings.warn(message, OptimizationSkippedWarning, stacklevel=4)
         logger.warning("%s", message)
         optimized, report, values = model, OptimizationReport(Level.DISABLE), {}
+    if optimized is model and decoded:  # not optimized: the initializers are the model's own
+        values = {**decoded, **values}
     return _as_ir(optimized, optimized is not model, report, values, options, label)
 
 

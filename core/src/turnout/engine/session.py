@@ -51,6 +51,7 @@ from turnout.engine.tiers import (
 from turnout.graph.errors import FallbackError, InvalidArgument, ort_invalid_argument
 from turnout.graph.ir import Graph
 from turnout.graph.logs import logger
+from turnout.graph.shared_arrays import SharedArrays
 from turnout.sdk.provider import ExecutionProvider
 
 __all__ = ["EngineSession", "RunControl"]
@@ -116,7 +117,8 @@ class EngineSession:
     ) -> None:
         """`reload` loads the model again (from the caller's path or bytes): given, the session
         lets go of the loaded proto once placed and reloads it to place again. `decoded`: the
-        model's initializers already decoded, by name (`pipeline.validate` fills it)."""
+        model's initializers already decoded, by name (`pipeline.validate` fills it); it holds
+        the values of those `pipeline.drop_decoded_bytes` took out of `model`."""
         self._loaded: onnx.ModelProto | None = model
         self._reload = reload
         self.options = options
@@ -148,8 +150,13 @@ class EngineSession:
         self._stop_tier_build()
         hosts = [] if self.numpy_only else host_candidates(providers, self.options)
         background = bool(hosts) and self.artifact is None and not self._waits_for_hosts()
+        running: Graph | None = getattr(self, "graph", None)  # placed before: shared weights
         placed = self._build(
-            self._source(), providers, provider_options, self.numpy_only or background
+            self._source(),
+            providers,
+            provider_options,
+            self.numpy_only or background,
+            shared=None if running is None else SharedArrays(running.initializers.values()),
         )
         self._adopt(placed)
         if providers is not None and placed.selection.requested != [CPU_PROVIDER]:
@@ -181,10 +188,15 @@ class EngineSession:
         return model
 
     def _release_source(self) -> None:
-        """Let go of the loaded proto when nothing will build from it (its weights live on in
-        the IR's arrays; placing again reloads it). Kept while a tier builds from it."""
+        """Let go of the loaded proto, and of the decoded originals the IR does not hold (the
+        weights folded into new ones), when nothing will build from them: the weights live
+        on in the IR's arrays, and placing again reloads the model. Kept while a tier builds
+        from them."""
         if self._reload is not None and self._tier_build is None:
             self._loaded = None
+            held = {id(a) for a in self.graph.initializers.values()}
+            # a new dict: a build that was cancelled may still read the old one
+            self._decoded = {k: v for k, v in self._decoded.items() if id(v) in held}
 
     def _build(
         self,
@@ -193,9 +205,11 @@ class EngineSession:
         provider_options: Sequence[dict[str, Any]] | None,
         numpy_only: bool,
         checkpoint: Callable[[], None] | None = None,
+        shared: SharedArrays | None = None,
     ) -> _Placement:
         """Everything `place` builds, without touching the session (a background build runs
-        this while the session runs its current placement)."""
+        this while the session runs its current placement; `shared`: the running
+        placement's arrays, which equal ones the optimizer makes become)."""
         chosen = select_providers(providers, provider_options, self.options, self.label, numpy_only)
         instances = chosen.instances
         if self.artifact is not None:  # its providers take their compiled blobs first
@@ -209,6 +223,7 @@ class EngineSession:
             self.label,
             already_optimized=self.artifact is not None,
             decoded=self._decoded,
+            shared=shared,
         )
         overrides = self._overrides(optimized.graph)
         reports: dict[str, PartitionReport] = {}
@@ -306,9 +321,11 @@ class EngineSession:
         provider_options: Sequence[dict[str, Any]] | None,
     ) -> None:
         model = self._source()
+        running = self.graph  # its weights: the build's equal arrays are these (SharedArrays)
 
         def build(checkpoint: Callable[[], None]) -> _Placement:
-            return self._build(model, providers, provider_options, False, checkpoint)
+            shared = SharedArrays(running.initializers.values())
+            return self._build(model, providers, provider_options, False, checkpoint, shared)
 
         self._tier_build = BackgroundBuild(build, self.label, hold=TIER_HOLD_S)
         self._tier_request = (providers, provider_options)

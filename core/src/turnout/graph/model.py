@@ -55,6 +55,7 @@ __all__ = [
     "model_label",
     "read_model",
     "validate_model",
+    "without_decoded_data",
 ]
 
 ModelSource = str | os.PathLike[str] | bytes | ModelProto
@@ -447,6 +448,40 @@ def _check_copy(model: ModelProto, decoded: dict[str, np.ndarray] | None = None)
         return out
 
     return light_copy(model, stub)
+
+
+def without_decoded_data(model: ModelProto, decoded: Mapping[str, np.ndarray]) -> ModelProto:
+    """A copy of `model` whose top-level initializers held as arrays in `decoded` (what
+    `validate_model` filled) keep their name, type and dims but not their bytes.
+
+    Clearing a field of the parsed proto frees nothing (its bytes live in the message's arena
+    until the whole message goes): the copy is what lets the parsed bytes go, so that a
+    session holds its weights once. Whoever reads the copy takes those values from `decoded`
+    (the optimizer's cache); an initializer that a nested graph reads keeps its bytes, since
+    a body is optimized on protos alone.
+    """
+    if not decoded:
+        return model
+    nested = _nested_reads(model.graph)
+
+    def strip(t: TensorProto) -> TensorProto:
+        if t.name not in decoded or t.name in nested:
+            return t
+        out = TensorProto()
+        copy_fields(t, out, "raw_data")
+        return out
+
+    return light_copy(model, strip)
+
+
+def _nested_reads(graph: onnx.GraphProto) -> set[str]:
+    """Every name a node of a graph nested in `graph`'s nodes reads (at any depth)."""
+    out: set[str] = set()
+    for node in _all_nodes(graph):
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out.update(x for n in _all_nodes(sub) for x in n.input)
+    return out
 
 
 def infer_shapes(

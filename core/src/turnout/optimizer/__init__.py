@@ -30,6 +30,7 @@ import onnx
 from turnout._submodules import submodule
 from turnout.graph.errors import GraphPassError, TurnoutError
 from turnout.graph.limits import ResourceLimits
+from turnout.graph.shared_arrays import SharedArrays
 from turnout.optimizer import (  # noqa: F401 - importing registers the passes, in this order
     cleanup,
     conv,
@@ -147,6 +148,7 @@ def optimize(
     evaluate: Evaluate | None = None,
     decoded: dict[str, np.ndarray] | None = None,
     values_only_above: int | None = None,
+    shared: SharedArrays | None = None,
 ) -> tuple[onnx.ModelProto, OptimizationReport]:
     """Optimize a copy of `model` at `level`; returns it with a report of what each pass did.
 
@@ -167,7 +169,8 @@ def optimize(
     `values_only_above` (and `values`), initializers of more elements than that are written
     without their data (name, type and dims only): the caller has their arrays in `values`,
     and the model is cheap to copy, check and infer (small ones, shape tensors among them,
-    keep their data).
+    keep their data). `shared` holds the arrays of another optimization of the same model
+    (a session's other tier): a new initializer equal to one of them is that one.
     """
     lvl = Level.parse(level)
     if lvl == Level.DISABLE:
@@ -181,7 +184,7 @@ def optimize(
     extra = [as_pass(p) for p in extra_passes]
     keep = list(keep_initializers)
     strip = values_only_above if values is not None else None
-    run = (model, lvl, limits, supports, extra, keep, nhwc_ops, evaluate, decoded, strip)
+    run = (model, lvl, limits, supports, extra, keep, nhwc_ops, evaluate, decoded, strip, shared)
     out, report, g = _optimize(*run, inline=True)
     if g.inlined and not passes_load_checks(out):
         # an inlined branch exposed what only its If's loose types let pass: keep the Ifs
@@ -202,6 +205,7 @@ def _optimize(
     evaluate: Evaluate | None,
     decoded: dict[str, np.ndarray] | None,
     values_only_above: int | None,
+    shared: SharedArrays | None,
     inline: bool,
 ) -> tuple[onnx.ModelProto, OptimizationReport, OptGraph]:
     from turnout.graph.model import light_copy
@@ -217,6 +221,7 @@ def _optimize(
         initializers=model.graph.initializer,
         shape_data_max_elements=limits.shape_data_max_elements,
         decoded=decoded,
+        shared=shared,
     )
     ctx = PassContext(
         fold_max_elements=limits.fold_max_elements,

@@ -18,6 +18,7 @@ from onnx import NodeProto, helper, numpy_helper
 
 from turnout.graph.dtypes import elem_type_of
 from turnout.graph.shape_inference import SHAPE_DATA_MAX_ELEMENTS
+from turnout.graph.shared_arrays import SharedArrays
 from turnout.graph.tensors import decode_tensor, from_array
 
 __all__ = ["OptGraph", "attr", "Dim"]
@@ -114,12 +115,15 @@ class OptGraph:
         initializers: Iterable[onnx.TensorProto] | None = None,
         shape_data_max_elements: int = SHAPE_DATA_MAX_ELEMENTS,
         decoded: dict[str, np.ndarray] | None = None,
+        shared: SharedArrays | None = None,
     ) -> None:
         """`initializers` (read, never changed) stand for the model's own when given: the
         optimizer works on a copy without them, and `commit()` writes them in.
         `shape_data_max_elements` bounds onnx's data propagation
         (`turnout.graph.shape_inference`). `decoded` caches the original initializers'
-        arrays by name, shared with other optimizations of the same initializers."""
+        arrays by name, shared with other optimizations of the same initializers. `shared`
+        holds another optimization's arrays: a new initializer equal to one of them is kept
+        as that one (`add_init`)."""
         self.model = model
         self.shape_data_max_elements = shape_data_max_elements
         g = model.graph
@@ -131,6 +135,8 @@ class OptGraph:
         self.inits: dict[str, np.ndarray] = {}  # new or changed initializers
         # decoded original initializers
         self._cache: dict[str, np.ndarray] = decoded if decoded is not None else {}
+        self._shared_cache = decoded is not None
+        self._shared = shared
         self._protos: dict[str, tuple[np.ndarray, onnx.TensorProto]] = {}  # see small_init_proto
         self._light: dict[str, _LightEntry] = {}  # see light_initializers
         inits = g.initializer if initializers is None else initializers
@@ -186,8 +192,11 @@ class OptGraph:
 
     def forget(self, name: str) -> None:
         """Drop the decoded copy of original initializer `name` (decoded again if asked for):
-        a pass that replaced it frees the memory for the arrays it makes next."""
-        self._cache.pop(name, None)
+        a pass that replaced it frees the memory for the arrays it makes next. A cache the
+        caller shared keeps it: another optimization reads it, and the model's proto may hold
+        no bytes for it (`turnout.graph.model.without_decoded_data`)."""
+        if not self._shared_cache:
+            self._cache.pop(name, None)
 
     def numel(self, name: str) -> int | None:
         """The element count of initializer `name`, without decoding it; None if not one."""
@@ -251,7 +260,8 @@ class OptGraph:
 
     def add_init(self, value: np.ndarray, hint: str) -> str:
         name = self.fresh(hint)
-        self.inits[name] = np.asarray(value)
+        value = np.asarray(value)
+        self.inits[name] = value if self._shared is None else self._shared.find(value)
         return name
 
     def initializer_names(self) -> list[str]:
@@ -259,7 +269,7 @@ class OptGraph:
 
     def drop_init(self, name: str) -> None:
         self.inits.pop(name, None)
-        self._cache.pop(name, None)
+        self.forget(name)
         self._init_protos.pop(name, None)
 
     def scalar(self, name: str) -> float | None:
