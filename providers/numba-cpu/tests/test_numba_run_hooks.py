@@ -3,6 +3,8 @@ it was after; when it already is the session's, the hooks leave it alone (no set
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 import pytest
@@ -11,9 +13,8 @@ from onnx import TensorProto, helper
 from turnout.tools.testing import provider_session
 
 
-def test_numba_thread_count_set_for_a_run_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    if numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba has one thread here")
+def _relu_session() -> tuple[Any, Any]:
+    """A 2-thread numba session of one Relu on [2, 3], and its numba provider."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
         "g",
@@ -23,6 +24,13 @@ def test_numba_thread_count_set_for_a_run_and_restored(monkeypatch: pytest.Monke
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=2)
     (ep,) = [p for p in sess._engine.providers if type(p).__name__ == "NumbaExecutionProvider"]
+    return sess, ep
+
+
+def test_numba_thread_count_set_for_a_run_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread here")
+    sess, ep = _relu_session()
     seen: list[int] = []
     start = ep.on_run_start
 
@@ -56,15 +64,7 @@ def test_failed_run_start_hands_the_run_lock_back(monkeypatch: pytest.MonkeyPatc
 
     from turnout_numba import provider as numba_provider
 
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=2)
-    (ep,) = [p for p in sess._engine.providers if type(p).__name__ == "NumbaExecutionProvider"]
+    _, ep = _relu_session()
     if not ep.ctx.parallel:
         pytest.skip("the session runs serial here (one core): it takes no run lock")
     lock = threading.RLock()
