@@ -1,11 +1,13 @@
 """The numba provider's register-tile SGEMM (`turnout_numba.kernels.sgemm_tile`) against
 numpy's OpenBLAS, on the conv products of the zoo models.
 
-    PYTHONPATH=. python -m benchmarks.conv_tile [products|convs|models] [--models a,b]
+    PYTHONPATH=. python -m benchmarks.conv_tile [products|shifts|convs|models] [--models a,b]
 
 - `products`: each distinct (M output channels a group, K = C/group*KH*KW, N = the band of
   output pixels the 1-thread conv multiplies at once) of the models' im2col and pointwise
   convs, as the tile and as `cblas.gemm_call` (1 thread), in GMAC/s;
+- `shifts`: the stride-1 convs' shifted products (`conv_shift`), one band each: a GEMM per tap
+  with beta 1 against one product over all the taps on the tile, in GMAC/s;
 - `convs`: each distinct conv as a one-node session (`--threads`, 1 by default;
   CPUExecutionProvider with turnout-numba installed), the tile rule as shipped against BLAS
   everywhere (`conv.TILE_MAX_K = 0`), CPU time per run;
@@ -32,7 +34,7 @@ from benchmarks import zoo
 __all__ = ["conv_shapes", "main"]
 
 MODELS = ("squeezenet", "resnet18_like", "resnet50", "yolo_det_like", "text_cnn_like",
-          "crnn_ocr_like")  # fmt: skip
+          "crnn_ocr_like", "densenet121", "inception_v2", "shufflenet")  # fmt: skip
 
 
 def conv_shapes(name: str) -> list[dict[str, Any]]:
@@ -149,6 +151,86 @@ def products(names: list[str], rounds: int, threads: int = 1) -> None:
                   f"| {t_blas / t_tile:.2f} |")  # fmt: skip
 
 
+def shifts(names: list[str], rounds: int, threads: int = 1) -> None:
+    """The shifted-product table (`conv_shift`): each distinct stride-1 conv the models run as
+    shifted products, one band of `shift_rows` output rows (Wp wide) at 1 thread, as one GEMM
+    per tap accumulating with beta 1 (OpenBLAS, what the BLAS kernel runs) and as one product
+    over all the taps on the tile (`turnout_sgemm_rows`), in GMAC/s of the band's products
+    (padded columns included)."""
+    import numba
+
+    from turnout_numba.cblas import find_gemm, gemm_call
+    from turnout_numba.kernels import conv, sgemm_tile
+    from turnout_numba.kernels.conv_shift import shift_rows
+
+    gemm = find_gemm(np.float32)
+    if gemm is None or not sgemm_tile.AVAILABLE:
+        raise SystemExit("needs numpy's OpenBLAS cblas_sgemm and a host with the tile")
+    _limit_blas()
+
+    @numba.njit
+    def taps(
+        wt: Any, xp: Any, acc: Any, n: int, wp: int, reps: int, address: int, ilp64: bool
+    ) -> None:  # pragma: no cover - numba
+        kh, kw, m, c = wt.shape
+        for _ in range(reps):
+            beta = 0.0
+            for ki in range(kh):
+                for kj in range(kw):
+                    off = ki * wp + kj
+                    gemm_call(address, ilp64, m, n, c, wt[ki, kj], c, xp[:, off:], xp.shape[1],
+                              acc, n, beta)  # fmt: skip
+                    beta = 1.0
+
+    @numba.njit
+    def tile(w2: Any, xp: Any, rows: Any, acc: Any, n: int, reps: int) -> None:  # pragma: no cover
+        m, k = w2.shape
+        for _ in range(reps):
+            w2.turnout_sgemm_rows(k, xp, rows, 0, acc, n, m, n, k)
+
+    rng = np.random.default_rng(0)
+    done: set[tuple[int, ...]] = set()
+    print("| model | C | M | out | rows x Wp | OpenBLAS GMAC/s | tile GMAC/s | tile / BLAS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in names:
+        for case in conv_shapes(name):
+            w, attrs = case["w"], case["attrs"]
+            if len(w) != 4 or w[2:] == [1, 1] or any(s != 1 for s in attrs.get("strides", [1])):
+                continue
+            if any(d != 1 for d in attrs.get("dilations", [1])) or attrs.get("group", 1) != 1:
+                continue
+            oh, ow = case["y"][2:]
+            wide = conv._tile_applies(np.dtype(np.float32), w[0], int(np.prod(w[1:])), 1 << 30)
+            if not conv._shift_applies(w, 1, [1, 1], np.dtype(np.float32), ow, 1, wide):
+                continue
+            m, c, kh, kw = w
+            wp = ow + kw - 1
+            rows = shift_rows((c + m) * 4, wp, oh, 1)
+            key = (m, c, kh, kw, rows, wp)
+            if key in done:
+                continue
+            done.add(key)
+            n = rows * wp
+            length = (rows + kh - 1) * wp + kw - 1
+            xp = rng.standard_normal((c, length), dtype=np.float32)
+            wt = rng.standard_normal((kh, kw, m, c), dtype=np.float32)
+            w2 = np.ascontiguousarray(wt.transpose(2, 3, 0, 1)).reshape(m, -1)
+            ki, kj = np.indices((kh, kw))
+            offs = (np.arange(c)[:, None] * length + (ki * wp + kj).ravel()).ravel()
+            offs = offs.astype(np.int64)
+            acc = np.empty((m, n), np.float32)
+            reps = max(1, int(3e7 // (m * n * c * kh * kw)))
+            taps(wt, xp, acc, n, wp, 1, gemm.address, gemm.ilp64)
+            tile(w2, xp, offs, acc, n, 1)
+            t_blas, t_tile = _best(
+                [lambda: taps(wt, xp, acc, n, wp, reps, gemm.address, gemm.ilp64),  # noqa: B023
+                 lambda: tile(w2, xp, offs, acc, n, reps)], rounds,  # noqa: B023
+            )  # fmt: skip
+            macs = m * n * c * kh * kw * reps / 1e9
+            print(f"| {name} | {c} | {m} | {oh}x{ow} | {rows}x{wp} | {macs / t_blas:.1f} "
+                  f"| {macs / t_tile:.1f} | {t_blas / t_tile:.2f} |")  # fmt: skip
+
+
 def _session(model: onnx.ModelProto, tile_max_k: int | None, threads: int = 1) -> Any:
     """A `threads`-thread CPUExecutionProvider session (numba's kernels, compiled tier waited for)
     whose convs plan with `conv.TILE_MAX_K = tile_max_k` (None: as shipped), run once."""
@@ -241,7 +323,7 @@ def models(names: list[str], rounds: int, threads: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.conv_tile", description=__doc__)
-    parser.add_argument("what", choices=["products", "convs", "models"], nargs="?",
+    parser.add_argument("what", choices=["products", "shifts", "convs", "models"], nargs="?",
                         default="products")  # fmt: skip
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--rounds", type=int, default=7)
@@ -251,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [n for n in args.models.split(",") if n]
     global CLOCK
     CLOCK = time.perf_counter if args.clock == "wall" else time.process_time
-    {"products": products, "convs": convs, "models": models}[args.what](
+    {"products": products, "shifts": shifts, "convs": convs, "models": models}[args.what](
         names, args.rounds, args.threads
     )
 
