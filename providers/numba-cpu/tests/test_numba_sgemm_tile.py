@@ -317,6 +317,7 @@ def test_the_shipped_rule() -> None:
     assert not applies(f64, 32, 144, 1600)
     assert not applies(f32, conv_mod.TILE_MIN_ROWS - 1, 144, 1600)
     assert not applies(f32, 32, conv_mod.TILE_MAX_K + 1, 1600)
+    assert applies(f32, 256, 9216, 196)  # 1024 channels 3x3 (measured faster)
     assert not applies(f32, 32, 144, conv_mod.TILE_MIN_COLUMNS - 1)
     # OpenBLAS's small-matrix kernel: up to 100^3 multiply-adds
     assert applies(f32, 64, 64, 245) and not applies(f32, 64, 64, 244)

@@ -108,12 +108,14 @@ SqueezeNet's 512->1000 1x1 at 13x13) one product split by output channels
 threads."""
 
 
-TILE_MAX_K = 4608
+TILE_MAX_K = 9216
 """The longest inner dimension (C/group*KH*KW) whose products run on the register tile
-(`sgemm_tile`) rather than BLAS: the longest measured. On the zoo's conv products (1 thread,
-`python -m benchmarks.conv_tile products`, the 2-core Xeon) the tile ran 1.02-1.5x
-OpenBLAS's GMAC/s at every K from 16 to 4608 (M=32 K=144 N=1520: 78 against 61); longer
-products are BLAS's ground. Tests set it to force the tile (or 0 to keep BLAS)."""
+(`sgemm_tile`) rather than BLAS. On the zoo's conv products (1 thread, `python -m
+benchmarks.conv_tile products`, the 2-core Xeon) the tile ran 1.02-1.5x OpenBLAS's GMAC/s at
+every K from 16 to 4608 (M=32 K=144 N=1520: 78 against 61); on the 2-core EPYC, products
+alone, two interleaved runs: K 6912 and 9216 1.01-1.12x (M=256 N=196 K=9216: 47.6 against
+44.4), 13824 even (0.99-1.00x), 18432 0.96-0.97x. Tests set it to force the tile (or 0 to
+keep BLAS)."""
 
 TILE_MIN_ROWS = 8
 """The fewest output channels per group that run on the register tile: a tile computes
