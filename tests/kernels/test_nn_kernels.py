@@ -236,8 +236,8 @@ def test_pool_errors(rng: np.random.Generator, node: Any) -> None:
         run_own_kernel(node("MaxPool", ["x"], kernel_shape=[3]), [randf(rng, 1, 2, 5, 5)], 12)
     with pytest.raises(InvalidArgument):
         run_own_kernel(
-            node("AveragePool", ["x"], kernel_shape=[6, 6]), [randf(rng, 1, 2, 5, 5)], 19
-        )
+            node("AveragePool", ["x"], kernel_shape=[7, 7]), [randf(rng, 1, 2, 5, 5)], 19
+        )  # short by two strides (by one, onnxruntime gives an empty axis: test_pool_short_input)
     with pytest.raises(InvalidArgument):
         run_own_kernel(node("GlobalAveragePool", ["x"]), [randf(rng, 2, 3)], 13)
 

@@ -113,12 +113,34 @@ def conv_geometry(
     out = []
     for i, b, e, k, s in zip(in_shape, pb, pe, eff, strides):
         span = i + b + e - k
-        if span < 0:
-            raise InvalidArgument(
-                f"{node.name}: kernel (dilated size {k}) larger than padded input ({i + b + e})"
-            )
+        if span < 0:  # a window reaching past the padded input, as ceil_mode's last one may
+            out.append(_short_input_windows(node, span, s, k, i + b + e))
+            continue
         o = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (o - 1) * s >= i + b:
             o -= 1
         out.append(o)
     return pb, pe, out
+
+
+def _short_input_windows(node: KernelNode, span: int, stride: int, k: int, padded: int) -> int:
+    """Output windows along an axis whose padded input is shorter than the dilated kernel
+    (`span` = padded input - kernel < 0).
+
+    Convolutions refuse it, as onnxruntime does. Pools follow onnxruntime, which divides
+    `span` by the stride truncating toward zero (in either ceil_mode): one window when the
+    shortfall is under the stride, reading past the padded input as ceil_mode's last window
+    does (those cells are in no max, sum or AveragePool count, as in onnxruntime's pools from
+    opset 19), no window when the shortfall is a stride or more but less than two, and an error
+    below that. The ONNX formula (floor) and onnx.reference give no window."""
+    if not node.op_type.endswith("Pool"):
+        raise InvalidArgument(
+            f"{node.name}: kernel (dilated size {k}) larger than padded input ({padded})"
+        )
+    o = 1 - (-span) // stride
+    if o < 0:
+        raise InvalidArgument(
+            f"{node.name}: kernel (dilated size {k}) larger than padded input ({padded}) by "
+            f"{-span}, at least a stride ({stride}): the output size would be negative"
+        )
+    return o
