@@ -235,3 +235,50 @@ def test_a_weight_read_by_a_nested_graph_keeps_its_bytes() -> None:
         for cond in (True, False):
             got = sess.run(None, {"x": x, "cond": np.array(cond)})[0]
             np.testing.assert_allclose(got, x @ w, rtol=1e-5)
+
+
+def _root(a: np.ndarray) -> object:
+    base: object = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base
+
+
+@pytest.mark.parametrize("maps", [64, 0], ids=["mapped", "read-into-array"])
+def test_external_weights_are_mapped_not_read(
+    tmp_path: Path, maps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A weight in an external file is an array over the mapped file (or, past the maps a
+    model may hold, read straight into its array): never read into the proto and decoded
+    from there (the two copies the session held until the proto went)."""
+    import mmap
+
+    monkeypatch.setattr("turnout.graph.model._MAX_MAPPED_FILES", maps)
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((MIN_BYTES // 4, 2)).astype(np.float32)
+    b = np.array([0.5, -0.5], np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"),
+            helper.make_node("Add", ["m", "b"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=64)
+    x = rng.standard_normal((1, w.shape[0])).astype(np.float32)
+    sess = turnout.InferenceSession(str(path), providers=[CPU])
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ w + b, rtol=1e-5)
+    root = _root(sess._engine.graph.initializers["w"])
+    if maps:
+        assert isinstance(root, memoryview) and isinstance(root.obj, mmap.mmap)
+    else:  # its own array, not a view of bytes read out of the proto
+        assert isinstance(root, np.ndarray) and root.size == w.size
+    full = sess._engine.full_model()  # what is saved or compiled still has the weight
+    got = {t.name: numpy_helper.to_array(t) for t in full.graph.initializer}
+    np.testing.assert_array_equal(got["w"], w)

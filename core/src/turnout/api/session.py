@@ -159,12 +159,12 @@ class InferenceSession:
             os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else None
         )
         options = self._sess_options.engine_options()
-        model = pipeline.load(path_or_bytes, options)
+        decoded: dict[str, Any] = {}  # big initializers as arrays: mapped, then checked
+        model = pipeline.load(path_or_bytes, options, decoded)
         if load_config_from_model():  # ORT_LOAD_CONFIG_FROM_MODEL=1: the model's options rule
             self._sess_options = options_from_model(model, self._label)
             options = self._sess_options.engine_options()
         self._check_canceled()
-        decoded: dict[str, Any] = {}  # big initializers the checks decoded, for the optimizer
         pipeline.validate(model, self._label, decoded)
         self._sparse_outputs = sparse_constant_outputs(model)
         self._check_canceled()

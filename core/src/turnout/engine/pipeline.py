@@ -75,14 +75,19 @@ class OptimizedModel:
     report: Any  # optimizer.OptimizationReport
 
 
-def load(source: ModelSource, options: EngineOptions) -> onnx.ModelProto:
+def load(
+    source: ModelSource, options: EngineOptions, mapped: dict[str, np.ndarray] | None = None
+) -> onnx.ModelProto:
     """Parse the model, with the external data and free-dimension values the options supply;
-    refuse what cannot be read or uses operators nobody defines."""
+    refuse what cannot be read or uses operators nobody defines. `mapped`, given, receives
+    the big initializers of external files as arrays over the mapped files (their tensors
+    keep no bytes): pass it on to `validate` as `decoded`."""
     model = read_model(
         source,
         custom_domains=custom_domains(),
         supplied=options.supplied,
         allow_unknown=allow_unknown_domains(options.config),
+        mapped=mapped,
     )
     _override_free_dims(model, options)
     return model

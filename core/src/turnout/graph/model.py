@@ -7,6 +7,7 @@ absolute path, `..`, a symlink pointing out) is refused, because a model file is
 from __future__ import annotations
 
 import math
+import mmap
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -130,11 +131,15 @@ def read_model(
     custom_domains: frozenset[str] = frozenset(),
     supplied: SuppliedData | None = None,
     allow_unknown: bool = False,
+    mapped: dict[str, np.ndarray] | None = None,
 ) -> ModelProto:
     """Parse, resolve external data, check tensors, structure and opsets, inline local
     functions: the model as one graph of known operators (`validate_model` checks it).
 
     `allow_unknown`: accept operator domains nobody defines (`ALLOW_UNKNOWN_DOMAINS_KEY`).
+    `mapped`, given, receives the big top-level initializers whose external file holds them
+    as they are, as read-only arrays over the memory-mapped file, by name; their tensors keep
+    no bytes (pass it to `validate_model` as `decoded`, and on to the optimizer).
     """
     label = model_label(source)
     base_dir: Path | None = None
@@ -157,8 +162,12 @@ def read_model(
         )
     if supplied is not None:
         _replace_initializers(model, supplied.initializers)
+    if mapped is not None and base_dir is not None and not (supplied and supplied.files):
+        _map_external_data(model, base_dir, label, mapped)
     _load_external_data(model, base_dir, label, supplied.files if supplied else {})
     for tensor in all_tensors(model):
+        if mapped and tensor.name in mapped and not _holds_values(tensor):
+            continue  # mapped: checked as it was mapped
         check_tensor(tensor, label)
     normalize(model)
     check_structure(model, label)
@@ -244,6 +253,57 @@ def _load_external_data(
                 tensor.raw_data = f.read(length)
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
+
+
+_MAX_MAPPED_FILES = 64
+"""External files mapped per model: each map holds a file descriptor, and an exporter may write
+one file per tensor (thousands); the tensors of further files are read into their arrays."""
+
+
+def _map_external_data(
+    model: ModelProto, base_dir: Path, label: str, mapped: dict[str, np.ndarray]
+) -> None:
+    """Each big top-level initializer stored in a file inside `base_dir` as its raw bytes,
+    aligned for its type, becomes a read-only array over the file mapped into memory (one
+    map per file, up to `_MAX_MAPPED_FILES`) in `mapped`; its tensor is left without data.
+    Reading it into the proto and decoding it from there would hold it twice until the
+    proto goes; mapped, its pages are the page cache's. The others are left to
+    `_load_external_data`, which also reports what is wrong with them."""
+    inits = model.graph.initializer
+    if len({t.name for t in inits}) != len(inits):
+        return  # names that repeat: the checks refuse the model with the bytes read
+    files: dict[Path, mmap.mmap] = {}
+    for t in inits:
+        if t.data_location != TensorProto.EXTERNAL or not native_raw(t):
+            continue
+        if t.HasField("segment") or any(d <= 0 for d in t.dims):
+            continue
+        itemsize = np_dtype(t.data_type).itemsize
+        expected = math.prod(t.dims) * itemsize
+        try:
+            info = ExternalDataInfo(t)
+        except ValueError:
+            continue  # _load_external_data says what is wrong
+        target = _safe_location(base_dir, info.location, t.name, label)
+        offset, length = _byte_range(info, target.stat().st_size, t.name)
+        if expected <= _BIG_BYTES or length != expected or offset % itemsize:
+            continue
+        if target not in files and len(files) < _MAX_MAPPED_FILES:
+            with open(target, "rb") as f:
+                files[target] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        dtype, count = np_dtype(t.data_type), math.prod(t.dims)
+        if target in files:
+            values = np.frombuffer(files[target], dtype, count, offset)
+        else:  # read straight into its array (a map holds a file descriptor)
+            values = np.fromfile(target, dtype, count, offset=offset)
+            values.flags.writeable = False  # as the decoded and the mapped ones
+        mapped[t.name] = values.reshape(tuple(t.dims))
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
+
+
+def _holds_values(t: TensorProto) -> bool:
+    return t.HasField("raw_data") or any(len(getattr(t, f)) for f in TYPED_FIELDS)
 
 
 def _byte_range(info: ExternalDataInfo, size: int, tensor: str) -> tuple[int, int]:
@@ -427,6 +487,8 @@ def _check_copy(model: ModelProto, decoded: dict[str, np.ndarray] | None = None)
         if t.data_type not in FIXED_WIDTH_TYPES or any(d <= 0 for d in t.dims):
             return t
         itemsize = np_dtype(t.data_type).itemsize
+        if decoded is not None and t.name in decoded and not _holds_values(t):
+            return _stand_in(t, itemsize)  # mapped at load (`_map_external_data`)
         expected = math.prod(t.dims) * itemsize
         if expected <= _BIG_BYTES or not _plain_raw(t):
             return t
@@ -440,14 +502,19 @@ def _check_copy(model: ModelProto, decoded: dict[str, np.ndarray] | None = None)
             and not t.HasField("segment")
         ):
             decoded.setdefault(t.name, raw_array(t, raw))
-        out = TensorProto()
-        copy_fields(t, out, "raw_data")
-        del out.dims[:]
-        out.dims.append(1)
-        out.raw_data = bytes(itemsize)
-        return out
+        return _stand_in(t, itemsize)
 
     return light_copy(model, stub)
+
+
+def _stand_in(t: TensorProto, itemsize: int) -> TensorProto:
+    """A one-element tensor with `t`'s name and type, for the checker."""
+    out = TensorProto()
+    copy_fields(t, out, "raw_data")
+    del out.dims[:]
+    out.dims.append(1)
+    out.raw_data = bytes(itemsize)
+    return out
 
 
 def without_decoded_data(model: ModelProto, decoded: Mapping[str, np.ndarray]) -> ModelProto:
