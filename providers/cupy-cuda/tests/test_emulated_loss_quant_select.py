@@ -78,6 +78,36 @@ def test_quantize_per_axis_scale_of_the_wrong_length(emulated: str) -> None:
         sess.run(None, {"x": x, "s": np.ones(2, np.float32), "z": np.zeros(2, np.uint8)})
 
 
+@pytest.mark.parametrize(
+    "values",
+    [[np.nan, 1.0, 2.0], [-np.inf, 1.0, 2.0], [np.inf, 1.0, 2.0], [np.nan] * 5, [0.5, -2.0]],
+)
+def test_dynamic_quantize_nan_and_inf_as_the_cpu_provider(
+    values: list[float], emulated: str
+) -> None:
+    """NaNs left out of the range and quantized to 0, a range from -inf with zero point 255
+    (`semantics.quant.dynamic_quant_range`), as the CPU provider and onnxruntime."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])
+    model = _model(node, [("x", F, [None])], opset=17)
+    x = np.array(values, np.float32)
+    want = cpu_session(model).run(None, {"x": x})
+    got = provider_session(model, emulated).run(None, {"x": x})
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_quantize_nan_is_the_lowest_code(emulated: str) -> None:
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    model = _model(node, [("x", F, [None]), ("s", F, []), ("z", TensorProto.INT8, [])])
+    feeds = {
+        "x": np.array([np.nan, 1.0, -np.inf], np.float32),
+        "s": np.array(0.1, np.float32),
+        "z": np.array(-3, np.int8),
+    }
+    (y,) = provider_session(model, emulated).run(None, feeds)
+    np.testing.assert_array_equal(y, [-128, 7, -128])
+
+
 def test_reflect_pad_of_a_single_element_axis(emulated: str) -> None:
     node = helper.make_node("Pad", ["x", "p"], ["y"], name="grow", mode="reflect")
     sess = provider_session(_model(node, [("x", F, [None, None]), ("p", I64, [4])]), emulated)

@@ -4,8 +4,8 @@ DequantizeLinear and the ops built on them).
 A scale or zero point is per tensor, per axis or blocked; `expand_param` turns each into an
 array that broadcasts against the input, with the op's checks, on any array module (numpy,
 CuPy), so a malformed node is the same `InvalidArgument` on every provider.
-`dynamic_quant_params` is DynamicQuantizeLinear's scale and zero point, for every kernel that
-rounds an activation to uint8 at run time.
+`dynamic_quant_range` and `dynamic_quant_params` are DynamicQuantizeLinear's range, scale and
+zero point, for every kernel that rounds an activation to uint8 at run time.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "attr_dtype",
     "compute_dtype",
     "dynamic_quant_params",
+    "dynamic_quant_range",
     "expand_param",
     "int_range",
     "quant_axis_block",
@@ -57,9 +58,24 @@ def dynamic_quant_params(lo: Any, hi: Any) -> tuple[np.float32, np.float32]:
     zero = np.float32(0)
     lo32 = min(np.float32(lo), zero)
     hi32 = max(np.float32(hi), zero)
-    scale = np.float32(1) if hi32 == lo32 else np.float32((hi32 - lo32) / np.float32(255))
-    zp = np.float32(np.rint(min(max(zero - lo32 / scale, zero), np.float32(255))))
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = np.float32(1) if hi32 == lo32 else np.float32((hi32 - lo32) / np.float32(255))
+        zp = np.float32(np.rint(min(max(zero - lo32 / scale, zero), np.float32(255))))
+    if np.isnan(zp):  # a range from -inf (-inf / inf): onnxruntime's is 255
+        zp = np.float32(255)
     return scale, zp
+
+
+def dynamic_quant_range(x: np.ndarray) -> tuple[np.float32, np.float32]:
+    """The (min, max) DynamicQuantizeLinear's scale is taken from: the input's NaNs left out
+    (onnxruntime's range of [nan, 1, 2] is [1, 2]), (0, 0) for an empty input or one of NaNs
+    only (scale 1, zero point 0, as onnxruntime gives a short one; its vectorized range of a
+    long run of NaNs is NaN). Its codes: NaN quantizes to 0, whatever the zero point."""
+    flat = np.asarray(x, np.float32).reshape(-1)
+    lo = np.fmin.reduce(flat) if flat.size else np.float32(np.nan)
+    if np.isnan(lo):
+        return np.float32(0), np.float32(0)
+    return np.float32(lo), np.float32(np.fmax.reduce(flat))
 
 
 def quant_axis_block(node: Any) -> tuple[int, int]:

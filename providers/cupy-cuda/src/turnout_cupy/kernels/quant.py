@@ -11,6 +11,7 @@ is subtracted before the product, so the padding of a convolution reads it as 0.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ def _q_applies(kn: KernelNode) -> str | None:
 
 def _saturate(xp: Any, r: Any, dt: np.dtype[Any]) -> Any:
     lo, hi = int_range(dt) or (0, 0)
-    return xp.clip(r, lo, hi).astype(dt)
+    return xp.clip(xp.nan_to_num(r, nan=lo), lo, hi).astype(dt)  # NaN: the lowest code
 
 
 @cuda_kernel("QuantizeLinear", 10, applies=_q_applies)
@@ -103,18 +104,24 @@ def dequantize_linear(kn: KernelNode, be: Backend) -> KernelFn:
 @cuda_kernel("DynamicQuantizeLinear", 11)
 def dynamic_quantize_linear(kn: KernelNode, be: Backend) -> KernelFn:
     """The range (min(x, 0), max(x, 0)) over 255 steps, reduced on the device; an all-zero
-    range gets scale 1 (as onnxruntime), never a zero divisor."""
+    range gets scale 1 (as onnxruntime), never a zero divisor. NaNs as
+    `semantics.quant.dynamic_quant_range` and `dynamic_quant_params` say: left out of the
+    range, quantized to 0; a zero point that is NaN (a range from -inf) is 255."""
     xp = be.xp
     f32 = np.float32
 
     def run(x: Any) -> tuple[Any, Any, Any]:
         x = x.astype(f32, copy=False)
         zero = xp.zeros((), f32)
-        lo = xp.minimum(xp.min(x), zero) if x.size else zero
-        hi = xp.maximum(xp.max(x), zero) if x.size else zero
-        scale = xp.where(hi == lo, f32(1), (hi - lo) / f32(255)).astype(f32)
-        zp = xp.rint(xp.clip(zero - lo / scale, 0, 255))
-        y = xp.clip(xp.rint(x / scale) + zp, 0, 255).astype(np.uint8)
+        with warnings.catch_warnings(), np.errstate(invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: NaN, then 0 by fmin
+            lo = xp.fmin(xp.nanmin(x), zero) if x.size else zero
+            hi = xp.fmax(xp.nanmax(x), zero) if x.size else zero
+            scale = xp.where(hi == lo, f32(1), (hi - lo) / f32(255)).astype(f32)
+            zp = xp.rint(xp.clip(zero - lo / scale, 0, 255))
+            zp = xp.where(xp.isnan(zp), f32(255), zp)
+            codes = xp.nan_to_num(xp.rint(x / scale) + zp, nan=0.0)
+        y = xp.clip(codes, 0, 255).astype(np.uint8)
         return y, scale, zp.astype(np.uint8)
 
     return run

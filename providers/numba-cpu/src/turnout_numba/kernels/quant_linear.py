@@ -21,7 +21,7 @@ from numba import prange, types
 
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelFn, KernelNode
-from turnout.sdk.semantics.quant import dynamic_quant_params
+from turnout.sdk.semantics.quant import dynamic_quant_params, dynamic_quant_range
 from turnout.sdk.semantics.shape import norm_axis
 
 from ..codegen import numba_array
@@ -34,7 +34,7 @@ Array = np.ndarray[Any, Any]
 
 
 def _quantize(x: Any, scale: Any, zp: Any, out: Any, lo: Any, hi: Any) -> None:  # pragma: no cover
-    """out[i, k, j] = clamp(round(x[i, k, j] / scale[k]) + zp[k], lo, hi)."""
+    """out[i, k, j] = clamp(round(x[i, k, j] / scale[k]) + zp[k], lo, hi); NaN gives lo."""
     o, c, n = x.shape
     ss = 1 if scale.shape[0] > 1 else 0  # (strides set before the parallel loop)
     zs = 1 if zp.shape[0] > 1 else 0
@@ -49,7 +49,8 @@ def _quantize(x: Any, scale: Any, zp: Any, out: Any, lo: Any, hi: Any) -> None: 
         dst = out[i, k]
         for j in range(n):
             v = src[j] / s
-            v = max(v, flo)
+            if not v >= flo:  # NaN too: the lowest code, as onnxruntime's
+                v = flo
             v = min(v, fhi)
             v = (v + np.float32(12582912.0)) - np.float32(12582912.0)
             dst[j] = np.int32(v) + z
@@ -101,10 +102,8 @@ class DynamicQuantizer:
     def __call__(self, x: Array) -> tuple[Array, np.float32, np.uint8]:
         flat = np.ascontiguousarray(x, np.float32).reshape(-1)
         # numpy's reductions are vectorized (5x a compiled loop of dependent compares, which
-        # does not vectorize without fast-math); fmin/fmax skip NaNs
-        lo = np.fmin.reduce(flat) if flat.size else 0
-        hi = np.fmax.reduce(flat) if flat.size else 0
-        scale, zp = dynamic_quant_params(lo, hi)
+        # does not vectorize without fast-math)
+        scale, zp = dynamic_quant_params(*dynamic_quant_range(flat))
         y = np.empty(x.shape, np.uint8)
         self.quant(flat.size, flat.reshape(1, 1, -1), np.full(1, scale, np.float32),
                    np.full(1, int(zp), np.int32), y.reshape(1, 1, -1), 0, 255)  # fmt: skip

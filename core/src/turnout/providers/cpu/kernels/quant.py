@@ -20,6 +20,7 @@ from turnout.sdk.semantics.quant import (
     attr_dtype,
     compute_dtype,
     dynamic_quant_params,
+    dynamic_quant_range,
     expand_param,
     int_range,
     quant_axis_block,
@@ -32,14 +33,15 @@ def quantize(
     x: np.ndarray, scale: Any, zero_point: Any, dt: np.dtype[Any] | type[Any]
 ) -> np.ndarray:
     """x / scale rounded half to even, plus the zero point, saturated to the integer type `dt`,
-    in float32 as onnxruntime requantizes; scale and zero point broadcast against x."""
+    in float32 as onnxruntime requantizes (NaN to the lowest code, as onnxruntime's); scale and
+    zero point broadcast against x."""
     q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32))
     if zero_point is not None:
         q = q + np.asarray(zero_point).astype(np.float32)
     bounds = int_range(np.dtype(dt))
     if bounds is None:
         raise InvalidArgument(f"requantization into {np.dtype(dt)}, not an integer type")
-    return np.clip(q, bounds[0], bounds[1]).astype(dt)
+    return np.clip(np.nan_to_num(q, nan=bounds[0]), bounds[0], bounds[1]).astype(dt)
 
 
 def dequantize(q: np.ndarray, scale: Any, zero_point: Any = None) -> np.ndarray:
@@ -89,7 +91,7 @@ def quantize_linear(node: KernelNode) -> KernelFn:
         if zero_point is not None:
             zp = expand_param(np, name, zero_point, x.shape, axis, block_size)
             r = r + zp.astype(np.float64)
-        r = np.clip(r, rng[0], rng[1])
+        r = np.clip(np.nan_to_num(r, nan=rng[0]), rng[0], rng[1])  # NaN: the lowest code
         if dt.kind == "V":
             return (r.astype(np.int8 if rng[0] < 0 else np.uint8).astype(dt),)
         return (r.astype(dt),)
@@ -137,9 +139,10 @@ def dynamic_quantize_linear(node: KernelNode) -> KernelFn:
 
     def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x = np.asarray(x, dtype=np.float32)
-        lo, hi = (x.min(), x.max()) if x.size else (0, 0)
-        scale, zp = dynamic_quant_params(lo, hi)
-        y = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.uint8)
+        scale, zp = dynamic_quant_params(*dynamic_quant_range(x))
+        with np.errstate(invalid="ignore"):
+            codes = np.rint(x / scale) + zp
+        y = np.clip(np.nan_to_num(codes, nan=0.0), 0, 255).astype(np.uint8)  # NaN -> 0
         return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
 
     return run
