@@ -51,11 +51,7 @@ sess = rt.InferenceSession(spec["path"], so, providers=["CPUExecutionProvider"])
 import numpy as np
 rng = np.random.default_rng(0)
 shapes = {i.name: i.shape for i in sess.get_inputs()}
-feeds = eval(spec["feeds"]) if spec["feeds"] else None
-if feeds is None:
-    from benchmarks import zoo
-    import onnx
-    feeds = zoo.model_feeds(spec["zoo"], onnx.load(spec["path"]))
+feeds = eval(spec["feeds"])
 for _ in range(spec["warmup"]):
     sess.run(None, feeds)
 times = []

@@ -133,11 +133,7 @@ t_session = time.perf_counter() - t1
 import numpy as np
 rng = np.random.default_rng(0)
 shapes = {i.name: i.shape for i in sess.get_inputs()}
-feeds = eval(spec["feeds"]) if spec["feeds"] else None
-if feeds is None:
-    from benchmarks import zoo
-    import onnx
-    feeds = zoo.model_feeds(spec["zoo"], onnx.load(spec["path"]))
+feeds = eval(spec["feeds"])
 t2 = time.perf_counter()
 sess.run(None, feeds)
 t_first = time.perf_counter() - t2
@@ -274,7 +270,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 def model_files(models: str | None, tmp: Path) -> list[tuple[str, Path, str]]:
     """(name, file, feeds expression) per model of the comma-separated `models` (default: the
-    zoo's and the installed real models); zoo models are written to `tmp`."""
+    zoo's and the installed real models); zoo models and their inputs are written to `tmp`."""
     from benchmarks import zoo
 
     wanted = models.split(",") if models else [*zoo.names(), *REAL_MODELS]
@@ -287,11 +283,17 @@ def model_files(models: str | None, tmp: Path) -> list[tuple[str, Path, str]]:
                 continue
             out.append((name, found, REAL_MODELS[name].feeds))
             continue
+        import numpy as np
         import onnx
 
         path = tmp / f"{name}.onnx"
-        onnx.save(zoo.get(name).build(), path)
-        out.append((name, path, ""))
+        model = zoo.get(name).build()
+        onnx.save(model, path)
+        # the inputs made here: a child that loaded the model to make them would hold its
+        # weights once more at its peak
+        inputs = tmp / f"{name}.npz"
+        np.savez(inputs, **zoo.model_feeds(name, model))
+        out.append((name, path, f"dict(np.load({str(inputs)!r}))"))
     return out
 
 
