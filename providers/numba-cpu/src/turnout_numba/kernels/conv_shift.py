@@ -70,9 +70,8 @@ def _shift_pad(x, xp, dims):
                 row[j] = line[j]
 """
 
-_BANDS = """
-def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, address, ilp64, p0, p1):
-    T = {ctor}
+# the names a band's epilogue reads (`epilogue.activation_lines`), set the same in both sources
+_BAND_NAMES = """    T = {ctor}
     zero = T(0)
     one = T(1)
     a0 = T(p0)
@@ -80,7 +79,14 @@ def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, address, ilp64, p0
     wp = dims[2]
     oh = dims[5]
     ow = dims[6]
-    kh = wt.shape[0]
+"""
+
+_BANDS = (
+    """
+def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, address, ilp64, p0, p1):
+"""
+    + _BAND_NAMES
+    + """    kh = wt.shape[0]
     kw = wt.shape[1]
     dh = dims[7]
     dw = dims[8]
@@ -101,19 +107,15 @@ def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, address, ilp64, p0
                           beta)
                 beta = 1.0
 {epilogue}"""
+)
 
-_BANDS_TILE = """
+_BANDS_TILE = (
+    """
 def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, taps, p0, p1):
     # {tag}
-    T = {ctor}
-    zero = T(0)
-    one = T(1)
-    a0 = T(p0)
-    a1 = T(p1)
-    wp = dims[2]
-    oh = dims[5]
-    ow = dims[6]
-    m_ = wt.shape[0]
+"""
+    + _BAND_NAMES
+    + """    m_ = wt.shape[0]
     kk = wt.shape[1]
     count = (oh + rows - 1) // rows
     for q in prange(count):
@@ -123,6 +125,7 @@ def _shift_bands(xp, wt, y2, scratch, bias, full, dims, rows, taps, p0, p1):
         acc = scratch[{thread}, : m_ * n].reshape((m_, n))
         wt.turnout_sgemm_rows(kk, xp, taps, r0 * wp, acc, n, m_, n, kk)
 {epilogue}"""
+)
 
 _EPILOGUE = """\
         for j in range(m_):
