@@ -24,73 +24,15 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.engine.tiers import WAIT_ENV, WAIT_KEY, stop_all_builds
+from turnout.engine.tiers import WAIT_ENV, WAIT_KEY
 from turnout.sdk import plugins
-from turnout.sdk.provider import (
-    Capability,
-    Decline,
-    ExecutionProvider,
-    KernelDef,
-    KernelNode,
-    ProviderFactory,
-)
+from turnout_testbed.gated_host import BUILD_TIMEOUT, HOST, Gate, serving_cpu
 
 pytestmark = pytest.mark.cpu_means_host  # the host providers serve CPU requests here
 
-HOST = "SlowHostExecutionProvider"
 CPU = "CPUExecutionProvider"
 X = np.array([-2, -1, 1, 2], np.float32)
-BUILD_TIMEOUT = 60  # seconds a test waits for a build before it fails instead of hanging
-
-
-class Gate:
-    """What the fake host's kernel builds wait on, and how many it built."""
-
-    def __init__(self) -> None:
-        self.open = threading.Event()
-        self.built = 0
-        self.fail = False
-
-
 GATE = Gate()  # the current test's (each fixture makes a new one: a late build keeps its own)
-
-
-class SlowHostProvider(ExecutionProvider):
-    """Serves CPU requests for Neg; building its kernel waits for its gate to open (a
-    compiler that takes as long as the test wants)."""
-
-    name = HOST
-
-    def __init__(self, options: dict[str, Any], gate: Gate) -> None:
-        super().__init__(options)
-        self.gate = gate
-
-    def _get_capability(self, graph: Any) -> tuple[list[Capability], list[Decline]]:
-        claims, declines = [], []
-        for node in graph.unassigned_nodes():
-            if node.op_type != "Neg":
-                declines.append(Decline(node.name, "slow host: Neg only"))
-                continue
-            claims.append(Capability((node.name,), KernelDef("Neg", "", 1, self._build_neg)))
-        return claims, declines
-
-    def _build_neg(self, kn: KernelNode) -> Any:
-        if not self.gate.open.wait(BUILD_TIMEOUT):
-            raise TimeoutError("the test never opened the gate")
-        if self.gate.fail:
-            raise RuntimeError("compiler crashed")
-        self.gate.built += 1
-        return lambda x: (np.negative(x),)
-
-
-class SlowHostFactory(ProviderFactory):
-    name = HOST
-    default_priority = 50
-    serves_cpu_requests = True
-    option_names = frozenset({"intra_op_num_threads"})
-
-    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
-        return SlowHostProvider(options, GATE)
 
 
 @pytest.fixture
@@ -99,16 +41,8 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(WAIT_ENV, raising=False)
     global GATE
     GATE = Gate()
-    others = [f for f in plugins.registry.all() if f.serves_cpu_requests]
-    for f in others:
-        plugins.registry.unregister(f.name)
-    turnout.register_provider(SlowHostFactory())
-    yield
-    GATE.open.set()  # a build still waiting ends
-    stop_all_builds()  # none reaches the next test's host
-    plugins.registry.unregister(HOST)
-    for f in others:
-        turnout.register_provider(f)
+    with serving_cpu(GATE):
+        yield
 
 
 def _model() -> onnx.ModelProto:

@@ -9,10 +9,8 @@ exist (its optimizer has run, its kernels are not built yet).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -20,67 +18,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.engine.tiers import WAIT_ENV, stop_all_builds
+from turnout.engine.tiers import WAIT_ENV
 from turnout.graph.shared_arrays import MIN_BYTES, SharedArrays
-from turnout.sdk import plugins
-from turnout.sdk.provider import (
-    Capability,
-    Decline,
-    ExecutionProvider,
-    KernelDef,
-    KernelNode,
-    ProviderFactory,
-)
 from turnout.sdk.provider_options import CPU_NUMPY_ONLY_KEY
+from turnout_testbed.gated_host import BUILD_TIMEOUT as WAIT_S
+from turnout_testbed.gated_host import Gate, serving_cpu
 
 pytestmark = pytest.mark.cpu_means_host  # the host provider serves CPU requests here
 
-HOST = "GatedHostExecutionProvider"
 CPU = "CPUExecutionProvider"
-WAIT_S = 60  # seconds a test waits for the build before it fails instead of hanging
 C, K = 64, 3  # Conv channels and kernel size: a weight of C*C*K*K float32 (147 KB)
-
-
-class Gate:
-    """`entered` is set when the build reaches the host's kernels; they wait for `open`."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.open = threading.Event()
-
-
 GATE = Gate()
-
-
-class GatedHost(ExecutionProvider):
-    """Serves CPU requests for Neg; building its kernel waits for the gate."""
-
-    name = HOST
-
-    def _get_capability(self, graph: Any) -> tuple[list[Capability], list[Decline]]:
-        claims, declines = [], []
-        for node in graph.unassigned_nodes():
-            if node.op_type != "Neg":
-                declines.append(Decline(node.name, "gated host: Neg only"))
-                continue
-            claims.append(Capability((node.name,), KernelDef("Neg", "", 1, self._neg)))
-        return claims, declines
-
-    def _neg(self, kn: KernelNode) -> Any:
-        GATE.entered.set()
-        if not GATE.open.wait(WAIT_S):
-            raise TimeoutError("the test never opened the gate")
-        return lambda x: (np.negative(x),)
-
-
-class GatedHostFactory(ProviderFactory):
-    name = HOST
-    default_priority = 50
-    serves_cpu_requests = True
-    option_names = frozenset({"intra_op_num_threads"})
-
-    def _create(self, options: dict[str, Any]) -> ExecutionProvider:
-        return GatedHost(options)
 
 
 @pytest.fixture
@@ -88,16 +36,8 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(WAIT_ENV, raising=False)
     global GATE
     GATE = Gate()
-    others = [f for f in plugins.registry.all() if f.serves_cpu_requests]
-    for f in others:
-        plugins.registry.unregister(f.name)
-    turnout.register_provider(GatedHostFactory())
-    yield
-    GATE.open.set()
-    stop_all_builds()
-    plugins.registry.unregister(HOST)
-    for f in others:
-        turnout.register_provider(f)
+    with serving_cpu(GATE):
+        yield
 
 
 def _model() -> onnx.ModelProto:
