@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import turnout
-from turnout.engine.tiers import WAIT_ENV, WAIT_KEY
+from turnout.engine.tiers import WAIT_ENV, WAIT_KEY, stop_all_builds
 from turnout.sdk import plugins
 from turnout_testbed.gated_host import BUILD_TIMEOUT, HOST, Gate, serving_cpu
 
@@ -41,7 +41,7 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(WAIT_ENV, raising=False)
     global GATE
     GATE = Gate()
-    with serving_cpu(GATE):
+    with serving_cpu(GATE, stop_all_builds):
         yield
 
 

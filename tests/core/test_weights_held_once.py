@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
-from turnout.engine.tiers import WAIT_ENV
+from turnout.engine.tiers import WAIT_ENV, stop_all_builds
 from turnout.graph.shared_arrays import MIN_BYTES, SharedArrays
 from turnout.sdk.provider_options import CPU_NUMPY_ONLY_KEY
 from turnout_testbed.gated_host import BUILD_TIMEOUT as WAIT_S
@@ -36,7 +36,7 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(WAIT_ENV, raising=False)
     global GATE
     GATE = Gate()
-    with serving_cpu(GATE):
+    with serving_cpu(GATE, stop_all_builds):
         yield
 
 

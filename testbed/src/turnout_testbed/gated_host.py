@@ -2,22 +2,22 @@
 tier: the build takes as long as the test wants (a slow compiler), can be made to fail, and
 says when it has started.
 
-`serving_cpu(gate)` makes this host the only provider that serves CPU requests while it is
-entered, and puts the others back after (stopping every build first, so none reaches the next
-test's host).
+`serving_cpu(gate, stop_builds)` makes this host the only provider that serves CPU requests
+while it is entered, and puts the others back after (calling `stop_builds` first, the engine's
+`stop_all_builds`, so no build reaches the next test's host; the testbed does not import the
+engine).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 import turnout
-from turnout.engine.tiers import stop_all_builds
 from turnout.sdk import plugins
 from turnout.sdk.provider import (
     Capability,
@@ -87,7 +87,7 @@ class SlowHostFactory(ProviderFactory):
 
 
 @contextmanager
-def serving_cpu(gate: Gate) -> Iterator[None]:
+def serving_cpu(gate: Gate, stop_builds: Callable[[], None]) -> Iterator[None]:
     """The slow host on `gate` is the only provider serving CPU requests inside the block."""
     others = [f for f in plugins.registry.all() if f.serves_cpu_requests]
     for f in others:
@@ -97,7 +97,7 @@ def serving_cpu(gate: Gate) -> Iterator[None]:
         yield
     finally:
         gate.open.set()  # a build still waiting ends
-        stop_all_builds()
+        stop_builds()
         plugins.registry.unregister(HOST)
         for f in others:
             turnout.register_provider(f)
