@@ -66,13 +66,27 @@ def test_each_python_thread_has_its_own_run_budget(two_thread_run: None) -> None
 
 
 def _blas_counts() -> list[int]:
-    threadpoolctl = pytest.importorskip(
+    """The thread counts of the BLAS libraries runs hold (those loaded when the process's first
+    session looked), read from the libraries themselves. Another BLAS loaded later (a second
+    OpenBLAS that some import brings) is not one turnout's products call, nor one it holds."""
+    pytest.importorskip(
         "threadpoolctl", reason="BLAS's count is held only with threadpoolctl (the threads extra)"
     )
-    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
-    if not libs:
+    controls = blas_threads._blas_controls()
+    if not controls:
         pytest.skip("threadpoolctl finds no BLAS library in this numpy")
-    return [lib.get_num_threads() for lib in libs]
+    return [get() for get, _ in controls]
+
+
+@pytest.fixture(autouse=True)
+def no_run_left_open() -> Any:
+    """Each test ends with this thread outside any run: a test that failed between a run's
+    enter and its exit would otherwise leave every later test of the worker in a nested run."""
+    yield
+    leaked = blas_threads._RUN.depth
+    for _ in range(leaked):
+        BlasThreads.exit()
+    assert leaked == 0, f"the test left {leaked} run(s) entered on this thread"
 
 
 def test_overlapping_runs_of_two_threads_hold_blas_at_one_until_the_last_ends() -> None:
@@ -80,7 +94,6 @@ def test_overlapping_runs_of_two_threads_hold_blas_at_one_until_the_last_ends() 
     first run to end leaves it there for the other, and the last restores what BLAS had."""
     before = _blas_counts()
     first = BlasThreads(2).enter()
-    assert set(_blas_counts()) == {2}  # alone: the session's count until it splits products
     entered, leave = threading.Event(), threading.Event()
     seen: dict[str, list[int]] = {}
 
@@ -92,13 +105,18 @@ def test_overlapping_runs_of_two_threads_hold_blas_at_one_until_the_last_ends() 
         BlasThreads.exit(changed)
 
     t = threading.Thread(target=other_run)
-    t.start()
-    entered.wait()
-    assert set(seen["both"]) == {1}
-    leave.set()
-    t.join()
-    assert set(_blas_counts()) == {1}  # the other run ended; this one is still splitting
-    BlasThreads.exit(first)
+    try:
+        assert set(_blas_counts()) == {2}  # alone: the session's count until it splits products
+        t.start()
+        assert entered.wait(60)
+        assert set(seen["both"]) == {1}
+    finally:
+        leave.set()
+        if t.ident is not None:
+            t.join(60)
+        after_other = _blas_counts()
+        BlasThreads.exit(first)
+    assert set(after_other) == {1}  # the other run ended; this one is still splitting
     assert _blas_counts() == before
 
 
@@ -250,15 +268,13 @@ def test_runs_entering_from_many_threads_hold_one_and_restore_the_count_once(bla
 
 @pytest.fixture
 def blas_libs() -> Any:
-    """The BLAS libraries threadpoolctl finds, their counts put back after the test."""
-    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it reads BLAS's thread count")
-    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
-    if not libs:
-        pytest.skip("threadpoolctl finds no BLAS library in this numpy")
-    before = [lib.get_num_threads() for lib in libs]
-    yield libs
-    for lib, n in zip(libs, before):
-        lib.set_num_threads(n)
+    """The (get, set) count controls of the BLAS libraries runs hold, their counts put back
+    after the test."""
+    before = _blas_counts()
+    controls = blas_threads._blas_controls()
+    yield controls
+    for (_, set_), n in zip(controls, before):
+        set_(n)
 
 
 def test_a_one_thread_session_runs_blas_on_one_and_gives_the_callers_count_back(
@@ -278,7 +294,7 @@ def test_a_one_thread_session_runs_blas_on_one_and_gives_the_callers_count_back(
     inside: list[list[int]] = []
 
     def spy(*args: Any) -> Any:
-        inside.append([lib.get_num_threads() for lib in blas_libs])
+        inside.append(_blas_counts())
         return real(*args)
 
     monkeypatch.setattr(plan, "run", spy)
@@ -288,11 +304,11 @@ def test_a_one_thread_session_runs_blas_on_one_and_gives_the_callers_count_back(
         "y": rng.standard_normal((256, 256)).astype(np.float32),
     }
     for caller in (3, 1, 2):
-        for lib in blas_libs:
-            lib.set_num_threads(caller)
+        for _, set_ in blas_libs:
+            set_(caller)
         s, _ = sess.run(None, feeds)
         assert inside[-1] == [1] * len(blas_libs)
-        assert [lib.get_num_threads() for lib in blas_libs] == [caller] * len(blas_libs)
+        assert _blas_counts() == [caller] * len(blas_libs)
     assert len(inside) == 3
     np.testing.assert_allclose(s, feeds["x"] @ WS, rtol=1e-4, atol=1e-4)
 
@@ -426,8 +442,8 @@ def test_a_helper_takes_blocks_and_the_caller_waits_for_them(
 ) -> None:
     """The caller's first block is held until a helper has finished one; every block runs on
     one BLAS thread, and the product is complete when blas_matmul returns."""
-    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it reads BLAS's thread count")
-    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    _blas_counts()  # skips where no BLAS is held
+    count = blas_threads._blas_controls()[0][0]  # the first held library's getter
     real = np.matmul
     helped = threading.Event()
     calls: list[tuple[bool, int]] = []
@@ -439,7 +455,7 @@ def test_a_helper_takes_blocks_and_the_caller_waits_for_them(
 
         def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
             mine = threading.get_ident() == caller
-            calls.append((mine, libs[0].get_num_threads() if libs else 1))
+            calls.append((mine, count()))
             if mine:
                 helped.wait(10)
             y = real(a, b, out=out)
@@ -496,10 +512,8 @@ def test_a_two_thread_run_splits_the_large_product_only(monkeypatch: pytest.Monk
     one is cut into blocks, all on one BLAS thread; the count before the run is back after it.
     (A block taken back from a descheduled helper is computed twice: seen on a busy CI.)
     (turnout-numba splits its products on numba's threads: its test_numba_pool_matmul.)"""
-    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
-    libs = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
-    if not libs:
-        pytest.skip("no BLAS library is loaded in this process")
+    _blas_counts()  # skips where no BLAS is held
+    count = blas_threads._blas_controls()[0][0]  # the first held library's getter
     seen: list[tuple[tuple[int, ...], int]] = []
     real = np.matmul
 
@@ -508,11 +522,11 @@ def test_a_two_thread_run_splits_the_large_product_only(monkeypatch: pytest.Monk
             return getattr(np, name)
 
         def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
-            seen.append((b.shape, libs[0].get_num_threads()))
+            seen.append((b.shape, count()))
             return real(a, b, out=out)
 
     monkeypatch.setattr(blas_threads, "np", Spy())
-    before = libs[0].get_num_threads()
+    before = count()
     so = turnout.SessionOptions()
     so.intra_op_num_threads = 2
     so.add_session_config_entry("session.turnout.cpu_numpy_only", "1")
@@ -533,7 +547,7 @@ def test_a_two_thread_run_splits_the_large_product_only(monkeypatch: pytest.Monk
     assert seen.count(((320, 124), 1)) == 1
     blocks = [s for s in seen if s != ((320, 124), 1)]
     assert set(blocks) == {((256, 64), 1)} and 4 <= len(blocks) <= 8, seen
-    assert libs[0].get_num_threads() == before
+    assert count() == before
 
 
 class _FakeController:

@@ -240,12 +240,13 @@ def test_run_time_fallback_rebuilds_on_the_numpy_kernels(
 def test_session_threads_hold_blas_during_the_run(host: FakeHostFactory) -> None:
     """intra_op_num_threads=1 keeps numpy's BLAS on one thread while the session runs (as
     onnxruntime's CPU provider runs on one), and gives the previous count back after."""
-    threadpoolctl = pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
+    pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
+    from turnout.sdk.blas_threads import _blas_controls
 
     def blas_threads() -> set[int]:
-        return {
-            i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"
-        }
+        """numpy's BLAS (the libraries found at the first session), read from the library: a
+        second BLAS that a later import loads is not one the session's products call."""
+        return {get() for get, _ in _blas_controls()}
 
     before = blas_threads()
     if not before:

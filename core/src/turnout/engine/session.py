@@ -90,6 +90,22 @@ def _providers_used(report: PartitionReport) -> set[str] | None:
     return used
 
 
+def _end_run(providers: Sequence[ExecutionProvider], started: int) -> None:
+    """The run hooks' end, last started first. Every started provider ends even when one
+    raises (a device's failed synchronize): one left inside its run would hold its device
+    lock, or keep the CPU provider's BLAS limit nested, for every later run of the process.
+    The first error is raised after all have ended."""
+    error: BaseException | None = None
+    for k in range(started - 1, -1, -1):
+        try:
+            providers[k].on_run_end()
+        except BaseException as e:
+            if error is None:
+                error = e
+    if error is not None:
+        raise error
+
+
 class RunControl(Protocol):
     """What a run reads from the caller's run options: whether to stop (checked between
     steps). onnxruntime's `RunOptions` is one."""
@@ -513,8 +529,7 @@ class EngineSession:
             finally:
                 restore_fp_errors(fp)
         finally:
-            for k in range(started - 1, -1, -1):
-                providers[k].on_run_end()
+            _end_run(providers, started)
             build = self._tier_build
             if build is not None:
                 build.release()  # the first run is over: the compiler may start
