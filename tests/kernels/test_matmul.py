@@ -118,6 +118,38 @@ def test_matmul_integer_against_reference(ta, tb, zp_kind, rng):
     np.testing.assert_array_equal(got, run_reference(node, ref_ins, 10)[0])
 
 
+@pytest.mark.parametrize("ta,tb", [(np.uint8, np.uint8), (np.int8, np.int8), (np.uint8, np.int8)])
+@pytest.mark.parametrize("zero_points", [False, True])
+@pytest.mark.parametrize("k", [257, 258, 259, 513, 514, 515, 2000])
+def test_matmul_integer_is_exact_over_long_inner_dimensions(ta, tb, zero_points, k):
+    """Products of the extreme codes (every partial sum as large as it can be) across the runs
+    of K computed in float32 (258 rows with zero points, 514 with int8 and none): the exact
+    int32 sum, also in a batched and a 1-D A."""
+    lo_a, hi_a = np.iinfo(ta).min, np.iinfo(ta).max
+    lo_b, hi_b = np.iinfo(tb).min, np.iinfo(tb).max
+    a = np.array([[hi_a] * k, [lo_a] * k, [hi_a, lo_a] * (k // 2) + [hi_a] * (k % 2)], ta)
+    b = np.stack([np.full(k, hi_b), np.full(k, lo_b), np.resize([lo_b, hi_b], k)], axis=1)
+    b = b.astype(tb)
+    za = np.array(lo_a if zero_points else 0, ta)
+    zb = np.array(hi_b if zero_points else 0, tb)
+    want = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    got = run_own_kernel(node, [a, b, za, zb], 10)[0]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+    batched = run_own_kernel(node, [np.stack([a, a[::-1]]), b, za, zb], 10)[0]
+    np.testing.assert_array_equal(batched, np.stack([want, want[::-1]]))
+    np.testing.assert_array_equal(run_own_kernel(node, [a[0], b, za, zb], 10)[0], want[0])
+
+
+def test_matmul_integer_refuses_a_longer_b_than_a() -> None:
+    """B with more rows than A has columns fails, also where K is computed in runs."""
+    node = helper.make_node("MatMulInteger", ["a", "b"], ["y"])
+    a = np.ones((2, 300), np.uint8)
+    with pytest.raises(InvalidArgument, match="cannot multiply"):
+        run_own_kernel(node, [a, np.ones((600, 3), np.uint8)], 10)
+
+
 @pytest.mark.parametrize("qtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("per_column", [False, True])
 def test_qlinear_matmul_against_onnxruntime(qtype, per_column, rng):

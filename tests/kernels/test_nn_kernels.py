@@ -120,6 +120,27 @@ def test_conv_integer_and_qlinear(dt: Any, rng: np.random.Generator, node: Any, 
     assert np.abs(got[0].astype(np.int32) - expected[0].astype(np.int32)).max() <= 1
 
 
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_conv_integer_is_exact_over_many_channels(
+    dt: Any, group: int, rng: np.random.Generator, node: Any
+) -> None:
+    """Extreme codes over 64 input channels of a 3x3 window (576 products a sum: past what one
+    float32 product holds exactly, so the channels run in parts), per-channel weight zero
+    points, padding: equal to onnx.reference."""
+    info = np.iinfo(dt)
+    x = rng.choice(np.array([info.min, info.max], dt), (1, 64, 6, 5))
+    x[:, :, 1:-1, 1:-1] = info.max  # inner windows: every product 255 * 255 in channel 1
+    w = rng.choice(np.array([info.min, info.max], dt), (4, 64 // group, 3, 3))
+    w[1] = info.max
+    xz = np.array(info.min, dt)
+    wz = np.array([info.max, info.min, 0, info.max], dt)
+    n = node("ConvInteger", ["x", "w", "xz", "wz"], pads=[1, 1, 1, 1], group=group)
+    got = run_own_kernel(n, [x, w, xz, wz], 10)[0]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, run_reference(n, [x, w, xz, wz], 10)[0])
+
+
 def test_qlinear_conv_per_channel(rng: np.random.Generator, node: Any, check: Any) -> None:
     x = rng.integers(0, 255, (1, 2, 5, 5)).astype(np.uint8)
     w = rng.integers(-100, 100, (3, 2, 3, 3)).astype(np.int8)

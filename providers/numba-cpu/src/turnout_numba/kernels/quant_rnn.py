@@ -2,10 +2,10 @@
 onnxruntime step by step) with its integer products multiplied here in int32.
 
 Why: each step multiplies the hidden state's uint8 codes by R's 8-bit codes. The numpy kernel
-does it as a float matmul that is exact only in float64 beyond 258 rows, so at hidden 512 a step
-read a 512 x 2048 float64 copy of R (8 MB) per direction: 0.5 ms a GEMV, 40 of them a run of a
-captcha OCR model (43 of its 68 ms; onnxruntime's whole LSTM 2.3 ms). Here the codes stay 8-bit
-(1 MB a direction, in L2) and a GEMV takes about 40 us.
+does it as an exact float matmul (float32 over runs of 258 rows), so at hidden 512 a step reads
+4 MB of R a direction (8 MB of float64 before): 40 GEMVs a run of a captcha OCR model, most of
+its time (onnxruntime's whole LSTM: 2.3 ms). Here the codes stay 8-bit (1 MB a direction, in
+L2) and a GEMV takes about 40 us.
 
 `_code_gemm` multiplies four rows of the weights at a time into int32 accumulators (LLVM
 vectorizes the column loop) and applies the weights' zero point at the end:

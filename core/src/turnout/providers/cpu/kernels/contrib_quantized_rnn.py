@@ -4,8 +4,8 @@ onnxruntime's on x86-64 with FMA3 (whose sigmoid and tanh kernels it follows):
 
 - X, its first max(sequence_lens) steps of the whole batch, is rounded to uint8 by
   DynamicQuantizeLinear's rule (`semantics.quant.dynamic_quant_params`) and multiplied by the
-  8-bit W as integers (exact: in float32 while every partial sum fits its 24 bits, else in
-  float64): float32(sum) * float32(x_scale * w_scale[column]).
+  8-bit W as integers (exact: float32 products over runs of at most 258 rows, summed in float64,
+  `matmul.exact_runs`): float32(sum) * float32(x_scale * w_scale[column]).
 - Each step, the hidden state of a group of batch rows is rounded the same way on its own range,
   and float32(its integer product with R) * (h_scale * r_scale) is added to the step's X term.
   onnxruntime splits the batch into groups of ceil(batch / threads) rows (when the batch is
@@ -25,8 +25,8 @@ less zero point, column scales).
 
 The integer products are `CodeProducts`: here numpy's float matmul of the codes (exact, see
 above); a provider with an integer GEMM builds the same kernel with its own
-(`build_dynamic_quantize_lstm`: turnout-numba's multiplies the 8-bit codes in int32, 10x
-faster than the float64 GEMV each step pays here at hidden 512). Exact either way, so the
+(`build_dynamic_quantize_lstm`: turnout-numba's multiplies the 8-bit codes in int32, several
+times faster than the float GEMV each step pays here at hidden 512). Exact either way, so the
 outputs are the same bits.
 """
 
@@ -40,6 +40,7 @@ import numpy as np
 
 from turnout.graph.contrib import DOMAIN
 from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.matmul import exact_runs
 from turnout.providers.cpu.kernels.quant import dynamic_quantize_linear
 from turnout.providers.cpu.kernels.rnn import recurrent_activation
 from turnout.providers.cpu.registry import cpu_kernel
@@ -68,27 +69,28 @@ def _activation(name: str, alpha: Any, beta: Any) -> Act:
     return recurrent_activation(name, alpha, beta)
 
 
-def _exact_dtype(rows: int) -> type[np.floating[Any]]:
-    """The float type whose matmul of `rows`-long 8-bit code differences (each |d| <= 255) is
-    exact: float32 while every partial sum stays below 2**24, float64 beyond."""
-    return np.float32 if rows * 255 * 255 < 1 << 24 else np.float64
-
-
 class CodeProducts:
     """The products of uint8 codes with one direction's 8-bit weight codes, both less their
     zero points, summed exactly and rounded once to float32. `prepare` runs once per constant
     weight, the call once per product; this one is numpy's float matmul."""
 
     def prepare(self, q: Array, zp: Array) -> Any:
-        """One direction's weight codes [rows, cols] and zero point (1 or `cols` values)."""
-        centered = q.astype(np.int32) - np.asarray(zp).reshape(1, -1).astype(np.int32)
-        return centered.astype(_exact_dtype(q.shape[0]))
+        """One direction's weight codes [rows, cols] and zero point (1 or `cols` values): the
+        codes less it in float32, in runs of rows whose products are exact."""
+        centered = (q.astype(np.int32) - np.asarray(zp).reshape(1, -1).astype(np.int32)).astype(F32)
+        return [(run, centered[run]) for run in exact_runs(q.shape[0], _CODE_BOUND)]
 
     def __call__(self, codes: Array, zp: Any, weights: Any) -> Array:
         """float32 of sum_k (codes[i, k] - zp) * weights[k, j]: codes uint8 [m, rows]."""
-        dt = weights.dtype
-        out: Array = ((codes.astype(dt) - dt.type(zp)) @ weights).astype(F32)
-        return out
+        a = np.subtract(codes, zp, dtype=F32)
+        if len(weights) == 1:
+            out: Array = a @ weights[0][1]  # below 2**24: exact in float32
+            return out
+        acc = sum((a[:, run] @ w).astype(np.float64) for run, w in weights)
+        return np.asarray(acc).astype(F32)
+
+
+_CODE_BOUND = 255 * 255  # |codes - zero point| <= 255 on both sides
 
 
 def _weights(

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from turnout.graph.errors import InvalidArgument
+from turnout.providers.cpu.kernels.matmul import code_magnitude, exact_runs
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.blas_threads import blas_matmul
 from turnout.sdk.provider import KernelFn, KernelNode
@@ -279,14 +280,38 @@ def _per_channel(zp: np.ndarray, m: int, nd: int, name: str, what: str) -> np.nd
 def _int_conv(
     node: KernelNode, group: int, x: np.ndarray, xz: np.ndarray, w: np.ndarray, wz: np.ndarray
 ) -> np.ndarray:
-    """Exact integer convolution of (x - xz) and (w - wz), as int64 (via float64 BLAS)."""
+    """Exact integer convolution of (x - xz) and (w - wz), as int64: float32 convolutions over
+    runs of input channels whose sums cannot pass 2**24 (`matmul.exact_runs`), summed in
+    float64; float64 throughout where no such run exists (wider types, or one channel's
+    window alone too long)."""
     strides, dilations, pb, pe, out = _conv_setup(node, x, w)
     if xz.ndim and xz.size != 1:
         raise InvalidArgument(f"{node.name}: x_zero_point must be a scalar, got shape {xz.shape}")
-    xs = x.astype(np.float64) - float(xz.reshape(()))
-    ws = w.astype(np.float64) - _per_channel(wz, w.shape[0], w.ndim - 2, node.name, "w_zero_point")
-    y = conv_nd(xs, ws, group, pb, pe, out, strides, dilations, node.name)
-    return np.rint(y).astype(np.int64)
+    wzc = _per_channel(wz, w.shape[0], w.ndim - 2, node.name, "w_zero_point")
+    window = int(np.prod(w.shape[2:], dtype=np.int64))
+    runs: list[slice] = []
+    if x.dtype.itemsize == 1 and w.dtype.itemsize == 1:
+        bound = code_magnitude(x, xz) * code_magnitude(w, wz) * window
+        runs = exact_runs(w.shape[1], bound) if bound < 1 << 24 else []
+    if not runs or (len(runs) > 1 and group != 1):
+        xs = x.astype(np.float64) - float(xz.reshape(()))
+        y = conv_nd(
+            xs, w.astype(np.float64) - wzc, group, pb, pe, out, strides, dilations, node.name
+        )
+        return np.rint(y).astype(np.int64)
+    xs32 = np.subtract(x, xz.reshape(()), dtype=np.float32)
+    if len(runs) == 1:  # the whole convolution, grouped or not
+        ws = np.subtract(w, wzc, dtype=np.float32)
+        y = conv_nd(xs32, ws, group, pb, pe, out, strides, dilations, node.name)
+        return y.astype(np.int64)
+    check_conv_channels(node.name, x.shape, w.shape, group)  # runs of both would hide it
+    acc: np.ndarray | None = None
+    for run in runs:  # runs of input channels (group 1): the sum of their convolutions
+        ws = np.subtract(w[:, run], wzc, dtype=np.float32)
+        part = conv_nd(xs32[:, run], ws, group, pb, pe, out, strides, dilations, node.name)
+        acc = part.astype(np.float64) if acc is None else np.add(acc, part, out=acc)
+    assert acc is not None
+    return acc.astype(np.int64)
 
 
 @cpu_kernel("ConvInteger", since=10)

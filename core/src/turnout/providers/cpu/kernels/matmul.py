@@ -1,8 +1,12 @@
 """Matrix-product kernels: Gemm, MatMul, MatMulInteger, QLinearMatMul, Einsum, Det.
 
 Everything funnels into BLAS through numpy. Types BLAS lacks are widened first: float16 and
-bfloat16 compute in float32 and round once at the end; 8-bit integer products compute in float64,
-which is exact for any realistic inner dimension (|sum| < 2**53), and are narrowed afterwards.
+bfloat16 compute in float32 and round once at the end. 8-bit integer products are exact: float32
+products over runs of the inner dimension short enough that no partial sum can pass 2**24
+(`exact_runs`: 258 rows of two 8-bit operands less their zero points, 514 when one has no zero
+point), summed in float64 when there are several (exact below 2**53). float32 halves what a
+float64 product reads, and a large weight is converted a run at a time (a 1024x8210 int8 weight:
+8 MB converted at once, where a float64 copy of it was 67 MB).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from turnout.sdk.blas_threads import blas_matmul
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.linalg import check_square, einsum_equation
 
-__all__ = ["integer_product"]
+__all__ = ["code_magnitude", "exact_runs", "integer_product"]
 
 
 def _widen(dt: np.dtype[Any]) -> np.dtype[Any]:
@@ -137,27 +141,63 @@ def _row_param(p: np.ndarray | None, a: np.ndarray) -> np.ndarray | None:
     return p
 
 
-def _sub_zero(name: str, x: np.ndarray, zp: np.ndarray | None, what: str) -> np.ndarray:
-    """`x - zp` in float64 (exact for the 8-bit types), with a readable broadcast error; one
-    pass that casts as it subtracts (a 1024x8210 weight: no float64 copy to subtract from)."""
+def _sub_zero(
+    name: str, x: np.ndarray, zp: np.ndarray | None, what: str, dt: Any = np.float64
+) -> np.ndarray:
+    """`x - zp` in `dt` (exact for the 8-bit types), with a readable broadcast error; one
+    pass that casts as it subtracts (no copy in `dt` to subtract from)."""
     if zp is None:
-        return x.astype(np.float64)
+        return x.astype(dt)
     try:
-        return np.subtract(x, np.asarray(zp), dtype=np.float64)
+        return np.subtract(x, np.asarray(zp), dtype=dt)
     except ValueError:
         raise InvalidArgument(
             f"{name}: {what} zero point of shape {np.shape(zp)} does not fit input {x.shape}"
         ) from None
 
 
+_FLOAT32_EXACT = 1 << 24  # integers up to this are exact in float32, and every sum below it
+
+
+def code_magnitude(x: np.ndarray, zp: np.ndarray | None) -> int:
+    """The largest |x - zp| an 8-bit `x` can give: 255 with a zero point, else its type's."""
+    if zp is not None and np.any(zp):
+        return 255
+    return 255 if x.dtype == np.uint8 else 128
+
+
+def exact_runs(rows: int, bound: int) -> list[slice]:
+    """The runs of an inner dimension of `rows` whose float32 products are exact when every
+    factor is at most `bound` in magnitude (each partial sum below 2**24)."""
+    step = max((_FLOAT32_EXACT - 1) // bound, 1)
+    return [slice(k, min(k + step, rows)) for k in range(0, max(rows, 1), step)]
+
+
 def integer_product(
     name: str, a: np.ndarray, a_zero_point: Any, b: np.ndarray, b_zero_point: Any
 ) -> np.ndarray:
-    """(a - a_zero_point) @ (b - b_zero_point) of 8-bit integers, exact, in float64 (the int32
-    accumulator's value); a 1-D zero point of `a` is per row, of `b` per column."""
-    aa = _sub_zero(name, a, _row_param(a_zero_point, a), "A")
-    bb = _sub_zero(name, b, b_zero_point, "B")
-    return _matmul(name, aa, bb)
+    """(a - a_zero_point) @ (b - b_zero_point) of 8-bit integers, exact (the int32
+    accumulator's value): float32 when one run of the inner dimension holds it, else float64
+    (see the module docstring). A 1-D zero point of `a` is per row, of `b` per column."""
+    a_zp = _row_param(a_zero_point, a)
+    if a.dtype.itemsize != 1 or b.dtype.itemsize != 1 or a.ndim == 0 or b.ndim == 0:
+        aa = _sub_zero(name, a, a_zp, "A")
+        return _matmul(name, aa, _sub_zero(name, b, b_zero_point, "B"))
+    runs = exact_runs(a.shape[-1], code_magnitude(a, a_zp) * code_magnitude(b, b_zero_point))
+    aa = _sub_zero(name, a, a_zp, "A", np.float32)
+    if len(runs) == 1:
+        return _matmul(name, aa, _sub_zero(name, b, b_zero_point, "B", np.float32))
+    if b.shape[-2 if b.ndim > 1 else 0] != a.shape[-1]:  # runs of B would hide a mismatch
+        raise InvalidArgument(f"{name}: cannot multiply shapes {a.shape} and {b.shape}")
+    acc: np.ndarray | None = None
+    for run in runs:  # B's zero point is per column: the same for every run of its rows
+        rows = _sub_zero(
+            name, b[..., run, :] if b.ndim > 1 else b[run], b_zero_point, "B", np.float32
+        )
+        part = _matmul(name, aa[..., run], rows)
+        acc = part.astype(np.float64) if acc is None else np.add(acc, part, out=acc)
+    assert acc is not None
+    return acc
 
 
 @cpu_kernel("MatMulInteger", since=10)
