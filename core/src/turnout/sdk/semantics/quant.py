@@ -5,7 +5,9 @@ A scale or zero point is per tensor, per axis or blocked; `expand_param` turns e
 array that broadcasts against the input, with the op's checks, on any array module (numpy,
 CuPy), so a malformed node is the same `InvalidArgument` on every provider.
 `dynamic_quant_range` and `dynamic_quant_params` are DynamicQuantizeLinear's range, scale and
-zero point, for every kernel that rounds an activation to uint8 at run time.
+zero point, for every kernel that rounds an activation to uint8 at run time (`dynamic_quantize`
+the whole op in numpy). `exact_runs` and `code_magnitude` say how 8-bit integer products can be
+computed exactly in float32.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from turnout.sdk.semantics.shape import norm_axis
 
 __all__ = [
     "attr_dtype",
+    "code_magnitude",
     "compute_dtype",
     "dynamic_quant_params",
     "dynamic_quant_range",
+    "dynamic_quantize",
+    "exact_runs",
     "expand_param",
     "int_range",
     "quant_axis_block",
@@ -76,6 +81,38 @@ def dynamic_quant_range(x: np.ndarray) -> tuple[np.float32, np.float32]:
     if np.isnan(lo):
         return np.float32(0), np.float32(0)
     return np.float32(lo), np.float32(np.fmax.reduce(flat))
+
+
+def dynamic_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """DynamicQuantizeLinear in numpy: uint8 codes on the input's own range, bit-equal to
+    onnxruntime's (x / scale, a float32 division as MLAS's, rounded half to even, plus the zero
+    point, saturated; NaN to 0), with the scale (float32) and zero point (uint8)."""
+    x = np.asarray(x, dtype=np.float32)
+    scale, zp = dynamic_quant_params(*dynamic_quant_range(x))
+    with np.errstate(invalid="ignore"):
+        codes = np.rint(x / scale) + zp
+    y = np.clip(np.nan_to_num(codes, nan=0.0), 0, 255).astype(np.uint8)
+    return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
+
+
+FLOAT32_EXACT = 1 << 24
+"""Integers up to this are exact in float32, and so is every sum that stays below it."""
+
+
+def code_magnitude(x: np.ndarray, zp: Any) -> int:
+    """The largest |x - zp| an 8-bit `x` can give: 255 with a nonzero zero point, else its
+    type's (255 for uint8, 128 for int8)."""
+    if zp is not None and np.any(zp):
+        return 255
+    return 255 if x.dtype == np.uint8 else 128
+
+
+def exact_runs(rows: int, bound: int) -> list[slice]:
+    """The runs of an inner dimension of `rows` whose float32 products are exact when each
+    product is at most `bound` in magnitude (every partial sum below 2**24, in any order a
+    BLAS sums it); their sums are then exact in float64."""
+    step = max((FLOAT32_EXACT - 1) // bound, 1)
+    return [slice(k, min(k + step, rows)) for k in range(0, max(rows, 1), step)]
 
 
 def quant_axis_block(node: Any) -> tuple[int, int]:

@@ -1,5 +1,5 @@
-"""com.microsoft::DynamicQuantizeLSTM: turnout's kernel (`contrib_quantized_rnn`, which follows
-onnxruntime step by step) with its integer products multiplied here in int32.
+"""com.microsoft::DynamicQuantizeLSTM: turnout's kernel (`turnout.sdk.semantics.quantized_lstm`,
+which follows onnxruntime step by step) with its integer products multiplied here in int32.
 
 Why: each step multiplies the hidden state's uint8 codes by R's 8-bit codes. The numpy kernel
 does it as an exact float matmul (float32 over runs of 258 rows), so at hidden 512 a step reads
@@ -22,11 +22,11 @@ import numpy as np
 from numba import types
 
 from turnout.graph.contrib import DOMAIN
-from turnout.providers.cpu.kernels.contrib_quantized_rnn import (
+from turnout.sdk.provider import KernelFn, KernelNode
+from turnout.sdk.semantics.quantized_lstm import (
     CodeProducts,
     build_dynamic_quantize_lstm,
 )
-from turnout.sdk.provider import KernelFn, KernelNode
 
 from .. import cache
 from ..codegen import numba_array

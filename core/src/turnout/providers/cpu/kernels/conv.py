@@ -18,7 +18,6 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from turnout.graph.errors import InvalidArgument
-from turnout.providers.cpu.kernels.matmul import code_magnitude, exact_runs
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.blas_threads import blas_matmul
 from turnout.sdk.provider import KernelFn, KernelNode
@@ -28,6 +27,7 @@ from turnout.sdk.semantics.geometry import (
     conv_kernel_shape,
     spatial_attrs,
 )
+from turnout.sdk.semantics.quant import code_magnitude, exact_runs
 from turnout.sdk.semantics.unfold import conv_transpose_geometry, tap_placements
 
 __all__: list[str] = []
@@ -281,7 +281,7 @@ def _int_conv(
     node: KernelNode, group: int, x: np.ndarray, xz: np.ndarray, w: np.ndarray, wz: np.ndarray
 ) -> np.ndarray:
     """Exact integer convolution of (x - xz) and (w - wz), as int64: float32 convolutions over
-    runs of input channels whose sums cannot pass 2**24 (`matmul.exact_runs`), summed in
+    runs of input channels whose sums cannot pass 2**24 (`semantics.quant.exact_runs`), summed in
     float64; float64 throughout where no such run exists (wider types, or one channel's
     window alone too long)."""
     strides, dilations, pb, pe, out = _conv_setup(node, x, w)

@@ -3,10 +3,10 @@
 Everything funnels into BLAS through numpy. Types BLAS lacks are widened first: float16 and
 bfloat16 compute in float32 and round once at the end. 8-bit integer products are exact: float32
 products over runs of the inner dimension short enough that no partial sum can pass 2**24
-(`exact_runs`: 258 rows of two 8-bit operands less their zero points, 514 when one has no zero
-point), summed in float64 when there are several (exact below 2**53). float32 halves what a
-float64 product reads, and a large weight is converted a run at a time (a 1024x8210 int8 weight:
-8 MB converted at once, where a float64 copy of it was 67 MB).
+(`semantics.quant.exact_runs`: 258 rows of two 8-bit operands less their zero points, 514 when
+one has no zero point), summed in float64 when there are several (exact below 2**53). float32
+halves what a float64 product reads, and a large weight is converted a run at a time (a
+1024x8210 int8 weight: 8 MB converted at once, where a float64 copy of it was 67 MB).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.blas_threads import blas_matmul
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.linalg import check_square, einsum_equation
+from turnout.sdk.semantics.quant import code_magnitude, exact_runs
 
-__all__ = ["code_magnitude", "exact_runs", "integer_product"]
+__all__ = ["integer_product"]
 
 
 def _widen(dt: np.dtype[Any]) -> np.dtype[Any]:
@@ -154,23 +155,6 @@ def _sub_zero(
         raise InvalidArgument(
             f"{name}: {what} zero point of shape {np.shape(zp)} does not fit input {x.shape}"
         ) from None
-
-
-_FLOAT32_EXACT = 1 << 24  # integers up to this are exact in float32, and every sum below it
-
-
-def code_magnitude(x: np.ndarray, zp: np.ndarray | None) -> int:
-    """The largest |x - zp| an 8-bit `x` can give: 255 with a zero point, else its type's."""
-    if zp is not None and np.any(zp):
-        return 255
-    return 255 if x.dtype == np.uint8 else 128
-
-
-def exact_runs(rows: int, bound: int) -> list[slice]:
-    """The runs of an inner dimension of `rows` whose float32 products are exact when every
-    factor is at most `bound` in magnitude (each partial sum below 2**24)."""
-    step = max((_FLOAT32_EXACT - 1) // bound, 1)
-    return [slice(k, min(k + step, rows)) for k in range(0, max(rows, 1), step)]
 
 
 def integer_product(

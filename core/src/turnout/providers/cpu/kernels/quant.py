@@ -19,8 +19,7 @@ from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.quant import (
     attr_dtype,
     compute_dtype,
-    dynamic_quant_params,
-    dynamic_quant_range,
+    dynamic_quantize,
     expand_param,
     int_range,
     quant_axis_block,
@@ -133,16 +132,6 @@ def dequantize_linear(node: KernelNode) -> KernelFn:
 
 @cpu_kernel("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(node: KernelNode) -> KernelFn:
-    """uint8 codes on the input's own range, bit-equal to onnxruntime's: scale and zero point
-    by `semantics.quant.dynamic_quant_params`, then x / scale (a float32 division, as MLAS)
-    rounded half to even, plus the zero point, saturated."""
-
-    def run(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        x = np.asarray(x, dtype=np.float32)
-        scale, zp = dynamic_quant_params(*dynamic_quant_range(x))
-        with np.errstate(invalid="ignore"):
-            codes = np.rint(x / scale) + zp
-        y = np.clip(np.nan_to_num(codes, nan=0.0), 0, 255).astype(np.uint8)  # NaN -> 0
-        return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
-
-    return run
+    """uint8 codes on the input's own range, bit-equal to onnxruntime's
+    (`semantics.quant.dynamic_quantize`)."""
+    return dynamic_quantize
