@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import turnout
+from turnout.engine.tiers import stop_all_builds
 from turnout.sdk import blas_threads
 from turnout.sdk.blas_threads import (
     BLAS_SERIAL_MACS,
@@ -80,8 +81,11 @@ def _blas_counts() -> list[int]:
 
 @pytest.fixture(autouse=True)
 def no_run_left_open() -> Any:
-    """Each test ends with this thread outside any run: a test that failed between a run's
-    enter and its exit would otherwise leave every later test of the worker in a nested run."""
+    """No other run in the process: an earlier test's compiled-tier build, whose warm-up run
+    holds BLAS's process-wide count while it runs, is stopped first. Each test ends with this
+    thread outside any run: a test that failed between a run's enter and its exit would
+    otherwise leave every later test of the worker in a nested run."""
+    stop_all_builds()
     yield
     leaked = blas_threads._RUN.depth
     for _ in range(leaked):

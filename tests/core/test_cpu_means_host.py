@@ -241,7 +241,10 @@ def test_session_threads_hold_blas_during_the_run(host: FakeHostFactory) -> None
     """intra_op_num_threads=1 keeps numpy's BLAS on one thread while the session runs (as
     onnxruntime's CPU provider runs on one), and gives the previous count back after."""
     pytest.importorskip("threadpoolctl", reason="it sets BLAS's thread count")
+    from turnout.engine.tiers import stop_all_builds
     from turnout.sdk.blas_threads import _blas_controls
+
+    stop_all_builds()  # an earlier test's warm-up run would hold BLAS's count too
 
     def blas_threads() -> set[int]:
         """numpy's BLAS (the libraries found at the first session), read from the library: a

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import turnout
 from turnout.engine.tiers import WAIT_ENV, WAIT_KEY, stop_all_builds
@@ -154,6 +154,35 @@ def test_a_build_that_fails_leaves_the_numpy_tier_and_says_why(
     assert "compiler crashed" in tier.error
     assert "compiler crashed" in caplog.text
     _run(sess)
+
+
+def test_the_build_runs_the_first_runs_inputs_before_the_tier_takes_over(host: None) -> None:
+    """What a compiled kernel prepares for the shapes it meets is done in the build thread:
+    the compiled plan ran once on the first run's inputs before any run adopted it."""
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    _run(sess)
+    GATE.open.set()
+    assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+    assert GATE.calls == 1  # the warm-up, in the build thread
+    _run(sess)
+    assert _placed(sess) == {"neg": HOST, "abs": CPU}
+    assert GATE.calls == 2
+
+
+def test_a_tier_that_fails_the_first_runs_inputs_is_not_adopted(
+    host: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    GATE.fail_calls = True
+    sess = turnout.InferenceSession(_model(), providers=[CPU])
+    _run(sess)
+    GATE.open.set()
+    assert sess._engine.wait_for_compiled_tier(BUILD_TIMEOUT)
+    _run(sess)
+    assert set(_placed(sess).values()) == {CPU}
+    tier = sess.partition_report().tier
+    assert tier is not None and tier.tier == "numpy" and not tier.building
+    assert "failed on these inputs" in tier.error
+    assert "failed on these inputs" in caplog.text
 
 
 def test_placing_again_drops_the_build_of_the_old_placement(host: None) -> None:
@@ -293,3 +322,52 @@ def test_two_processes_compile_into_one_cache(tmp_path: Path) -> None:
     assert hosts == answers[0][0]
     assert int(compiled) == 0, "the third process compiled instead of loading the cache"
     assert float(total) == pytest.approx(float(answers[0][2]), rel=1e-5)
+
+
+def _dynamic_conv1d() -> onnx.ModelProto:
+    """x [1, 8, T] (T unknown) -> Conv 1-D, 16 filters of width 3 -> Relu."""
+    w = np.random.default_rng(0).standard_normal((16, 8, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dynamic_conv1d",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_run_that_adopts_numbas_tier_compiles_and_loads_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model whose shapes are dynamic: numba's convolution picks its path (and loads or
+    compiles that path's kernel) at the first call for each input shape. The build ran the
+    first run's inputs, so the run that adopts the tier loads and compiles nothing (it loaded
+    20-45 ms of cached kernels there, or compiled for seconds on an empty cache)."""
+    _numba_or_skip()
+    from turnout_numba import cache
+
+    monkeypatch.delenv(WAIT_ENV, raising=False)
+    so = turnout.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = turnout.InferenceSession(_dynamic_conv1d(), so, providers=[CPU])
+    x = np.random.default_rng(1).standard_normal((1, 8, 37)).astype(np.float32)
+    (want,) = sess.run(None, {"x": x})  # the numpy tier
+    assert sess._engine.wait_for_compiled_tier(120)
+    loads: list[Any] = []
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        loads.append(args[:1])
+        raise AssertionError("a kernel was loaded or compiled inside a run")
+
+    monkeypatch.setattr(cache, "jit", refused)
+    monkeypatch.setattr(cache, "load_source", refused)
+    (got,) = sess.run(None, {"x": x})
+    tier = sess.partition_report().tier
+    assert tier is not None and tier.tier == "compiled", tier
+    assert loads == []
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

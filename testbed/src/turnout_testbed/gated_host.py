@@ -36,13 +36,16 @@ BUILD_TIMEOUT = 60  # seconds a build waits for its gate before it fails instead
 
 class Gate:
     """`entered` is set when a build reaches the host's kernel; the build waits for `open`,
-    then raises if `fail` is set, else counts itself in `built`."""
+    then raises if `fail` is set, else counts itself in `built`. The built kernel counts its
+    calls in `calls` and raises while `fail_calls` is set."""
 
     def __init__(self) -> None:
         self.entered = threading.Event()
         self.open = threading.Event()
         self.built = 0
         self.fail = False
+        self.calls = 0
+        self.fail_calls = False
 
 
 class SlowHostProvider(ExecutionProvider):
@@ -70,7 +73,15 @@ class SlowHostProvider(ExecutionProvider):
         if self.gate.fail:
             raise RuntimeError("compiler crashed")
         self.gate.built += 1
-        return lambda x: (np.negative(x),)
+        gate = self.gate
+
+        def neg(x: Any) -> tuple[Any]:
+            gate.calls += 1
+            if gate.fail_calls:
+                raise RuntimeError("the host's kernel failed on these inputs")
+            return (np.negative(x),)
+
+        return neg
 
 
 class SlowHostFactory(ProviderFactory):

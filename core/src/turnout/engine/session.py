@@ -28,6 +28,7 @@ from turnout.engine.executor.plan import (
     ignore_fp_errors,
     restore_fp_errors,
 )
+from turnout.engine.first_run import FirstRunInputs
 from turnout.engine.options import EngineOptions
 from turnout.engine.outputs import owned_outputs
 from turnout.engine.partition import PartitionReport
@@ -40,6 +41,7 @@ from turnout.engine.provider_selection import (
     host_candidates,
     select_providers,
 )
+from turnout.engine.run_hooks import end_run
 from turnout.engine.tiers import (
     TIER_HOLD_S,
     WAIT_ENV,
@@ -90,22 +92,6 @@ def _providers_used(report: PartitionReport) -> set[str] | None:
     return used
 
 
-def _end_run(providers: Sequence[ExecutionProvider], started: int) -> None:
-    """The run hooks' end, last started first. Every started provider ends even when one
-    raises (a device's failed synchronize): one left inside its run would hold its device
-    lock, or keep the CPU provider's BLAS limit nested, for every later run of the process.
-    The first error is raised after all have ended."""
-    error: BaseException | None = None
-    for k in range(started - 1, -1, -1):
-        try:
-            providers[k].on_run_end()
-        except BaseException as e:
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
-
-
 class RunControl(Protocol):
     """What a run reads from the caller's run options: whether to stop (checked between
     steps). onnxruntime's `RunOptions` is one."""
@@ -146,6 +132,7 @@ class EngineSession:
         # the model's initializers as arrays, both tiers
         self._decoded: dict[str, Any] = decoded if decoded is not None else {}
         self._tier_build: BackgroundBuild[_Placement] | None = None
+        self._first_run = FirstRunInputs()  # the build's warm-up inputs (`_start_tier_build`)
         self.enable_fallback = True
         self.profiler: Profiler | None = None
         if options.profile_file_prefix is not None:
@@ -338,10 +325,14 @@ class EngineSession:
     ) -> None:
         model = self._source()
         running = self.graph  # its weights: the build's equal arrays are these (SharedArrays)
+        first_run = self._first_run = FirstRunInputs()
 
         def build(checkpoint: Callable[[], None]) -> _Placement:
             shared = SharedArrays(running.initializers.values())
-            return self._build(model, providers, provider_options, False, checkpoint, shared)
+            placed = self._build(model, providers, provider_options, False, checkpoint, shared)
+            checkpoint()
+            first_run.warm(placed.plan, placed.selection.instances)
+            return placed
 
         self._tier_build = BackgroundBuild(build, self.label, hold=TIER_HOLD_S)
         self._tier_request = (providers, provider_options)
@@ -529,10 +520,11 @@ class EngineSession:
             finally:
                 restore_fp_errors(fp)
         finally:
-            _end_run(providers, started)
+            end_run(providers, started)
             build = self._tier_build
-            if build is not None:
-                build.release()  # the first run is over: the compiler may start
+            if build is not None:  # the first run is over: the compiler may start
+                self._first_run.offer(plan.input_names, args)  # its inputs warm the tier
+                build.release()
         if pick is not None:
             outs = tuple(outs[i] for i in pick)
         return owned_outputs(outs, args)
