@@ -89,11 +89,20 @@ def dynamic_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     point, saturated; NaN to 0), with the scale (float32) and zero point (uint8)."""
     x = np.asarray(x, dtype=np.float32)
     scale, zp = dynamic_quant_params(*dynamic_quant_range(x))
-    with np.errstate(invalid="ignore"):
-        codes = np.rint(x / scale) + zp
-    y = np.clip(np.nan_to_num(codes, nan=0.0), 0, 255).astype(np.uint8)
-    return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
+    codes = np.empty(x.shape, np.float32)  # in place: an LSTM's steps each call this
+    if scale < _INF32:
+        np.divide(x, scale, out=codes)
+    else:  # a range with an infinity: inf / inf is NaN, quantized to 0 below
+        with np.errstate(invalid="ignore"):
+            np.divide(x, scale, out=codes)
+    np.rint(codes, out=codes)
+    codes += zp
+    np.fmax(codes, 0, out=codes)  # NaN -> 0 (fmax takes the number), -inf -> 0
+    np.minimum(codes, 255, out=codes)
+    return codes.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
 
+
+_INF32 = np.float32(np.inf)
 
 FLOAT32_EXACT = 1 << 24
 """Integers up to this are exact in float32, and so is every sum that stays below it."""
