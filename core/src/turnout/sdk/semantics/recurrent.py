@@ -7,7 +7,7 @@ from here (with the ONNX defaults for activation alpha/beta) and raises the same
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,6 @@ import numpy as np
 from turnout.graph.errors import InvalidArgument
 from turnout.sdk.provider import KernelNode
 from turnout.sdk.semantics.defaults import op_default
-from turnout.sdk.semantics.numerics import logistic
 
 __all__ = [
     "RECURRENT_ACTIVATIONS",
@@ -25,7 +24,6 @@ __all__ = [
     "RecurrentShapes",
     "check_recurrent_inputs",
     "check_sequence_lens",
-    "recurrent_activation",
     "recurrent_attrs",
     "recurrent_inputs",
 ]
@@ -195,28 +193,3 @@ def check_sequence_lens(name: str, seq_lens: Any, batch: int, steps: int) -> np.
             f"{name}: sequence_lens {lens.tolist()} must be {batch} values in [0, {steps}]"
         )
     return None if (lens == steps).all() else lens
-
-
-Act = Callable[[np.ndarray], np.ndarray]
-
-# activation name (lower case) -> builder(alpha, beta) -> function (numpy); the names and their
-# alpha/beta defaults are turnout.sdk.semantics.recurrent's
-_ACTIVATIONS: dict[str, Callable[[Any, Any], Act]] = {
-    "relu": lambda a, b: lambda x: np.maximum(x, 0),
-    "tanh": lambda a, b: np.tanh,
-    "sigmoid": lambda a, b: logistic,
-    "affine": lambda a, b: lambda x: a * x + b,
-    "leakyrelu": lambda a, b: lambda x: np.where(x >= 0, x, a * x),
-    "thresholdedrelu": lambda a, b: lambda x: np.where(x > a, x, 0),
-    "scaledtanh": lambda a, b: lambda x: a * np.tanh(b * x),
-    "hardsigmoid": lambda a, b: lambda x: np.clip(a * x + b, 0, 1),
-    "elu": lambda a, b: lambda x: np.where(x >= 0, x, a * np.expm1(x)),
-    "softsign": lambda a, b: lambda x: x / (1 + np.abs(x)),
-    "softplus": lambda a, b: lambda x: np.logaddexp(0, x),
-}
-
-
-def recurrent_activation(name: str, alpha: Any, beta: Any) -> Act:
-    """The activation `name` (lower case, as `recurrent_attrs` decodes it) in numpy, with its
-    alpha and beta bound."""
-    return _ACTIVATIONS[name](alpha, beta)

@@ -17,17 +17,40 @@ import numpy as np
 from turnout.providers.cpu.registry import cpu_kernel
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.constants import constant_input
+from turnout.sdk.semantics.numerics import logistic
 from turnout.sdk.semantics.recurrent import (
     check_recurrent_inputs,
     check_sequence_lens,
-    recurrent_activation,
     recurrent_attrs,
 )
 
-__all__: list[str] = []
+__all__ = ["recurrent_activation"]
 
 Act = Callable[[np.ndarray], np.ndarray]
 Step = Callable[[np.ndarray, np.ndarray, Any], tuple[np.ndarray, Any]]
+
+
+# activation name (lower case) -> builder(alpha, beta) -> function; the names and their
+# alpha/beta defaults are turnout.sdk.semantics.recurrent's
+_ACTIVATIONS: dict[str, Callable[[Any, Any], Act]] = {
+    "relu": lambda a, b: lambda x: np.maximum(x, 0),
+    "tanh": lambda a, b: np.tanh,
+    "sigmoid": lambda a, b: logistic,
+    "affine": lambda a, b: lambda x: a * x + b,
+    "leakyrelu": lambda a, b: lambda x: np.where(x >= 0, x, a * x),
+    "thresholdedrelu": lambda a, b: lambda x: np.where(x > a, x, 0),
+    "scaledtanh": lambda a, b: lambda x: a * np.tanh(b * x),
+    "hardsigmoid": lambda a, b: lambda x: np.clip(a * x + b, 0, 1),
+    "elu": lambda a, b: lambda x: np.where(x >= 0, x, a * np.expm1(x)),
+    "softsign": lambda a, b: lambda x: x / (1 + np.abs(x)),
+    "softplus": lambda a, b: lambda x: np.logaddexp(0, x),
+}
+
+
+def recurrent_activation(name: str, alpha: Any, beta: Any) -> Act:
+    """The activation `name` (lower case, as `semantics.recurrent` decodes it) with its alpha
+    and beta bound."""
+    return _ACTIVATIONS[name](alpha, beta)
 
 
 def _direction(v: np.ndarray, d: int | slice) -> np.ndarray:
@@ -49,7 +72,7 @@ class _Recurrent:
         self.hidden_size = a.hidden_size
         self.clip = a.clip
         self.layout = a.layout
-        self.acts = [[recurrent_activation(k, al, be) for k, al, be in d] for d in a.acts]
+        self.acts = [[_ACTIVATIONS[k](al, be) for k, al, be in d] for d in a.acts]
         # both directions step together (one batched call per op) when they compute alike
         self.paired = a.paired
         self.n_outputs = a.n_outputs
