@@ -14,7 +14,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from turnout.graph.errors import InvalidArgument
-from turnout.tools.testing import cpu_session, provider_session
+from turnout.tools.testing import cpu_session, onnxruntime_exact_8bit, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the parity oracle")
 
@@ -130,7 +130,8 @@ def test_qlinear_softmax(dt: Any, shape: tuple[int, ...], axis: int, opset: int)
 def test_qgemm(case: int) -> None:
     """com.microsoft QGemm on the numba integer GEMM: a classifier's transB weight with C per
     column, per-column b scales, C per row and per element, a float output, alpha: bit-equal
-    to the numpy kernel and within one step (quantized) of onnxruntime."""
+    to the numpy kernel, and within one step (quantized) of onnxruntime where its uint8 x int8
+    products are exact on this host (`onnxruntime_exact_8bit`)."""
     rng = np.random.default_rng(case)
     m, k, n = (1, 64, 40) if case % 2 == 0 else (5, 33, 17)
     trans_b = case in (0, 1, 4)
@@ -156,6 +157,8 @@ def test_qgemm(case: int) -> None:
     model = _one_node_model(node, {"a": a}, out, inits)
     got, ref, want = _run_three(model, {"a": a})
     np.testing.assert_array_equal(got, ref)
+    if not onnxruntime_exact_8bit(np.uint8, np.int8):
+        return  # (onnxruntime's sums saturate here: the numpy kernel's exact ones were checked)
     if quantized:
         assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
     else:

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from turnout.graph.errors import InvalidArgument
-from turnout.tools.testing import cpu_session, provider_session
+from turnout.tools.testing import cpu_session, onnxruntime_exact_8bit, provider_session
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for requantization")
 
@@ -79,8 +79,14 @@ def _numba(model: onnx.ModelProto, feeds: dict[str, Any], threads: int = 1) -> n
     return np.asarray(got)
 
 
-def _ort(model: onnx.ModelProto, feeds: dict[str, Any]) -> np.ndarray | None:
-    """onnxruntime's output, None where it has no kernel for these types."""
+def _ort(
+    model: onnx.ModelProto, feeds: dict[str, Any], mix: tuple[Any, Any] | None = None
+) -> np.ndarray | None:
+    """onnxruntime's output, None where it has no kernel for these types or, given the
+    product's type `mix`, where its products of that mix are not exact on this host (MLAS's
+    uint8 x int8 kernels without VNNI: `onnxruntime_exact_8bit`)."""
+    if mix is not None and not onnxruntime_exact_8bit(*mix):
+        return None
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     try:
@@ -97,6 +103,16 @@ def requantized(acc: np.ndarray, mult: np.ndarray, zp: Any, dt: Any) -> np.ndarr
     lo, hi = np.iinfo(dt).min - z, np.iinfo(dt).max - z
     v = np.clip(acc.astype(np.int32).astype(np.float32) * mult, np.float32(lo), np.float32(hi))
     return np.asarray(np.rint(v).astype(np.int32) + z, dtype=dt)
+
+
+def _matmul_formula(feeds: dict[str, Any], ty: Any) -> np.ndarray:
+    """QLinearMatMul as onnxruntime computes it, written out over exact sums."""
+    f = {k: np.asarray(v) for k, v in feeds.items()}
+    acc = (f["a"].astype(np.int64) - f["a_zero_point"]) @ (
+        f["b"].astype(np.int64) - f["b_zero_point"]
+    )
+    mult = f["a_scale"] * f["b_scale"] / f["y_scale"]
+    return requantized(acc, mult, f["y_zero_point"], ty)
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -185,12 +201,9 @@ def test_qlinear_matmul_random(seed: int, gemm_path: str) -> None:
     model = _model("QLinearMatMul", feeds, const, out)
     got = _numba(model, feeds, threads=1 + seed % 2)
     assert got.dtype == ty
-    want = _ort(model, feeds)
-    if want is None:  # a type mix onnxruntime has no kernel for: its formula
-        f = {k: np.asarray(v) for k, v in feeds.items()}
-        acc = (a.astype(np.int64) - f["a_zero_point"]) @ (b.astype(np.int64) - f["b_zero_point"])
-        mult = f["a_scale"] * f["b_scale"] / f["y_scale"]
-        want = requantized(acc, mult, f["y_zero_point"], ty)
+    want = _ort(model, feeds, (ta, tb))
+    if want is None:  # a type mix onnxruntime has no (exact) kernel for: its formula
+        want = _matmul_formula(feeds, ty)
     np.testing.assert_array_equal(got, want)
     ref = _reference(model, feeds)
     assert np.abs(got.astype(np.int32) - ref.astype(np.int32)).max() <= 1
@@ -221,14 +234,9 @@ def test_batched_qlinear_matmul_attention_shapes(mix: int) -> None:
         const = tuple(n for n in feeds if n not in ("a", "b"))
         model = _model("QLinearMatMul", feeds, const, onnx.TensorProto.UINT8)
         got = _numba(model, feeds)
-        want = _ort(model, feeds)
+        want = _ort(model, feeds, (ta, tb))
         if want is None:
-            f = {k: np.asarray(v) for k, v in feeds.items()}
-            acc = (a.astype(np.int64) - f["a_zero_point"]) @ (
-                b.astype(np.int64) - f["b_zero_point"]
-            )
-            mult = f["a_scale"] * f["b_scale"] / f["y_scale"]
-            want = requantized(acc, mult, f["y_zero_point"], np.uint8)
+            want = _matmul_formula(feeds, np.uint8)
         np.testing.assert_array_equal(got, want)
 
 
@@ -244,7 +252,8 @@ def test_qlinear_matmul_saturates(rng: np.random.Generator) -> None:
     model = _model("QLinearMatMul", feeds, ("b",), onnx.TensorProto.UINT8)
     got = _numba(model, feeds)
     assert {0, 255} <= set(np.unique(got).tolist())
-    np.testing.assert_array_equal(got, _ort(model, feeds))
+    want = _ort(model, feeds, (np.uint8, np.int8))
+    np.testing.assert_array_equal(got, _matmul_formula(feeds, np.uint8) if want is None else want)
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,26 +350,9 @@ def test_qlinear_conv_random(seed: int, gemm_path: str) -> None:
     model = _conv_model("QLinearConv", feeds, const, out, **attrs)
     got = _numba(model, feeds, threads=1 + seed % 2)
     assert got.dtype == ty
-    want = _ort(model, feeds)
-    if want is None:  # a type mix onnxruntime has no kernel for: its formula
-        f = {k: np.asarray(v) for k, v in feeds.items() if v is not None}
-        acc_model = _conv_model(
-            "ConvInteger",
-            {"x": x, "w": w, "x_zero_point": f["x_zero_point"], "w_zero_point": f["w_zero_point"]},
-            (),
-            onnx.TensorProto.INT32,
-            **attrs,
-        )
-        acc = _reference(
-            acc_model, {"x": x, "w": w, **{n: f[n] for n in ("x_zero_point", "w_zero_point")}}
-        )
-        shape = (1, m) + (1,) * (x.ndim - 2)
-        if "B" in f:
-            acc = acc + f["B"].reshape(shape)
-        mult = (f["x_scale"] * f["w_scale"] / f["y_scale"]).astype(np.float32)
-        want = requantized(
-            acc, mult.reshape(shape) if mult.size > 1 else mult, f["y_zero_point"], ty
-        )
+    want = _ort(model, feeds, (x.dtype.type, tw.type))
+    if want is None:  # a type mix onnxruntime has no (exact) kernel for: its formula
+        want = _conv_formula(feeds, attrs, ty)
     np.testing.assert_array_equal(got, want)
     if x.ndim == 4 or not per_ch:  # (onnx.reference mis-broadcasts 1-D per-channel scales)
         fed = {n: np.asarray(v) for n, v in feeds.items() if v is not None and n not in const}
@@ -368,9 +360,26 @@ def test_qlinear_conv_random(seed: int, gemm_path: str) -> None:
         assert np.abs(got.astype(np.int32) - np.asarray(ref[0]).astype(np.int32)).max() <= 1
 
 
+def _conv_formula(feeds: dict[str, Any], attrs: dict[str, Any], ty: Any) -> np.ndarray:
+    """QLinearConv as onnxruntime computes it, written out over onnx.reference's exact int32
+    convolution."""
+    f = {k: np.asarray(v) for k, v in feeds.items() if v is not None}
+    x, w = f["x"], f["w"]
+    zps = {n: f[n] for n in ("x_zero_point", "w_zero_point")}
+    acc_model = _conv_model(
+        "ConvInteger", {"x": x, "w": w, **zps}, (), onnx.TensorProto.INT32, **attrs
+    )
+    acc = _reference(acc_model, {"x": x, "w": w, **zps})
+    shape = (1, w.shape[0]) + (1,) * (x.ndim - 2)
+    if "B" in f:
+        acc = acc + f["B"].reshape(shape)
+    mult = (f["x_scale"] * f["w_scale"] / f["y_scale"]).astype(np.float32)
+    return requantized(acc, mult.reshape(shape) if mult.size > 1 else mult, f["y_zero_point"], ty)
+
+
 def test_qlinear_conv_resnet_block_layers(rng: np.random.Generator, gemm_path: str) -> None:
     """The shapes the latency table measures (a 3x3 and a 1x1 ResNet layer), u8 x s8 per
-    channel, against onnxruntime."""
+    channel, against onnxruntime (its formula where its products are not exact here)."""
     for c, hw, k, pads in [(64, 14, 3, [1, 1, 1, 1]), (128, 7, 1, [0, 0, 0, 0])]:
         x = _ints(rng, np.uint8, (1, c, hw, hw))
         w = _ints(rng, np.int8, (c, c, k, k))
@@ -382,7 +391,10 @@ def test_qlinear_conv_resnet_block_layers(rng: np.random.Generator, gemm_path: s
         }  # fmt: skip
         const = tuple(n for n in feeds if n != "x")
         model = _conv_model("QLinearConv", feeds, const, onnx.TensorProto.UINT8, pads=pads)
-        np.testing.assert_array_equal(_numba(model, feeds), _ort(model, feeds))
+        want = _ort(model, feeds, (np.uint8, np.int8))
+        if want is None:
+            want = _conv_formula(feeds, {"pads": pads}, np.uint8)
+        np.testing.assert_array_equal(_numba(model, feeds), want)
 
 
 def test_conv_integer_errors(rng: np.random.Generator) -> None:
@@ -436,7 +448,8 @@ def _dynamic_models(
 
 @pytest.mark.parametrize("seed", range(12))
 def test_dynamic_quantize_matmul(seed: int, gemm_path: str) -> None:
-    """Bit-equal to onnxruntime running the unfused chain (same float32 operations)."""
+    """Bit-equal to onnxruntime running the unfused chain (same float32 operations; to the
+    numpy kernels running it where onnxruntime's products are not exact)."""
     rng = np.random.default_rng(seed)
     wt = (np.int8, np.uint8)[seed % 2]
     k, n = (int(v) for v in rng.integers(1, 200, 2))
@@ -450,8 +463,8 @@ def test_dynamic_quantize_matmul(seed: int, gemm_path: str) -> None:
     if seed == 5:
         a[...] = 0  # an all-zero input: scale 1, as onnxruntime
     got = _numba(fused, {"a": a}, threads=1 + seed % 2)
-    want = _ort(unfused, {"a": a})
-    if want is None:  # per-column zero points onnxruntime lacks: turnout's numpy kernels
+    want = _ort(unfused, {"a": a}, (np.uint8, wt))
+    if want is None:  # per-column zero points onnxruntime lacks (or inexact): the numpy kernels
         want = np.asarray(cpu_session(unfused).run(None, {"a": a})[0])
     np.testing.assert_array_equal(got, want)
 
@@ -556,7 +569,8 @@ def test_depthwise_qlinear_conv_against_onnxruntime(
 ) -> None:
     """Depthwise QLinearConv (group == channels) on the direct grouped kernel, bit-equal to
     onnxruntime: u8 x s8 with per-channel scales (what quantize_static emits) and u8 x u8
-    with a per-tensor weight zero point, bias, one and two images."""
+    with a per-tensor weight zero point, bias, one and two images (to onnxruntime's formula
+    where its products are not exact on this host)."""
     from turnout_numba.kernels import quant_grouped
 
     calls = []
@@ -585,8 +599,10 @@ def test_depthwise_qlinear_conv_against_onnxruntime(
     )  # fmt: skip
     got = _numba(model, feeds, threads=1 + case % 2)
     assert calls, "the direct grouped kernel did not run"
-    want = _ort(model, feeds)
-    assert want is not None
+    want = _ort(model, feeds, (np.uint8, tw))
+    if want is None:  # (a depth multiplier runs onnxruntime's GEMM, inexact here for u8 x s8)
+        attrs = {"group": c, "strides": list(strides), "pads": list(pads), "kernel_shape": list(k)}
+        want = _conv_formula(feeds, attrs, np.uint8)
     np.testing.assert_array_equal(got, want)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "named_outputs",
     "normalize_values",
     "one_node_model",
+    "onnxruntime_exact_8bit",
     "onnxruntime_mlas_fma3",
     "optional_outputs",
     "output_variants",
@@ -296,6 +297,25 @@ def onnxruntime_mlas_fma3() -> bool:
         if np.asarray(theirs).tobytes() != ours(x).tobytes():
             return False
     return True
+
+
+@functools.cache
+def onnxruntime_exact_8bit(ta: Any, tb: Any) -> bool:
+    """Whether this host's onnxruntime multiplies 8-bit types `ta` by `tb` (numpy types)
+    exactly, as turnout and the ONNX reference do. Without VNNI, MLAS's uint8 x int8 kernels
+    (AVX2, AVX-512BW) add each pair of products in int16 (`vpmaddubsw`), which saturates
+    (255 * 127 * 2 does not fit): there tests hold turnout to onnxruntime's formula over exact
+    sums instead of its output. Probed with both types' extreme codes; False without
+    onnxruntime."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    ia, ib = np.iinfo(ta), np.iinfo(tb)
+    a = np.array([[ia.max] * 64, [ia.min] * 64], ta)
+    b = np.stack([np.full(64, ib.max, tb), np.full(64, ib.min, tb)], 1)
+    got = run_onnxruntime(helper.make_node("MatMulInteger", ["a", "b"], ["y"]), [a, b], 13)[0]
+    return bool(np.array_equal(got, a.astype(np.int64) @ b.astype(np.int64)))
 
 
 def run_reference(
