@@ -76,12 +76,7 @@ def _qgemm(a, src, segs, seglen, n, ow_, rs, cs, y, mult, mr, mc, bias, br, bc, 
             if rows == {ri} and cols == {rj}:
 {tile}
             else:
-                for r in range(rows):
-                    for c in range(cols):
-                        i = i0 + r
-                        jc = j + c
-                        b0 = bases[c]
-{single}
+{edge}
             j += cols
 """
 
@@ -110,8 +105,8 @@ def _tile_lines(store: str) -> list[str]:
     sums = [(r, c) for r in range(TILE_ROWS) for c in range(TILE_COLS)]
     args = "i0 * lda, lda, src, b0, b1, segs, seglen, steps, acc"
     lines = [f"acc[{n}] = 0" for n in range(len(sums))]
-    lines += ["if half:", f"    af.turnout_i16_tile_half({args})"]
-    lines += ["else:", f"    af.turnout_i16_tile({args})"]
+    lines += ["if half:", f"    af.turnout_i16_tile{TILE_ROWS}_half({args})"]
+    lines += ["else:", f"    af.turnout_i16_tile{TILE_ROWS}({args})"]
     lines += [f"s{r}_{c} = acc[{n}]" for n, (r, c) in enumerate(sums)]
     rows = [f"i0 + {r}" for r in range(TILE_ROWS)]
     lines += ["if tail < seglen:", *(f"    {x}" for x in _dot(rows, TILE_COLS, "tail"))]
@@ -120,13 +115,21 @@ def _tile_lines(store: str) -> list[str]:
     return lines
 
 
-def _single_lines(store: str) -> list[str]:
-    """One output (the edges: rows past the last 4, a last odd column): a scalar loop."""
-    return [
-        "s0_0 = np.int32(0)",
-        *_dot(["i"], 1, "0"),
-        *store.format(i="i", j="jc", s="s0_0").splitlines(),
-    ]
+def _edge_lines(store: str) -> list[str]:
+    """A tile of fewer rows (the last of M) or one column (the last of a block): the vector
+    tile of that many rows (one column computed twice), each segment's last values in the
+    scalar loop, then a store per output."""
+    args = "i0 * lda, lda, src, b0, bases[cols - 1], segs, seglen, steps, acc"
+    lines = [f"for e in range({TILE_ROWS * TILE_COLS}):", "    acc[e] = 0"]
+    for r in range(1, TILE_ROWS + 1):
+        lines += [f"{'if' if r == 1 else 'elif'} rows == {r}:"]
+        lines += ["    if half:", f"        af.turnout_i16_tile{r}_half({args})"]
+        lines += ["    else:", f"        af.turnout_i16_tile{r}({args})"]
+    lines += ["for r in range(rows):", "    for c in range(cols):"]
+    body = ["i = i0 + r", "jc = j + c", "b0 = bases[c]", f"s0_0 = acc[r * {TILE_COLS} + c]"]
+    body += ["if tail < seglen:", *(f"    {x}" for x in _dot(["i"], 1, "tail"))]
+    body += store.format(i="i", j="jc", s="s0_0").splitlines()
+    return lines + [f"        {x}" for x in body]
 
 
 _STORES = {
@@ -166,7 +169,7 @@ def gemm_source(variant: str) -> str:
         lanes=LANES,
         bases=_indented(bases, 3),
         tile=_indented(_tile_lines(store), 4),
-        single=_indented(_single_lines(store), 6),
+        edge=_indented(_edge_lines(store), 4),
     )
 
 

@@ -9,13 +9,14 @@ into 8 int32 sums (8 products: sign-extend, multiply, add the even and odd lanes
 x86 backend selects as `vpmaddwd`), add to 8 accumulators kept in registers for the whole
 run. The sums are exact int32, as the scalar loop's.
 
-Reached from numba code as the array methods `turnout_i16_tile` and `turnout_i16_tile_half`
-(overloads, so the generated kernel sources need no import): `a.turnout_i16_tile(a_off, lda,
-src, x0, x1, segs, seglen, steps, out)` adds into `out` the 8 sums (row-major: row r, run c at
-`out[2 * r + c]`), over every segment g, of `a[a_off + r * lda + g * seglen + k]` times
-`src[x_c + segs[g] + k]` for k < 16 * steps; `_half` adds one step of 8 values after each
-segment's (a run of 24 or 72 channels is common). The caller adds each segment's last values
-(under 8) itself: nothing is read past a segment. The two are separate functions: one with
+Reached from numba code as the array methods `turnout_i16_tile{R}` and
+`turnout_i16_tile{R}_half`, R = 1..4 rows (overloads, so the generated kernel sources need no
+import): `a.turnout_i16_tile4(a_off, lda, src, x0, x1, segs, seglen, steps, out)` adds into
+`out` the 8 sums (row-major: row r, run c at `out[2 * r + c]`), over every segment g, of
+`a[a_off + r * lda + g * seglen + k]` times `src[x_c + segs[g] + k]` for k < 16 * steps;
+`_half` adds one step of 8 values after each segment's (a run of 24 or 72 channels is
+common). The caller adds each segment's last values (under 8) itself: nothing is read past a
+segment. The two are separate functions: one with
 the 8-value step behind a run-time test ran at half the speed (LLVM kept the accumulators in
 memory).
 """
@@ -42,9 +43,9 @@ _alloca_once: Any = cgutils.alloca_once
 _unpack_tuple: Any = cgutils.unpack_tuple
 
 
-def _make_tile(half: bool) -> Any:
-    """The intrinsic adding the tile's 8 dot products over every segment: `steps` steps of 16
-    values, then one of 8 when `half`."""
+def _make_tile(rows: int, half: bool) -> Any:
+    """The intrinsic adding the tile's `rows` x 2 dot products over every segment: `steps`
+    steps of 16 values, then one of 8 when `half`."""
 
     @intrinsic
     def tile(typingctx: Any, a: Any, a_off: Any, lda: Any, src: Any, x0: Any, x1: Any,
@@ -68,7 +69,7 @@ def _make_tile(half: bool) -> Any:
             gp = context.make_array(gty)(context, builder, g_arr).data
             op = context.make_array(oty)(context, builder, o_arr).data
             slots = []
-            for _ in range(TILE_ROWS * TILE_COLS):
+            for _ in range(rows * TILE_COLS):
                 slot = _alloca_once(builder, vsum)
                 builder.store(ir.Constant(vsum, [0] * (LANES // 2)), slot)
                 slots.append(slot)
@@ -105,7 +106,7 @@ def _make_tile(half: bool) -> Any:
                 base = builder.load(builder.gep(gp, [seg.index]))
                 a0 = [
                     builder.add(builder.add(a_off, o), builder.mul(ir.Constant(l64, r), lda))
-                    for r in range(TILE_ROWS)
+                    for r in range(rows)
                 ]
                 x_0 = [builder.add(x, base) for x in (x0, x1)]
                 with cgutils.for_range(builder, steps) as loop:
@@ -129,11 +130,11 @@ def _make_tile(half: bool) -> Any:
     return tile
 
 
-def _register(half: bool) -> None:
-    tile = _make_tile(half)
+def _register(rows: int, half: bool) -> None:
+    tile = _make_tile(rows, half)
 
     # (no annotations: numba compares the typing and implementation signatures as written)
-    @overload_method(types.Array, "turnout_i16_tile_half" if half else "turnout_i16_tile")
+    @overload_method(types.Array, f"turnout_i16_tile{rows}{'_half' if half else ''}")
     def _method(a, a_off, lda, src, x0, x1, segs, seglen, steps, out):  # type: ignore[no-untyped-def]
         if not (isinstance(a, types.Array) and a.dtype == types.int16 and a.ndim == 1):
             return None
@@ -144,5 +145,6 @@ def _register(half: bool) -> None:
         return impl
 
 
-_register(False)
-_register(True)
+for _rows in range(1, TILE_ROWS + 1):
+    _register(_rows, False)
+    _register(_rows, True)
