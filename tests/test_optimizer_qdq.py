@@ -80,6 +80,7 @@ def _gap(got: np.ndarray, want: np.ndarray) -> float:
 PROVIDERS = ["CPUExecutionProvider", "NumbaExecutionProvider"]
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_resnet_convs_fold(tmp_path: Any, provider: str, per_channel: bool) -> None:
@@ -189,6 +190,7 @@ def _same_as_onnxruntime(model: onnx.ModelProto) -> None:
         assert np.abs(a.astype(np.int32) - b.astype(np.int32)).max() <= 1
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_conv_and_matmul_units_fold() -> None:
     assert _folded(_unit()) == {"QLinearConv": 1}
     assert _folded(_unit(bias_scale=0.05 * 0.01)) == {"QLinearConv": 1}
@@ -208,6 +210,7 @@ def test_units_that_must_not_fold() -> None:
     assert "QLinearMatMul" in _folded(_unit("MatMul", w_shape=(120_000, 1)))
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_a_shared_dequantize_stays_for_its_other_reader() -> None:
     ops = _folded(_unit(extra_reader=True))
     assert ops.get("QLinearConv") == 1 and ops.get("DequantizeLinear") == 1

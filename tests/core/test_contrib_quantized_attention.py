@@ -55,6 +55,7 @@ def _present(inputs: list[Any]) -> list[Any]:
     return inputs
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("with_zp", [True, False])
 @pytest.mark.parametrize("per_column", [True, False])
 @pytest.mark.parametrize("w_dt", [np.int8, np.uint8])
@@ -65,6 +66,7 @@ def test_qattention(
     contrib_parity(_node(inputs, ["y"]), _present(inputs))
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("unidirectional", [0, 1])
 def test_qattention_mask_and_past(
     contrib_parity: Any, rng: np.random.Generator, unidirectional: int

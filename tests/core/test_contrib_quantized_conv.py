@@ -26,6 +26,7 @@ def _q(rng: np.random.Generator, shape: tuple[int, ...], dt: Any) -> np.ndarray:
     return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dt)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("per_channel", [True, False])
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("channels_last", [1, 0])

@@ -47,6 +47,7 @@ def _present(inputs: list[Any]) -> list[Any]:
     return inputs
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("quantized_out", [True, False])
 @pytest.mark.parametrize("per_column", [True, False])
 @pytest.mark.parametrize("with_c", [True, False])
@@ -77,6 +78,7 @@ def test_qgemm(
     contrib_parity(node, _present(inputs))
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("with_zp", [True, False])
 @pytest.mark.parametrize("per_column", [True, False])
@@ -102,6 +104,7 @@ def test_matmul_integer_to_float(
     contrib_parity(_node("MatMulIntegerToFloat", _names(inputs)), _present(inputs))
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("with_bias", [True, False])
 @pytest.mark.parametrize("per_column", [True, False])
 @pytest.mark.parametrize("b_dt", [np.int8, np.uint8])

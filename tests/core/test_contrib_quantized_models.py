@@ -337,6 +337,7 @@ def _lstm_model(rng: np.random.Generator, size: int = 16, hidden: int = 24) -> o
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_quantize_dynamic_attention(tmp_path: Path, rng: np.random.Generator) -> None:
     """quantize_dynamic turns com.microsoft Attention into QAttention (its input quantized by
     a DynamicQuantizeLinear)."""
@@ -370,6 +371,7 @@ def test_quantize_dynamic_embedding_and_attention(tmp_path: Path, rng: np.random
     _parity(quantized, feeds, 0.02)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_quantize_dynamic_lstm(tmp_path: Path, rng: np.random.Generator) -> None:
     """quantize_dynamic turns LSTM into DynamicQuantizeLSTM. Both round X and the hidden state
     to uint8, but onnxruntime rounds each of its threads' part of the batch on its own range

@@ -45,6 +45,7 @@ def _codes(
     return q.astype(dt), scale.astype(np.float32), zp.astype(dt)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("per_column", [True, False])
 @pytest.mark.parametrize("dt", [np.int8, np.uint8])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
@@ -69,6 +70,7 @@ def test_dynamic_quantize_lstm(
     contrib_parity(node, inputs, tol=TOL, constant=WEIGHTS)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_dynamic_quantize_lstm_state_lengths_peepholes(
     contrib_parity: Any, rng: np.random.Generator
 ) -> None:

@@ -20,6 +20,7 @@ pytest.importorskip(
 )
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_rows_hold_every_column() -> None:
     rows: list[dict[str, Any]] = bench.measure("tiny_cnn", bench._models()["tiny_cnn"], 2, 2)
     assert [r["method"] for r in rows] == list(bench.METHODS)

@@ -111,6 +111,7 @@ def test_per_channel_scales_run_along_output_channels(tiny_cnn: onnx.ModelProto)
     assert fc_scale.shape == (10,)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("trans_b", [0, 1])
 def test_gemm_folds_alpha_beta_and_transposes_b(
     rng: np.random.Generator, gemm: Callable[..., onnx.ModelProto], trans_b: int

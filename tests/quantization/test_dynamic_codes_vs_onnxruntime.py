@@ -159,6 +159,7 @@ def test_dynamic_quantize_linear_bit_equal(case: str, provider: str) -> None:
         assert (np.rint(x / s) != np.rint(x * (F32(1) / s))).any()
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("provider", ["numpy", "numba"])
 @pytest.mark.parametrize("case", ["ties-mixed", "ties-negative", "zeros"])
 def test_dynamic_quantize_matmul_bit_equal(case: str, provider: str) -> None:
@@ -326,6 +327,7 @@ LSTM_CASES: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("case", list(LSTM_CASES))
 def test_quantized_lstm_bit_equal(case: str, tmp_path: Any) -> None:
     _needs_mlas_fma3()
@@ -337,6 +339,7 @@ def test_quantized_lstm_bit_equal(case: str, tmp_path: Any) -> None:
     _check_quantized(quant, feeds)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("batch", [3, 7])
 def test_quantized_lstm_splits_the_batch_as_onnxruntime_threads(batch: int, tmp_path: Any) -> None:
     """Each of onnxruntime's threads rounds the hidden state of its rows on their own range;
@@ -387,6 +390,7 @@ def test_quantized_gru(tmp_path: Any) -> None:
     _check_quantized(quant, feeds, exact=False)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("path", ["numpy", "default"])
 def test_quantized_cnn_bilstm_ocr(path: str, tmp_path: Any) -> None:
     """The CRNN text-line recognizer (depthwise-separable convolutions with BatchNormalization,
@@ -414,6 +418,7 @@ def _crnn_with_sigmoid() -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("path", ["numpy", "default"])
 def test_quantized_cnn_with_sigmoid_bit_equal(path: str, tmp_path: Any) -> None:
     """The float32 Sigmoid op is onnxruntime's MLAS sigmoid to the bit, so every code of the
@@ -439,6 +444,7 @@ def test_quantized_cnn_with_sigmoid_bit_equal(path: str, tmp_path: Any) -> None:
         _within_range(want["probs"], got["probs"], tol=1e-5)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_lstm_on_onnxruntime_input_bit_equal(tmp_path: Any) -> None:
     """The CRNN's DynamicQuantizeLSTM alone, fed onnxruntime's own sequence: bit-equal."""
     _needs_mlas_fma3()

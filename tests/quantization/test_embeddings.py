@@ -26,6 +26,7 @@ def _table_type(model: onnx.ModelProto) -> int:
     return inits[dq.input[0]].data_type
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_embedding_table_is_int8_and_outputs_agree(text_cnn: TextCNN, mode: str) -> None:
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the parity oracle")

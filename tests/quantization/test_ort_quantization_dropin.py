@@ -161,6 +161,7 @@ def _same_graph_and_outputs(theirs: onnx.ModelProto, ours: onnx.ModelProto) -> N
     assert np.abs(on_ort - on_turnout).max() <= 0.02 * span
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_quantize_static_gives_onnxruntimes_graph(name: str, fmt: str, tmp_path) -> None:
@@ -176,6 +177,7 @@ def test_quantize_static_gives_onnxruntimes_graph(name: str, fmt: str, tmp_path)
     _same_graph_and_outputs(onnx.load(tmp_path / "o.onnx"), ours)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_quantize_dynamic_gives_onnxruntimes_graph(name: str, tmp_path) -> None:
     model = MODELS[name]()
@@ -185,6 +187,7 @@ def test_quantize_dynamic_gives_onnxruntimes_graph(name: str, tmp_path) -> None:
     _same_graph_and_outputs(onnx.load(tmp_path / "o.onnx"), ours)
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_dynamic_matmul_of_two_activations(tmp_path) -> None:
     """MatMulConstBOnly=False: the attention block's score and context MatMuls are quantized
     too, both inputs at run time, as onnxruntime writes them."""

@@ -57,6 +57,7 @@ def _run(model: onnx.ModelProto, feed: dict[str, np.ndarray], runtime: str) -> n
 @pytest.mark.parametrize(
     "method", [CalibrationMethod.MinMax, CalibrationMethod.Percentile, CalibrationMethod.Entropy]
 )
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("name", ["tiny_cnn", "classifier"])
 def test_output_runs_the_same_on_turnout_and_onnxruntime(
@@ -271,6 +272,7 @@ def test_a_shared_weight_is_quantized_once(rng: np.random.Generator) -> None:
     assert [list(t.dims) for t in dynamic.graph.initializer].count([8, 8]) == 1
 
 
+@pytest.mark.onnxruntime_exact_8bit
 def test_clip_is_folded_into_its_producers_range(rng: np.random.Generator) -> None:
     from onnx import TensorProto, helper
 
