@@ -116,17 +116,15 @@ def _tile_lines(store: str) -> list[str]:
 
 
 def _edge_lines(store: str) -> list[str]:
-    """A tile of fewer rows (the last of M) or one column (the last of a block): the vector
-    tile of that many rows (one column computed twice), each segment's last values in the
-    scalar loop, then a store per output."""
-    args = "i0 * lda, lda, src, b0, bases[cols - 1], segs, seglen, steps, acc"
-    lines = [f"for e in range({TILE_ROWS * TILE_COLS}):", "    acc[e] = 0"]
-    for r in range(1, TILE_ROWS + 1):
-        lines += [f"{'if' if r == 1 else 'elif'} rows == {r}:"]
-        lines += ["    if half:", f"        af.turnout_i16_tile{r}_half({args})"]
-        lines += ["    else:", f"        af.turnout_i16_tile{r}({args})"]
-    lines += ["for r in range(rows):", "    for c in range(cols):"]
-    body = ["i = i0 + r", "jc = j + c", "b0 = bases[c]", f"s0_0 = acc[r * {TILE_COLS} + c]"]
+    """The edges (rows past the last 4, a block's last odd column): a row at a time on the
+    one-row vector tile (a single column computed twice), each segment's last values in the
+    scalar loop, then a store per output. (One tile per row count compiled twice the code.)"""
+    args = "i * lda, lda, src, bases[0], bases[cols - 1], segs, seglen, steps, acc"
+    lines = ["for r in range(rows):", "    i = i0 + r", "    acc[0] = 0", "    acc[1] = 0"]
+    lines += ["    if half:", f"        af.turnout_i16_tile1_half({args})"]
+    lines += ["    else:", f"        af.turnout_i16_tile1({args})"]
+    lines += ["    for c in range(cols):"]
+    body = ["jc = j + c", "b0 = bases[c]", "s0_0 = acc[c]"]
     body += ["if tail < seglen:", *(f"    {x}" for x in _dot(["i"], 1, "tail"))]
     body += store.format(i="i", j="jc", s="s0_0").splitlines()
     return lines + [f"        {x}" for x in body]

@@ -10,7 +10,7 @@ x86 backend selects as `vpmaddwd`), add to 8 accumulators kept in registers for 
 run. The sums are exact int32, as the scalar loop's.
 
 Reached from numba code as the array methods `turnout_i16_tile{R}` and
-`turnout_i16_tile{R}_half`, R = 1..4 rows (overloads, so the generated kernel sources need no
+`turnout_i16_tile{R}_half`, R = 4 or 1 row (overloads, so the generated kernel sources need no
 import): `a.turnout_i16_tile4(a_off, lda, src, x0, x1, segs, seglen, steps, out)` adds into
 `out` the 8 sums (row-major: row r, run c at `out[2 * r + c]`), over every segment g, of
 `a[a_off + r * lda + g * seglen + k]` times `src[x_c + segs[g] + k]` for k < 16 * steps;
@@ -145,6 +145,6 @@ def _register(rows: int, half: bool) -> None:
         return impl
 
 
-for _rows in range(1, TILE_ROWS + 1):
+for _rows in (1, TILE_ROWS):
     _register(_rows, False)
     _register(_rows, True)
