@@ -34,6 +34,7 @@ def _specs() -> dict[str, bench.QuantModel]:
 
 
 @pytest.mark.slow
+@pytest.mark.onnxruntime_exact_8bit
 @pytest.mark.parametrize("name", ["resnet18_like(32)", "text_cnn_like"])
 def test_parity_with_onnxruntime_quantization(name: str) -> None:
     for row in bench.measure(name, _specs()[name], n_calib=8, n_eval=32, numpy_only=True):
