@@ -42,7 +42,7 @@ from turnout.sdk.semantics.constants import transposed
 from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel
-from .quant_tile import LANES, TILE_COLS, TILE_ROWS
+from .quant_tile import LANES, TAG, TILE_COLS, TILE_ROWS
 
 __all__ = ["NO_PARAMS", "IntGemm", "Params", "Rows", "int_range", "shifted", "shifted_t"]
 
@@ -50,6 +50,7 @@ BLOCK_N = 64
 """Output columns per task: 64 rows of `bt` (K int16 each) stay in L2 while rows of `a` pass."""
 
 _GEMM = """\
+# {tag}
 def _qgemm(a, src, segs, seglen, n, ow_, rs, cs, y, mult, mr, mc, bias, br, bc, zp, zr, zc, lo, hi):
     m = a.shape[0]
     mb = (m + {ri} - 1) // {ri}
@@ -161,6 +162,7 @@ def gemm_source(variant: str) -> str:
         ]
     bases += [f"b{c} = bases[{c}]" for c in range(TILE_COLS)]
     return _GEMM.format(
+        tag=TAG,
         ri=TILE_ROWS,
         rj=TILE_COLS,
         block=BLOCK_N,

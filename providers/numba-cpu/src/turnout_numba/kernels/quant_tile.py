@@ -23,6 +23,8 @@ memory).
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 from llvmlite import ir
@@ -30,12 +32,16 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload_method
 
-__all__ = ["LANES", "TILE_COLS", "TILE_ROWS"]
+__all__ = ["LANES", "TAG", "TILE_COLS", "TILE_ROWS"]
 
 TILE_ROWS = 4
 TILE_COLS = 2
 LANES = 16
 """int16 values of K a step (one 256-bit vector)."""
+
+TAG = f"int16 tile {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}"
+"""Written into the generated sources that call the tile: numba's cache keys a kernel by its
+source, and the tile is inlined into it, so a change here must change that source too."""
 
 # (numba's IR helpers are untyped)
 _insert_function: Any = cgutils.get_or_insert_function
