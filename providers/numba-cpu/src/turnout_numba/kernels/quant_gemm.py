@@ -6,9 +6,11 @@ already subtracted (u8 - zp and s8 - zp fit int16 whatever the mix), rows K-cont
 pass over K computes a tile of 4 rows of `a` by 2 rows of `bt` on `quant_tile`'s vector tile
 (`vpmaddwd`: int16 pairs multiplied and summed into int32 lanes, 8 products from 6 loads): int32
 accumulation, exact, as onnxruntime's. The edges (rows past a multiple of 4, a last odd column)
-are one output a pass. A constant operand is widened, zero-point-shifted and laid out once
-when the kernel is built. Tasks are (block of 64 output columns, 4 rows): the block's rows of
-`bt` stay in cache while the row blocks of `a` pass over them.
+run a row at a time on the one-row tile; each segment's last values under 8 in a scalar loop.
+Column j's patch start advances from j - 1's, without a division. A constant operand is
+widened, zero-point-shifted and laid out once when the kernel is built. Tasks are (block of
+64 output columns, 4 rows): the block's rows of `bt` stay in cache while the row blocks of
+`a` pass over them.
 
 On a 2-core AMD EPYC (Zen 3, AVX2, no VNNI), 1 thread, ConvInteger and MatMulInteger shapes
 of a captcha OCR model, GMAC/s one output a pass / the tile / onnxruntime 1.32: 3x3 48 -> 192
