@@ -88,13 +88,13 @@ def _indented(lines: list[str], depth: int) -> str:
     return "".join(f"{' ' * 4 * depth}{line}\n" for line in lines)
 
 
-def _dot(rows: list[str], cols: int, tail: str) -> list[str]:
+def _dot(rows: list[str], cols: int) -> list[str]:
     """The scalar loop adding the products of a's rows `rows` with the patches at b0.. over
-    each segment's values from `tail` on, into s{r}_{c}."""
+    each segment's last values (from `tail`: those the vector tile left), into s{r}_{c}."""
     loop = ["for g in range(ns):", "    o = g * seglen"]
     loop += [f"    x{c} = src[b{c} + segs[g] :]" for c in range(cols)]
     loop += [f"    w{r} = a[{i}, o:]" for r, i in enumerate(rows)]
-    loop += [f"    for kk in range({tail}, seglen):"]
+    loop += ["    for kk in range(tail, seglen):"]
     loop += [f"        u{c} = np.int32(x{c}[kk])" for c in range(cols)]
     for r in range(len(rows)):
         loop += [f"        v{r} = np.int32(w{r}[kk])"]
@@ -112,7 +112,7 @@ def _tile_lines(store: str) -> list[str]:
     lines += ["else:", f"    af.turnout_i16_tile{TILE_ROWS}({args})"]
     lines += [f"s{r}_{c} = acc[{n}]" for n, (r, c) in enumerate(sums)]
     rows = [f"i0 + {r}" for r in range(TILE_ROWS)]
-    lines += ["if tail < seglen:", *(f"    {x}" for x in _dot(rows, TILE_COLS, "tail"))]
+    lines += ["if tail < seglen:", *(f"    {x}" for x in _dot(rows, TILE_COLS))]
     for r, c in sums:
         lines += store.format(i=rows[r], j=f"j + {c}", s=f"s{r}_{c}").splitlines()
     return lines
@@ -128,7 +128,7 @@ def _edge_lines(store: str) -> list[str]:
     lines += ["    else:", f"        af.turnout_i16_tile1({args})"]
     lines += ["    for c in range(cols):"]
     body = ["jc = j + c", "b0 = bases[c]", "s0_0 = acc[c]"]
-    body += ["if tail < seglen:", *(f"    {x}" for x in _dot(["i"], 1, "tail"))]
+    body += ["if tail < seglen:", *(f"    {x}" for x in _dot(["i"], 1))]
     body += store.format(i="i", j="jc", s="s0_0").splitlines()
     return lines + [f"        {x}" for x in body]
 
