@@ -46,6 +46,7 @@ __all__ = [
     "cache_dir",
     "cache_key",
     "compile_count",
+    "distinct_helper",
     "jit",
     "load_source",
     "loaded_modules",
@@ -331,6 +332,21 @@ def _load_cached(disp: Any, sig: Sig) -> bool:
             ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
         disp.add_overload(cres)
         return True
+
+
+def distinct_helper(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """Name `fn`, a numba helper a factory makes (an overload's `impl` closing over one tile
+    of several), after what it is; returns it.
+
+    numba names a compiled function by its module, qualified name, a counter of the process
+    that compiled it and its argument types, and a kernel calls its helpers by those names.
+    Closures of one factory share a qualified name (and here their argument types), so two
+    processes writing one cache can give the same name to two different helpers; a third
+    process that loads both kernels links one kernel's calls to the other's helper. It
+    happened: an int16 GEMM called its one-row tile where its four-row tile belonged, and rows
+    1-3 of every tile came out wrong. A distinct qualified name per helper rules it out."""
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 def _purge(disp: Any, root: Path) -> None:

@@ -32,6 +32,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload_method
 
+from ..cache import distinct_helper
+
 __all__ = ["LANES", "TAG", "TILE_COLS", "TILE_ROWS"]
 
 TILE_ROWS = 4
@@ -138,9 +140,10 @@ def _make_tile(rows: int, half: bool) -> Any:
 
 def _register(rows: int, half: bool) -> None:
     tile = _make_tile(rows, half)
+    method = f"turnout_i16_tile{rows}{'_half' if half else ''}"
 
     # (no annotations: numba compares the typing and implementation signatures as written)
-    @overload_method(types.Array, f"turnout_i16_tile{rows}{'_half' if half else ''}")
+    @overload_method(types.Array, method)
     def _method(a, a_off, lda, src, x0, x1, segs, seglen, steps, out):  # type: ignore[no-untyped-def]
         if not (isinstance(a, types.Array) and a.dtype == types.int16 and a.ndim == 1):
             return None
@@ -148,7 +151,7 @@ def _register(rows: int, half: bool) -> None:
         def impl(a, a_off, lda, src, x0, x1, segs, seglen, steps, out):  # type: ignore[no-untyped-def]
             tile(a, a_off, lda, src, x0, x1, segs, seglen, steps, out)
 
-        return impl
+        return distinct_helper(impl, f"{method}_impl")
 
 
 for _rows in (1, TILE_ROWS):

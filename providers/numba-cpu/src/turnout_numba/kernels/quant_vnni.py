@@ -18,7 +18,9 @@ points and those offsets are applied afterwards (`correct`), exactly in int32:
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload_method
+
+from ..cache import distinct_helper
 
 __all__ = ["AVAILABLE", "COLS", "VnniB", "VnniGemm", "pack_b", "row_blocks"]
 
@@ -137,7 +141,7 @@ def _register(rows: int) -> None:
         def impl(a, a_off, lda, b, b_off, kq, c, c_off, ldc, acc):  # type: ignore[no-untyped-def]
             tile(a, a_off, lda, b, b_off, kq, c, c_off, ldc, acc)
 
-        return impl
+        return distinct_helper(impl, f"turnout_vnni_tile{rows}_impl")
 
 
 if AVAILABLE:
@@ -161,7 +165,12 @@ def pack_b(segments: list[np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any], 
     return out, kq, npad
 
 
-_DRIVER = """\
+_TAG = f"vnni tile {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}"
+"""Written into the driver's source: numba's cache keys a kernel by its source, and the tiles
+are compiled into it, so a change here must change that source too (as `quant_tile.TAG`)."""
+
+_DRIVER = f"""\
+# {_TAG}
 def _vnni_gemm(a, blocks, starts, segs, bp, kq, c):
     ldc = c.shape[1]
     cf = c.reshape(-1)
