@@ -2,8 +2,9 @@
 
 Reads the JSON report of `pip install --dry-run --ignore-installed --upgrade --report FILE ...`
 and compares each package it would install with the version this interpreter has. Exit 0 and
-list them when every one matches (CI's run 2 on the newest releases would test what run 1
-tested); exit 1 naming the differences otherwise.
+list them when every one matches and this environment holds nothing else (CI's run 2, on the
+newest releases in a fresh virtual environment, would test what run 1 tested); exit 1 naming
+the differences otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import json
 import re
 import sys
 from importlib import metadata
+
+_INSTALLER = {"pip", "setuptools", "wheel"}
+"""What a new virtual environment may hold besides the packages pip installs into it."""
 
 
 def _key(name: str) -> str:
@@ -33,6 +37,12 @@ def main(report_path: str) -> int:
     ]
     if differ:
         print("newest releases differ from the pinned ones:", "; ".join(differ))
+        return 1
+    # a package here that a fresh environment would lack could hide an undeclared dependency,
+    # which run 2's fresh virtual environment would catch
+    extra = sorted(set(installed) - {n for n, _ in wanted} - _INSTALLER)
+    if extra:
+        print("this environment also has packages a fresh one would lack:", ", ".join(extra))
         return 1
     print(
         f"newest releases = pinned ({len(wanted)} packages):",
