@@ -6,7 +6,8 @@ only by that counter (closures of one factory), kernels cached by different proc
 name different helpers alike, and a process that loads both links one kernel's calls to the
 other's helper: CI saw QLinearMatMul's rows 1-3 of every tile come out of the one-row tile.
 Inspecting a kernel's LLVM IR needs it compiled, not loaded, so each check compiles in a
-subprocess with an empty cache."""
+subprocess with an empty cache. numba's counter itself starts at a random point in each process
+and each forked child, for the closures this provider does not name (numba's own)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,34 @@ def test_vnni_gemm_helpers_distinct(tmp_path: os.PathLike[str]) -> None:
     libraries = _defined_names("vnni", str(tmp_path))
     assert any("turnout_vnni_tile" in n for lib in libraries for n in lib)
     _assert_distinct(libraries)
+
+
+_COUNTERS = """
+import os
+from numba.core import bytecode
+import turnout_numba.cache
+
+first = next(bytecode.FunctionIdentity._unique_ids)
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write, str(next(bytecode.FunctionIdentity._unique_ids)).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(first, next(bytecode.FunctionIdentity._unique_ids), os.read(read, 64).decode())
+"""
+
+
+def test_function_counters_start_apart() -> None:
+    """Two processes, and a parent and its forked child, do not count their functions alike."""
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _COUNTERS], capture_output=True, text=True, timeout=120
+        )
+        for _ in range(2)
+    ]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    (a, a_parent, a_child), (b, _, _) = (map(int, r.stdout.split()) for r in runs)
+    assert a_parent == a + 1  # the parent keeps counting
+    assert abs(a_child - a_parent) > 1_000_000, "a forked child counts on from its parent"
+    assert abs(a - b) > 1_000_000, "two processes count from the same point"

@@ -24,7 +24,9 @@ import functools
 import hashlib
 import importlib.util
 import inspect
+import itertools
 import os
+import secrets
 import sys
 import textwrap
 import threading
@@ -69,6 +71,26 @@ _LOCK = threading.RLock()
 _DISPATCHERS: dict[tuple[Any, ...], Any] = {}
 _MODULES: dict[str, ModuleType] = {}
 _RECORDERS = threading.local()  # .stack: the sets `recording()` collects module names into
+
+
+def _spread_function_ids() -> None:
+    """Start numba's function counter (`distinct_helper` says what it names) at a random point
+    of a 60-bit range, in this process and again in each forked child.
+
+    Counting from 1, processes started alike, and children forked from one parent, number
+    their functions alike, so two different functions of one qualified name (closures in
+    numba's own overloads, say) compiled by two such processes can get one symbol, and a
+    process loading both kernels runs one in place of the other (numba issue 10486). Apart,
+    the counters' ranges do not meet. `distinct_helper` names this provider's closures; this
+    covers the rest. numba without the counter: nothing to do."""
+    from numba.core import bytecode
+
+    if hasattr(bytecode.FunctionIdentity, "_unique_ids"):
+        bytecode.FunctionIdentity._unique_ids = itertools.count(secrets.randbits(60))
+
+
+_spread_function_ids()
+os.register_at_fork(after_in_child=_spread_function_ids)
 
 
 def _version() -> str:
