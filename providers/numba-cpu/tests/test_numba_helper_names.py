@@ -26,9 +26,10 @@ import numpy as np
 from turnout_numba.kernels import quant_gemm, quant_vnni
 from turnout_numba.registry import BuildContext
 
-kernels = [quant_gemm.IntGemm(BuildContext(parallel=True), "int", np.int32).kernel]
-if sys.argv[1] == "vnni":
-    kernels = [quant_vnni.VnniGemm(BuildContext(parallel=True), "int", np.int32).kernel]
+ctx = BuildContext(parallel=True)
+kernels = [quant_gemm.IntGemm(ctx, "int", np.int32).kernel]
+if sys.argv[1] == "vnni":  # the driver calls the tiles
+    kernels = [quant_vnni.VnniGemm(ctx, "int", np.int32, transposed=False).driver]
 names = []
 for kernel in kernels:
     for disp in (kernel.serial, kernel.parallel):
