@@ -49,6 +49,7 @@ __all__ = [
     "cache_key",
     "compile_count",
     "distinct_helper",
+    "file_digest",
     "jit",
     "load_source",
     "loaded_modules",
@@ -354,6 +355,13 @@ def _load_cached(disp: Any, sig: Sig) -> bool:
             ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
         disp.add_overload(cres)
         return True
+
+
+def file_digest(path: str | Path) -> str:
+    """The first 16 hex digits of the SHA-256 of a file: the tag a module whose code is compiled
+    into generated kernels (an intrinsic's tile) writes into their sources, since numba's cache
+    checks only a kernel's own source and would serve one compiled with the old code."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
 def distinct_helper(fn: Callable[..., Any], name: str) -> Callable[..., Any]:

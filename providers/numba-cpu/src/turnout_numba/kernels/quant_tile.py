@@ -23,8 +23,6 @@ memory).
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
 from llvmlite import ir
@@ -32,7 +30,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload_method
 
-from ..cache import distinct_helper
+from ..cache import distinct_helper, file_digest
 
 __all__ = ["LANES", "TAG", "TILE_COLS", "TILE_ROWS"]
 
@@ -41,7 +39,7 @@ TILE_COLS = 2
 LANES = 16
 """int16 values of K a step (one 256-bit vector)."""
 
-TAG = f"int16 tile {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}"
+TAG = f"int16 tile {file_digest(__file__)}"
 """Written into the generated sources that call the tile: numba's cache keys a kernel by its
 source, and the tile is inlined into it, so a change here must change that source too."""
 

@@ -18,9 +18,7 @@ points and those offsets are applied afterwards (`correct`), exactly in int32:
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +27,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload_method
 
-from ..cache import distinct_helper
+from ..cache import distinct_helper, file_digest
 
 __all__ = ["AVAILABLE", "COLS", "VnniB", "VnniGemm", "pack_b", "row_blocks"]
 
@@ -165,7 +163,7 @@ def pack_b(segments: list[np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any], 
     return out, kq, npad
 
 
-_TAG = f"vnni tile {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}"
+_TAG = f"vnni tile {file_digest(__file__)}"
 """Written into the driver's source: numba's cache keys a kernel by its source, and the tiles
 are compiled into it, so a change here must change that source too (as `quant_tile.TAG`)."""
 

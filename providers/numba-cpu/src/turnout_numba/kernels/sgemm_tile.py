@@ -27,9 +27,7 @@ FMA (8 lanes). Elsewhere the convs keep numpy's BLAS (`cblas.gemm_call`).
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +35,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload_method, register_jitable
+
+from ..cache import file_digest
 
 __all__ = ["AVAILABLE", "BLOCK", "HALF_TAIL", "LANES", "ROWS", "TAG", "VECS", "tile_macs"]
 
@@ -90,10 +90,7 @@ both 8-lane FMA pipes, so an 8-lane tail costs half (on a Xeon's 512-bit pipes, 
 GMAC/s), 196 columns 1.03x, 100 columns 1.06x; DenseNet's 1x1 convs at 7x7 went from 0.79 to
 0.86 of onnxruntime's speed. `TURNOUT_SGEMM_HALF_TAIL=0` keeps whole vectors (to compare)."""
 
-TAG = (
-    f"sgemm tile {hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}: "
-    f"{LANES} lanes, {ROWS}x{VECS}, half tail {HALF_TAIL}"
-)
+TAG = f"sgemm tile {file_digest(__file__)}: {LANES} lanes, {ROWS}x{VECS}, half tail {HALF_TAIL}"
 """Written into the generated sources that call the tile, so that a cached kernel compiled
 with one tile (this file's text, its width and shape) is never loaded for another: numba's
 cache checks only the caller's own source, and the cache key only this package's version."""
