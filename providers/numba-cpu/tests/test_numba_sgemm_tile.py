@@ -167,15 +167,27 @@ def test_no_tile_when_numba_compiles_for_another_cpu() -> None:
 
 
 def _spy_band_kernels(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Record, for each band kernel call, whether it multiplied with the tile."""
+    """Record, for each band kernel call, whether it multiplied with the tile: the parallel
+    kernel's calls, and the calls of the serial kernel as a plan binds it (`serial_call`)."""
     ran: list[bool] = []
     real = conv_bands.BandKernel.__call__
+    real_bind = conv_bands.BandKernel.serial_call
 
     def spy(self: Any, *args: Any, **kwargs: Any) -> None:
         ran.append(self.tile)
         real(self, *args, **kwargs)
 
+    def bind(self: Any, *args: Any) -> Any:
+        call = real_bind(self, *args)
+
+        def spied(*call_args: Any) -> None:
+            ran.append(self.tile)
+            call(*call_args)
+
+        return spied
+
     monkeypatch.setattr(conv_bands.BandKernel, "__call__", spy)
+    monkeypatch.setattr(conv_bands.BandKernel, "serial_call", bind)
     return ran
 
 

@@ -217,6 +217,7 @@ class _Plan:
     fused: int  # with threads, output pixels per band of `conv_bands` (0: not used)
     shift: ShiftGeometry | None  # the "shift" kind's layout (`conv_shift`)
     tile: bool  # the band kernel multiplies with the register tile (`sgemm_tile`)
+    serial: _SerialRun | None = None  # small and 1-thread tiled convs: the bound kernel
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
     scratch: list[Any] = field(default_factory=list)  # `conv_bands` / `conv_shift` buffers
 
@@ -391,12 +392,14 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if tile and kind in ("gemm", "pw") and not fused:
             # unfused with threads, the product is split between them (`pool_matmul`): BLAS
             tile = not ctx.parallel or numba.get_num_threads() < 2
+        bound = None
         if kind == "small" or (tile and kind in ("gemm", "pw") and not fused):
             # the serial band kernel's whole run
             need_small(gather, tile)
+            bound = _bind_serial(serial[gather, tile], x.shape, w.shape, group, win, band)
         elif kind in prepare:
             prepare[kind](tile)
-        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile)
+        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile, bound)
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -441,14 +444,13 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             return (y.reshape(p.final),)
         row = None if b is None else np.ascontiguousarray(b)
         if p.kind == "small":
-            kern = serial[p.win is not None, p.tile]
-            _small_conv(x, w, y, group, p, im2col[0], kern, row, full)
+            _small_conv(x, w, y, p, row, full)
             return (y.reshape(p.final),)
         if p.shift is not None:
             _shifted_conv(x, w, y, p, p.shift, shift[p.tile], row, full)
             return (y.reshape(p.final),)
         if p.tile and not p.fused:
-            _tiled_conv(x, w, y, group, p, serial[p.win is not None, True], row, full)
+            _tiled_conv(x, w, y, p, row, full)
             return (y.reshape(p.final),)
         gemm = find_gemm(dt) if p.fused else None
         if p.fused and (p.tile or gemm is not None):
@@ -547,57 +549,10 @@ def _banded_conv(
 ) -> None:
     """A threaded conv as one parallel kernel per image (`conv_bands`), each band of `p.fused`
     output pixels gathered (im2col plans; the image padded once first, unless the plan reads
-    it directly) or read in place (pointwise), multiplied and finished by one worker."""
-    _band_kernel_conv(x, w, y, group, p, im2col, bands, gemm, row, full, p.fused, True)
-
-
-def _small_conv(
-    x: Any,
-    w: Any,
-    y: Any,
-    group: int,
-    p: _Plan,
-    im2col: _Im2col | None,
-    kern: BandKernel,
-    row: Any,
-    full: Any,
-) -> None:
-    """A small conv (`SMALL_CONV_COLUMNS`) by the serial band kernel: per image one call that
-    pads the image when the plan pads, then gathers, multiplies and finishes its bands
-    (`p.band` pixels: the whole image, at these sizes) on the caller's thread."""
-    gemm = None if kern.tile else find_gemm(x.dtype)
-    assert kern.tile or gemm is not None
-    _band_kernel_conv(x, w, y, group, p, im2col, kern, gemm, row, full, p.band, False)
-
-
-def _tiled_conv(
-    x: Any, w: Any, y: Any, group: int, p: _Plan, kern: BandKernel, row: Any, full: Any
-) -> None:
-    """A 1-thread im2col or pointwise conv whose products run on the register tile
-    (`_tile_applies`): per image one call of the serial band kernel, which pads the image
-    when the plan pads, then gathers, multiplies and finishes each band of `p.band` output
-    pixels (`im2col.tile_rows`, cache-sized) in turn."""
-    _band_kernel_conv(x, w, y, group, p, None, kern, None, row, full, p.band, False)
-
-
-def _band_kernel_conv(
-    x: Any,
-    w: Any,
-    y: Any,
-    group: int,
-    p: _Plan,
-    im2col: _Im2col | None,
-    bands: BandKernel,
-    gemm: Gemm | None,
-    row: Any,
-    full: Any,
-    band: int,
-    threaded: bool,
-) -> None:
-    """Each image through `bands` in bands of `band` output pixels, with the plan's padded
-    image and scratch buffers (taken by this run, given back after it: concurrent runs each
-    take their own); a `threaded` kernel gathers into one scratch row per numba thread.
-    `gemm` None: the kernel multiplies with the register tile."""
+    it directly) or read in place (pointwise), multiplied and finished by one worker, with the
+    plan's padded image and scratch buffers (taken by this run, given back after it:
+    concurrent runs each take their own; one scratch row per numba thread). `gemm` None: the
+    kernel multiplies with the register tile."""
     run_threads()  # BLAS on one thread in each worker
     n_, c_ = x.shape[:2]
     m_ = w.shape[0]
@@ -606,26 +561,103 @@ def _band_kernel_conv(
     args: tuple[Any, ...] | None = None
     padded = scratch = None
     if p.win is not None:  # im2col
+        assert im2col is not None
         args = p.win.args()
         blen = int(p.win.geo[_BLEN])
         padded = (p.pads.pop() if p.pads else np.zeros((c_, blen), x.dtype)) if blen else None
-        threads = numba.get_num_threads() if threaded else 1
+        threads = numba.get_num_threads()
         scratch = p.scratch.pop() if p.scratch else None
         if scratch is None or scratch.shape[0] < threads:
-            scratch = np.empty((threads, w3.shape[2] * band), x.dtype)
+            scratch = np.empty((threads, w3.shape[2] * p.fused), x.dtype)
+    address, ilp64 = (0, False) if gemm is None else (gemm.address, gemm.ilp64)
     for n in range(n_):
         src = xs[n]
-        if padded is not None and threaded:  # a serial kernel pads the image itself
+        if padded is not None:
             assert im2col is not None and args is not None
             im2col.pad(padded.size, src, padded, *args)
             src = padded
         zn = None if full is None else full[n]
-        address, ilp64 = (0, False) if gemm is None else (gemm.address, gemm.ilp64)
-        bands(src, w3, y[n], scratch, row, zn, args, band, address, ilp64, padded)
+        bands(src, w3, y[n], scratch, row, zn, args, p.fused, address, ilp64)
     if scratch is not None:
         p.scratch.append(scratch)
     if padded is not None:
         p.pads.append(padded)
+
+
+@dataclass(frozen=True)
+class _SerialRun:
+    """A serial band kernel bound to one plan (`BandKernel.serial_call`: its window, band and
+    GEMM arguments), with the shapes a run views its arrays as and the buffers it takes. A
+    small conv's run assembles nothing else: that assembly was about a third of the Python
+    around a VAD's small convs."""
+
+    call: Any  # (image, w3, y2, scratch, bias, full, padded) -> None
+    images: tuple[int, int, int]  # X as (N, C, H*W)
+    w3: tuple[int, int, int]  # W as (group, M/group, C/group*KH*KW)
+    padded: tuple[int, int] | None  # the padded image (C, blen); None: read as it is
+    scratch: tuple[int, int] | None  # the gather's columns (1, K*band); None: pointwise
+
+
+def _bind_serial(
+    kern: BandKernel,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    group: int,
+    win: Window | None,
+    band: int,
+) -> _SerialRun:
+    """`kern` (serial) bound to a plan's fixed arguments: BLAS's GEMM unless it multiplies
+    with the register tile, the window of an im2col plan (None: pointwise)."""
+    krows = int(np.prod(w_shape[1:]))
+    gemm = None if kern.tile else find_gemm(kern.dtype)
+    assert kern.tile or gemm is not None
+    address, ilp64 = (0, False) if gemm is None else (gemm.address, gemm.ilp64)
+    padded = scratch = None
+    if win is not None:
+        blen = int(win.geo[_BLEN])
+        padded = (x_shape[1], blen) if blen else None
+        scratch = (1, krows * band)
+    images = (x_shape[0], x_shape[1], int(np.prod(x_shape[2:])))
+    call = kern.serial_call(None if win is None else win.args(), band, address, ilp64)
+    return _SerialRun(call, images, (group, w_shape[0] // group, krows), padded, scratch)
+
+
+def _serial_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
+    """Each image by one call of the plan's bound serial band kernel (`_SerialRun`), which
+    pads it when the plan pads, then gathers, multiplies and finishes its bands on the
+    caller's thread, with the plan's buffers (taken by this run, given back after it:
+    concurrent runs each take their own)."""
+    s = p.serial
+    assert s is not None
+    run_threads()  # BLAS on one thread, in a session with threads
+    padded = scratch = None
+    if s.padded is not None:
+        padded = p.pads.pop() if p.pads else np.zeros(s.padded, x.dtype)
+    if s.scratch is not None:
+        scratch = p.scratch.pop() if p.scratch else np.empty(s.scratch, x.dtype)
+    xs = x.reshape(s.images)
+    w3 = w.reshape(s.w3)
+    call = s.call
+    for n in range(s.images[0]):
+        call(xs[n], w3, y[n], scratch, row, None if full is None else full[n], padded)
+    if scratch is not None:
+        p.scratch.append(scratch)
+    if padded is not None:
+        p.pads.append(padded)
+
+
+def _small_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
+    """A small conv (`SMALL_CONV_COLUMNS`): its whole image in one serial band kernel call
+    (`p.band` pixels: the whole image, at these sizes)."""
+    _serial_conv(x, w, y, p, row, full)
+
+
+def _tiled_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
+    """A 1-thread im2col or pointwise conv whose products run on the register tile
+    (`_tile_applies`): per image one call of the serial band kernel, which gathers, multiplies
+    and finishes each band of `p.band` output pixels (`im2col.tile_rows`, cache-sized) in
+    turn."""
+    _serial_conv(x, w, y, p, row, full)
 
 
 def _small(columns: int, m: int, parallel: bool) -> bool:

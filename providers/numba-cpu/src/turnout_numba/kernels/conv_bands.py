@@ -8,15 +8,19 @@ stage took 0.8x of its 1-thread time. Here a `prange` over the bands does all th
 in one iteration, on one worker, with its columns still in that core's cache: the gather
 (`im2col.tile_lines`, serial), numpy's BLAS GEMM on one thread (`cblas.gemm_call`), then the
 bias, residual Z and activation (`epilogue.activation_lines`). Each worker gathers into its
-own row of a scratch array (`numba.get_thread_id`).
+own row of a scratch array (`numba.get_thread_id`). A band of at most
+`thin_product.THIN_MAX_COLUMNS` pixels (a conv with a few output pixels, or an image's last
+band) is multiplied by `thin_product` instead: BLAS packs the weights on every call.
 
 A float32 kernel built with `tile` multiplies by the register-blocked tile of `sgemm_tile`
 instead of BLAS (thin products: few output channels, short K), in the same place; compiled
-serial, it is also the 1-thread conv's whole run (`conv._tiled_conv`).
+serial, it is also the 1-thread conv's whole run (`conv._tiled_conv`; bound to a plan by
+`serial_call`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,14 +29,19 @@ from numba import types
 from .. import cache
 from ..codegen import numba_array
 from ..vecmath import contracts
-from . import sgemm_tile
+from . import sgemm_tile, thin_product
 from .epilogue import CTOR, band_epilogue_fields
 from .im2col import tile_lines
+from .thin_product import THIN_MAX_COLUMNS
 from .window import GEO, copy_lines, geo_lines, window_arg_types
 
 __all__ = ["BandKernel"]
 
-_IMPORTS = "import numba\nfrom turnout_numba.cblas import gemm_call\n"
+_IMPORTS = (
+    "import numba\n"
+    "from turnout_numba.cblas import gemm_call\n"
+    "from turnout_numba.kernels.thin_product import thin_product\n"
+)
 
 _HEAD = """\
 def _conv_bands(image, w3, y2, scratch, bias, full, offs, cols, lo, hi, geo, band,
@@ -62,8 +71,11 @@ _GATHER = """\
 {tile}{product}"""
 
 _GATHER_BLAS = """\
-            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
-                      y2[g * mg :, a:], ldy, 0.0)
+            if width <= {thin}:
+                thin_product(w3[g], col, y2[g * mg : g * mg + mg, a:b], zero)
+            else:
+                gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
+                          y2[g * mg :, a:], ldy, 0.0)
 """
 
 _GATHER_TILE = """\
@@ -85,8 +97,12 @@ _PAD_FIRST = """\
 _POINTWISE = """\
         ldx = image.strides[0] // image.itemsize
         for g in range(group):
-            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, image[g * cg :, a:], ldx,
-                      y2[g * mg :, a:], ldy, 0.0)
+            if width <= {thin}:
+                thin_product(w3[g], image[g * cg : g * cg + cg, a:b], y2[g * mg : g * mg + mg, a:b],
+                             zero)
+            else:
+                gemm_call(address, ilp64, mg, width, krows, w3[g], krows, image[g * cg :, a:],
+                          ldx, y2[g * mg :, a:], ldy, 0.0)
 """
 
 _POINTWISE_TILE = """\
@@ -123,9 +139,12 @@ def _source(
         steps = _GATHER.format(tile=lines, tid=tid, product=product)
     else:
         steps = _POINTWISE_TILE if tile else _POINTWISE
-    if tile:  # in the function's own text (what the cache compiles and checks): a kernel
-        # cached with one tile is never loaded for another
+    # in the function's own text (what the cache compiles and checks): a kernel cached with
+    # one tile or thin product is never loaded for another
+    if tile:
         steps = f"        # {sgemm_tile.TAG}\n" + steps
+    else:
+        steps = f"        # {thin_product.TAG}\n" + steps.replace("{thin}", str(THIN_MAX_COLUMNS))
     pad = "    src_image = image\n"  # the caller padded it (or the plan reads it directly)
     if gather and not parallel:
         pad = _PAD_FIRST.format(copy=copy_lines(12))
@@ -173,6 +192,7 @@ class BandKernel:
     ) -> None:
         if tile and not (sgemm_tile.AVAILABLE and dtype == np.float32):
             raise ValueError(f"no register tile for {dtype} on this host")
+        self.dtype = dtype
         self.activation = activation
         self.parallel = parallel
         self.tile = tile
@@ -239,3 +259,34 @@ class BandKernel:
             p1,
             *pad,
         )
+
+    def serial_call(
+        self, window_args: tuple[Any, ...] | None, band: int, address: int, ilp64: bool
+    ) -> Callable[[Any, Any, Any, Any, Any, Any, Any], None]:
+        """This serial kernel with one plan's fixed arguments bound (as `__call__` takes them):
+        the returned function takes (image, w3, y2, scratch, bias, full, padded), each of
+        the last four may be None. A small conv's run calls it directly: its few microseconds
+        of kernel had about as much Python around them."""
+        if self.parallel:
+            raise ValueError("serial_call binds a serial band kernel")
+        kern = self._kern
+        _, p0, p1 = self.activation
+        window = _NO_WINDOW if window_args is None else window_args
+        tail = (*window, band, address, ilp64, p0, p1)
+        none1, none2 = self._none1, self._none2
+
+        def call(
+            image: Any, w3: Any, y2: Any, scratch: Any, bias: Any, full: Any, padded: Any
+        ) -> None:
+            kern(
+                image,
+                w3,
+                y2,
+                none2 if scratch is None else scratch,
+                none1 if bias is None else bias,
+                none2 if full is None else full,
+                *tail,
+                none2 if padded is None else padded,
+            )
+
+        return call
