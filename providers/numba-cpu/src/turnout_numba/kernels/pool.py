@@ -365,19 +365,23 @@ def _global_max(x: Any, y: Any, mag: Any, inf: Any, nan: Any) -> None:  # pragma
     # On the float's bits as integers (x, y are int views): the key (v ^ mag if v < 0 else v)
     # orders like the floats, so the max is an integer max, which LLVM vectorizes (a float max
     # that keeps NaN does not). A NaN of either sign shows as a magnitude above inf's: then
-    # np.max's answer, NaN.
+    # np.max's answer, NaN. numba computes int32 bitwise operations in 64 bits: the casts back
+    # to the element type (T) keep float32's loop on 32-bit lanes, eight to an AVX2 vector
+    # instead of four (a text CNN's 100 x 126 max over time: 6.8 -> 2.7 us).
+    T = x.dtype.type
+    zero = T(0)
     planes, n = x.shape
     for p in prange(planes):
         xr = x[p]
-        m = ~mag
-        a = mag & 0
+        m = T(~mag)
+        a = zero
         for k in range(n):
             v = xr[k]
-            key = v ^ mag if v < 0 else v
+            key = T(v ^ mag) if v < zero else v
             m = key if key > m else m
-            av = v & mag
+            av = T(v & mag)
             a = av if av > a else a
-        y[p] = nan if a > inf else (m ^ mag if m < 0 else m)
+        y[p] = nan if a > inf else (T(m ^ mag) if m < zero else m)
 
 
 def _global_applies(kn: KernelNode) -> str | None:
