@@ -163,3 +163,35 @@ def test_threaded_bands_only_where_the_image_outweighs_the_weights(
     got, want = _conv((1, 64, hw, hw), m, (1, 1), {}, threads=2, act="Relu")
     assert ran == (["_banded_conv"] if banded else ["_gemm_conv"])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2 or find_gemm("float32") is None,
+    reason="the split needs 2 numba threads and numpy's cblas_sgemm",
+)
+@pytest.mark.parametrize(
+    "threads, group, path",
+    [(2, 4, "_banded_conv"), (2, 1, "_small_conv"), (1, 4, "_small_conv")],
+    ids=["grouped, 2 threads", "ungrouped, 2 threads", "grouped, 1 thread"],
+)
+@pytest.mark.parametrize("pointwise", [True, False], ids=["pointwise", "3x3"])
+def test_small_grouped_convs_share_their_groups_between_threads(
+    monkeypatch: pytest.MonkeyPatch, threads: int, group: int, path: str, pointwise: bool
+) -> None:
+    """ShuffleNet's group-4 pointwise conv (136 -> 136 at 28x28) and a grouped 3x3, both small
+    and above `GROUP_SPLIT_MACS`: at 2 threads the parallel band kernel takes the whole image
+    as one band and shares the groups; ungrouped, or at 1 thread, the serial kernel runs it.
+    The bias, residual and activation are applied per group."""
+    # (channels a group, spatial size, outputs, kernel, attributes): the same product per
+    # group whatever the group count
+    cg, hw, m, kernel, attrs = (
+        (34, 28, 136, (1, 1), {}) if pointwise else (8, 14, 96, (3, 3), {"pads": [1, 1, 1, 1]})
+    )
+    shape = (1, cg * group, hw, hw)
+    columns = cg * kernel[0] * kernel[1] * hw * hw
+    assert columns <= conv_mod.SMALL_CONV_COLUMNS
+    assert columns * m >= conv_mod.GROUP_SPLIT_MACS
+    ran = _spy_paths(monkeypatch)
+    got, want = _conv(shape, m, kernel, {**attrs, "group": group}, threads, with_z=True)
+    assert ran == [path]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -19,7 +19,8 @@ refined on the first run at each input shape:
 - small convs (`SMALL_CONV_COLUMNS`, im2col or pointwise): the band kernel of `conv_bands`
   compiled serial, the gather, the product and the epilogue in one call (after the padding
   pass, when the plan pads); the CPU provider's numpy kernel where numpy's BLAS exports no
-  GEMM to call;
+  GEMM to call; with threads, a grouped one of at least `GROUP_SPLIT_MACS` runs the parallel
+  band kernel with the whole image as one band, its groups shared between the threads;
 - float32 products thin enough for the register tile of `sgemm_tile` (`_tile_applies`; on
   AVX-512 hosts):
   the band kernels multiply with the tile instead of BLAS, and at 1 thread the im2col and
@@ -76,6 +77,7 @@ from .window import GEO, Window, plan_window
 __all__ = [
     "DEPTHWISE_MAX_MULTIPLIER",
     "FUSED_MIN_COLUMNS",
+    "GROUP_SPLIT_MACS",
     "SMALL_CONV_COLUMNS",
     "TILE_MAX_K",
     "TILE_MIN_COLUMNS",
@@ -106,6 +108,15 @@ of the group's weights, so where those outweigh the image (ResNet's 512->512 at 
 SqueezeNet's 512->1000 1x1 at 13x13) one product split by output channels
 (`pool_matmul`) does better: 1.6-1.8 against 1.9-2.1 ms and 0.9 against 1.3-1.4 at 2
 threads."""
+
+
+GROUP_SPLIT_MACS = 1 << 20
+"""With threads, a small grouped conv (`SMALL_CONV_COLUMNS`, under `POOL_SERIAL_MACS`) of at
+least this many multiply-adds shares its groups between the threads (the parallel band kernel,
+the whole image one band) instead of running whole on the caller's: a parallel launch costs
+about 10 us on the 2-core EPYC (TBB), a 1 M product about 30 us. ShuffleNet's group-4
+pointwise convs (3.6 M, 136 -> 136 at 28x28) ran 137 us at 1 thread and as long at 2, where
+onnxruntime's took 67."""
 
 
 TILE_MAX_K = 9216
@@ -359,7 +370,11 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         gather = kind != "pw"
         tile = kind in ("gemm", "pw") and on_tile
         if _small(columns, m_, ctx.parallel):
-            kind = "small" if find_gemm(dt) is not None else "numpy"
+            if kind in ("gemm", "pw") and _split_groups(group, columns * m_, dt, ctx.parallel):
+                fused = oh_ * ow_  # one band: the parallel band kernel's items are the groups
+                tile = _tile_applies(dt, mg, w[0].size, fused)
+            else:
+                kind = "small" if find_gemm(dt) is not None else "numpy"
         win = None
         shape = None
         if kind == "shift":
@@ -660,6 +675,19 @@ def _tiled_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
     _serial_conv(x, w, y, p, row, full)
 
 
+def _split_groups(group: int, macs: int, dt: np.dtype[Any], parallel: bool) -> bool:
+    """Whether a small grouped conv (`_small`) of `macs` multiply-adds runs on the parallel
+    band kernel as one band, its groups shared between the threads (`GROUP_SPLIT_MACS`),
+    rather than whole on the caller's thread."""
+    return (
+        parallel
+        and group > 1
+        and macs >= GROUP_SPLIT_MACS
+        and numba.get_num_threads() > 1
+        and find_gemm(dt) is not None
+    )
+
+
 def _small(columns: int, m: int, parallel: bool) -> bool:
     """Whether a conv of `columns` im2col elements (C/group*KH*KW by OH*OW) and `m` outputs
     runs as a small conv (`SMALL_CONV_COLUMNS`): with threads, only where its product would
@@ -693,9 +721,12 @@ def _declared_kind(
     spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
     if not spatial or not all(isinstance(d, int) for d in spatial):
         return "pw" if pointwise else "gemm"
-    if _small(int(np.prod(w_shape[1:])) * int(np.prod(spatial)), w_shape[0], parallel):
+    columns = int(np.prod(w_shape[1:])) * int(np.prod(spatial))
+    if _small(columns, w_shape[0], parallel):
         if find_gemm(dt) is None:
             return "numpy"
+        if _split_groups(group, columns * w_shape[0], dt, parallel):
+            return "pw" if pointwise else "gemm"
         return "small_pw" if pointwise else "small"
     if pointwise:
         return "pw"

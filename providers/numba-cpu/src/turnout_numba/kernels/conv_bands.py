@@ -4,8 +4,9 @@ multiplied and finished by one worker.
 With threads, the banded im2col path (`conv._gemm_conv`) ran three parallel steps per band:
 the gather, the product (`pool_matmul`) and the epilogue, each one a launch and a barrier on
 numba's workers for a fraction of a millisecond of work, so a 2-thread conv at ResNet's 56x56
-stage took 0.8x of its 1-thread time. Here a `prange` over the bands does all three for a band
-in one iteration, on one worker, with its columns still in that core's cache: the gather
+stage took 0.8x of its 1-thread time. Here a `prange` over the bands and groups does all three
+for a band of one group in one iteration, on one worker, with its columns still in that core's
+cache (a grouped conv of one band still has an item per group to share): the gather
 (`im2col.tile_lines`, serial), numpy's BLAS GEMM on one thread (`cblas.gemm_call`), then the
 bias, residual Z and activation (`epilogue.activation_lines`). Each worker gathers into its
 own row of a scratch array (`numba.get_thread_id`). A band of at most
@@ -58,28 +59,28 @@ def _conv_bands(image, w3, y2, scratch, bias, full, offs, cols, lo, hi, geo, ban
     hw = y2.shape[1]
     ldy = y2.strides[0] // y2.itemsize
     count = (hw + band - 1) // band
-    for q in prange(count):
-        a = q * band
+    for q in prange(count * group):
+        g = q % group
+        a = (q // group) * band
         b = min(hw, a + band)
         width = b - a
 {gather}"""
 
 _GATHER = """\
         col = scratch[{tid}, : krows * width].reshape((krows, width))
-        for g in range(group):
-            planes = src_image[g * cg : g * cg + cg]
+        planes = src_image[g * cg : g * cg + cg]
 {tile}{product}"""
 
 _GATHER_BLAS = """\
-            if width <= {thin}:
-                thin_product(w3[g], col, y2[g * mg : g * mg + mg, a:b], zero)
-            else:
-                gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
-                          y2[g * mg :, a:], ldy, 0.0)
+        if width <= {thin}:
+            thin_product(w3[g], col, y2[g * mg : g * mg + mg, a:b], zero)
+        else:
+            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
+                      y2[g * mg :, a:], ldy, 0.0)
 """
 
 _GATHER_TILE = """\
-            w3[g].turnout_sgemm(krows, col, width, y2[g * mg :, a:], ldy, mg, width, krows)
+        w3[g].turnout_sgemm(krows, col, width, y2[g * mg :, a:], ldy, mg, width, krows)
 """
 
 _PAD_FIRST = """\
@@ -96,24 +97,22 @@ _PAD_FIRST = """\
 
 _POINTWISE = """\
         ldx = image.strides[0] // image.itemsize
-        for g in range(group):
-            if width <= {thin}:
-                thin_product(w3[g], image[g * cg : g * cg + cg, a:b], y2[g * mg : g * mg + mg, a:b],
-                             zero)
-            else:
-                gemm_call(address, ilp64, mg, width, krows, w3[g], krows, image[g * cg :, a:],
-                          ldx, y2[g * mg :, a:], ldy, 0.0)
+        if width <= {thin}:
+            thin_product(w3[g], image[g * cg : g * cg + cg, a:b], y2[g * mg : g * mg + mg, a:b],
+                         zero)
+        else:
+            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, image[g * cg :, a:], ldx,
+                      y2[g * mg :, a:], ldy, 0.0)
 """
 
 _POINTWISE_TILE = """\
         ldx = image.strides[0] // image.itemsize
-        for g in range(group):
-            w3[g].turnout_sgemm(krows, image[g * cg :, a:], ldx, y2[g * mg :, a:], ldy, mg,
-                                width, krows)
+        w3[g].turnout_sgemm(krows, image[g * cg :, a:], ldx, y2[g * mg :, a:], ldy, mg, width,
+                            krows)
 """
 
 _EPILOGUE = """\
-        for j in range(group * mg):
+        for j in range(g * mg, g * mg + mg):
             yr = y2[j, a:b]
 {bias}{full}            for k in range(width):
                 v = yr[k]{terms}
@@ -133,7 +132,7 @@ def _source(
     # a serial kernel gathers into the scratch's one row: asking numba for the thread id
     # would start its thread pool, which a 1-thread session never needs
     tid = "numba.get_thread_id()" if parallel else "0"
-    lines = tile_lines(12, "range", inline=False)
+    lines = tile_lines(8, "range", inline=False)
     if gather:
         product = _GATHER_TILE if tile else _GATHER_BLAS
         steps = _GATHER.format(tile=lines, tid=tid, product=product)
