@@ -311,6 +311,33 @@ needs_wide_tile = pytest.mark.skipif(
 )
 
 
+@needs_tile
+@needs_wide_tile
+@pytest.mark.parametrize("threads", [1, 2])
+def test_small_convs_multiply_as_without_threads(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """SqueezeNet's 32 -> 128 pointwise conv at 27x27 is a small conv (3 M multiply-adds, under
+    `POOL_SERIAL_MACS`): it runs whole on the caller's thread at any thread count, so at 2
+    threads it takes the bands and the register tile of a session without threads, with the
+    shipped thresholds (it took BLAS over the whole image: 48 against 41 us on a Zen 5)."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has fewer threads on this machine")
+    ran = _spy_band_kernels(monkeypatch)
+    paths: list[str] = []
+    real = conv_mod._small_conv
+
+    def spy(*args: Any) -> None:
+        paths.append("_small_conv")
+        real(*args)
+
+    monkeypatch.setattr(conv_mod, "_small_conv", spy)
+    got, want = _conv((1, 32, 27, 27), 128, (1, 1), {}, threads, act="Relu")
+    assert paths == ["_small_conv"]
+    assert ran == [True]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_no_convs_on_a_narrow_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conv_mod.sgemm_tile, "LANES", 8)
     assert not conv_mod._tile_applies(np.dtype(np.float32), 32, 144, 1600)

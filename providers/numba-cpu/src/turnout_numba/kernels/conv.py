@@ -320,6 +320,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     }
     declared_tile = _declared_tile(kn, w_shape, group, dt, ctx.parallel)
     declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
+    if declared in ("small", "small_pw"):  # on the caller's thread, as without threads
+        declared_tile = _declared_tile(kn, w_shape, group, dt, False)
     y_shape = kn.outputs[0].shape if kn.outputs[0] is not None else None
     if declared == "shift" and w_shape is not None and y_shape is not None:  # sizes known
         dil_w = int((kn.attr("dilations", None) or [1])[-1])
@@ -374,6 +376,11 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 fused = oh_ * ow_  # one band: the parallel band kernel's items are the groups
                 tile = _tile_applies(dt, mg, w[0].size, fused)
             else:
+                if ctx.parallel:
+                    # it runs whole on the caller's thread: bands and products (register tile
+                    # or BLAS) as in a session without threads
+                    band = _bands(w[0].size, m_, mg, x.itemsize, (oh_, ow_), False)[0]
+                    tile = kind in ("gemm", "pw") and _tile_applies(dt, mg, w[0].size, band)
                 kind = "small" if find_gemm(dt) is not None else "numpy"
         win = None
         shape = None
