@@ -191,6 +191,20 @@ def _spy_band_kernels(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return ran
 
 
+def _spy_conv_paths(monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> list[str]:
+    """Record which of conv.py's path functions `names` each run takes."""
+    paths: list[str] = []
+    for name in names:
+        real = getattr(conv_mod, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> None:
+            paths.append(_name)
+            _real(*args)
+
+        monkeypatch.setattr(conv_mod, name, spy)
+    return paths
+
+
 def _force_tile(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     monkeypatch.setattr(conv_mod, "TILE_MIN_LANES", 1)  # the host's tile, whatever its width
     monkeypatch.setattr(conv_mod, "TILE_MAX_K", 1 << 30)
@@ -324,14 +338,7 @@ def test_small_convs_multiply_as_without_threads(
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     ran = _spy_band_kernels(monkeypatch)
-    paths: list[str] = []
-    real = conv_mod._small_conv
-
-    def spy(*args: Any) -> None:
-        paths.append("_small_conv")
-        real(*args)
-
-    monkeypatch.setattr(conv_mod, "_small_conv", spy)
+    paths = _spy_conv_paths(monkeypatch, ("_small_conv",))
     got, want = _conv((1, 32, 27, 27), 128, (1, 1), {}, threads, act="Relu")
     assert paths == ["_small_conv"]
     assert ran == [True]
@@ -385,15 +392,9 @@ def test_thin_convs_take_the_tile_with_the_shipped_thresholds(
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     ran = _spy_band_kernels(monkeypatch)
-    paths: list[str] = []
-    for name in ("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv"):
-        real = getattr(conv_mod, name)
-
-        def spy(*args: Any, _real: Any = real, _name: str = name) -> None:
-            paths.append(_name)
-            _real(*args)
-
-        monkeypatch.setattr(conv_mod, name, spy)
+    paths = _spy_conv_paths(
+        monkeypatch, ("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv")
+    )
     got, want = _conv((1, 16, 48, 48), 32, (3, 3), {"pads": [1, 1, 1, 1]}, threads)
     assert paths == ["_tiled_conv" if threads == 1 else "_banded_conv"]
     assert ran and all(ran)
