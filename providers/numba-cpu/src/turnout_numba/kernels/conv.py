@@ -318,10 +318,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         "small_pw": lambda tile: need_small(False, tile),
         "numpy": lambda tile: need_numpy(),
     }
-    declared_tile = _declared_tile(kn, w_shape, group, dt, ctx.parallel)
     declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
-    if declared in ("small", "small_pw"):  # on the caller's thread, as without threads
-        declared_tile = _declared_tile(kn, w_shape, group, dt, False)
+    # a small conv runs whole on the caller's thread: its products as without threads
+    threaded = ctx.parallel and declared not in ("small", "small_pw")
+    declared_tile = _declared_tile(kn, w_shape, group, dt, threaded)
     y_shape = kn.outputs[0].shape if kn.outputs[0] is not None else None
     if declared == "shift" and w_shape is not None and y_shape is not None:  # sizes known
         dil_w = int((kn.attr("dilations", None) or [1])[-1])
