@@ -234,3 +234,21 @@ def test_import_torch_flag_comes_first() -> None:
         assert "--import-torch needs torch" in cp.stderr
     else:
         assert "unknown model" in cp.stderr
+
+
+def test_startup_writes_bytecode_as_pip_install_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh processes would otherwise compile an editable install's sources every time."""
+    from benchmarks import startup
+
+    package = tmp_path / "bytecode_probe" / "inner"
+    package.mkdir(parents=True)
+    (tmp_path / "bytecode_probe" / "__init__.py").write_text("X = 1\n")
+    (package / "__init__.py").write_text("Y = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    done = startup.write_bytecode(("bytecode_probe", "no_such_package_here"))
+    assert done == [str(tmp_path / "bytecode_probe")]
+    tag = sys.implementation.cache_tag
+    assert (tmp_path / "bytecode_probe" / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    assert (package / "__pycache__" / f"__init__.{tag}.pyc").is_file()
