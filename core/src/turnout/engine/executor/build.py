@@ -23,6 +23,7 @@ from turnout.graph.sparse import SparseTensor
 from turnout.sdk.ep.legacy import compile_v1
 from turnout.sdk.fusion import GraphIndex, group_inputs, group_outputs
 from turnout.sdk.provider import (
+    CPU,
     Capability,
     CompiledKernel,
     ExecutionProvider,
@@ -72,7 +73,10 @@ class PreparedGraph:
         )
         if not device_outputs:
             self.report.copies = [asdict(c) for c in copies]
-        return Plan(self.graph.name, steps, self.inputs, self.outer, outputs, constants, release)
+        host = frozenset(n for n, ep in self.providers.items() if ep.device == CPU)
+        return Plan(
+            self.graph.name, steps, self.inputs, self.outer, outputs, constants, release, host
+        )
 
 
 def prepare_graph(

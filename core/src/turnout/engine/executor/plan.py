@@ -5,6 +5,7 @@ source with one line per node and local variables for values, so the hot loop do
 lookups, no per-node bookkeeping, and a value is released (`v = None`) right after its last use.
 A value whose producer's allocator pools is handed back to it (`free(v)`) just before that.
 A kernel error is mapped back to its node through the line number of the generated code.
+Chains of shape arithmetic run as one memoized step in the generated run (`shape_memo`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from turnout.engine.executor.memory import value_bytes
+from turnout.engine.executor.shape_memo import CHAIN_OP, memoize_shape_chains
 from turnout.engine.executor.step import Step
 from turnout.graph.errors import Fail, InvalidArgument, InvalidGraph, RuntimeException, TurnoutError
 
@@ -81,7 +83,10 @@ class Plan:
         output_names: Sequence[str],
         constants: dict[str, Any],
         release: bool = True,
+        memo_providers: frozenset[str] = frozenset(),
     ) -> None:
+        """`memo_providers`: the host providers whose shape chains the generated run memoizes
+        (`shape_memo`); none when empty."""
         self.graph_name = graph_name
         self.release = release  # free each intermediate after its last reader
         self.steps = tuple(steps)
@@ -89,35 +94,48 @@ class Plan:
         self.outer_names = tuple(outer_names)
         self.output_names = tuple(output_names)
         self.constants = constants
+        self.memo_providers = memo_providers
+        # what the generated run calls: `steps` with shape chains merged (profiles time `steps`)
+        self.run_steps = (
+            memoize_shape_chains(
+                self.steps, constants, self.output_names, memo_providers, self._explain_step
+            )
+            if memo_providers
+            else list(self.steps)
+        )
         self._pruned: dict[tuple[str, ...], Plan] = {}
         self._lock = threading.Lock()
         self.run: Callable[..., tuple[Any, ...]] = self._generate()
 
     # ---------------------------------------------------------------- code generation
-    def _releases(self) -> tuple[list[list[str]], dict[str, Callable[[Any], None]]]:
-        """What each step leaves dead (its inputs' last read; outputs nobody reads), and the
+    def _releases(
+        self, steps: Sequence[Step]
+    ) -> tuple[list[list[str]], dict[str, Callable[[Any], None]]]:
+        """What each of `steps` leaves dead (its inputs' last read; outputs nobody reads), and the
         allocator `free` of each produced value whose allocator pools. Empty when the plan
         keeps every intermediate (`release=False`). Shared by the generated and the profiled
-        run, so a profile sees the memory the plain run has."""
+        run, so a profile sees the memory the plain run has (the plain run's shape chains, one
+        step each there, release their sources no later than their Shape nodes would)."""
         if not self.release:
-            return [[] for _ in self.steps], {}
+            return [[] for _ in steps], {}
         last_use: dict[str, int] = {}
-        for i, st in enumerate(self.steps):
+        for i, st in enumerate(steps):
             for x in st.inputs:
                 if x:
                     last_use[x] = i
         keep = set(self.output_names) | set(self.constants)
         dead_after: list[list[str]] = []
-        for i, st in enumerate(self.steps):
+        for i, st in enumerate(steps):
             dead = [x for x in dict.fromkeys(st.inputs) if x and last_use[x] == i and x not in keep]
             dead += [  # produced, never read, not an output: nothing needs it
                 y for y in dict.fromkeys(st.outputs) if y and y not in last_use and y not in keep
             ]
             dead_after.append(dead)
-        free_fn = {y: st.free for st in self.steps if st.free is not None for y in st.outputs if y}
+        free_fn = {y: st.free for st in steps if st.free is not None for y in st.outputs if y}
         return dead_after, free_fn
 
     def _generate(self) -> Callable[..., tuple[Any, ...]]:
+        steps = self.run_steps
         slot: dict[str, str] = {}
         params: list[str] = []
         for name in self.input_names + self.outer_names:
@@ -127,7 +145,7 @@ class Plan:
         consts = list(self.constants)
         for i, name in enumerate(consts):
             slot.setdefault(name, f"c{i}")
-        dead_after, free_fn = self._releases()
+        dead_after, free_fn = self._releases(steps)
         free_of: dict[str, str] = {}  # produced value -> name of its allocator's free
         frees_fns: list[Callable[[Any], None]] = []
         for y, fn in free_fn.items():
@@ -136,7 +154,7 @@ class Plan:
             free_of[y] = f"fr{frees_fns.index(fn)}"
         body: list[str] = []
         body_step: dict[int, int] = {}  # body line index -> step index
-        for i, st in enumerate(self.steps):
+        for i, st in enumerate(steps):
             args = []
             for x in st.inputs:
                 if not x:
@@ -166,18 +184,18 @@ class Plan:
             if dead:
                 body.extend(f"    {free_of[x]}({slot[x]})" for x in dead if x in free_of)
                 body.append("    " + " = ".join(slot[x] for x in dead) + " = None")
-            if (i + 1) % TERMINATE_EVERY == 0 and i + 1 < len(self.steps):
+            if (i + 1) % TERMINATE_EVERY == 0 and i + 1 < len(steps):
                 body.append("    if _ro.terminate: raise _Term(_TERM_MSG)")
         for y in self.output_names:
             if y not in slot:
                 raise InvalidGraph(f"graph {self.graph_name!r}: output {y!r} is never produced")
         ret = ", ".join(slot[y] for y in self.output_names)
-        fn_names = ", ".join(f"f{i}" for i in range(len(self.steps)))
+        fn_names = ", ".join(f"f{i}" for i in range(len(steps)))
         c_names = ", ".join(f"c{i}" for i in range(len(consts)))
         fr_names = "".join(f"fr{k}, " for k in range(len(frees_fns)))
         src = [
             "def _make(_fns, _consts, _frees, _explain):",
-            f"    {fn_names + ',' if self.steps else '_'} = _fns" if self.steps else "    pass",
+            f"    {fn_names + ',' if steps else '_'} = _fns" if steps else "    pass",
             f"    {c_names + ',' if consts else '_'} = _consts" if consts else "    pass",
             f"    {fr_names} = _frees" if frees_fns else "    pass",
             f"    def run({', '.join([*params, '_ro=_NO_TERM'])}):",
@@ -207,7 +225,7 @@ class Plan:
         }
         exec(code, ns)
         run: Callable[..., tuple[Any, ...]] = ns["_make"](
-            [st.fn for st in self.steps],
+            [st.fn for st in steps],
             [self.constants[c] for c in consts],
             frees_fns,
             self._explain,
@@ -223,8 +241,10 @@ class Plan:
             tb = tb.tb_next
         if step is None:
             return e
-        st = self.steps[step]
+        st = self.run_steps[step]
         where = f"node {st.name!r} ({st.op_type}) on {st.provider}"
+        if isinstance(e, TurnoutError) and st.op_type == CHAIN_OP:
+            return e  # the chain named the node that failed in it
         if isinstance(e, TurnoutError):
             msg = str(e)
             cls: type[Exception] = type(e)
@@ -257,6 +277,7 @@ class Plan:
                 outputs,
                 self.constants,
                 self.release,
+                self.memo_providers,
             )
             self._pruned[outputs] = plan
             return plan
@@ -275,7 +296,7 @@ class Plan:
         names = self.input_names + self.outer_names
         env.update(zip(names, args))
         clock = time.perf_counter_ns
-        dead_after, free_fn = self._releases()
+        dead_after, free_fn = self._releases(self.steps)
         for i, st in enumerate(self.steps):
             if run_options.terminate:
                 raise RunTerminated("run terminated by RunOptions.terminate")
