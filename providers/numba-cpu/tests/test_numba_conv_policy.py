@@ -7,6 +7,7 @@ threaded bands only where the image outweighs the weights. Each case checks the 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -22,19 +23,10 @@ from turnout_numba.kernels import conv as conv_mod
 PATHS = ("_gemm_conv", "_shifted_conv", "_banded_conv", "_small_conv")
 
 
-def _spy_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _spy_paths(monkeypatch: pytest.MonkeyPatch, spy: Callable[..., list[str]]) -> list[str]:
     """Record which of the GEMM paths each run takes."""
     monkeypatch.setattr(conv_mod, "TILE_MAX_K", 0)  # BLAS paths (the tile: test_numba_sgemm_tile)
-    ran: list[str] = []
-    for name in PATHS:
-        real = getattr(conv_mod, name)
-
-        def spy(*args: Any, _real: Any = real, _name: str = name) -> None:
-            ran.append(_name)
-            _real(*args)
-
-        monkeypatch.setattr(conv_mod, name, spy)
-    return ran
+    return spy(PATHS)
 
 
 def _conv(
@@ -92,6 +84,7 @@ def _conv(
 @pytest.mark.parametrize("act, with_z", [("", False), ("Sigmoid", False), ("Relu", True)])
 def test_small_convs_run_the_serial_band_kernel(
     monkeypatch: pytest.MonkeyPatch,
+    conv_path_spy: Callable[..., list[str]],
     act: str,
     with_z: bool,
     shape: tuple[int, ...],
@@ -103,23 +96,27 @@ def test_small_convs_run_the_serial_band_kernel(
     """A VAD's 1-D convs (3 frames, one frame, pointwise to one output, the STFT's strided
     1-channel conv) and a small grouped 2-D conv: one serial band kernel call per image, at 1
     and 2 threads, with the bias, residual and activation, equal to onnx.reference."""
-    ran = _spy_paths(monkeypatch)
+    ran = _spy_paths(monkeypatch, conv_path_spy)
     got, want = _conv(shape, m, kernel, attrs, threads, act=act, with_z=with_z)
     assert ran == ["_small_conv"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_small_convs_without_a_gemm_run_the_numpy_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_small_convs_without_a_gemm_run_the_numpy_kernel(
+    monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]]
+) -> None:
     """Where numpy's BLAS exports no GEMM, small convs take the CPU provider's numpy kernel."""
-    ran = _spy_paths(monkeypatch)
+    ran = _spy_paths(monkeypatch, conv_path_spy)
     monkeypatch.setattr(conv_mod, "find_gemm", lambda dtype: None)
     got, want = _conv((1, 129, 3), 16, (3,), {"pads": [1, 1]}, act="Relu", with_z=True)
     assert ran == []
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_convs_above_the_small_size_take_a_gemm_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = _spy_paths(monkeypatch)
+def test_convs_above_the_small_size_take_a_gemm_path(
+    monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]]
+) -> None:
+    ran = _spy_paths(monkeypatch, conv_path_spy)
     columns = 16 * 3 * 3 * 48 * 48
     assert columns > conv_mod.SMALL_CONV_COLUMNS
     got, want = _conv((1, 16, 48, 48), 8, (3, 3), {"pads": [1, 1, 1, 1]})
@@ -133,11 +130,11 @@ def test_convs_above_the_small_size_take_a_gemm_path(monkeypatch: pytest.MonkeyP
 )
 @pytest.mark.parametrize("width, path", [(12, "_gemm_conv"), (24, "_shifted_conv")])
 def test_shifted_products_only_for_wide_outputs(
-    monkeypatch: pytest.MonkeyPatch, width: int, path: str
+    monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]], width: int, path: str
 ) -> None:
     """3x3 over 64 channels: 12 wide (2 padded columns for 12, 17%) by im2col, 24 wide (8%) by
     shifted products."""
-    ran = _spy_paths(monkeypatch)
+    ran = _spy_paths(monkeypatch, conv_path_spy)
     got, want = _conv((1, 64, 12, width), 8, (3, 3), {"pads": [1, 1, 1, 1]})
     assert ran == [path]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -153,13 +150,17 @@ def test_shifted_products_only_for_wide_outputs(
     ids=["weights outweigh the image", "image outweighs the weights"],
 )
 def test_threaded_bands_only_where_the_image_outweighs_the_weights(
-    monkeypatch: pytest.MonkeyPatch, m: int, hw: int, banded: bool
+    monkeypatch: pytest.MonkeyPatch,
+    conv_path_spy: Callable[..., list[str]],
+    m: int,
+    hw: int,
+    banded: bool,
 ) -> None:
     """Pointwise at 2 threads: 200 outputs over 81 pixels as one split product (each band
     would pack all the weights), 16 outputs over 900 pixels as bands (neither small: the
     first would run the serial band kernel)."""
     monkeypatch.setattr(conv_mod, "SMALL_CONV_COLUMNS", 0)
-    ran = _spy_paths(monkeypatch)
+    ran = _spy_paths(monkeypatch, conv_path_spy)
     got, want = _conv((1, 64, hw, hw), m, (1, 1), {}, threads=2, act="Relu")
     assert ran == (["_banded_conv"] if banded else ["_gemm_conv"])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -176,7 +177,12 @@ def test_threaded_bands_only_where_the_image_outweighs_the_weights(
 )
 @pytest.mark.parametrize("pointwise", [True, False], ids=["pointwise", "3x3"])
 def test_small_grouped_convs_share_their_groups_between_threads(
-    monkeypatch: pytest.MonkeyPatch, threads: int, group: int, path: str, pointwise: bool
+    monkeypatch: pytest.MonkeyPatch,
+    conv_path_spy: Callable[..., list[str]],
+    threads: int,
+    group: int,
+    path: str,
+    pointwise: bool,
 ) -> None:
     """ShuffleNet's group-4 pointwise conv (136 -> 136 at 28x28) and a grouped 3x3, both small
     and above `GROUP_SPLIT_MACS`: at 2 threads the parallel band kernel takes the whole image
@@ -191,7 +197,7 @@ def test_small_grouped_convs_share_their_groups_between_threads(
     columns = cg * kernel[0] * kernel[1] * hw * hw
     assert columns <= conv_mod.SMALL_CONV_COLUMNS
     assert columns * m >= conv_mod.GROUP_SPLIT_MACS
-    ran = _spy_paths(monkeypatch)
+    ran = _spy_paths(monkeypatch, conv_path_spy)
     got, want = _conv(shape, m, kernel, {**attrs, "group": group}, threads, with_z=True)
     assert ran == [path]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

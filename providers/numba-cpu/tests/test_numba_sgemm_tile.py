@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -191,20 +192,6 @@ def _spy_band_kernels(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return ran
 
 
-def _spy_conv_paths(monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> list[str]:
-    """Record which of conv.py's path functions `names` each run takes."""
-    paths: list[str] = []
-    for name in names:
-        real = getattr(conv_mod, name)
-
-        def spy(*args: Any, _real: Any = real, _name: str = name) -> None:
-            paths.append(_name)
-            _real(*args)
-
-        monkeypatch.setattr(conv_mod, name, spy)
-    return paths
-
-
 def _force_tile(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
     monkeypatch.setattr(conv_mod, "TILE_MIN_LANES", 1)  # the host's tile, whatever its width
     monkeypatch.setattr(conv_mod, "TILE_MAX_K", 1 << 30)
@@ -329,7 +316,7 @@ needs_wide_tile = pytest.mark.skipif(
 @needs_wide_tile
 @pytest.mark.parametrize("threads", [1, 2])
 def test_small_convs_multiply_as_without_threads(
-    monkeypatch: pytest.MonkeyPatch, threads: int
+    monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]], threads: int
 ) -> None:
     """SqueezeNet's 32 -> 128 pointwise conv at 27x27 is a small conv (3 M multiply-adds, under
     `POOL_SERIAL_MACS`): it runs whole on the caller's thread at any thread count, so at 2
@@ -338,7 +325,7 @@ def test_small_convs_multiply_as_without_threads(
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     ran = _spy_band_kernels(monkeypatch)
-    paths = _spy_conv_paths(monkeypatch, ("_small_conv",))
+    paths = conv_path_spy(("_small_conv",))
     got, want = _conv((1, 32, 27, 27), 128, (1, 1), {}, threads, act="Relu")
     assert paths == ["_small_conv"]
     assert ran == [True]
@@ -385,16 +372,14 @@ def test_the_shipped_rule() -> None:
 @needs_wide_tile
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thin_convs_take_the_tile_with_the_shipped_thresholds(
-    monkeypatch: pytest.MonkeyPatch, threads: int
+    monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]], threads: int
 ) -> None:
     """16 -> 32 channels 3x3 at 48x48 (K = 144), above the small-conv size: one call of the
     serial band kernel on the tile at 1 thread, the fused band kernel on the tile at 2."""
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     ran = _spy_band_kernels(monkeypatch)
-    paths = _spy_conv_paths(
-        monkeypatch, ("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv")
-    )
+    paths = conv_path_spy(("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv"))
     got, want = _conv((1, 16, 48, 48), 32, (3, 3), {"pads": [1, 1, 1, 1]}, threads)
     assert paths == ["_tiled_conv" if threads == 1 else "_banded_conv"]
     assert ran and all(ran)

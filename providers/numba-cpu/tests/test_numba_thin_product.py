@@ -116,3 +116,31 @@ def test_thin_convs(
         node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, **attrs)
         z = rng.standard_normal(np.shape(run_reference(node, [x, w], 17)[0])).astype(dt)
     _conv_check(x, w, b, z, threads, group=group, **attrs)
+
+
+def test_small_conv_of_one_image_follows_new_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-image run keeps the weights' view while the same weights come: fed weights
+    that change between runs (and a bias that does) give each run's own answer."""
+    made: list[Any] = []
+    real = conv_mod._one_image_run
+
+    def spy(*args: Any) -> Any:
+        made.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(conv_mod, "_one_image_run", spy)
+    names = ["x", "w", "b"]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 16, 4)).astype(np.float32)
+    w = rng.standard_normal((24, 16, 3)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    node = helper.make_node("FusedConv", names, ["y"], domain="ai.turnout", activation="Relu")
+    sess = provider_session(one_node_model(node, [x, w, b], 17), "NumbaExecutionProvider")
+    ref = helper.make_node("Conv", names, ["y"])
+    for _ in range(3):
+        got = sess.run(None, {"x": x, "w": w, "b": b})[0]
+        want = np.maximum(run_reference(ref, [x, w, b], 17)[0], 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        w = rng.standard_normal(w.shape).astype(np.float32)
+        b = rng.standard_normal(b.shape).astype(np.float32)
+    assert len(made) == 1  # one plan: the small conv of one image

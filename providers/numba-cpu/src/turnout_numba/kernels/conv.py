@@ -33,7 +33,7 @@ stay with the numpy kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numba
@@ -229,6 +229,7 @@ class _Plan:
     shift: ShiftGeometry | None  # the "shift" kind's layout (`conv_shift`)
     tile: bool  # the band kernel multiplies with the register tile (`sgemm_tile`)
     serial: _SerialRun | None = None  # small and 1-thread tiled convs: the bound kernel
+    one_image: Any = None  # a small conv of one image: its whole run (`_one_image_run`)
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
     scratch: list[Any] = field(default_factory=list)  # `conv_bands` / `conv_shift` buffers
 
@@ -421,7 +422,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             bound = _bind_serial(serial[gather, tile], x.shape, w.shape, group, win, band)
         elif kind in prepare:
             prepare[kind](tile)
-        return _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile, bound)
+        made = _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile, bound)
+        if kind == "small" and n_ == 1:  # its buffer lists are made's: shared by the copy
+            made = replace(made, one_image=_one_image_run(made, dt, name))
+        return made
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
         if x.dtype != dt or w.dtype != dt:
@@ -430,6 +434,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         p = plans.get(key)
         if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
             p = plans[key] = plan(x, w)
+        if p.one_image is not None and z is None:
+            return p.one_image(x, w, b)  # type: ignore[no-any-return]
         if p.kind == "numpy":
             small = numpy_conv[0]
             assert small is not None
@@ -672,6 +678,45 @@ def _small_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
     """A small conv (`SMALL_CONV_COLUMNS`): its whole image in one serial band kernel call
     (`p.band` pixels: the whole image, at these sizes)."""
     _serial_conv(x, w, y, p, row, full)
+
+
+def _one_image_run(p: _Plan, dt: np.dtype[Any], name: str) -> Any:
+    """`run` for a small conv of one image without a residual: `_serial_conv`'s work with the
+    weights' 3-D view kept while the same weights come (an initializer: every run), the
+    output made in its final shape. The Python around a small conv's few microseconds of
+    kernel was as long as the kernel."""
+    s = p.serial
+    assert s is not None
+    call, image, w3_shape = s.call, s.images[1:], s.w3
+    y2, final, m_ = p.y3[1:], p.final, p.y3[1]
+    last: list[tuple[Any, Any]] = [(None, None)]  # (W, W as w3_shape), replaced together
+
+    def one_image(x: Any, w: Any, b: Any) -> tuple[Any]:
+        row = None
+        if b is not None:
+            if b.shape != (m_,):
+                raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m_},)")
+            row = np.ascontiguousarray(b)
+        seen, w3 = last[0]
+        if seen is not w:
+            w3 = np.ascontiguousarray(w).reshape(w3_shape)
+            if w.flags.c_contiguous:  # a view of w: sees what a caller writes into w
+                last[0] = (w, w3)
+        y = np.empty(final, dt)
+        run_threads()  # BLAS on one thread, in a session with threads
+        padded = scratch = None
+        if s.padded is not None:
+            padded = p.pads.pop() if p.pads else np.zeros(s.padded, dt)
+        if s.scratch is not None:
+            scratch = p.scratch.pop() if p.scratch else np.empty(s.scratch, dt)
+        call(np.ascontiguousarray(x).reshape(image), w3, y.reshape(y2), scratch, row, None, padded)
+        if scratch is not None:
+            p.scratch.append(scratch)
+        if padded is not None:
+            p.pads.append(padded)
+        return (y,)
+
+    return one_image
 
 
 def _tiled_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
