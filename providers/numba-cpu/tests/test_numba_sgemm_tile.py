@@ -332,6 +332,28 @@ def test_small_convs_multiply_as_without_threads(
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@needs_tile
+@needs_wide_tile
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unsplit_products_stay_on_the_tile_with_threads(
+    monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]], threads: int
+) -> None:
+    """A text CNN's 64 -> 100 1-D conv of width 5 over 128 steps: above the small-conv size
+    (320 x 124 columns), under `POOL_SERIAL_MACS` (4 M), and one output row, so no fused
+    bands. Its product runs whole on the caller's thread at any count: on the register tile,
+    as without threads (at 2 threads it took BLAS, 61 against 46 us on a Zen 5)."""
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        pytest.skip("numba has fewer threads on this machine")
+    ran = _spy_band_kernels(monkeypatch)
+    paths = conv_path_spy(
+        ("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv", "_small_conv")
+    )
+    got, want = _conv((1, 64, 128), 100, (5,), {}, threads, act="Relu")
+    assert paths == ["_tiled_conv"]
+    assert ran == [True]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_no_convs_on_a_narrow_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conv_mod.sgemm_tile, "LANES", 8)
     assert not conv_mod._tile_applies(np.dtype(np.float32), 32, 144, 1600)

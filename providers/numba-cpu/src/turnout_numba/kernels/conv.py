@@ -185,16 +185,25 @@ def _bands(
     `pool_matmul.POOL_SERIAL_MACS`, as the whole image's was), and with threads the pixels a
     band of the fused kernel (`conv_bands`) takes, 0 where it is not used."""
     oh, ow = out
-    least = MIN_TILE
-    if parallel:
-        least = max(MIN_TILE, -(-2 * POOL_SERIAL_MACS // max(1, mg * krows)))
     pixel = (krows + m) * itemsize
-    band = tile_rows(pixel, ow, oh, least) * ow
     fused = 0
     if parallel and oh * ow >= FUSED_MIN_COLUMNS * mg:
         # numba's count is this thread's and the session's (BLAS's is process-wide)
         fused = fused_band(pixel, ow, oh, numba.get_num_threads())
+    least = MIN_TILE
+    if parallel and not _unsplit(krows, mg, out, fused):
+        least = max(MIN_TILE, -(-2 * POOL_SERIAL_MACS // max(1, mg * krows)))
+    band = tile_rows(pixel, ow, oh, least) * ow
     return band, fused
+
+
+def _unsplit(krows: int, mg: int, out: tuple[int, int], fused: int) -> bool:
+    """With threads, whether an im2col or pointwise conv's products run whole on the caller's
+    thread: no fused bands (`fused_band`: fewer bands of whole rows than threads, as a 1-D
+    conv's one row has) and a group's product over the image under `POOL_SERIAL_MACS`, which
+    `pool_matmul` does not split. Such a conv multiplies as without threads: its bands and
+    the register tile (a text CNN's 1-D conv took BLAS at 2 threads, 61 against 46 us)."""
+    return not fused and mg * krows * out[0] * out[1] < POOL_SERIAL_MACS
 
 
 def _conv_applies(kn: KernelNode) -> str | None:
@@ -329,7 +338,14 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         threads = numba.get_num_threads() if ctx.parallel else 1
         out = (int(y_shape[2]), int(y_shape[3]))
         declared_tile = _shift_tile(dt, w_shape, int(w_shape[1]), out, dil_w, threads)
-    if declared in prepare:
+    if (
+        ctx.parallel
+        and declared in ("gemm", "pw")
+        and declared_tile
+        and _declared_unsplit(kn, w_shape, group, dt)
+    ):
+        need_small(declared == "gemm", True)  # its run's serial band kernel on the tile
+    elif declared in prepare:
         prepare[declared](declared_tile)
     after_dw = Epilogue(dt, act, ctx.parallel, full=True) if has_z else None
     zeros: dict[int, Any] = {}
@@ -413,8 +429,13 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if not (kind in ("gemm", "pw") and (tile or find_gemm(dt) is not None)):
             fused = 0
         if tile and kind in ("gemm", "pw") and not fused:
-            # unfused with threads, the product is split between them (`pool_matmul`): BLAS
-            tile = not ctx.parallel or numba.get_num_threads() < 2
+            # unfused with threads, a product big enough is split between them
+            # (`pool_matmul`): BLAS; a smaller one stays on the tile, as without threads
+            tile = (
+                not ctx.parallel
+                or numba.get_num_threads() < 2
+                or _unsplit(w[0].size, mg, (oh_, ow_), fused)
+            )
         bound = None
         if kind == "small" or (tile and kind in ("gemm", "pw") and not fused):
             # the serial band kernel's whole run
@@ -806,6 +827,19 @@ def _declared_tile(
     out = (int(spatial[0]), int(spatial[1])) if len(spatial) == 2 else (1, int(spatial[-1]))
     band, fused = _bands(krows, w_shape[0], mg, dt.itemsize, out, parallel)
     return _tile_applies(dt, mg, krows, fused or band)
+
+
+def _declared_unsplit(kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any]) -> bool:
+    """`_unsplit` at the declared shapes, with threads; False where they are not declared."""
+    y = kn.outputs[0]
+    spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
+    if not spatial or not all(isinstance(d, int) for d in (*w_shape, *spatial)):
+        return False
+    mg = w_shape[0] // max(group, 1)
+    krows = int(np.prod(w_shape[1:]))
+    out = (int(spatial[0]), int(spatial[1])) if len(spatial) == 2 else (1, int(spatial[-1]))
+    fused = _bands(krows, w_shape[0], mg, dt.itemsize, out, True)[1]
+    return _unsplit(krows, mg, out, fused)
 
 
 def _shift_applies(
