@@ -172,11 +172,11 @@ def test_threaded_bands_only_where_the_image_outweighs_the_weights(
 )
 @pytest.mark.parametrize(
     "threads, group, path",
-    [(2, 4, "_banded_conv"), (2, 1, "_small_conv"), (1, 4, "_small_conv")],
+    [(2, 4, "_banded_conv"), (2, 1, "_banded_conv"), (1, 4, "_small_conv")],
     ids=["grouped, 2 threads", "ungrouped, 2 threads", "grouped, 1 thread"],
 )
 @pytest.mark.parametrize("pointwise", [True, False], ids=["pointwise", "3x3"])
-def test_small_grouped_convs_share_their_groups_between_threads(
+def test_small_convs_share_their_groups_or_pixels_between_threads(
     monkeypatch: pytest.MonkeyPatch,
     conv_path_spy: Callable[..., list[str]],
     threads: int,
@@ -186,8 +186,8 @@ def test_small_grouped_convs_share_their_groups_between_threads(
 ) -> None:
     """ShuffleNet's group-4 pointwise conv (136 -> 136 at 28x28) and a grouped 3x3, both small
     and above `GROUP_SPLIT_MACS`: at 2 threads the parallel band kernel takes the whole image
-    as one band and shares the groups; ungrouped, or at 1 thread, the serial kernel runs it.
-    The bias, residual and activation are applied per group."""
+    as one band and shares the groups; ungrouped, it shares bands of pixels; at 1 thread, the
+    serial kernel runs it. The bias, residual and activation are applied per group."""
     # (channels a group, spatial size, outputs, kernel, attributes): the same product per
     # group whatever the group count
     cg, hw, m, kernel, attrs = (
@@ -201,3 +201,57 @@ def test_small_grouped_convs_share_their_groups_between_threads(
     got, want = _conv(shape, m, kernel, {**attrs, "group": group}, threads, with_z=True)
     assert ran == [path]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(
+    find_gemm("float32") is None,
+    reason="numpy's BLAS exports no cblas_sgemm here: small convs run the numpy kernel",
+)
+@pytest.mark.parametrize(
+    "shape, m, kernel, attrs",
+    [
+        ((1, 64, 128), 100, (3,), {}),
+        ((1, 16, 15, 15), 48, (3, 3), {}),
+        ((1, 16, 25, 25), 48, (3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 2]}),
+        ((1, 16, 13, 13), 48, (3, 3), {"pads": [1, 1, 1, 1]}),
+        ((1, 96, 13, 13), 80, (1, 1), {}),
+    ],
+    ids=["1-D, one row", "valid", "strided, asymmetric pads", "same", "pointwise"],
+)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_small_convs_split_their_pixels_inside_rows(
+    monkeypatch: pytest.MonkeyPatch,
+    conv_path_spy: Callable[..., list[str]],
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, ...],
+    attrs: dict[str, Any],
+    dt: Any,
+) -> None:
+    """Small ungrouped convs above `GROUP_SPLIT_MACS` at 2 threads: one band of pixels a
+    thread, cut inside an output row (a 1-D conv's one row; 169, 169 and 121 pixels in two
+    bands), gathered from the input, the padded planes or the 'same' layout, multiplied on
+    the register tile (float32, where the host has it) or BLAS; equal to onnx.reference."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has fewer threads on this machine")
+    ran = conv_path_spy(("_banded_conv", "_small_conv", "_gemm_conv", "_tiled_conv"))
+    rng = np.random.default_rng(zlib.crc32(repr((shape, m, kernel)).encode()))
+    x = rng.standard_normal(shape).astype(dt)
+    w = rng.standard_normal((m, shape[1], *kernel)).astype(dt)
+    b = rng.standard_normal(m).astype(dt)
+    node = helper.make_node(
+        "FusedConv", ["x", "w", "b"], ["y"], domain="ai.turnout", activation="Relu", **attrs
+    )
+    sess = provider_session(
+        one_node_model(node, [x, w, b], 17), "NumbaExecutionProvider", intra_op_num_threads=2
+    )
+    got = sess.run(None, {"x": x, "w": w, "b": b})[0]
+    ref = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    want = np.maximum(run_reference(ref, [x, w, b], 17)[0], 0)
+    pixels = int(np.prod(want.shape[2:]))
+    assert pixels % 2 == 1 or want.ndim == 3  # the two bands meet inside a row
+    columns = int(np.prod(w.shape[1:])) * pixels
+    assert conv_mod._small(columns, m, True) and columns * m >= conv_mod.GROUP_SPLIT_MACS
+    assert ran == ["_banded_conv"]
+    tol = 1e-4 if dt == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))

@@ -315,19 +315,20 @@ needs_wide_tile = pytest.mark.skipif(
 @needs_tile
 @needs_wide_tile
 @pytest.mark.parametrize("threads", [1, 2])
-def test_small_convs_multiply_as_without_threads(
+def test_small_convs_multiply_on_the_tile_at_any_thread_count(
     monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]], threads: int
 ) -> None:
     """SqueezeNet's 32 -> 128 pointwise conv at 27x27 is a small conv (3 M multiply-adds, under
-    `POOL_SERIAL_MACS`): it runs whole on the caller's thread at any thread count, so at 2
-    threads it takes the bands and the register tile of a session without threads, with the
-    shipped thresholds (it took BLAS over the whole image: 48 against 41 us on a Zen 5)."""
+    `POOL_SERIAL_MACS`): at 1 thread its whole image is one call of the serial band kernel; at
+    2 it shares bands of its pixels between the threads (`_split_band`). Both multiply on the
+    register tile with the shipped thresholds (at 2 threads it once took BLAS over the whole
+    image: 48 against 41 us on a Zen 5)."""
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     ran = _spy_band_kernels(monkeypatch)
-    paths = conv_path_spy(("_small_conv",))
+    paths = conv_path_spy(("_small_conv", "_banded_conv", "_gemm_conv"))
     got, want = _conv((1, 32, 27, 27), 128, (1, 1), {}, threads, act="Relu")
-    assert paths == ["_small_conv"]
+    assert paths == ["_small_conv" if threads == 1 else "_banded_conv"]
     assert ran == [True]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

@@ -19,8 +19,9 @@ refined on the first run at each input shape:
 - small convs (`SMALL_CONV_COLUMNS`, im2col or pointwise): the band kernel of `conv_bands`
   compiled serial, the gather, the product and the epilogue in one call (after the padding
   pass, when the plan pads); the CPU provider's numpy kernel where numpy's BLAS exports no
-  GEMM to call; with threads, a grouped one of at least `GROUP_SPLIT_MACS` runs the parallel
-  band kernel with the whole image as one band, its groups shared between the threads;
+  GEMM to call; with threads, one of at least `GROUP_SPLIT_MACS` runs the parallel band
+  kernel: grouped, the whole image as one band, its groups shared between the threads;
+  ungrouped, a band of its pixels a thread (`_split_band`);
 - float32 products thin enough for the register tile of `sgemm_tile` (`_tile_applies`; on
   AVX-512 hosts):
   the band kernels multiply with the tile instead of BLAS, and at 1 thread the im2col and
@@ -79,6 +80,7 @@ __all__ = [
     "FUSED_MIN_COLUMNS",
     "GROUP_SPLIT_MACS",
     "SMALL_CONV_COLUMNS",
+    "SPLIT_MIN_PIXELS",
     "TILE_MAX_K",
     "TILE_MIN_COLUMNS",
     "TILE_MIN_LANES",
@@ -111,12 +113,20 @@ threads."""
 
 
 GROUP_SPLIT_MACS = 1 << 20
-"""With threads, a small grouped conv (`SMALL_CONV_COLUMNS`, under `POOL_SERIAL_MACS`) of at
-least this many multiply-adds shares its groups between the threads (the parallel band kernel,
-the whole image one band) instead of running whole on the caller's: a parallel launch costs
-about 10 us on the 2-core EPYC (TBB), a 1 M product about 30 us. ShuffleNet's group-4
-pointwise convs (3.6 M, 136 -> 136 at 28x28) ran 137 us at 1 thread and as long at 2, where
-onnxruntime's took 67."""
+"""With threads, a small conv (`SMALL_CONV_COLUMNS`, under `POOL_SERIAL_MACS`) of at least
+this many multiply-adds shares its groups, or its pixels (`SPLIT_MIN_PIXELS`), between the
+threads on the parallel band kernel instead of running whole on the caller's: a parallel
+launch costs about 10 us on the 2-core EPYC (TBB) when the worker sleeps, 2-3 us when it has
+just run, a 1 M product about 30 us. ShuffleNet's group-4 pointwise convs (3.6 M, 136 -> 136 at
+28x28) ran 137 us at 1 thread and as long at 2, where onnxruntime's took 67; a text CNN's
+64 -> 100 1-D conv (2.4 M) 31.8 -> 22.8 us at 2 threads, its pixels split (onnxruntime 18)."""
+
+
+SPLIT_MIN_PIXELS = 32
+"""With threads, a small conv of one group shares its pixels between the threads only with at
+least this many a thread (`TILE_MIN_COLUMNS`: a band still multiplies on the register tile).
+A text CNN's 64 -> 100 1-D convs over 128 steps (2.4-4 M multiply-adds) ran serial at 2
+threads while onnxruntime's halved."""
 
 
 TILE_MAX_K = 9216
@@ -389,8 +399,11 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         gather = kind != "pw"
         tile = kind in ("gemm", "pw") and on_tile
         if _small(columns, m_, ctx.parallel):
-            if kind in ("gemm", "pw") and _split_groups(group, columns * m_, dt, ctx.parallel):
-                fused = oh_ * ow_  # one band: the parallel band kernel's items are the groups
+            split = 0
+            if kind in ("gemm", "pw"):
+                split = _split_band(group, columns * m_, oh_ * ow_, dt, ctx.parallel)
+            if split:  # the parallel band kernel shares its groups or its pixels
+                fused = split
                 tile = _tile_applies(dt, mg, w[0].size, fused)
             else:
                 if ctx.parallel:
@@ -748,17 +761,19 @@ def _tiled_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
     _serial_conv(x, w, y, p, row, full)
 
 
-def _split_groups(group: int, macs: int, dt: np.dtype[Any], parallel: bool) -> bool:
-    """Whether a small grouped conv (`_small`) of `macs` multiply-adds runs on the parallel
-    band kernel as one band, its groups shared between the threads (`GROUP_SPLIT_MACS`),
-    rather than whole on the caller's thread."""
-    return (
-        parallel
-        and group > 1
-        and macs >= GROUP_SPLIT_MACS
-        and numba.get_num_threads() > 1
-        and find_gemm(dt) is not None
-    )
+def _split_band(group: int, macs: int, pixels: int, dt: np.dtype[Any], parallel: bool) -> int:
+    """With threads, the output pixels per band of a small conv (`_small`) of `macs`
+    multiply-adds that shares its work between the threads on the parallel band kernel (at
+    least `GROUP_SPLIT_MACS`): grouped, the whole image as one band, its groups shared;
+    otherwise a band of its pixels per thread, each at least `SPLIT_MIN_PIXELS`. 0: it runs
+    whole on the caller's thread."""
+    threads = numba.get_num_threads()
+    if not parallel or threads < 2 or macs < GROUP_SPLIT_MACS or find_gemm(dt) is None:
+        return 0
+    if group > 1:
+        return pixels
+    band = -(-pixels // threads)
+    return band if band >= SPLIT_MIN_PIXELS else 0
 
 
 def _small(columns: int, m: int, parallel: bool) -> bool:
@@ -798,7 +813,7 @@ def _declared_kind(
     if _small(columns, w_shape[0], parallel):
         if find_gemm(dt) is None:
             return "numpy"
-        if _split_groups(group, columns * w_shape[0], dt, parallel):
+        if _split_band(group, columns * w_shape[0], int(np.prod(spatial)), dt, parallel):
             return "pw" if pointwise else "gemm"
         return "small_pw" if pointwise else "small"
     if pointwise:
@@ -810,6 +825,28 @@ def _declared_kind(
     return "gemm"
 
 
+def _declared_bands(
+    kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any], parallel: bool
+) -> tuple[int, int, int, int, tuple[int, int]] | None:
+    """(band, fused, mg, krows, output size) of the declared shapes' im2col or pointwise
+    products as the first run's `plan` decides them (`_bands`, or a small conv's shared band,
+    `_split_band`); None where the weight's or the output's size is not declared."""
+    if w_shape is None or not all(isinstance(d, int) for d in w_shape):
+        return None
+    y = kn.outputs[0]
+    spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
+    if not spatial or not all(isinstance(d, int) for d in spatial):
+        return None
+    mg = w_shape[0] // max(group, 1)
+    krows = int(np.prod(w_shape[1:]))
+    out = (int(spatial[0]), int(spatial[1])) if len(spatial) == 2 else (1, int(spatial[-1]))
+    band, fused = _bands(krows, w_shape[0], mg, dt.itemsize, out, parallel)
+    columns = krows * out[0] * out[1]
+    if _small(columns, w_shape[0], parallel):
+        fused = _split_band(group, columns * w_shape[0], out[0] * out[1], dt, parallel)
+    return band, fused, mg, krows, out
+
+
 def _declared_tile(
     kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any], parallel: bool
 ) -> bool:
@@ -818,27 +855,20 @@ def _declared_tile(
     declared, whether products of any width would."""
     if w_shape is None or not all(isinstance(d, int) for d in w_shape):
         return False
-    mg = w_shape[0] // max(group, 1)
-    krows = int(np.prod(w_shape[1:]))
-    y = kn.outputs[0]
-    spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
-    if not spatial or not all(isinstance(d, int) for d in spatial):
-        return _tile_applies(dt, mg, krows, 1 << 30)
-    out = (int(spatial[0]), int(spatial[1])) if len(spatial) == 2 else (1, int(spatial[-1]))
-    band, fused = _bands(krows, w_shape[0], mg, dt.itemsize, out, parallel)
+    declared = _declared_bands(kn, w_shape, group, dt, parallel)
+    if declared is None:
+        mg = w_shape[0] // max(group, 1)
+        return _tile_applies(dt, mg, int(np.prod(w_shape[1:])), 1 << 30)
+    band, fused, mg, krows, _ = declared
     return _tile_applies(dt, mg, krows, fused or band)
 
 
 def _declared_unsplit(kn: KernelNode, w_shape: Any, group: int, dt: np.dtype[Any]) -> bool:
     """`_unsplit` at the declared shapes, with threads; False where they are not declared."""
-    y = kn.outputs[0]
-    spatial = tuple(y.shape[2:]) if y is not None and y.shape is not None else ()
-    if not spatial or not all(isinstance(d, int) for d in (*w_shape, *spatial)):
+    declared = _declared_bands(kn, w_shape, group, dt, True)
+    if declared is None:
         return False
-    mg = w_shape[0] // max(group, 1)
-    krows = int(np.prod(w_shape[1:]))
-    out = (int(spatial[0]), int(spatial[1])) if len(spatial) == 2 else (1, int(spatial[-1]))
-    fused = _bands(krows, w_shape[0], mg, dt.itemsize, out, True)[1]
+    _, fused, mg, krows, out = declared
     return _unsplit(krows, mg, out, fused)
 
 

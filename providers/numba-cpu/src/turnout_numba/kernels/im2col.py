@@ -76,13 +76,19 @@ for c in {loop}(c_):
             for j in range(n):
                 cj = cc[j]
                 dst[j] = tt[j] if cj >= lt and cj < ht else zero
-        else:
-            r0 = a // rlen
-            for r in range(n // rlen):
-                tt = s[(r0 + r) * rstep + ot :]
-                d = dst[r * rlen : r * rlen + rlen]
-                for j in range(rlen):
+        else:  # row by row from pixel a's; the first and the last may be partial rows
+            r = a // rlen
+            j0 = a - r * rlen
+            done = 0
+            while done < n:
+                cnt = min(rlen - j0, n - done)
+                tt = s[r * rstep + ot + j0 :]
+                d = dst[done : done + cnt]
+                for j in range(cnt):
                     d[j] = tt[j]
+                done += cnt
+                r += 1
+                j0 = 0
 """
 
 _INLINE = """\
@@ -143,8 +149,9 @@ def pad_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
 
 def tile_kernel(dtype: np.dtype[Any], parallel: bool) -> SizedKernel:
     """`k(work, src2, col2, *window.args(), a, b, inline)`: the columns of output pixels
-    [a, b) (whole output rows) into the C-contiguous (C*KH*KW, b - a) `col2` (a flat view
-    runs 1.6x slower at 7x7: LLVM's loops over its row slices vectorize worse).
+    [a, b) (any range: a band may start or end inside a row) into the C-contiguous
+    (C*KH*KW, b - a) `col2` (a flat view runs 1.6x slower at 7x7: LLVM's loops over its row
+    slices vectorize worse).
     `src2` is the padded planes (or the input itself when the plan is `direct`); with `inline`
     it is the input, each plane padded into a small buffer as it is gathered (one band for the
     whole image: a separate padding pass would only add a write and a read of the input)."""
