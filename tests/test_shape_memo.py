@@ -163,3 +163,35 @@ def test_chains_across_two_tensors_key_on_both() -> None:
     for shape_a, n_b in [((2, 3), 4), ((2, 3), 5), ((1, 1), 5), ((2, 3), 4)]:
         (out,) = sess.run(None, {"A": np.ones(shape_a, np.float32), "B": np.ones(n_b, np.float32)})
         assert out.shape == (int(np.prod(shape_a)) + n_b,)
+
+
+def test_shape_parameters_fed_and_changed_in_place_are_read_again() -> None:
+    """Reshape, Slice and Unsqueeze trust their memo on a read-only parameter's identity
+    (an initializer, a chain's value); a fed parameter is writable: the caller may change it
+    in place between runs, and the next run reads the new values."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 6])
+    target = helper.make_tensor_value_info("target", TensorProto.INT64, [2])
+    ends = helper.make_tensor_value_info("ends", TensorProto.INT64, [1])
+    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "RSU"]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "start")]
+    nodes = [
+        helper.make_node("Reshape", ["X", "target"], ["R"], name="reshape"),
+        helper.make_node("Slice", ["X", "start", "ends"], ["S"], name="slice"),
+        helper.make_node("Unsqueeze", ["X", "axes"], ["U"], name="unsqueeze"),
+    ]
+    sess = _session(_model(nodes, [x, target, ends, axes], outs, inits))
+    feed = {
+        "X": np.arange(12, dtype=np.float32).reshape(2, 6),
+        "target": np.array([3, 4], np.int64),
+        "ends": np.array([1], np.int64),
+        "axes": np.array([0], np.int64),
+    }
+    for _ in range(2):  # the second run may take the memo
+        r, s, u = sess.run(None, feed)
+    assert r.shape == (3, 4) and s.shape == (1, 6) and u.shape == (1, 2, 6)
+    feed["target"][:] = [4, 3]
+    feed["ends"][:] = [2]
+    feed["axes"][:] = [2]
+    r, s, u = sess.run(None, feed)
+    assert r.shape == (4, 3) and s.shape == (2, 6) and u.shape == (2, 6, 1)
