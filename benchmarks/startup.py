@@ -9,7 +9,8 @@ the compiled tier in the background), runs the model once, then runs it `STEADY_
 round: with the kernel cache warm (a warm-up process filled it) and with an empty one (a new
 `TURNOUT_CACHE_DIR`; steady runs are not timed there: the compiler would be timed). Rounds
 interleave the runtimes; the table gives medians and turnout / onnxruntime ratios with their
-geometric means.
+geometric means. turnout's bytecode is compiled first (`write_bytecode`), as `pip install`
+leaves it: an editable install under PYTHONDONTWRITEBYTECODE would time its compilation.
 
 Models: the benchmark zoo's (`benchmarks.zoo`, written to a temporary folder) and the real
 models that installed applications carry in their wheels (`REAL_MODELS`: an audio, OCR,
