@@ -14,7 +14,9 @@ what is done about it:
   of columns, which a session with threads shares out when B is large: a batch-1 classifier's
   weights are read from memory once a run (ShuffleNet's 544x1000 in-model: 236-241 us at
   1 thread, 129-145 at 2; onnxruntime 60-70).
-- larger M: BLAS into a fresh array, then one compiled epilogue pass (`Epilogue`) for alpha, C
+- larger M: float32 on the register tile where the host has the AVX-512 one
+  (`tile_matmul`: 1.2-2.2x OpenBLAS from 4 rows on a Zen 5), else BLAS, into a fresh
+  array, then one compiled epilogue pass (`Epilogue`) for alpha, C
   and the activation, instead of numpy's pass per operation (Gelu's erf alone costs ten times
   the GEMM). An N-D A with contiguous rows is one 2-D GEMM, not one per leading index.
 - C's broadcast form (a row or a full tensor) is resolved once per C array and shape, so a
@@ -32,7 +34,7 @@ import numpy as np
 from numba import prange, types
 
 from turnout.graph.errors import InvalidArgument
-from turnout.sdk.blas_threads import blas_matmul
+from turnout.sdk.blas_threads import blas_matmul, run_threads
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.activations import activation_of
 from turnout.sdk.semantics.constants import constant_value, transposed
@@ -40,7 +42,9 @@ from turnout.sdk.semantics.constants import constant_value, transposed
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from .epilogue import Epilogue
-from .pool_matmul import pool_matmul, prepare_pool_matmul
+from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
+from .tile_matmul import MIN_ROWS as MIN_TILE_ROWS
+from .tile_matmul import tile_matmul_applies, tile_matmul_kernel
 
 __all__: list[str] = []
 
@@ -235,6 +239,12 @@ class _Product:
         for variant in {self.small.serial, self.small.parallel}:
             variant(np.zeros((1, 1), dt), np.zeros((1, 1), dt), self.zero_col, 1.0, 0.0,
                     np.empty((1, 1), dt), GEMV_BLOCK)  # fmt: skip
+        # float32 products of a few rows or more on the register tile (`tile_matmul`)
+        self.tile = None
+        if tile_matmul_applies(dt, MIN_TILE_ROWS, 1, True):
+            self.tile = tile_matmul_kernel(ctx)
+            for variant in {self.tile.serial, self.tile.parallel}:  # first calls: now
+                variant(np.zeros((4, 1), dt), np.zeros((1, 1), dt), np.empty((4, 1), dt), 1)
         self._b: tuple[Any, Any] | None = None  # (B as given, B as (K, N) C-contiguous)
         self.gemv = None  # `_gemv_rows`, for a B kept as given
         weight = constant_value(kn, 1)
@@ -342,6 +352,18 @@ class _Product:
         if self.gemv is not None and a2.shape[0] == 1 and not bp.flags.c_contiguous:
             y = np.empty((1, bp.shape[1]), self.dt)
             self.gemv(bp.size, bp.T, a2, y, GEMV_ROWS)
+            return y
+        rows, k = a2.shape
+        if self.tile is not None and tile_matmul_applies(self.dt, rows, k, bp.flags.c_contiguous):
+            n = bp.shape[1]
+            y = np.empty((rows, n), self.dt)
+            # as `pool_matmul`: the run's threads (BLAS held to one for the rest of the run),
+            # a product under POOL_SERIAL_MACS whole on the caller's
+            threads = run_threads()
+            if threads > 1 and rows * k * n >= POOL_SERIAL_MACS:
+                self.tile.parallel(a2, bp, y, threads)
+            else:
+                self.tile.serial(a2, bp, y, 1)
             return y
         return pool_matmul(a2, bp)
 
