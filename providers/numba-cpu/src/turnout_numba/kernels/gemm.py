@@ -15,7 +15,7 @@ what is done about it:
   weights are read from memory once a run (ShuffleNet's 544x1000 in-model: 236-241 us at
   1 thread, 129-145 at 2; onnxruntime 60-70).
 - larger M: float32 on the register tile where the host has the AVX-512 one
-  (`tile_matmul`: 1.2-2.2x OpenBLAS from 4 rows on a Zen 5), else BLAS, into a fresh
+  (`tile_matmul`: 1.1-2.2x OpenBLAS from 4 rows on a Zen 5), else BLAS, into a fresh
   array, then one compiled epilogue pass (`Epilogue`) for alpha, C
   and the activation, instead of numpy's pass per operation (Gelu's erf alone costs ten times
   the GEMM). An N-D A with contiguous rows is one 2-D GEMM, not one per leading index.

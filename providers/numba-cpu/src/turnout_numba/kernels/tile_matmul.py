@@ -2,7 +2,7 @@
 
 The tile was written for conv products, but a dense layer's product is the same shape of
 work: A's rows (a batch of activations) times a packed constant B. On the 2-core Zen 5 EPYC
-(AVX-512, 1 thread, products alone) it ran 1.2-2.2x OpenBLAS's GMAC/s from 4 rows up:
+(AVX-512, 1 thread, products alone) it ran 1.1-2.2x OpenBLAS's GMAC/s from 4 rows up:
 64 x 1024 x 1024 104 against 78, 128 x 768 x 3072 (a BERT feed-forward) 111 against 92,
 8 x 1024 x 1024 45 against 20, 200 x 128 x 128 122 against 105. One row stays with the
 compiled GEMV of `gemm.py`.
