@@ -458,7 +458,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             prepare[kind](tile)
         made = _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile, bound)
         if kind == "small" and n_ == 1:  # its buffer lists are made's: shared by the copy
-            made = replace(made, one_image=_one_image_run(made, dt, name))
+            made = replace(made, one_image=_one_image_run(made, dt))
         return made
 
     def run(x: Any, w: Any, b: Any = None, z: Any = None) -> tuple[Any]:
@@ -468,8 +468,6 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         p = plans.get(key)
         if p is None:  # pads/auto_pad/output size: the same for every run at these shapes
             p = plans[key] = plan(x, w)
-        if p.one_image is not None and z is None:
-            return p.one_image(x, w, b)  # type: ignore[no-any-return]
         if p.kind == "numpy":
             small = numpy_conv[0]
             assert small is not None
@@ -477,6 +475,8 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         m_ = p.y3[1]
         if b is not None and b.shape != (m_,):
             raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m_},)")
+        if p.one_image is not None and z is None:
+            return p.one_image(x, w, b)  # type: ignore[no-any-return]
         full = None
         if z is not None:
             try:
@@ -691,17 +691,30 @@ def _serial_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
     concurrent runs each take their own)."""
     s = p.serial
     assert s is not None
-    run_threads()  # BLAS on one thread, in a session with threads
-    padded = scratch = None
-    if s.padded is not None:
-        padded = p.pads.pop() if p.pads else np.zeros(s.padded, x.dtype)
-    if s.scratch is not None:
-        scratch = p.scratch.pop() if p.scratch else np.empty(s.scratch, x.dtype)
+    padded, scratch = _take_buffers(p, s, x.dtype)
     xs = x.reshape(s.images)
     w3 = w.reshape(s.w3)
     call = s.call
     for n in range(s.images[0]):
         call(xs[n], w3, y[n], scratch, row, None if full is None else full[n], padded)
+    _give_back(p, padded, scratch)
+
+
+def _take_buffers(p: _Plan, s: _SerialRun, dt: np.dtype[Any]) -> tuple[Any, Any]:
+    """(padded image, scratch) for one run of the bound serial kernel, taken from the plan's
+    lists (made when none is free: concurrent runs each take their own); BLAS held to one
+    thread, in a session with threads."""
+    run_threads()
+    padded = scratch = None
+    if s.padded is not None:
+        padded = p.pads.pop() if p.pads else np.zeros(s.padded, dt)
+    if s.scratch is not None:
+        scratch = p.scratch.pop() if p.scratch else np.empty(s.scratch, dt)
+    return padded, scratch
+
+
+def _give_back(p: _Plan, padded: Any, scratch: Any) -> None:
+    """The buffers `_take_buffers` gave, back to the plan for the next run."""
     if scratch is not None:
         p.scratch.append(scratch)
     if padded is not None:
@@ -714,7 +727,7 @@ def _small_conv(x: Any, w: Any, y: Any, p: _Plan, row: Any, full: Any) -> None:
     _serial_conv(x, w, y, p, row, full)
 
 
-def _one_image_run(p: _Plan, dt: np.dtype[Any], name: str) -> Any:
+def _one_image_run(p: _Plan, dt: np.dtype[Any]) -> Any:
     """`run` for a small conv of one image without a residual: `_serial_conv`'s work with the
     weights' 3-D view kept while the same weights come (an initializer: every run), the
     output made in its final shape. The Python around a small conv's few microseconds of
@@ -722,32 +735,20 @@ def _one_image_run(p: _Plan, dt: np.dtype[Any], name: str) -> Any:
     s = p.serial
     assert s is not None
     call, image, w3_shape = s.call, s.images[1:], s.w3
-    y2, final, m_ = p.y3[1:], p.final, p.y3[1]
+    y2, final = p.y3[1:], p.final
     last: list[tuple[Any, Any]] = [(None, None)]  # (W, W as w3_shape), replaced together
 
     def one_image(x: Any, w: Any, b: Any) -> tuple[Any]:
-        row = None
-        if b is not None:
-            if b.shape != (m_,):
-                raise InvalidArgument(f"{name}: bias shape {b.shape} must be ({m_},)")
-            row = np.ascontiguousarray(b)
+        row = None if b is None else np.ascontiguousarray(b)  # its shape checked by `run`
         seen, w3 = last[0]
         if seen is not w:
             w3 = np.ascontiguousarray(w).reshape(w3_shape)
             if w.flags.c_contiguous:  # a view of w: sees what a caller writes into w
                 last[0] = (w, w3)
         y = np.empty(final, dt)
-        run_threads()  # BLAS on one thread, in a session with threads
-        padded = scratch = None
-        if s.padded is not None:
-            padded = p.pads.pop() if p.pads else np.zeros(s.padded, dt)
-        if s.scratch is not None:
-            scratch = p.scratch.pop() if p.scratch else np.empty(s.scratch, dt)
+        padded, scratch = _take_buffers(p, s, dt)
         call(np.ascontiguousarray(x).reshape(image), w3, y.reshape(y2), scratch, row, None, padded)
-        if scratch is not None:
-            p.scratch.append(scratch)
-        if padded is not None:
-            p.pads.append(padded)
+        _give_back(p, padded, scratch)
         return (y,)
 
     return one_image

@@ -43,8 +43,7 @@ from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from .epilogue import Epilogue
 from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
-from .tile_matmul import MIN_ROWS as MIN_TILE_ROWS
-from .tile_matmul import tile_matmul_applies, tile_matmul_kernel
+from .tile_matmul import tile_matmul_applies, tile_matmul_available, tile_matmul_kernel
 
 __all__: list[str] = []
 
@@ -241,7 +240,7 @@ class _Product:
                     np.empty((1, 1), dt), GEMV_BLOCK)  # fmt: skip
         # float32 products of a few rows or more on the register tile (`tile_matmul`)
         self.tile = None
-        if tile_matmul_applies(dt, MIN_TILE_ROWS, 1, True):
+        if tile_matmul_available(dt):
             self.tile = tile_matmul_kernel(ctx)
             for variant in {self.tile.serial, self.tile.parallel}:  # first calls: now
                 variant(np.zeros((4, 1), dt), np.zeros((1, 1), dt), np.empty((4, 1), dt), 1)

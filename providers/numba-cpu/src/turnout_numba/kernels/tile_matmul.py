@@ -23,15 +23,21 @@ from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel
 from . import sgemm_tile
 
-__all__ = ["MIN_ROWS", "TILE_MAX_K", "tile_matmul_applies", "tile_matmul_kernel"]
+__all__ = [
+    "MAX_K",
+    "MIN_ROWS",
+    "tile_matmul_applies",
+    "tile_matmul_available",
+    "tile_matmul_kernel",
+]
 
 MIN_ROWS = 4
 """The fewest rows of A a product takes the tile with (4 rows: 26 against OpenBLAS's 16
 GMAC/s at 1024 x 1024; a tile computes `sgemm_tile.ROWS` rows whatever M is)."""
 
-TILE_MAX_K = 9216
-"""The longest inner dimension, as for convs (`conv.TILE_MAX_K`): 64 x 9216 x 512 ran 89
-against OpenBLAS's 81 GMAC/s."""
+MAX_K = 9216
+"""The longest inner dimension measured here (64 x 9216 x 512: 89 against OpenBLAS's 81
+GMAC/s); convs have their own limit (`conv.TILE_MAX_K`)."""
 
 _SOURCE = """\
 from numba import prange
@@ -50,18 +56,17 @@ def _tile_matmul(a, b, c, parts):
 """
 
 
+def tile_matmul_available(dt: np.dtype[Any]) -> bool:
+    """Whether products of `dt` may run on the tile here: float32, on a host with the AVX-512
+    tile (the 8-lane AVX2 one ran even with OpenBLAS on conv products)."""
+    return sgemm_tile.AVAILABLE and sgemm_tile.LANES >= 16 and dt == np.float32
+
+
 def tile_matmul_applies(dt: np.dtype[Any], rows: int, k: int, b_contiguous: bool) -> bool:
-    """Whether a product of `rows` rows of A by a (k, N) B runs on the tile: float32, a host
-    with the AVX-512 tile (the 8-lane AVX2 one ran even with OpenBLAS on conv products), a
+    """Whether a product of `rows` rows of A by a (k, N) B runs on the tile: where it is
+    available (`tile_matmul_available`), from `MIN_ROWS` rows, K up to `MAX_K`, a
     C-contiguous B."""
-    return (
-        sgemm_tile.AVAILABLE
-        and sgemm_tile.LANES >= 16
-        and dt == np.float32
-        and rows >= MIN_ROWS
-        and 0 < k <= TILE_MAX_K
-        and b_contiguous
-    )
+    return tile_matmul_available(dt) and rows >= MIN_ROWS and 0 < k <= MAX_K and b_contiguous
 
 
 def tile_matmul_kernel(ctx: BuildContext) -> SizedKernel:
