@@ -368,6 +368,37 @@ def test_max_pool_nan_on_both_paths(attrs: dict[str, Any]) -> None:
     np.testing.assert_array_equal(y, run_onnxruntime(with_indices, [x], 12)[0])
 
 
+@pytest.mark.parametrize(
+    "width, attrs",
+    [
+        (70, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}),  # max_rows
+        (70, {"kernel_shape": [2, 2], "strides": [2, 2]}),  # max_rows, two rows
+        (70, {"kernel_shape": [4, 3], "strides": [2, 2], "pads": [1] * 4}),  # max_rows, any
+        (12, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1] * 4}),  # max_plane
+        (12, {"kernel_shape": [4, 2], "strides": [2, 2], "pads": [1, 0, 2, 0]}),  # max_plane
+        (12, {"kernel_shape": [3, 3], "pads": [1] * 4}),  # max_flat
+        (12, {"kernel_shape": [2, 2], "pads": [0, 0, 1, 1]}),  # max_flat, two rows
+        (12, {"kernel_shape": [5, 3], "pads": [2, 1, 2, 1]}),  # max_flat, any
+    ],
+)
+def test_max_pool_sees_a_nan_in_any_row(width: int, attrs: dict[str, Any]) -> None:
+    """The row pass flags a NaN as it reads it: one NaN in each row in turn (first, middle
+    and last column), in windows clamped at the edges and inside, is redone by onnxruntime's
+    rule on every kernel; a row holding +inf and -inf together flags too and stays right."""
+    x = np.random.default_rng(8).standard_normal((1, 2, 9, width)).astype(np.float32)
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    model = one_node_model(node, [x], 12)
+    sess, ref = _session(model, intra_op_num_threads=1), cpu_session(model)
+    assert [a.source for a in sess.partition_report().assignments] == ["numba"]
+    for row in range(x.shape[2]):
+        for col in (0, width // 2, width - 1):
+            bad = x.copy()
+            bad[0, 1, row, col] = np.nan
+            bad[0, 0, row, col], bad[0, 0, (row + 1) % 9, col] = np.inf, -np.inf
+            got, want = sess.run(None, {"x": bad})[0], ref.run(None, {"x": bad})[0]
+            np.testing.assert_array_equal(got, want, err_msg=f"NaN at row {row}, col {col}")
+
+
 def test_tiling_is_recognized() -> None:
     """Only stride = kernel, no dilation and no padding take the tiling path (AveragePool)."""
     from turnout_numba.kernels.pool import _tiles
