@@ -198,9 +198,9 @@ def test_threads_keep_big_bands(monkeypatch: pytest.MonkeyPatch) -> None:
     widths: dict[int, list[int]] = {1: [], 2: []}
     for threads, seen in widths.items():
 
-        def spy(a: Any, b: Any, out: Any = None, seen: list[int] = seen) -> Any:
+        def spy(a: Any, b: Any, out: Any = None, tile: bool = False, seen: list[int] = seen) -> Any:
             seen.append(b.shape[1])
-            return real(a, b, out=out)
+            return real(a, b, out=out, tile=tile)
 
         monkeypatch.setattr(conv_mod, "pool_matmul", spy)
         sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=threads)
@@ -240,3 +240,43 @@ def test_model_shapes_match_onnxruntime(
     )[0]
     got = _run(x, w, b, None, **attrs)
     np.testing.assert_allclose(got, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "pads"),
+    [((1, 512, 13, 13), (1000, 512, 1, 1), 0), ((2, 48, 13, 11), (197, 48, 3, 3), 1)],
+    ids=["pointwise-by-rows", "im2col-two-images"],
+)
+def test_threads_split_unfused_products_on_the_tile(
+    monkeypatch: pytest.MonkeyPatch, x_shape: tuple[int, ...], w_shape: tuple[int, ...], pads: int
+) -> None:
+    """With threads, a conv whose weights outweigh its image (no fused bands) splits its
+    products between the threads, each part on the register tile where the tile serves it
+    without threads; its answer is onnx.reference's."""
+    from turnout_numba.kernels import pool_matmul as pm
+    from turnout_numba.kernels import sgemm_tile
+
+    if not conv_mod._tile_applies(np.dtype(np.float32), 64, 512, 169):
+        pytest.skip("this host's convs keep BLAS (no AVX-512 register tile)")
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread on this machine: nothing is split")
+    assert sgemm_tile.AVAILABLE
+    calls: list[tuple[int, ...]] = []
+    real = pm._tile_kernel
+
+    def spy() -> Any:
+        kern = real()
+        return lambda *args: calls.append(args[2].shape) or kern(*args)
+
+    monkeypatch.setattr(pm, "_tile_kernel", spy)
+    monkeypatch.setattr(conv_mod, "FUSED_MIN_COLUMNS", 1 << 20)  # no fused bands here
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) * 0.05).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[pads] * 4)
+    model = one_node_model(node, [x, w], 17)
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=2)
+    got = sess.run(None, {"x": x, "w": w})[0]
+    assert calls and all(shape[0] == w_shape[0] for shape in calls)
+    want = run_reference(node, [x.astype(np.float64), w.astype(np.float64)], 17)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -80,6 +80,56 @@ def test_strided_operands_and_output(two_thread_run: Any) -> None:
     assert np.isnan(y[0]).all() and np.isnan(y[1, :, :100]).all() and np.isnan(y[1, :, 700:]).all()
 
 
+@pytest.fixture
+def tile_calls(two_thread_run: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`two_thread_run`, with the calls of the split on the register tile counted."""
+    from turnout_numba.kernels import sgemm_tile
+
+    if not sgemm_tile.AVAILABLE:
+        pytest.skip("this host has no register tile (AVX-512 or AVX2 with FMA)")
+    calls: list[tuple[int, ...]] = []
+    real = pm._tile_kernel
+
+    def spy() -> Any:
+        kern = real()
+
+        def counted(*args: Any) -> Any:
+            calls.append(args[2].shape)
+            return kern(*args)
+
+        return counted
+
+    monkeypatch.setattr(pm, "_tile_kernel", spy)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [(64, 576, 504), (1000, 512, 169), (203, 400, 60), (33, 1000, 333), (9, 500, 1001)],
+    ids=["columns", "rows", "rows-odd", "columns-odd", "columns-narrow-rows"],
+)
+def test_split_on_the_tile_equals_numpy(
+    tile_calls: Any, two_thread_run: Any, m: int, k: int, n: int
+) -> None:
+    """Rows split in whole tiles and columns in whole blocks, with the remainders of both."""
+    a, b = _operands(m, k, n)
+    out = np.full((m, n), np.nan, np.float32)
+    assert pm.pool_matmul(a, b, out=out, tile=True) is out
+    assert tile_calls == [(m, n)] and two_thread_run == []
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_split_on_the_tile_reads_and_writes_strided_rows(tile_calls: Any) -> None:
+    """A conv band on the tile: a column slice of the panel into a slice of the output."""
+    a, b_full = _operands(96, 300, 900)
+    b = b_full[:, 100:700]
+    y = np.full((2, 96, 900), np.nan, np.float32)
+    pm.pool_matmul(a, b, out=y[1, :, 100:700], tile=True)
+    assert tile_calls == [(96, 600)]
+    np.testing.assert_allclose(y[1, :, 100:700], a @ b, rtol=1e-4, atol=1e-3)
+    assert np.isnan(y[0]).all() and np.isnan(y[1, :, :100]).all() and np.isnan(y[1, :, 700:]).all()
+
+
 def test_float64_and_allocated_output(two_thread_run: Any) -> None:
     if cblas.find_gemm("float64") is None:
         pytest.skip("numpy's BLAS exports no cblas_dgemm here")

@@ -24,8 +24,9 @@ refined on the first run at each input shape:
   ungrouped, a band of its pixels a thread (`_split_band`);
 - float32 products thin enough for the register tile of `sgemm_tile` (`_tile_applies`; on
   AVX-512 hosts):
-  the band kernels multiply with the tile instead of BLAS, and at 1 thread the im2col and
-  pointwise convs run as one call of the serial band kernel (`_tiled_conv`).
+  the band kernels multiply with the tile instead of BLAS, at 1 thread the im2col and
+  pointwise convs run as one call of the serial band kernel (`_tiled_conv`), and with threads
+  an unfused conv's products are split between them on the tile (`pool_matmul`).
 Outside the depthwise kernel, the bias, FusedConv's residual Z and its activation run after the
 GEMMs in one pass (`epilogue`). The window geometry (pads, auto_pad, output size) is the CPU
 provider's (`conv_geometry`), planned once per input shape. 3-D convolution and other dtypes
@@ -72,7 +73,7 @@ from .depthwise import depthwise_kernel
 from .epilogue import Epilogue
 from .gemm import present
 from .im2col import MIN_TILE, fused_band, pad_kernel, tile_kernel, tile_rows
-from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
+from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul, prepare_pool_tile
 from .window import GEO, Window, plan_window
 
 __all__ = [
@@ -249,6 +250,7 @@ class _Plan:
     tile: bool  # the band kernel multiplies with the register tile (`sgemm_tile`)
     serial: _SerialRun | None = None  # small and 1-thread tiled convs: the bound kernel
     one_image: Any = None  # a small conv of one image: its whole run (`_one_image_run`)
+    split: bool = False  # with threads, unfused tiled products split (`pool_matmul`)
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
     scratch: list[Any] = field(default_factory=list)  # `conv_bands` / `conv_shift` buffers
 
@@ -287,7 +289,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if im2col[0] is None:
             im2col[0] = _Im2col(dt, ctx.parallel)
         need_bands("gemm", tile)
-        need_epilogue()
+        need_epilogue(tile)
 
     # stride-1 convs as shifted products: tile? -> the kernel
     shift: dict[bool, ShiftKernel] = {}
@@ -315,18 +317,20 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     # the bias, residual and activation after the products of the unfused GEMM paths
     epilogue: list[Epilogue | None] = [None]
 
-    def need_epilogue() -> None:
+    def need_epilogue(tile: bool = False) -> None:
         if epilogue[0] is None:
             epilogue[0] = Epilogue(dt, act, ctx.parallel, row=present(kn, 2), full=has_z)
-            if ctx.parallel:
-                prepare_pool_matmul(dt)  # compiled now: the first run's products need it
+        if ctx.parallel:  # compiled now: the first run's products need it
+            prepare_pool_matmul(dt)
+            if tile:
+                prepare_pool_tile()
 
     def need_pointwise(tile: bool = False) -> None:
         if tile and not ctx.parallel:
             need_small(False, True)
             return
         need_bands("pw", tile)
-        need_epilogue()
+        need_epilogue(tile)
 
     # compiled now for the declared shapes; a run at other shapes compiles what it needs.
     # Each takes whether the products run on the register tile.
@@ -441,22 +445,26 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         chunks = min(planes, 64) if ctx.parallel and work >= SERIAL_WORK else 1
         if not (kind in ("gemm", "pw") and (tile or find_gemm(dt) is not None)):
             fused = 0
+        split = False
         if tile and kind in ("gemm", "pw") and not fused:
-            # unfused with threads, a product big enough is split between them
-            # (`pool_matmul`): BLAS; a smaller one stays on the tile, as without threads
-            tile = (
-                not ctx.parallel
-                or numba.get_num_threads() < 2
-                or _unsplit(w[0].size, mg, (oh_, ow_), fused)
+            # unfused with threads, a product big enough is split between them, each part
+            # on the tile (`pool_matmul`); a smaller one runs whole, as without threads
+            split = (
+                ctx.parallel
+                and numba.get_num_threads() >= 2
+                and not _unsplit(w[0].size, mg, (oh_, ow_), fused)
             )
         bound = None
-        if kind == "small" or (tile and kind in ("gemm", "pw") and not fused):
+        if kind == "small" or (tile and kind in ("gemm", "pw") and not fused and not split):
             # the serial band kernel's whole run
             need_small(gather, tile)
             bound = _bind_serial(serial[gather, tile], x.shape, w.shape, group, win, band)
         elif kind in prepare:
             prepare[kind](tile)
-        made = _Plan(kind, final, y3, win, work, max(chunks, 1), band, fused, shape, tile, bound)
+        chunks = max(chunks, 1)
+        made = _Plan(
+            kind, final, y3, win, work, chunks, band, fused, shape, tile, bound, split=split
+        )
         if kind == "small" and n_ == 1:  # its buffer lists are made's: shared by the copy
             made = replace(made, one_image=_one_image_run(made, dt))
         return made
@@ -511,7 +519,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         if p.shift is not None:
             _shifted_conv(x, w, y, p, p.shift, shift[p.tile], row, full)
             return (y.reshape(p.final),)
-        if p.tile and not p.fused:
+        if p.tile and not p.fused and not p.split:
             _tiled_conv(x, w, y, p, row, full)
             return (y.reshape(p.final),)
         gemm = find_gemm(dt) if p.fused else None
@@ -589,7 +597,7 @@ def _gemm_conv(
                     assert win is not None and im2col is not None
                     panel = col[: krows * (b - a)].reshape(krows, b - a)
                     im2col.tile(panel.size, planes, panel, *args, a, b, padded is None)
-                pool_matmul(wg[g], panel, out=y[n, g * mg : (g + 1) * mg, a:b])
+                pool_matmul(wg[g], panel, out=y[n, g * mg : (g + 1) * mg, a:b], tile=p.tile)
             if not epilogue.noop:  # bias, residual Z, activation
                 zn = None if full is None else full[n : n + 1]
                 epilogue(y[n : n + 1], row=row, full=zn, band=(a, b))
