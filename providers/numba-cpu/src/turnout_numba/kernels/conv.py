@@ -11,6 +11,8 @@ refined on the first run at each input shape:
   plan as the depthwise kernel, then per group the patches of a band of output rows are laid
   out as (C/group*KH*KW, rows*OW) and a BLAS GEMM writes that band of the group's output
   channels in place, while the band's columns are still in cache;
+- float32 3x3 stride-1 convs with enough channels and pixels, on AVX-512 hosts: Winograd
+  F(2x2, 3x3), its 16 products a band on the register tile (`winograd.py`);
 - stride-1 convs with enough input channels and wide enough outputs: shifted products over the
   padded image, without im2col (`conv_shift.py`): one GEMM per tap, or with the register tile
   (`_shift_tile`) one product per band over all the taps;
@@ -75,6 +77,7 @@ from .gemm import present
 from .im2col import MIN_TILE, fused_band, pad_kernel, tile_kernel, tile_rows
 from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul, prepare_pool_tile
 from .window import GEO, Window, plan_window
+from .winograd import Winograd, winograd_applies
 
 __all__ = [
     "DEPTHWISE_MAX_MULTIPLIER",
@@ -238,7 +241,7 @@ def _conv_applies(kn: KernelNode) -> str | None:
 class _Plan:
     """Everything a run at one (X shape, W shape) needs, computed on its first run."""
 
-    kind: str  # "dw", "pw", "gemm", "shift", "small" or "numpy"
+    kind: str  # "dw", "pw", "gemm", "shift", "small", "wino" or "numpy"
     final: tuple[int, ...]  # the output shape
     y3: tuple[int, int, int]  # (N, M, OH*OW): the output as the kernels write it
     win: Window | None
@@ -251,6 +254,7 @@ class _Plan:
     serial: _SerialRun | None = None  # small and 1-thread tiled convs: the bound kernel
     one_image: Any = None  # a small conv of one image: its whole run (`_one_image_run`)
     split: bool = False  # with threads, unfused tiled products split (`pool_matmul`)
+    pads_before: tuple[int, int] = (0, 0)  # "wino": the zeros before the input's rows, columns
     pads: list[Any] = field(default_factory=list)  # padded-image buffers, zero padding kept
     scratch: list[Any] = field(default_factory=list)  # `conv_bands` / `conv_shift` buffers
 
@@ -314,6 +318,14 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 dt, act, bias, has_z, gather=gather, parallel=False, tile=tile
             )
 
+    # 3x3 stride-1 convs as Winograd F(2x2, 3x3) on the register tile
+    winograd: list[Winograd | None] = [None]
+
+    def need_winograd() -> None:
+        if winograd[0] is None:
+            winograd[0] = Winograd(ctx)
+        need_epilogue()
+
     # the bias, residual and activation after the products of the unfused GEMM paths
     epilogue: list[Epilogue | None] = [None]
 
@@ -341,6 +353,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         "small": lambda tile: need_small(True, tile),
         "small_pw": lambda tile: need_small(False, tile),
         "numpy": lambda tile: need_numpy(),
+        "wino": lambda tile: need_winograd(),
     }
     declared = _declared_kind(kn, w_shape, group, dt, depthwise is not None, ctx.parallel)
     # a small conv runs whole on the caller's thread: its products as without threads
@@ -393,6 +406,14 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             kind = "dw"
         elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
             kind = "pw"
+        elif x.ndim == 4 and winograd_applies(dt, w.shape, group, strides, dilations, oh_ * ow_):
+            need_winograd()
+            threads = numba.get_num_threads() if ctx.parallel else 1
+            work = n_ * m_ * oh_ * ow_ * w[0].size
+            pads_before = (int(pb[0]), int(pb[1]))
+            return _Plan(
+                "wino", final, y3, None, work, threads, 0, 0, None, True, pads_before=pads_before
+            )
         elif x.ndim == 4 and _shift_applies(
             w.shape, group, strides, dt, ow_, dilations[1], on_tile
         ):
@@ -515,6 +536,11 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         row = None if b is None else np.ascontiguousarray(b)
         if p.kind == "small":
             _small_conv(x, w, y, p, row, full)
+            return (y.reshape(p.final),)
+        if p.kind == "wino":
+            assert winograd[0] is not None and epilogue[0] is not None
+            winograd[0](x, w, y.reshape(p.final), p.pads_before, p.chunks)
+            epilogue[0](y, row=row, full=full)
             return (y.reshape(p.final),)
         if p.shift is not None:
             _shifted_conv(x, w, y, p, p.shift, shift[p.tile], row, full)
@@ -800,9 +826,9 @@ def _declared_kind(
     depthwise: bool,
     parallel: bool,
 ) -> str | None:
-    """The plan kind the declared shapes will take ("dw", "pw", "small", "numpy", "shift",
-    "gemm"), as the first run's `plan` decides it ("small_pw": a small pointwise conv); None
-    where the weight's shape is not declared."""
+    """The plan kind the declared shapes will take ("dw", "pw", "small", "numpy", "wino",
+    "shift", "gemm"), as the first run's `plan` decides it ("small_pw": a small pointwise
+    conv); None where the weight's shape is not declared."""
     if w_shape is None or not all(isinstance(d, int) for d in w_shape):
         return None
     if depthwise:
@@ -827,7 +853,12 @@ def _declared_kind(
         return "small_pw" if pointwise else "small"
     if pointwise:
         return "pw"
-    dil_w = int((kn.attr("dilations", None) or [1])[-1])
+    dilations = kn.attr("dilations", None) or [1]
+    if len(spatial) == 2 and winograd_applies(
+        dt, w_shape, group, strides, dilations, int(np.prod(spatial))
+    ):
+        return "wino"
+    dil_w = int(dilations[-1])
     tile = _declared_tile(kn, w_shape, group, dt, parallel)
     if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w, tile):
         return "shift"
