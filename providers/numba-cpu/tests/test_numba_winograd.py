@@ -193,3 +193,52 @@ def test_a_residual_sum_and_relu_follow_the_products(wino_calls: list[tuple[int,
     want = np.maximum(conv + x, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert wino_calls == [want.shape]
+
+
+def test_convs_share_scratch_and_concurrent_runs_take_their_own(
+    wino_calls: list[tuple[int, ...]],
+) -> None:
+    """Two Winograd convs in a row leave one scratch buffer in the pool; runs from four Python
+    threads at once each take their own and all get the reference answer."""
+    import threading
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 64, 20, 20)).astype(np.float32)
+    w1 = (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((80, 64, 3, 3)) * 0.1).astype(np.float32)
+    attrs = {"kernel_shape": [3, 3], "pads": [1] * 4}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["h"], **attrs),
+        helper.make_node("Conv", ["h", "w2"], ["y"], **attrs),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=1)
+    wino._FREE.clear()
+    sess.run(None, {"x": x})
+    assert len(wino_calls) == 2 and len(wino._FREE) == 1
+    inputs = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)]
+    wants = []
+    for xi in inputs:
+        h = _reference(xi, w1, None, attrs, False)
+        wants.append(_reference(h.astype(np.float32), w2, None, attrs, False))
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        for _ in range(10):
+            got = sess.run(None, {"x": inputs[i]})[0]
+            if not np.allclose(got, wants[i], rtol=1e-4, atol=1e-4 * np.abs(wants[i]).max()):
+                errors.append(f"thread {i}: wrong answer")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

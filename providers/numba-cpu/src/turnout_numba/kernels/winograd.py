@@ -21,12 +21,13 @@ rounding differs from the direct sum's: about 4e-7 of the output's largest value
 channels (float64 transforms of the weights, float32 ones of the input).
 
 Bands: `ROWS_BUDGET` bytes of transformed input and products a band, at least one band a
-thread; the threads take bands in turn (`parts`), each with its own scratch of the plan's.
+thread; the threads take bands in turn (`parts`), each with its own part of a scratch buffer
+that all Winograd convs of the process share (`_take`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
 from typing import Any
 
 import numpy as np
@@ -195,12 +196,27 @@ def transform_weights(w: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]), dtype=np.float32)
 
 
-@dataclass
-class _Scratch:
-    """One run's transformed input and products, a band per thread."""
+_FREE: list[np.ndarray[Any, Any]] = []
+"""Scratch buffers not in use, shared by every Winograd conv of the process: a run's nodes
+take one in turn, so a model holds about one band's worth (per thread) whatever its number of
+convs; runs at the same time each take their own."""
 
-    v: np.ndarray[Any, Any]  # (parts, 16, C, blocks)
-    m: np.ndarray[Any, Any]  # (parts, 16, M, blocks)
+
+_FREE_LOCK = threading.Lock()
+
+
+def _take(size: int) -> np.ndarray[Any, Any]:
+    """A float32 buffer of at least `size` elements: the largest free one if it is enough,
+    else a new one (the smaller one is dropped)."""
+    with _FREE_LOCK:
+        buf = _FREE.pop() if _FREE else None
+    return buf if buf is not None and buf.size >= size else np.empty(size, np.float32)
+
+
+def _give_back(buf: np.ndarray[Any, Any]) -> None:
+    with _FREE_LOCK:
+        _FREE.append(buf)
+        _FREE.sort(key=len)
 
 
 class Winograd:
@@ -221,7 +237,6 @@ class Winograd:
         )
         self._kern: SizedKernel = ctx.jit(fn, [sig])
         self._weights: tuple[Any, Any] | None = None  # (the read-only W, its transform)
-        self._scratch: dict[tuple[int, ...], list[_Scratch]] = {}
 
     def transformed(self, w: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """W's transform: the one kept when `w` is the read-only array it was made from."""
@@ -253,15 +268,13 @@ class Winograd:
         bands = n * -(-th // band_rows)
         parts = max(1, min(threads, bands))
         blocks = band_rows * tw
-        key = (parts, c, m, blocks)
-        free = self._scratch.setdefault(key, [])
-        s = free.pop() if free else None
-        if s is None:
-            s = _Scratch(
-                np.empty((parts, 16, c, blocks), np.float32),
-                np.empty((parts, 16, m, blocks), np.float32),
-            )
+        nv, nm = parts * 16 * c * blocks, parts * 16 * m * blocks
+        buf = _take(nv + nm)
+        v = buf[:nv].reshape(parts, 16, c, blocks)
+        mx = buf[nv : nv + nm].reshape(parts, 16, m, blocks)
         geo = np.array([pads[0], pads[1], band_rows], np.int64)
         work = n * m * oh * ow * c * 4
-        self._kern(work, x, self.transformed(w), y4, geo, parts, s.v, s.m)
-        free.append(s)
+        try:
+            self._kern(work, x, self.transformed(w), y4, geo, parts, v, mx)
+        finally:
+            _give_back(buf)
