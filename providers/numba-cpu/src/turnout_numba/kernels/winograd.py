@@ -35,7 +35,7 @@ from numba import types
 
 from .. import cache
 from ..codegen import numba_array
-from ..registry import BuildContext, SizedKernel
+from ..registry import BuildContext
 from . import sgemm_tile
 
 __all__ = [
@@ -235,7 +235,9 @@ class Winograd:
             numba_array(f32, 4, readonly=False, layout="C"),
             numba_array(f32, 4, readonly=False, layout="C"),
         )
-        self._kern: SizedKernel = ctx.jit(fn, [sig])
+        # one variant, parallel where the session has threads: a Winograd conv is always
+        # past `SERIAL_WORK`, and loading the serial one too took 15-40 ms of the session
+        self._kern = cache.jit(fn, [sig], parallel=ctx.parallel)
         self._weights: tuple[Any, Any] | None = None  # (the read-only W, its transform)
 
     def transformed(self, w: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -273,8 +275,7 @@ class Winograd:
         v = buf[:nv].reshape(parts, 16, c, blocks)
         mx = buf[nv : nv + nm].reshape(parts, 16, m, blocks)
         geo = np.array([pads[0], pads[1], band_rows], np.int64)
-        work = n * m * oh * ow * c * 4
         try:
-            self._kern(work, x, self.transformed(w), y4, geo, parts, v, mx)
+            self._kern(x, self.transformed(w), y4, geo, parts, v, mx)
         finally:
             _give_back(buf)
