@@ -38,23 +38,24 @@ def wino_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
     return calls
 
 
-def _model(x_shape: tuple[int, ...], w: Any, b: Any, attrs: dict[str, Any], relu: bool) -> Any:
-    inits = [numpy_helper.from_array(w, "w")]
-    inputs = ["x", "w"]
-    if b is not None:
-        inits.append(numpy_helper.from_array(b, "b"))
-        inputs.append("b")
-    nodes = [helper.make_node("Conv", inputs, ["c" if relu else "y"], **attrs)]
-    if relu:
-        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+def _graph_model(nodes: list[Any], x_shape: tuple[int, ...], weights: dict[str, Any]) -> Any:
+    """A model of `nodes` from input "x" to output "y", `weights` its initializers."""
     graph = helper.make_graph(
         nodes,
         "wino",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
+        [numpy_helper.from_array(v, k) for k, v in weights.items()],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _model(x_shape: tuple[int, ...], w: Any, b: Any, attrs: dict[str, Any], relu: bool) -> Any:
+    weights = {"w": w} if b is None else {"w": w, "b": b}
+    nodes = [helper.make_node("Conv", ["x", *weights], ["c" if relu else "y"], **attrs)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    return _graph_model(nodes, x_shape, weights)
 
 
 def _reference(x: Any, w: Any, b: Any, attrs: dict[str, Any], relu: bool) -> Any:
@@ -180,14 +181,7 @@ def test_a_residual_sum_and_relu_follow_the_products(wino_calls: list[tuple[int,
         helper.make_node("Add", ["c", "x"], ["s"]),
         helper.make_node("Relu", ["s"], ["y"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "residual",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _graph_model(nodes, x.shape, {"w": w, "b": b})
     got = provider_session(model, "NumbaExecutionProvider").run(None, {"x": x})[0]
     conv = _reference(x, w, b, {"kernel_shape": [3, 3], "pads": [1] * 4}, False)
     want = np.maximum(conv + x, 0)
@@ -211,14 +205,7 @@ def test_convs_share_scratch_and_concurrent_runs_take_their_own(
         helper.make_node("Conv", ["x", "w1"], ["h"], **attrs),
         helper.make_node("Conv", ["h", "w2"], ["y"], **attrs),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "two",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = _graph_model(nodes, x.shape, {"w1": w1, "w2": w2})
     sess = provider_session(model, "NumbaExecutionProvider", intra_op_num_threads=1)
     wino._FREE.clear()
     sess.run(None, {"x": x})

@@ -7,8 +7,9 @@ channels by C input channels by the band's blocks) on `sgemm_tile`, then `A^T m 
 block's 16 sums back to its 2x2 outputs. That is 2.25x fewer multiply-adds than the im2col
 product, for three passes over memory: the input transform (each patch read once, 16 values
 written), the products, and the output transform. On the 2-core Zen 5 EPYC (1 thread, one-node
-sessions) ResNet's 64 -> 64 conv at 56x56 took about 0.70 ms against 1.04 on the im2col tile
-and onnxruntime's 0.91-0.96.
+sessions, best of 4 processes) ResNet's 64 -> 64 conv at 56x56 took 0.76 ms against 1.02 on
+the im2col tile and onnxruntime's 0.89-0.96; at 32 input channels it lost 4-10% (hence
+`WINO_MIN_CHANNELS`), and at 14x14 (49 blocks: a 48-column tile and one column) it was even.
 
 The transforms index with unsigned integers (numba's wraparound of a negative index on a
 computed offset made the loops scalar: the output transform took 294 us instead of 77 at
@@ -20,9 +21,9 @@ read-only (an initializer); a fed or writable weight is transformed again on eve
 rounding differs from the direct sum's: about 4e-7 of the output's largest value at 64 input
 channels (float64 transforms of the weights, float32 ones of the input).
 
-Bands: `ROWS_BUDGET` bytes of transformed input and products a band, at least one band a
-thread; the threads take bands in turn (`parts`), each with its own part of a scratch buffer
-that all Winograd convs of the process share (`_take`).
+Bands: at most `BAND_BYTES` of transformed input and products a band, and as many bands an
+image as give every thread the same number; the threads take bands in turn (`parts`), each
+with its own part of a scratch buffer that all Winograd convs of the process share (`_take`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ __all__ = [
 ]
 
 WINO_MIN_CHANNELS = 64
-"""The fewest input channels (each product's inner dimension) a conv takes Winograd with."""
+"""The fewest input channels (each product's inner dimension) a conv takes Winograd with: the
+transforms cost the same per channel whatever the product saves, and at 32 channels it lost
+4-10% (32 -> 32 at 80x80, 32 -> 128 at 27x27; 16 -> 64 at 55x55 took 1.5x as long)."""
 
 WINO_MIN_OUTPUTS = 16
 """The fewest output channels (each product's rows) a conv takes Winograd with."""
@@ -58,8 +61,9 @@ WINO_MIN_PIXELS = 400
 as wide as its blocks (a quarter of its pixels), and narrow products waste the tile's lanes."""
 
 BAND_BYTES = 1 << 22
-"""A band's transformed input and products at most (16 x (C + M) x blocks floats), so that
-the products read them from L2."""
+"""A band's transformed input and products at most (16 x (C + M) x blocks floats). Wide
+products pay more than L2-sized bands save: 64 -> 64 at 56x56 (1 thread) took 918 us with
+512 KB, 889 with 1 MB, 764 with 2 MB and 739 with 4 MB."""
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 
@@ -107,6 +111,7 @@ def _winograd(x, u, y, geo, parts, vs, ms):
                             for k in range(U(rw)):
                                 rows[ua, k] = 0.0
                     # B^T d down the columns, each row split into its even and odd columns
+                    # (the same four lines twice: one store stream per array vectorizes)
                     for j in range(utw + U(1)):
                         k0 = U(2) * j
                         k1 = k0 + U(1)
