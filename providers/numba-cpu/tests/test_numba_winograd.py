@@ -229,3 +229,14 @@ def test_convs_share_scratch_and_concurrent_runs_take_their_own(
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_the_weights_transform_is_g_g_gt() -> None:
+    """`transform_weights` against G g G^T written out per kernel, in float64."""
+    g_mat = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    w = np.random.default_rng(9).standard_normal((5, 3, 3, 3)).astype(np.float32)
+    got = wino.transform_weights(w)
+    for m in range(5):
+        for c in range(3):
+            want = g_mat @ w[m, c].astype(np.float64) @ g_mat.T
+            np.testing.assert_allclose(got[:, m, c], want.reshape(16), rtol=1e-6, atol=1e-7)
