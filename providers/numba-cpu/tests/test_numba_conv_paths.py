@@ -115,6 +115,12 @@ DEPTHWISE: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = 
     ("padded dilated", (1, 4, 12, 13), (3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
     ("SAME_UPPER s2", (1, 4, 11, 10), (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ("SAME_LOWER s2", (1, 4, 11, 10), (4, 4), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
+    # short planes (`window.SHORT_PLANE_SHARE`): the padded layout, a pass per kernel row
+    ("short 5x5 over 2 rows", (1, 6, 2, 19), (5, 5), {"pads": [2, 2, 2, 2]}),
+    ("short 5x5 over 3 rows, asymmetric", (2, 5, 3, 17), (5, 5), {"pads": [1, 2, 3, 2]}),
+    ("short 3x3 over 1 row", (1, 4, 1, 33), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("short, dilated rows", (1, 4, 2, 9), (3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1]}),
+    ("short, rows of padding only", (1, 3, 2, 8), (5, 5), {"pads": [3, 2, 3, 2]}),
     ("generic 7x7 flat", (1, 3, 10, 9), (7, 7), {"pads": [3, 3, 3, 3]}),
     ("generic 7x7 stride 2", (1, 3, 15, 14), (7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
     ("1-D flat k3", (2, 6, 20), (3,), {"pads": [1, 1]}),
@@ -152,6 +158,9 @@ def test_depthwise_fused_activation(act: tuple[str, list[float]]) -> None:
     b = _rand(rng, (6,))
     _check(x, w, b, act=act, group=6, pads=[1, 1, 1, 1])
     _check(x, w, b, act=act, group=6, pads=[1, 1, 1, 1], strides=[2, 2])
+    short = _rand(rng, (1, 6, 2, 21))  # the short-plane passes apply it as rows are written
+    w5 = _rand(rng, (6, 1, 5, 5))
+    _check(short, w5, b, act=act, group=6, pads=[2, 2, 2, 2])
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -174,6 +183,7 @@ def test_depthwise_float64_and_threads() -> None:
     x32 = _rand(rng, (1, 64, 40, 40))
     w32 = _rand(rng, (64, 1, 5, 5))
     _check(x32, w32, group=64, pads=[2, 2, 2, 2], threads=2)
+    _check(_rand(rng, (1, 64, 3, 40)), w32, group=64, pads=[2, 2, 2, 2], threads=2)  # short
 
 
 def test_depthwise_edge_values_stay_in_their_windows() -> None:
@@ -300,6 +310,13 @@ def test_window_plan_layouts() -> None:
     assert not valid.flat and valid.geo[1]  # reads the input itself
     strided = plan_window((10, 12), (3, 3), (2, 2), (1, 1), (1, 1), (5, 6))
     assert not strided.flat and not strided.geo[1] and strided.rows == 5
+    # 5x5 over 2 rows: 6 of each output row's 10 window rows are padding
+    assert plan_window((2, 96), (5, 5), (1, 1), (1, 1), (2, 2), (2, 96)).flat
+    short = plan_window((2, 96), (5, 5), (1, 1), (1, 1), (2, 2), (2, 96), row_passes=True)
+    assert not short.flat and short.rows == 2
+    # 3x3 over 12 rows: 2 of 36 window rows
+    tall = plan_window((12, 96), (3, 3), (1, 1), (1, 1), (1, 1), (12, 96), row_passes=True)
+    assert tall.flat
 
 
 def test_model_with_initializer_weights() -> None:

@@ -460,6 +460,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (dilations[0], dilations[1]),
                 (pb[0], pb[1]),
                 (oh_, ow_),
+                row_passes=kind == "dw",
             )
         work = n_ * m_ * oh_ * ow_ * k2[0] * k2[1]
         planes = n_ * m_

@@ -19,7 +19,9 @@ over a whole plane vectorizes, a loop over one short row runs mostly scalar. Two
   (`direct`, `rstep = sh * W`, one loop per output row).
 
 The buffer starts filled with the padding value (0) and the copy writes
-only the input's positions, so one buffer serves every plane a kernel walks.
+only the input's positions, so one buffer serves every plane a kernel walks. A kernel that skips
+the window rows over padding (`row_passes`, the depthwise kernel) gets the padded layout for a
+short plane (`SHORT_PLANE_SHARE`) as well: its row gutters hold zeros, so it needs no select.
 """
 
 from __future__ import annotations
@@ -31,7 +33,21 @@ import numpy as np
 
 from ..codegen import numba_array
 
-__all__ = ["GEO", "Window", "copy_lines", "geo_lines", "plan_window", "window_arg_types"]
+__all__ = [
+    "GEO",
+    "SHORT_PLANE_SHARE",
+    "Window",
+    "copy_lines",
+    "geo_lines",
+    "plan_window",
+    "window_arg_types",
+]
+
+SHORT_PLANE_SHARE = (1, 3)
+"""(a, b): a stride-1 plane is short when at least a/b of its (kernel row, output row) reads
+fall on padding rows (a 5x5 window over 2 or 3 rows, a 3x3 over 2). For a kernel that adds
+each kernel row only where it reads inside the image (`row_passes`), such a plane takes the
+padded layout, whose gutters need no select, instead of `flat`."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +91,11 @@ def plan_window(
     dilations: tuple[int, int],
     pads_begin: tuple[int, int],
     out: tuple[int, int],
+    row_passes: bool = False,
 ) -> Window:
-    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid."""
+    """The read plan of a (KH, KW) window over an (H, W) plane giving an `out` grid.
+    `row_passes`: the kernel adds each kernel row only over the rows it reads inside the
+    image, so a short plane (`SHORT_PLANE_SHARE`) takes the padded layout."""
     h, w = hw
     kh, kw = kernel
     sh, sw = strides
@@ -84,7 +103,8 @@ def plan_window(
     pt, pl = pads_begin
     oh, ow = out
     taps = [(ki, kj) for ki in range(kh) for kj in range(kw)]
-    if sh == 1 and sw == 1 and dw == 1 and ow == w:
+    short = row_passes and _short_plane(h, oh, kh, dh, pt)
+    if sh == 1 and sw == 1 and dw == 1 and ow == w and not short:
         raw = np.array([(ki * dh - pt) * w + kj - pl for ki, kj in taps], np.int64)
         rlen = oh * ow
         first = int(raw.min())
@@ -126,6 +146,14 @@ def plan_window(
     geo = [0, direct, oh, ow, rstep, blen, 0, pt, pl, sw, wp, plane, h, w, dw, sh]
     none = np.zeros(1, np.int32)
     return Window(False, oh, ow, offs, none, none, none, np.array(geo, np.int64))
+
+
+def _short_plane(h: int, oh: int, kh: int, dh: int, pt: int) -> bool:
+    """Whether a stride-1 window's (kernel row, output row) reads fall on padding rows at
+    least `SHORT_PLANE_SHARE` of the time (the rule `depthwise` applies again in its kernel)."""
+    inside = sum(max(0, min(oh, pt + h - ki * dh) - max(0, pt - ki * dh)) for ki in range(kh))
+    a, b = SHORT_PLANE_SHARE
+    return oh > 0 and (kh * oh - inside) * b >= a * kh * oh
 
 
 def _i32(a: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int32]]:
