@@ -236,6 +236,40 @@ def test_copies_can_keep_a_faster_kernel_off_its_device(costly_copies: LabFactor
     _check_runs(sess)
 
 
+class _InterruptedTransfer(LabTransfer):
+    """Zero-copy, but its first `slow` copies each way stall for 50 ms, as a copy preempted on
+    a busy machine does."""
+
+    def __init__(self, device: Any, slow: int) -> None:
+        super().__init__(device, 0.0)
+        self.left = {"up": slow, "down": slow}
+
+    def _stall(self, way: str) -> None:
+        if self.left[way]:
+            self.left[way] -= 1
+            time.sleep(0.05)
+
+    def _to_device(self, value: Any, device: Any) -> Any:
+        self._stall("up")
+        return super()._to_device(value, device)
+
+    def _to_host(self, value: Any) -> np.ndarray:
+        self._stall("down")
+        return super()._to_host(value)
+
+
+def test_a_copy_counts_at_its_uninterrupted_speed(slow_relu_fast_add: LabFactory) -> None:
+    """Two of the three timed copies each way stall: the copy still counts as zero-copy."""
+    from turnout.engine.placement.timing import Clock, CopyTimes, time_copies
+
+    provider = LabProvider({}, slow_relu_fast_add)
+    provider.data_transfer = _InterruptedTransfer(provider.device, slow=2)
+    times = time_copies([provider], [4096], Clock(20.0))
+    device = str(provider.device)
+    for way in ("up", "down"):
+        assert times.seconds[CopyTimes.key(device, way, 4096)] < 0.01
+
+
 def test_second_session_places_from_the_cache_without_timing(
     slow_relu_fast_add: LabFactory, cache_dir: Any
 ) -> None:
