@@ -11,7 +11,10 @@ cache (a grouped conv of one band still has an item per group to share): the gat
 bias, residual Z and activation (`epilogue.activation_lines`). Each worker gathers into its
 own row of a scratch array (`numba.get_thread_id`). A band of at most
 `thin_product.THIN_MAX_COLUMNS` pixels (a conv with a few output pixels, or an image's last
-band) is multiplied by `thin_product` instead: BLAS packs the weights on every call.
+band) is gathered a pixel per row instead (`_PIXELS`) and multiplied by `thin_rows`: BLAS packs
+the weights on every call, and the band gather's loop per (channel, tap) for a value or two
+cost more than the product (an audio model's 64 -> 64 conv to one frame 8.3 -> 7.4 us a
+session run, its STFT conv 258 x 256 over 3 frames 15.5 -> 11.4).
 
 A float32 kernel built with `tile` multiplies by the register-blocked tile of `sgemm_tile`
 instead of BLAS (thin products: few output channels, short K), in the same place; compiled
@@ -41,7 +44,7 @@ __all__ = ["BandKernel"]
 _IMPORTS = (
     "import numba\n"
     "from turnout_numba.cblas import gemm_call\n"
-    "from turnout_numba.kernels.thin_product import thin_product\n"
+    "from turnout_numba.kernels.thin_product import thin_product, thin_rows\n"
 )
 
 _HEAD = """\
@@ -72,12 +75,41 @@ _GATHER = """\
 {tile}{product}"""
 
 _GATHER_BLAS = """\
+        planes = src_image[g * cg : g * cg + cg]
         if width <= {thin}:
-            thin_product(w3[g], col, y2[g * mg : g * mg + mg, a:b], zero)
+            colt = scratch[{tid}, : krows * width].reshape((width, krows))
+{pixels}            thin_rows(w3[g], colt, y2[g * mg : g * mg + mg, a:b], zero)
         else:
-            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
+            col = scratch[{tid}, : krows * width].reshape((krows, width))
+{tile}            gemm_call(address, ilp64, mg, width, krows, w3[g], krows, col, width,
                       y2[g * mg :, a:], ldy, 0.0)
 """
+"""BLAS's band: a band of a few pixels (`THIN_MAX_COLUMNS`) gathered a pixel per row
+(`_PIXELS`) for `thin_rows`; a wider one im2col'd for BLAS's GEMM."""
+
+_PIXELS = """\
+taps = offs.shape[0]
+kw = lo.shape[0]
+for j in range(width):
+    qp = a + j
+    pix = colt[j]
+    if flat:
+        cq = cols[qp]
+        for c in range(cg):
+            for t in range(taps):
+                kj = t % kw
+                v = planes[c, offs[t] + qp]
+                pix[c * taps + t] = v if cq >= lo[kj] and cq < hi[kj] else zero
+    else:
+        r = qp // rlen
+        base = r * rstep + qp - r * rlen
+        for c in range(cg):
+            for t in range(taps):
+                pix[c * taps + t] = planes[c, base + offs[t]]
+"""
+"""The columns of pixels [a, b) as rows of `colt`, gathered pixel by pixel: where a band has a
+few pixels, the band gather's loops over each (channel, tap) for one to a few values cost more
+than the product (a 64 -> 64 conv to one output pixel: 2 of its 3 us)."""
 
 _GATHER_TILE = """\
         w3[g].turnout_sgemm(krows, col, width, y2[g * mg :, a:], ldy, mg, width, krows)
@@ -132,10 +164,14 @@ def _source(
     # a serial kernel gathers into the scratch's one row: asking numba for the thread id
     # would start its thread pool, which a 1-thread session never needs
     tid = "numba.get_thread_id()" if parallel else "0"
-    lines = tile_lines(8, "range", inline=False)
-    if gather:
-        product = _GATHER_TILE if tile else _GATHER_BLAS
-        steps = _GATHER.format(tile=lines, tid=tid, product=product)
+    if gather and tile:
+        steps = _GATHER.format(tile=tile_lines(8, "range", inline=False), tid=tid,
+                               product=_GATHER_TILE)  # fmt: skip
+    elif gather:
+        pixels = "".join(f"{' ' * 12}{line}\n" for line in _PIXELS.splitlines())
+        steps = _GATHER_BLAS.format(
+            tid=tid, pixels=pixels, tile=tile_lines(12, "range", inline=False), thin="{thin}"
+        )
     else:
         steps = _POINTWISE_TILE if tile else _POINTWISE
     # in the function's own text (what the cache compiles and checks): a kernel cached with

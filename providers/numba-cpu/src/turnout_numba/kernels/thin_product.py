@@ -24,7 +24,7 @@ import numpy as np
 
 from ..cache import file_digest
 
-__all__ = ["ROWS", "TAG", "THIN_MAX_COLUMNS", "thin_product"]
+__all__ = ["ROWS", "TAG", "THIN_MAX_COLUMNS", "thin_product", "thin_rows"]
 
 THIN_MAX_COLUMNS = 12
 """The widest panel (columns of B, output pixels of a conv band) multiplied here rather than
@@ -157,6 +157,14 @@ def thin_product(w: Any, b: Any, out: Any, zero: Any) -> None:
     for r in range(k):
         for c in range(n):
             t[c, r] = b[r, c]
+    thin_rows(w, t, out, zero)
+
+
+@numba.njit(fastmath=_FAST)
+def thin_rows(w: Any, t: Any, out: Any, zero: Any) -> None:
+    """`thin_product` with B given transposed: out (M, N) = w (M, K) @ t (N, K).T, rows of
+    both contiguous (a conv band gathered a pixel per row, `conv_bands`)."""
+    n = t.shape[0]
     c = 0
     while c + 3 <= n:
         _columns3(w, t, out, c, zero)
