@@ -254,9 +254,14 @@ GEOMETRIES = [
     ((1, 10, 100), 25, (4,), {"auto_pad": "VALID"}),
     ((1, 6, 77), 11, (3,), {"pads": [2, 1], "strides": [2], "dilations": [2]}),
     ((1, 4, 13, 13), 1, (3, 3), {"pads": [1, 1, 1, 1]}),
+    # one output row read in place (`conv_bands._ONE_ROW`): B's rows packed from the image
+    ((1, 8, 50), 10, (3,), {"dilations": [2]}),
+    ((1, 6, 3, 30), 12, (3, 3), {}),
+    ((1, 5, 4, 20), 9, (3, 3), {"strides": [2, 1], "dilations": [1, 2]}),
 ]
 IDS = ["same", "strided", "dilated", "groups", "groups 5x5 s2", "pointwise",
-       "pointwise groups", "stem 7x7", "1-D", "1-D strided dilated", "one output"]  # fmt: skip
+       "pointwise groups", "stem 7x7", "1-D", "1-D strided dilated", "one output",
+       "1-D dilated in place", "one row in place", "one row strided in place"]  # fmt: skip
 
 
 @needs_tile
