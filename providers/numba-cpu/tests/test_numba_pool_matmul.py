@@ -203,9 +203,9 @@ def test_a_two_thread_session_splits_its_large_product_on_one_blas_thread(
 
     monkeypatch.setattr(pm, "_kernel", spy)
     # float32 products take the register tile on AVX-512 hosts (`tile_matmul`): BLAS's here
-    from turnout_numba.kernels import gemm as gemm_mod
+    from turnout_numba.kernels import tile_matmul as tile_mod
 
-    monkeypatch.setattr(gemm_mod, "tile_matmul_applies", lambda *args: False)
+    monkeypatch.setattr(tile_mod, "tile_matmul_applies", lambda *args: False)
     rng = np.random.default_rng(4)
     inits = [
         numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), "wb"),

@@ -12,7 +12,9 @@ from onnx import helper
 
 from turnout.tools.testing import one_node_model, provider_session, run_reference
 from turnout_numba.kernels import gemm as gemm_mod
+from turnout_numba.kernels import rnn as rnn_mod
 from turnout_numba.kernels import sgemm_tile
+from turnout_numba.kernels.pool_matmul import POOL_SERIAL_MACS
 from turnout_numba.kernels.tile_matmul import MIN_ROWS, tile_matmul_applies, tile_matmul_kernel
 from turnout_numba.registry import BuildContext
 
@@ -52,10 +54,11 @@ def test_tile_matmul_applies_only_where_measured() -> None:
     assert not tile_matmul_applies(f32, 64, 0, True)
 
 
-def _spy_tile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The thread count each tile product of the run was split over (1: serial)."""
+def _spy_tile(monkeypatch: pytest.MonkeyPatch, module: Any = gemm_mod) -> list[int]:
+    """The thread count each tile product of the run was split over (1: serial), for the
+    kernels `module` (Gemm/MatMul's, or the recurrent ops') builds."""
     ran: list[int] = []
-    real = gemm_mod.tile_matmul_kernel
+    real = module.tile_matmul_kernel
 
     def make(ctx: BuildContext) -> Any:
         kern = real(ctx)
@@ -66,7 +69,7 @@ def _spy_tile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
         return Spied()
 
-    monkeypatch.setattr(gemm_mod, "tile_matmul_kernel", make)
+    monkeypatch.setattr(module, "tile_matmul_kernel", make)
     return ran
 
 
@@ -112,5 +115,31 @@ def test_products_of_a_few_rows_take_the_tile(
     want = run_reference(node, [f.astype(np.float64) for f in feeds], 17)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     macs = int(np.prod(want.shape)) * (a_shape[0] if attrs.get("transA") else a_shape[-1])
-    split = threads > 1 and macs >= gemm_mod.POOL_SERIAL_MACS
+    split = threads > 1 and macs >= POOL_SERIAL_MACS
     assert ran == [threads if split else 1]
+
+
+@needs_wide_tile
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_recurrent_input_projections_take_the_tile(
+    monkeypatch: pytest.MonkeyPatch, op: str
+) -> None:
+    """A bidirectional recurrent node's input projection (12 steps: 12 rows) multiplies on the
+    tile, and its outputs are onnx.reference's."""
+    ran = _spy_tile(monkeypatch, rnn_mod)
+    rng = np.random.default_rng(5)
+    steps, inputs, hidden, gates = 12, 20, 16, 4 if op == "LSTM" else 3
+    x = rng.standard_normal((steps, 1, inputs)).astype(np.float32)
+    w = (0.3 * rng.standard_normal((2, gates * hidden, inputs))).astype(np.float32)
+    r = (0.3 * rng.standard_normal((2, gates * hidden, hidden))).astype(np.float32)
+    b = rng.standard_normal((2, 2 * gates * hidden)).astype(np.float32)
+    node = helper.make_node(
+        op, ["x", "w", "r", "b"], ["y"], hidden_size=hidden, direction="bidirectional"
+    )
+    feeds = [x, w, r, b]
+    sess = provider_session(one_node_model(node, feeds, 17), "NumbaExecutionProvider")
+    ran.clear()
+    got = sess.run(None, {"x": x, "w": w, "r": r, "b": b})[0]
+    want = run_reference(node, [f.astype(np.float64) for f in feeds], 17)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert ran == [1]

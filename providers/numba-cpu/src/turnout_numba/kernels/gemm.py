@@ -34,7 +34,7 @@ import numpy as np
 from numba import prange, types
 
 from turnout.graph.errors import InvalidArgument
-from turnout.sdk.blas_threads import blas_matmul, run_threads
+from turnout.sdk.blas_threads import blas_matmul
 from turnout.sdk.provider import KernelFn, KernelNode
 from turnout.sdk.semantics.activations import activation_of
 from turnout.sdk.semantics.constants import constant_value, transposed
@@ -42,8 +42,8 @@ from turnout.sdk.semantics.constants import constant_value, transposed
 from ..codegen import numba_array
 from ..registry import BuildContext, float_inputs_applies, numba_kernel
 from .epilogue import Epilogue
-from .pool_matmul import POOL_SERIAL_MACS, pool_matmul, prepare_pool_matmul
-from .tile_matmul import tile_matmul_applies, tile_matmul_available, tile_matmul_kernel
+from .pool_matmul import prepare_pool_matmul
+from .tile_matmul import matmul, tile_matmul_available, tile_matmul_kernel
 
 __all__: list[str] = []
 
@@ -352,19 +352,7 @@ class _Product:
             y = np.empty((1, bp.shape[1]), self.dt)
             self.gemv(bp.size, bp.T, a2, y, GEMV_ROWS)
             return y
-        rows, k = a2.shape
-        if self.tile is not None and tile_matmul_applies(self.dt, rows, k, bp.flags.c_contiguous):
-            n = bp.shape[1]
-            y = np.empty((rows, n), self.dt)
-            # as `pool_matmul`: the run's threads (BLAS held to one for the rest of the run),
-            # a product under POOL_SERIAL_MACS whole on the caller's
-            threads = run_threads()
-            if threads > 1 and rows * k * n >= POOL_SERIAL_MACS:
-                self.tile.parallel(a2, bp, y, threads)
-            else:
-                self.tile.serial(a2, bp, y, 1)
-            return y
-        return pool_matmul(a2, bp)
+        return matmul(self.tile, a2, bp)
 
     def _inner(self, a: Any, b: Any) -> InvalidArgument:
         trans = f" (transA={int(self.trans_a)}, transB={int(self.trans_b)})" if self.gemm else ""

@@ -18,14 +18,18 @@ from typing import Any
 import numpy as np
 from numba import types
 
+from turnout.sdk.blas_threads import run_threads
+
 from .. import cache
 from ..codegen import numba_array
 from ..registry import BuildContext, SizedKernel
 from . import sgemm_tile
+from .pool_matmul import POOL_SERIAL_MACS, pool_matmul
 
 __all__ = [
     "MAX_K",
     "MIN_ROWS",
+    "matmul",
     "tile_matmul_applies",
     "tile_matmul_available",
     "tile_matmul_kernel",
@@ -78,3 +82,22 @@ def tile_matmul_kernel(ctx: BuildContext) -> SizedKernel:
     mat = numba_array(f32, 2, readonly=True, layout="C")
     out = numba_array(f32, 2, readonly=False, layout="C")
     return ctx.jit(fn, [types.void(mat, mat, out, types.int64)])
+
+
+def matmul(tile: SizedKernel | None, a: Any, b: Any) -> Any:
+    """a @ b (2-D) into a fresh array: on the register tile (`tile`, from
+    `tile_matmul_kernel`, None where unavailable) where `tile_matmul_applies`, else
+    `pool_matmul`. As `pool_matmul`, the run's threads share a product of `POOL_SERIAL_MACS`
+    or more (BLAS held to one thread for the rest of the run); a smaller one runs whole on the
+    caller's thread. Shared by Gemm/MatMul and the recurrent ops' input projection."""
+    rows, k = a.shape
+    if tile is not None and tile_matmul_applies(a.dtype, rows, k, b.flags.c_contiguous):
+        n = b.shape[1]
+        y = np.empty((rows, n), a.dtype)
+        threads = run_threads()
+        if threads > 1 and rows * k * n >= POOL_SERIAL_MACS:
+            tile.parallel(a, b, y, threads)
+        else:
+            tile.serial(a, b, y, 1)
+        return y
+    return pool_matmul(a, b)
