@@ -30,7 +30,7 @@ from ..codegen import numba_array
 from ..registry import SizedKernel
 from ..vecmath import contracts
 from .epilogue import CTOR, activation_lines
-from .window import SHORT_PLANE_SHARE, copy_lines, geo_lines, window_arg_types
+from .window import copy_lines, geo_lines, window_arg_types
 
 __all__ = ["UNROLLED", "depthwise_kernel"]
 
@@ -89,7 +89,7 @@ def _unrolled(kh: int, kw: int) -> tuple[str, str]:
     # padded: one view per tap; all the rows as one loop into `acc` (rows shorter than a vector
     # loop would run scalar), then the rows copied out
     terms = " + ".join(f"w{t} * t{t}[j]" for t in range(taps))
-    lines.append("            elif rstep == wp and row_passes:")
+    lines.append("            elif rstep == wp and short:")
     lines += _row_passes(kh, kw)
     lines.append("            elif rstep == wp:")
     lines += [f"                t{t} = src[o{t}:]" for t in range(taps)]
@@ -114,19 +114,14 @@ def _unrolled(kh: int, kw: int) -> tuple[str, str]:
 
 
 def _row_pass_consts(kh: int, kw: int) -> str:
-    """Generated statements deciding `row_passes` (see `_row_passes`): in a stride-1 padded
-    layout kernel row ki reads padded row r + d{ki} for output row r (d{ki} = ki * dh, from its
-    offset), inside the image for output rows [ra{ki}, rb{ki}). The rule is
-    `window.SHORT_PLANE_SHARE`'s, which chose that layout."""
-    lines = ["    stride1 = sh == 1 and sw == 1 and wp > 0 and not flat"]
+    """Generated statements for `_row_passes`, in a plane the window planned as `short` (a
+    stride-1 padded layout): kernel row ki reads padded row r + d{ki} for output row r (d{ki} =
+    ki * dh, from its offset), inside the image for output rows [ra{ki}, rb{ki})."""
+    lines = []
     for ki in range(kh):
-        lines.append(f"    d{ki} = o{ki * kw} // wp if stride1 else 0")
+        lines.append(f"    d{ki} = o{ki * kw} // wp if short else 0")
         lines.append(f"    ra{ki} = min(rows, max(0, pt - d{ki}))")
         lines.append(f"    rb{ki} = max(ra{ki}, min(rows, pt + in_h - d{ki}))")
-    inside = " + ".join(f"(rb{ki} - ra{ki})" for ki in range(kh))
-    lines.append(f"    outside = {kh} * rows - ({inside})")
-    lines.append(f"    row_passes = stride1 and outside * {SHORT_PLANE_SHARE[1]} >= "
-                 f"{kh * SHORT_PLANE_SHARE[0]} * rows")  # fmt: skip
     lines += [f"    uo{t} = np.uint64(o{t})" for t in range(kh * kw)]
     return "".join(f"{line}\n" for line in lines)
 

@@ -79,9 +79,10 @@ def window_arg_types() -> tuple[Any, ...]:
 
 GEO = (
     "flat", "direct", "rows", "rlen", "rstep", "blen", "g0", "pt", "pl", "sw", "wp", "plane",
-    "in_h", "in_w", "dw", "sh",
+    "in_h", "in_w", "dw", "sh", "short",
 )  # fmt: skip
-"""The order of the integers in `Window.geo` (the kernels unpack them in this order)."""
+"""The order of the integers in `Window.geo` (the kernels unpack them in this order). `short`:
+a stride-1 padded layout chosen for a short plane (`row_passes`)."""
 
 
 def plan_window(
@@ -103,7 +104,7 @@ def plan_window(
     pt, pl = pads_begin
     oh, ow = out
     taps = [(ki, kj) for ki in range(kh) for kj in range(kw)]
-    short = row_passes and _short_plane(h, oh, kh, dh, pt)
+    short = row_passes and sh == 1 and sw == 1 and _short_plane(h, oh, kh, dh, pt)
     if sh == 1 and sw == 1 and dw == 1 and ow == w and not short:
         raw = np.array([(ki * dh - pt) * w + kj - pl for ki, kj in taps], np.int64)
         rlen = oh * ow
@@ -116,7 +117,7 @@ def plan_window(
         lo = np.array([pl - kj for kj in range(kw)], np.int64)
         hi = np.array([w + pl - kj for kj in range(kw)], np.int64)
         cols = (np.arange(rlen, dtype=np.int64) % w).astype(np.int32)
-        geo = [1, direct, 1, rlen, 0, blen, g0, pt, pl, 1, w, 0, h, w, 1, 1]
+        geo = [1, direct, 1, rlen, 0, blen, g0, pt, pl, 1, w, 0, h, w, 1, 1, 0]
         return Window(True, 1, rlen, raw + g0, cols, _i32(lo), _i32(hi), np.array(geo, np.int64))
     # padded plane split by stride phase: padded pixel (u, v) lives in phase plane
     # (u % sh, v % sw) at row u // sh, column v // sw, so that output row r reads rows r + c of
@@ -143,14 +144,14 @@ def plan_window(
         )
     blen = 0 if direct else sh * sw * plane
     rstep = sh * w if direct else wp
-    geo = [0, direct, oh, ow, rstep, blen, 0, pt, pl, sw, wp, plane, h, w, dw, sh]
+    geo = [0, direct, oh, ow, rstep, blen, 0, pt, pl, sw, wp, plane, h, w, dw, sh, int(short)]
     none = np.zeros(1, np.int32)
     return Window(False, oh, ow, offs, none, none, none, np.array(geo, np.int64))
 
 
 def _short_plane(h: int, oh: int, kh: int, dh: int, pt: int) -> bool:
     """Whether a stride-1 window's (kernel row, output row) reads fall on padding rows at
-    least `SHORT_PLANE_SHARE` of the time (the rule `depthwise` applies again in its kernel)."""
+    least `SHORT_PLANE_SHARE` of the time."""
     inside = sum(max(0, min(oh, pt + h - ki * dh) - max(0, pt - ki * dh)) for ki in range(kh))
     a, b = SHORT_PLANE_SHARE
     return oh > 0 and (kh * oh - inside) * b >= a * kh * oh
