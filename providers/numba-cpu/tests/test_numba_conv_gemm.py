@@ -115,7 +115,10 @@ def _conv_case(seed: int) -> tuple[onnx.NodeProto, dict[str, np.ndarray]]:
     return node, feeds
 
 
-@pytest.mark.parametrize("seed", range(60))
+# Each random case compiles kernels of its own (CI's minutes go to compiling). 40 convs cover
+# every kind, dtype and padding mode, and with the 24 products every activation;
+# test_numba_conv_paths sweeps the geometries systematically.
+@pytest.mark.parametrize("seed", range(40))
 def test_conv_matches_cpu(seed: int) -> None:
     node, feeds = _conv_case(seed)
     got, want = _both(_model(node, feeds), feeds, threads=1 if seed % 3 == 0 else 0)
@@ -163,7 +166,7 @@ def _gemm_case(seed: int) -> tuple[onnx.NodeProto, dict[str, np.ndarray]]:
     return node, feeds
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(24))
 def test_fused_gemm_matches_cpu(seed: int) -> None:
     node, feeds = _gemm_case(seed)
     got, want = _both(_model(node, feeds), feeds, threads=1 if seed % 2 else 0)

@@ -149,6 +149,12 @@ def test_depthwise_paths(
     _check(x, w, b, group=c, kernel_shape=list(kernel), **attrs)
 
 
+# The paths write the activation through one shared expression: every activation is checked
+# on one path, and each other path with one activation that has parameters and one that does
+# not (each pair is a kernel to compile: the full cross product cost CI a minute).
+OTHER_PATHS_ACTIVATIONS = ("Clip", "Sigmoid")
+
+
 @pytest.mark.parametrize("act", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
 def test_depthwise_fused_activation(act: tuple[str, list[float]]) -> None:
     """The activation is applied as the depthwise output is written."""
@@ -157,6 +163,8 @@ def test_depthwise_fused_activation(act: tuple[str, list[float]]) -> None:
     w = _rand(rng, (6, 1, 3, 3))
     b = _rand(rng, (6,))
     _check(x, w, b, act=act, group=6, pads=[1, 1, 1, 1])
+    if act[0] not in OTHER_PATHS_ACTIVATIONS:
+        return
     _check(x, w, b, act=act, group=6, pads=[1, 1, 1, 1], strides=[2, 2])
     short = _rand(rng, (1, 6, 2, 21))  # the short-plane passes apply it as rows are written
     w5 = _rand(rng, (6, 1, 5, 5))
