@@ -1,5 +1,6 @@
-"""numba Conv's shifted-product path (kernels/conv_shift.py): stride-1 convs with 32+ input
-channels, as one GEMM per tap over the padded image's rows, without im2col.
+"""numba Conv's shifted-product path (kernels/conv_shift.py): stride-1 convs as one GEMM per
+tap over the padded image's rows (32+ input channels), or on the register tile one product
+per band (any number of channels), without im2col.
 
 Every geometry (pads on each side, dilations, rectangular kernels, auto_pad, batches) runs with
 bands of 1, 3 and all output rows, at 1 and 2 threads, with the bias, residual and activation
@@ -97,6 +98,51 @@ def test_shifted_products_match_reference(
     kernel: tuple[int, int],
     attrs: dict[str, Any],
 ) -> None:
+    _check_shifted(monkeypatch, tile, threads, variant, rows, what, shape, m, kernel, attrs)
+
+
+THIN: list[tuple[str, tuple[int, ...], int, tuple[int, int], dict[str, Any]]] = [
+    # fewer input channels than a product per tap on BLAS takes (`SHIFT_MIN_CHANNELS`)
+    ("16 channels", (1, 16, 9, 11), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("8 channels, 10 outputs", (2, 8, 7, 12), 10, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("3 channels 5x5", (1, 3, 12, 14), 16, (5, 5), {"pads": [2, 2, 2, 2]}),
+    ("2 channels, asymmetric pads", (1, 2, 6, 9), 4, (3, 3), {"pads": [0, 2, 1, 0]}),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 10**6])
+@pytest.mark.parametrize("what, shape, m, kernel, attrs", THIN, ids=[g[0] for g in THIN])
+def test_thin_convs_take_the_shifted_products_on_the_tile(
+    monkeypatch: pytest.MonkeyPatch,
+    threads: int,
+    rows: int,
+    what: str,
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, int],
+    attrs: dict[str, Any],
+) -> None:
+    """On the tile a band's taps are one product of K = C*KH*KW, so a conv with few input
+    channels runs shifted too (one-node sessions, 1 thread: 16 -> 16 at 56x56 97 against 132
+    us on im2col, 8 -> 16 at 112x112 197 against 249)."""
+    _check_shifted(monkeypatch, True, threads, "relu bias z", rows, what, shape, m, kernel, attrs)
+
+
+def _check_shifted(
+    monkeypatch: pytest.MonkeyPatch,
+    tile: bool,
+    threads: int,
+    variant: str,
+    rows: int,
+    what: str,
+    shape: tuple[int, ...],
+    m: int,
+    kernel: tuple[int, int],
+    attrs: dict[str, Any],
+) -> None:
+    """One conv of `variant` on the shifted path (`tile` or BLAS) with bands of `rows`
+    output rows, against onnx.reference; a spy checks the path ran, twice."""
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     monkeypatch.setattr(conv_shift, "shift_rows", lambda *_: rows)
@@ -141,6 +187,8 @@ def test_what_takes_the_im2col_path_instead(monkeypatch: pytest.MonkeyPatch) -> 
     f32 = np.dtype(np.float32)
     assert conv_mod._shift_applies((8, 32, 3, 3), 1, [1, 1], f32, 16, 1)
     assert not conv_mod._shift_applies((8, 16, 3, 3), 1, [1, 1], f32, 56, 1)  # too few channels
+    # ... for a product per tap on BLAS, not for one product per band on the tile
+    assert conv_mod._shift_applies((8, 16, 3, 3), 1, [1, 1], f32, 56, 1, True, True)
     assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [2, 2], f32, 56, 1)  # strided
     assert not conv_mod._shift_applies((8, 32, 3, 3), 2, [1, 1], f32, 56, 1)  # grouped
     assert not conv_mod._shift_applies((8, 32, 1, 1), 1, [1, 1], f32, 56, 1)  # pointwise

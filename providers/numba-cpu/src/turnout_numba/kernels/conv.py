@@ -362,7 +362,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     y_shape = kn.outputs[0].shape if kn.outputs[0] is not None else None
     if declared == "shift" and w_shape is not None and y_shape is not None:  # sizes known
         dil_w = int((kn.attr("dilations", None) or [1])[-1])
-        threads = numba.get_num_threads() if ctx.parallel else 1
+        threads = _workers(ctx.parallel)
         out = (int(y_shape[2]), int(y_shape[3]))
         declared_tile = _shift_tile(dt, w_shape, int(w_shape[1]), out, dil_w, threads)
     if (
@@ -408,14 +408,21 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             kind = "pw"
         elif x.ndim == 4 and winograd_applies(dt, w.shape, group, strides, dilations, oh_ * ow_):
             need_winograd()
-            threads = numba.get_num_threads() if ctx.parallel else 1
+            threads = _workers(ctx.parallel)
             work = n_ * m_ * oh_ * ow_ * w[0].size
             pads_before = (int(pb[0]), int(pb[1]))
             return _Plan(
                 "wino", final, y3, None, work, threads, 0, 0, None, True, pads_before=pads_before
             )
         elif x.ndim == 4 and _shift_applies(
-            w.shape, group, strides, dt, ow_, dilations[1], on_tile
+            w.shape,
+            group,
+            strides,
+            dt,
+            ow_,
+            dilations[1],
+            on_tile,
+            _shift_tile(dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], _workers(ctx.parallel)),
         ):
             kind = "shift"
         else:
@@ -440,7 +447,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         win = None
         shape = None
         if kind == "shift":
-            threads = numba.get_num_threads() if ctx.parallel else 1
+            threads = _workers(ctx.parallel)
             tile = _shift_tile(dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], threads)
             need_shift(tile)
             shape = shift[tile].geometry(
@@ -861,7 +868,10 @@ def _declared_kind(
         return "wino"
     dil_w = int(dilations[-1])
     tile = _declared_tile(kn, w_shape, group, dt, parallel)
-    if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w, tile):
+    shift_tile = len(spatial) == 2 and _shift_tile(
+        dt, w_shape, int(w_shape[1]), (spatial[0], spatial[1]), dil_w, _workers(parallel)
+    )
+    if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w, tile, shift_tile):
         return "shift"
     return "gemm"
 
@@ -921,10 +931,13 @@ def _shift_applies(
     out_w: int,
     dilation_w: int,
     tile: bool = False,
+    shift_tile: bool = False,
 ) -> bool:
     """Whether a 2-D conv runs as shifted products (`conv_shift`): group 1, stride 1, a
-    kernel larger than 1x1, enough input channels, outputs wide enough that the padded
-    columns each product also computes stay a small share (`SHIFT_MAX_WASTE`, or
+    kernel larger than 1x1, enough input channels for a product per tap on BLAS
+    (`SHIFT_MIN_CHANNELS`) or any number where the shifted products run on the register tile
+    (`shift_tile`: one product, K = C*KH*KW), outputs wide enough that the padded columns
+    each product also computes stay a small share (`SHIFT_MAX_WASTE`, or
     `TILE_SHIFT_MAX_WASTE` where the im2col products would run on the register tile:
     `tile`), and numpy's BLAS GEMM found."""
     waste = TILE_SHIFT_MAX_WASTE if tile else SHIFT_MAX_WASTE
@@ -933,10 +946,15 @@ def _shift_applies(
         and group == 1
         and all(s == 1 for s in strides)
         and tuple(w_shape[2:]) != (1, 1)
-        and w_shape[1] >= SHIFT_MIN_CHANNELS
+        and (w_shape[1] >= SHIFT_MIN_CHANNELS or shift_tile)
         and (w_shape[3] - 1) * dilation_w <= waste * out_w
         and find_gemm(dt) is not None
     )
+
+
+def _workers(parallel: bool) -> int:
+    """The threads a conv's kernels share: numba's count in the parallel variant, else one."""
+    return numba.get_num_threads() if parallel else 1
 
 
 def _shift_tile(
