@@ -30,7 +30,9 @@ pytestmark = [
     pytest.mark.usefixtures("conv_kernel_paths"),
 ]
 
-GEOMETRIES: list[tuple[str, tuple[int, ...], int, tuple[int, int], dict[str, Any]]] = [
+Geometry = tuple[str, tuple[int, ...], int, tuple[int, int], dict[str, Any]]
+
+GEOMETRIES: list[Geometry] = [
     # (what, x shape, M, kernel, attributes)
     ("same 3x3", (1, 32, 9, 11), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
     ("valid 3x3", (2, 33, 8, 7), 5, (3, 3), {}),
@@ -83,66 +85,18 @@ RUNS = [
     ids=[f"{v}-{t}-{'tile' if tile else 'blas'}" for v, t, tile in RUNS],
 )
 @pytest.mark.parametrize("rows", [1, 3, 10**6])
-@pytest.mark.parametrize(
-    "what, shape, m, kernel, attrs", GEOMETRIES, ids=[g[0] for g in GEOMETRIES]
-)
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=[g[0] for g in GEOMETRIES])
 def test_shifted_products_match_reference(
     monkeypatch: pytest.MonkeyPatch,
     tile: bool,
     threads: int,
     variant: str,
     rows: int,
-    what: str,
-    shape: tuple[int, ...],
-    m: int,
-    kernel: tuple[int, int],
-    attrs: dict[str, Any],
-) -> None:
-    _check_shifted(monkeypatch, tile, threads, variant, rows, what, shape, m, kernel, attrs)
-
-
-THIN: list[tuple[str, tuple[int, ...], int, tuple[int, int], dict[str, Any]]] = [
-    # fewer input channels than a product per tap on BLAS takes (`SHIFT_MIN_CHANNELS`)
-    ("16 channels", (1, 16, 9, 11), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
-    ("8 channels, 10 outputs", (2, 8, 7, 12), 10, (3, 3), {"pads": [1, 1, 1, 1]}),
-    ("3 channels 5x5", (1, 3, 12, 14), 16, (5, 5), {"pads": [2, 2, 2, 2]}),
-    ("2 channels, asymmetric pads", (1, 2, 6, 9), 4, (3, 3), {"pads": [0, 2, 1, 0]}),
-]
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("rows", [1, 10**6])
-@pytest.mark.parametrize("what, shape, m, kernel, attrs", THIN, ids=[g[0] for g in THIN])
-def test_thin_convs_take_the_shifted_products_on_the_tile(
-    monkeypatch: pytest.MonkeyPatch,
-    threads: int,
-    rows: int,
-    what: str,
-    shape: tuple[int, ...],
-    m: int,
-    kernel: tuple[int, int],
-    attrs: dict[str, Any],
-) -> None:
-    """On the tile a band's taps are one product of K = C*KH*KW, so a conv with few input
-    channels runs shifted too (one-node sessions, 1 thread: 16 -> 16 at 56x56 97 against 132
-    us on im2col, 8 -> 16 at 112x112 197 against 249)."""
-    _check_shifted(monkeypatch, True, threads, "relu bias z", rows, what, shape, m, kernel, attrs)
-
-
-def _check_shifted(
-    monkeypatch: pytest.MonkeyPatch,
-    tile: bool,
-    threads: int,
-    variant: str,
-    rows: int,
-    what: str,
-    shape: tuple[int, ...],
-    m: int,
-    kernel: tuple[int, int],
-    attrs: dict[str, Any],
+    geometry: Geometry,
 ) -> None:
     """One conv of `variant` on the shifted path (`tile` or BLAS) with bands of `rows`
     output rows, against onnx.reference; a spy checks the path ran, twice."""
+    what, shape, m, kernel, attrs = geometry
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     monkeypatch.setattr(conv_shift, "shift_rows", lambda *_: rows)
@@ -180,6 +134,66 @@ def _check_shifted(
         want = activation(act or "Identity", 1.0, 0.0)(ref + (z if with_z else 0))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert ran == [tile, tile]
+
+
+THIN: list[Geometry] = [
+    # fewer input channels than a product per tap on BLAS takes (`SHIFT_MIN_CHANNELS`)
+    ("16 channels", (1, 16, 9, 11), 8, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("8 channels, 10 outputs", (2, 8, 7, 12), 10, (3, 3), {"pads": [1, 1, 1, 1]}),
+    ("3 channels 5x5", (1, 3, 12, 14), 16, (5, 5), {"pads": [2, 2, 2, 2]}),
+    ("2 channels, asymmetric pads", (1, 2, 6, 9), 4, (3, 3), {"pads": [0, 2, 1, 0]}),
+]
+
+
+STRIDED: list[Geometry] = [
+    # stride phases: pads odd and even on the left, columns and rows no window reads
+    ("3x3 stride 2 pad 1", (1, 16, 11, 12), 8, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ("3x3 stride 2 valid", (2, 3, 10, 9), 16, (3, 3), {"strides": [2, 2]}),
+    ("7x7 stride 2 pad 3", (1, 3, 17, 15), 8, (7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]}),
+    (
+        "asymmetric pads",
+        (1, 5, 9, 13),
+        6,
+        (3, 3),
+        {"pads": [2, 3, 0, 1], "strides": [2, 2]},
+    ),
+    ("stride 2 x 1", (1, 8, 12, 10), 8, (3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
+    ("stride 1 x 2", (1, 8, 9, 14), 8, (3, 3), {"pads": [1, 1, 1, 1], "strides": [1, 2]}),
+    ("stride 3", (1, 4, 16, 17), 8, (5, 5), {"pads": [2, 2, 2, 2], "strides": [3, 3]}),
+    (
+        "stride 2 dilated",
+        (1, 8, 15, 16),
+        8,
+        (3, 3),
+        {"pads": [2, 2, 2, 2], "strides": [2, 2], "dilations": [2, 2]},
+    ),
+    ("same_upper stride 2", (1, 8, 9, 9), 8, (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+]
+
+
+TILE_ONLY = THIN + STRIDED
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 10**6])
+@pytest.mark.parametrize("geometry", TILE_ONLY, ids=[g[0] for g in TILE_ONLY])
+def test_the_tile_takes_thin_and_strided_convs_shifted(
+    monkeypatch: pytest.MonkeyPatch, threads: int, rows: int, geometry: Geometry
+) -> None:
+    """On the tile a band's taps are one product of K = C*KH*KW, so a conv with few input
+    channels runs shifted too (one-node sessions, 1 thread: 16 -> 16 at 56x56 97 against 132
+    us on im2col); a strided one reads its image split into stride phases, where every tap
+    reads at stride 1 (64 -> 128 to 20x20 at stride 2: 319 against 340 us)."""
+    test_shifted_products_match_reference(monkeypatch, True, threads, "relu bias z", rows, geometry)
+
+
+def test_strided_shifted_products_need_the_tile() -> None:
+    f32 = np.dtype(np.float32)
+    assert not conv_mod._shift_applies((8, 32, 3, 3), 1, [2, 2], f32, 56, 1, True, False)
+    assert conv_mod._shift_applies((8, 32, 3, 3), 1, [2, 2], f32, 56, 1, True, True)
+    blas = conv_shift.ShiftKernel(f32, ("", 0.0, 0.0), False, False, False, tile=False)
+    with pytest.raises(ValueError, match="register tile only"):
+        blas.geometry((8, 8), (1, 1), (4, 4), (3, 3), (1, 1), (32, 8), 1, (2, 2))
 
 
 def test_what_takes_the_im2col_path_instead(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -402,15 +402,16 @@ def test_the_shipped_rule() -> None:
 def test_thin_convs_take_the_tile_with_the_shipped_thresholds(
     monkeypatch: pytest.MonkeyPatch, conv_path_spy: Callable[..., list[str]], threads: int
 ) -> None:
-    """16 -> 32 channels 3x3 to 48x48 at stride 2 (K = 144; at stride 1 the shifted products
-    take it), above the small-conv size: one call of the serial band kernel on the tile at 1
-    thread, the fused band kernel on the tile at 2."""
+    """16 -> 32 channels 3x3 at 48x48 (K = 144), dilated 2 so that the shifted products
+    (whose padded columns would be 8% of the output) leave it to im2col, above the small-conv
+    size: one call of the serial band kernel on the tile at 1 thread, the fused band kernel
+    on the tile at 2."""
     if threads > numba.config.NUMBA_NUM_THREADS:
         pytest.skip("numba has fewer threads on this machine")
     ran = _spy_band_kernels(monkeypatch)
     paths = conv_path_spy(("_tiled_conv", "_banded_conv", "_gemm_conv", "_shifted_conv"))
-    attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2]}
-    got, want = _conv((1, 16, 96, 96), 32, (3, 3), attrs, threads)
+    attrs = {"pads": [2, 2, 2, 2], "dilations": [2, 2]}
+    got, want = _conv((1, 16, 48, 48), 32, (3, 3), attrs, threads)
     assert paths == ["_tiled_conv" if threads == 1 else "_banded_conv"]
     assert ran and all(ran)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

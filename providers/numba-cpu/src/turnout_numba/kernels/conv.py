@@ -69,6 +69,7 @@ from .conv_shift import (
     SHIFT_MIN_CHANNELS,
     ShiftGeometry,
     ShiftKernel,
+    phase_width,
     shift_rows,
 )
 from .depthwise import depthwise_kernel
@@ -362,9 +363,10 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
     y_shape = kn.outputs[0].shape if kn.outputs[0] is not None else None
     if declared == "shift" and w_shape is not None and y_shape is not None:  # sizes known
         dil_w = int((kn.attr("dilations", None) or [1])[-1])
+        stride_w = int((kn.attr("strides", None) or [1])[-1])
         threads = _workers(ctx.parallel)
         out = (int(y_shape[2]), int(y_shape[3]))
-        declared_tile = _shift_tile(dt, w_shape, int(w_shape[1]), out, dil_w, threads)
+        declared_tile = _shift_tile(dt, w_shape, int(w_shape[1]), out, dil_w, threads, stride_w)
     if (
         ctx.parallel
         and declared in ("gemm", "pw")
@@ -422,7 +424,15 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
             ow_,
             dilations[1],
             on_tile,
-            _shift_tile(dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], _workers(ctx.parallel)),
+            _shift_tile(
+                dt,
+                w.shape,
+                x.shape[1],
+                (oh_, ow_),
+                dilations[1],
+                _workers(ctx.parallel),
+                strides[1],
+            ),
         ):
             kind = "shift"
         else:
@@ -448,7 +458,9 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         shape = None
         if kind == "shift":
             threads = _workers(ctx.parallel)
-            tile = _shift_tile(dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], threads)
+            tile = _shift_tile(
+                dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], threads, strides[1]
+            )
             need_shift(tile)
             shape = shift[tile].geometry(
                 hw,
@@ -458,6 +470,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
                 (dilations[0], dilations[1]),
                 (x.shape[1], m_),
                 threads,
+                (strides[0], strides[1]),
             )
         elif (kind in ("gemm", "dw") or (kind == "small" and gather)) and oh_ * ow_ > 0:
             win = plan_window(
@@ -869,7 +882,13 @@ def _declared_kind(
     dil_w = int(dilations[-1])
     tile = _declared_tile(kn, w_shape, group, dt, parallel)
     shift_tile = len(spatial) == 2 and _shift_tile(
-        dt, w_shape, int(w_shape[1]), (spatial[0], spatial[1]), dil_w, _workers(parallel)
+        dt,
+        w_shape,
+        int(w_shape[1]),
+        (spatial[0], spatial[1]),
+        dil_w,
+        _workers(parallel),
+        int(strides[-1]),
     )
     if _shift_applies(w_shape, group, strides, dt, spatial[-1], dil_w, tile, shift_tile):
         return "shift"
@@ -933,21 +952,21 @@ def _shift_applies(
     tile: bool = False,
     shift_tile: bool = False,
 ) -> bool:
-    """Whether a 2-D conv runs as shifted products (`conv_shift`): group 1, stride 1, a
-    kernel larger than 1x1, enough input channels for a product per tap on BLAS
-    (`SHIFT_MIN_CHANNELS`) or any number where the shifted products run on the register tile
-    (`shift_tile`: one product, K = C*KH*KW), outputs wide enough that the padded columns
-    each product also computes stay a small share (`SHIFT_MAX_WASTE`, or
+    """Whether a 2-D conv runs as shifted products (`conv_shift`): group 1, a kernel larger
+    than 1x1, and on BLAS (a product per tap) stride 1 and `SHIFT_MIN_CHANNELS` input
+    channels, on the register tile (`shift_tile`: one product per band, K = C*KH*KW, the
+    image split into its stride phases) any stride and number; outputs wide enough that the
+    padded columns each product also computes stay a small share (`SHIFT_MAX_WASTE`, or
     `TILE_SHIFT_MAX_WASTE` where the im2col products would run on the register tile:
     `tile`), and numpy's BLAS GEMM found."""
     waste = TILE_SHIFT_MAX_WASTE if tile else SHIFT_MAX_WASTE
+    stride_1 = all(s == 1 for s in strides)
     return (
         len(w_shape) == 4
         and group == 1
-        and all(s == 1 for s in strides)
         and tuple(w_shape[2:]) != (1, 1)
-        and (w_shape[1] >= SHIFT_MIN_CHANNELS or shift_tile)
-        and (w_shape[3] - 1) * dilation_w <= waste * out_w
+        and ((stride_1 and w_shape[1] >= SHIFT_MIN_CHANNELS) or shift_tile)
+        and phase_width(out_w, w_shape[3], dilation_w, strides[-1]) - out_w <= waste * out_w
         and find_gemm(dt) is not None
     )
 
@@ -964,12 +983,13 @@ def _shift_tile(
     out: tuple[int, int],
     dilation_w: int,
     threads: int,
+    stride_w: int = 1,
 ) -> bool:
     """Whether a shifted-product conv's bands run on the register tile: its products as
     `conv_shift` cuts them (M, K = C*KH*KW, a band of `shift_rows` output rows Wp wide) within
     `_tile_applies`."""
     oh, ow = out
-    wp = ow + (w_shape[3] - 1) * dilation_w
+    wp = phase_width(ow, w_shape[3], dilation_w, stride_w)
     rows = shift_rows((channels + w_shape[0]) * dt.itemsize, wp, oh, threads)
     k = int(np.prod(w_shape[1:]))
     return _tile_applies(dt, w_shape[0], k, (rows - 1) * wp + ow)

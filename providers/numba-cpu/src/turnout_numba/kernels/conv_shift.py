@@ -1,4 +1,4 @@
-"""Stride-1 convolutions as a sum of shifted products, without im2col.
+"""Convolutions as a sum of shifted products, without im2col.
 
 A KxK stride-1 conv's im2col panel repeats each input value K*K times: at DenseNet's 56x56
 stage (128 channels in, 3x3) it is 14 MB written and read back per image, about a third of the
@@ -18,6 +18,17 @@ each block of columns (`turnout_sgemm_rows`). No pass per tap over the band's ac
 BLAS GEMM with beta 1 reads and writes it KH*KW times): 1.07-1.15x the BLAS version's speed
 on the zoo's 28-80 wide 3x3 convs (the EPYC, 1 thread: DenseNet's 128 -> 32 at 56x56 2.67
 against 3.02 ms, ResNet's 64 -> 64 at 56x56 2.45 against 2.82).
+
+Strided convs run on the tile too: the padded image is written as its SH x SW stride phases
+(phase (a, b) holds the padded positions (a + i*SH, b + j*SW), `_phases`), and tap (u, v) of
+output (r, c) reads phase (u % SH, v % SW) at (r + u // SH, c + v // SW), at stride 1 again:
+the rows of B are the taps' places in their phases, and each product computes OW + (KW-1)*dw
+// SW columns an output row. The phases cost one pass over the image (stride 2 by pairs of
+columns, which LLVM deinterleaves in vectors). One-node sessions against im2col on the tile
+(the EPYC, 1 thread): 64 -> 128 to 20x20 at stride 2 319 against 340 us, 32 -> 64 to 40x40
+326-333 against 353-391, 16 -> 32 to 80x80 372 against 410, ResNet's 7x7 stride-2 stem 1140
+against 1186-1223, SqueezeNet's 3 -> 64 stem even; at 2 threads 184 against 252 and 179
+against 219. Inside YOLO's detector at 2 threads 0.92x a run; at 1 thread even.
 
 The bands of output rows run in a `prange` loop (with threads, one worker a band); each
 accumulates in its own rows of a scratch array. Used for group 1, stride 1, when numpy's BLAS
@@ -43,7 +54,14 @@ from . import sgemm_tile
 from .epilogue import CTOR, band_epilogue_fields
 from .im2col import TILE_BYTES
 
-__all__ = ["SHIFT_MAX_WASTE", "SHIFT_MIN_CHANNELS", "ShiftGeometry", "ShiftKernel", "shift_rows"]
+__all__ = [
+    "SHIFT_MAX_WASTE",
+    "SHIFT_MIN_CHANNELS",
+    "ShiftGeometry",
+    "ShiftKernel",
+    "phase_width",
+    "shift_rows",
+]
 
 SHIFT_MIN_CHANNELS = 32
 """Input channels from which a stride-1 conv runs as shifted products on BLAS (each tap's
@@ -64,14 +82,39 @@ def _shift_pad(x, xp, dims):
     wp = dims[2]
     top = dims[3]
     left = dims[4]
+    sh = dims[9]
+    sw = dims[10]
+    plen = dims[11]
+    hq = dims[12]
+    U = np.uint64
     for c in prange(x.shape[0]):
-        src = x[c]
-        dst = xp[c]
         for i in range(h):
-            row = dst[(i + top) * wp + left :]
-            line = src[i * w : i * w + w]
-            for j in range(w):
-                row[j] = line[j]
+            pr = (i + top) // sh  # the row's place in its phase
+            if pr >= hq:  # a row no window reads
+                continue
+            base = (i + top - pr * sh) * sw * plen + pr * wp
+            src = U(i * w)
+            if sw == 1:
+                d = U(base + left)
+                for j in range(U(min(w, wp - left))):
+                    xp[c, d + j] = x[c, src + j]
+            else:
+                # column j goes to phase (j + left) % sw, at (j + left) // sw
+                j = 0
+                if sw == 2:  # by pairs, both phases in one loop: LLVM deinterleaves in vectors
+                    de = U(base + (left % 2) * plen + left // 2)
+                    do = U(base + ((left + 1) % 2) * plen + (left + 1) // 2)
+                    pairs = max(0, min(w // 2, wp - (left + 1) // 2))
+                    for t in range(U(pairs)):
+                        a = x[c, src + U(2) * t]
+                        b = x[c, src + U(2) * t + U(1)]
+                        xp[c, de + t] = a
+                        xp[c, do + t] = b
+                    j = 2 * pairs
+                for j in range(j, w):
+                    pc = (j + left) // sw
+                    if pc < wp:
+                        xp[c, base + ((j + left) % sw) * plen + pc] = x[c, src + U(j)]
 """
 
 # the names a band's epilogue reads (`epilogue.activation_lines`), set the same in both sources
@@ -161,10 +204,11 @@ def _source(
 
 @dataclass(frozen=True)
 class ShiftGeometry:
-    """One input shape's layout: the padded image (C, Hp * Wp + (KW-1) * dw) and the band
-    height; `dims` packs (H, W, Wp, top, left, OH, OW, dh, dw) for the kernels; `taps`, per
-    row (c, ki, kj) of the weights' columns, where that tap of channel c starts in the padded
-    image (read flat) relative to a band's first row: the tile kernel's rows of B."""
+    """One input shape's layout: the padded image (C, SH * SW phases of `_phases`' length)
+    and the band height; `dims` packs (H, W, Wp, top, left, OH, OW, dh, dw, SH, SW, phase
+    length, Hq) for the kernels; `taps`, per row (c, ki, kj) of the weights' columns, where
+    that tap of channel c starts in the padded image (read flat) relative to a band's first
+    row: the tile kernel's rows of B."""
 
     dims: Any
     padded_len: int
@@ -180,6 +224,29 @@ def shift_rows(pixel_bytes: int, wide: int, out_h: int, threads: int) -> int:
     if threads > 1:
         rows = min(rows, max(1, -(-out_h // (2 * threads))))
     return min(rows, max(1, out_h))
+
+
+def _phases(
+    out: tuple[int, int],
+    kernel: tuple[int, int],
+    dilations: tuple[int, int],
+    strides: tuple[int, int],
+) -> tuple[int, int, int]:
+    """(Wp, Hq, length) of one phase of the padded image: phase (a, b) holds the padded
+    positions (a + i*SH, b + j*SW), in rows Wp = OW + (KW-1)*dw // SW wide (a product
+    computes the outputs that wide), Hq = OH + (KH-1)*dh // SH of them, and the length read
+    across the last row's end. Tap (u, v) = (ki*dh, kj*dw) of output (r, c) reads phase
+    (u % SH, v % SW) at (r + u // SH, c + v // SW): stride 1. With strides 1 it is the padded
+    image itself."""
+    (oh, ow), (kh, kw), (dh, dw), (sh, sw) = out, kernel, dilations, strides
+    wp = phase_width(ow, kw, dw, sw)
+    hq = oh + (kh - 1) * dh // sh
+    return wp, hq, hq * wp + (kw - 1) * dw // sw
+
+
+def phase_width(out_w: int, kernel_w: int, dilation_w: int, stride_w: int) -> int:
+    """The width a shifted product computes per output row (`_phases`' Wp)."""
+    return out_w + (kernel_w - 1) * dilation_w // stride_w
 
 
 class ShiftKernel:
@@ -237,17 +304,24 @@ class ShiftKernel:
         dilations: tuple[int, int],
         channels: tuple[int, int],
         threads: int,
+        strides: tuple[int, int] = (1, 1),
     ) -> ShiftGeometry:
-        """The layout for an (H, W) input giving `out` with these pads, kernel and dilations
-        (stride 1), for `channels` (C, M)."""
+        """The layout for an (H, W) input giving `out` with these pads, kernel, dilations and
+        strides, for `channels` (C, M). A stride above 1 (the tile only) splits the padded
+        image into its SH x SW phases (`_phases`), in which every tap reads at stride 1."""
         (h, w), (top, left), (oh, ow) = hw, pads_begin, out
-        wp = ow + (kernel[1] - 1) * dilations[1]
-        hp = oh + (kernel[0] - 1) * dilations[0]
-        dims = np.array([h, w, wp, top, left, oh, ow, dilations[0], dilations[1]], np.int64)
+        (sh, sw), (dh, dw) = strides, dilations
+        if (sh, sw) != (1, 1) and not self.tile:
+            raise ValueError("strided shifted products run on the register tile only")
+        wp, hq, plen = _phases(out, kernel, dilations, strides)
+        dims = np.array(
+            [h, w, wp, top, left, oh, ow, dh, dw, sh, sw, plen, hq], np.int64
+        )  # fmt: skip
         rows = shift_rows((channels[0] + channels[1]) * self.dtype.itemsize, wp, oh, threads)
-        length = hp * wp + (kernel[1] - 1) * dilations[1]
-        ki, kj = np.indices(kernel, np.int64)
-        tap = (ki * dilations[0] * wp + kj * dilations[1]).ravel()
+        length = sh * sw * plen
+        u, v = (a.ravel() for a in np.indices(kernel, np.int64))
+        u, v = u * dh, v * dw
+        tap = ((u % sh) * sw + v % sw) * plen + (u // sh) * wp + v // sw
         taps = (np.arange(channels[0], dtype=np.int64)[:, None] * length + tap).ravel()
         return ShiftGeometry(dims, length, rows, taps)
 
