@@ -402,37 +402,26 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         k2 = (kernel[0], kernel[1])
         mg = m_ // max(group, 1)
         band, fused = _bands(w[0].size, m_, mg, x.itemsize, (oh_, ow_), ctx.parallel)
-        # whether the im2col or pointwise products would run on the register tile
+        # whether the im2col or pointwise products would run on the register tile, and the
+        # shifted products' bands (2-D convs)
         on_tile = _tile_applies(dt, mg, w[0].size, fused or band)
+        threads = _workers(ctx.parallel)
+        shift_tile = x.ndim == 4 and _shift_tile(
+            dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], threads, strides[1]
+        )
         if depthwise is not None and w.shape == w_shape:
             kind = "dw"
         elif k2 == (1, 1) and strides == [1, 1] and list(pb) == [0, 0] and (oh_, ow_) == hw:
             kind = "pw"
         elif x.ndim == 4 and winograd_applies(dt, w.shape, group, strides, dilations, oh_ * ow_):
             need_winograd()
-            threads = _workers(ctx.parallel)
             work = n_ * m_ * oh_ * ow_ * w[0].size
             pads_before = (int(pb[0]), int(pb[1]))
             return _Plan(
                 "wino", final, y3, None, work, threads, 0, 0, None, True, pads_before=pads_before
             )
         elif x.ndim == 4 and _shift_applies(
-            w.shape,
-            group,
-            strides,
-            dt,
-            ow_,
-            dilations[1],
-            on_tile,
-            _shift_tile(
-                dt,
-                w.shape,
-                x.shape[1],
-                (oh_, ow_),
-                dilations[1],
-                _workers(ctx.parallel),
-                strides[1],
-            ),
+            w.shape, group, strides, dt, ow_, dilations[1], on_tile, shift_tile
         ):
             kind = "shift"
         else:
@@ -457,10 +446,7 @@ def _build_conv(kn: KernelNode, ctx: BuildContext) -> KernelFn:
         win = None
         shape = None
         if kind == "shift":
-            threads = _workers(ctx.parallel)
-            tile = _shift_tile(
-                dt, w.shape, x.shape[1], (oh_, ow_), dilations[1], threads, strides[1]
-            )
+            tile = shift_tile
             need_shift(tile)
             shape = shift[tile].geometry(
                 hw,

@@ -31,12 +31,12 @@ against 1186-1223, SqueezeNet's 3 -> 64 stem even; at 2 threads 184 against 252 
 against 219. Inside YOLO's detector at 2 threads 0.92x a run; at 1 thread even.
 
 The bands of output rows run in a `prange` loop (with threads, one worker a band); each
-accumulates in its own rows of a scratch array. Used for group 1, stride 1, when numpy's BLAS
-exports `cblas_?gemm`: on BLAS from `SHIFT_MIN_CHANNELS` input channels (fewer make each tap's
-GEMM too thin), on the tile with any number (its one product per band has K = C*KH*KW: the
-EPYC, 1 thread, one-node sessions against im2col on the tile: 16 -> 16 at 56x56 97 against
-132 us, 16 -> 32 at 80x80 332 against 382, 8 -> 16 at 112x112 197 against 249; SqueezeNet's
-16 -> 64 at 55x55 301 against 311, a run of the model 0.96x).
+accumulates in its own rows of a scratch array. Used for group 1 when numpy's BLAS exports
+`cblas_?gemm`: on BLAS at stride 1 from `SHIFT_MIN_CHANNELS` input channels (fewer make each
+tap's GEMM too thin), on the tile at any stride and with any number (its one product per
+band has K = C*KH*KW: the EPYC, 1 thread, one-node sessions against im2col on the tile:
+16 -> 16 at 56x56 97 against 132 us, 16 -> 32 at 80x80 332 against 382, 8 -> 16 at 112x112
+197 against 249; SqueezeNet's 16 -> 64 at 55x55 301 against 311, a run of the model 0.96x).
 """
 
 from __future__ import annotations
